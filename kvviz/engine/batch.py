@@ -1,0 +1,91 @@
+"""Turn a step's scheduled chunks into the flat tensors the forward pass needs."""
+
+from __future__ import annotations
+
+import torch
+
+from kvviz.engine.runner import AttentionGroup, StepBatch, Trace
+from kvviz.engine.scheduler import ScheduledChunk
+
+
+def build_step_batch(chunks: list[ScheduledChunk], cache, block_size: int, device: torch.device,
+                     trace_request_id: int | None = None) -> StepBatch:
+    """Flatten the chunks into one row of N tokens and describe each request's attention.
+
+    With a cache (cached mode), a chunk's keys are every token of its request up to the chunk's
+    end, read from cache slots; without one (cache=None), only the chunk's own tokens.
+    """
+    input_ids, positions, slots, logits_index = [], [], [], []
+    offsets = []  # where each chunk starts in the flat row
+    for chunk in chunks:
+        request = chunk.request
+        offsets.append(len(input_ids))
+        input_ids += request.all_token_ids[chunk.start:chunk.end]
+        positions += range(chunk.start, chunk.end)
+        if cache is not None:
+            table = request.block_table
+            slots += [table[p // block_size] * block_size + p % block_size
+                      for p in range(chunk.start, chunk.end)]
+        if chunk.samples:
+            logits_index.append(len(input_ids) - 1)
+
+    decodes = [i for i, c in enumerate(chunks) if c.num_tokens == 1]
+    prefills = [i for i, c in enumerate(chunks) if c.num_tokens > 1]
+    groups, trace = [], None
+    for members in (decodes, prefills):
+        if not members:
+            continue
+        group = _group(chunks, members, offsets, cache is not None, block_size, device)
+        if trace_request_id is not None:
+            for row, i in enumerate(members):
+                if chunks[i].request.request_id == trace_request_id:
+                    trace = Trace(group=len(groups), row=row, query=chunks[i].num_tokens - 1,
+                                  num_keys=chunks[i].end if cache is not None else chunks[i].num_tokens)
+        groups.append(group)
+
+    as_long = dict(dtype=torch.long, device=device)
+    return StepBatch(
+        input_ids=torch.tensor([input_ids], **as_long),  # (1, N)
+        position_ids=torch.tensor([positions], **as_long),  # (1, N)
+        slot_mapping=torch.tensor(slots, **as_long) if cache is not None else None,  # (N,)
+        groups=groups,
+        logits_index=torch.tensor(logits_index, **as_long),  # (R,)
+        cache=cache,
+        trace=trace,
+    )
+
+
+def _group(chunks, members, offsets, cached: bool, block_size: int, device) -> AttentionGroup:
+    """Pad the member chunks to a common query length Tq and key length Lk."""
+    rows = len(members)
+    max_queries = max(chunks[i].num_tokens for i in members)
+    max_keys = max(chunks[i].end if cached else chunks[i].num_tokens for i in members)
+    query_span = torch.arange(max_queries)  # (Tq,)
+    key_span = torch.arange(max_keys)  # (Lk,)
+    starts = torch.tensor([chunks[i].start for i in members])  # (B,)
+    lengths = torch.tensor([chunks[i].num_tokens for i in members])  # (B,)
+    flat_start = torch.tensor([offsets[i] for i in members])  # (B,)
+    # padded queries repeat the row's last real query, so no row is ever fully masked
+    query_offset = torch.minimum(query_span[None, :], lengths[:, None] - 1)  # (B, Tq)
+    query_index = flat_start[:, None] + query_offset  # (B, Tq)
+    query_pos = starts[:, None] + query_offset  # (B, Tq)
+    real_query = query_span[None, :] < lengths[:, None]  # (B, Tq)
+    if cached:
+        num_keys = starts + lengths  # (B,) the whole context so far
+        max_blocks = -(-max_keys // block_size)
+        tables = torch.zeros(rows, max_blocks, dtype=torch.long)  # (B, max_blocks)
+        for row, i in enumerate(members):
+            table = chunks[i].request.block_table[:max_blocks]
+            tables[row, :len(table)] = torch.tensor(table)
+        key_index = tables.gather(1, (key_span // block_size).expand(rows, -1)) * block_size \
+            + key_span % block_size  # (B, Lk) flat cache slots
+        key_pos = torch.where(key_span[None, :] < num_keys[:, None], key_span[None, :], -1)  # (B, Lk)
+    else:
+        key_index = flat_start[:, None] + torch.minimum(key_span[None, :], lengths[:, None] - 1)
+        key_pos = torch.where(key_span[None, :] < lengths[:, None], key_span[None, :], -1)
+    return AttentionGroup(
+        query_index=query_index.to(device), query_pos=query_pos.to(device),
+        key_index=key_index.to(device), key_pos=key_pos.to(device),
+        out_select=real_query.flatten().nonzero().squeeze(1).to(device),
+        out_index=query_index[real_query].to(device),
+    )

@@ -1,0 +1,89 @@
+"""Paged KV storage: per layer, K and V as [num_blocks, block_size, kv_heads, head_dim].
+
+New tokens are written through a slot mapping (slot = block_id * block_size + offset), and a
+request reads its tokens back through its block table. Only the model's KV heads are stored,
+so a GQA or MQA model pays for its few KV heads, not for every query head.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(slots=True)
+class CacheShape:
+    num_layers: int
+    num_kv_heads: int
+    head_dim: int
+    dtype: torch.dtype
+
+    @property
+    def bytes_per_token(self) -> int:
+        """K and V, every layer, every KV head: the article's per-token bill."""
+        element = torch.empty((), dtype=self.dtype).element_size()
+        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * element
+
+    @classmethod
+    def from_model(cls, model: torch.nn.Module) -> "CacheShape":
+        config = model.config.get_text_config()
+        num_heads = config.num_attention_heads
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // num_heads
+        num_kv_heads = getattr(config, "num_key_value_heads", None) or num_heads
+        dtype = next(model.parameters()).dtype
+        return cls(config.num_hidden_layers, num_kv_heads, head_dim, dtype)
+
+
+class PagedKVCache:
+    def __init__(self, shape: CacheShape, num_blocks: int, block_size: int, device: torch.device):
+        self.shape = shape
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        # one allocation; layer views into it. (2, layers, blocks, block_size, kv_heads, head_dim)
+        self.storage = torch.zeros(2, shape.num_layers, num_blocks, block_size,
+                                   shape.num_kv_heads, shape.head_dim, dtype=shape.dtype, device=device)
+        self.key_cache = list(self.storage[0])  # [layer] -> (num_blocks, block_size, kv_heads, head_dim)
+        self.value_cache = list(self.storage[1])
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the cache tensors hold, measured from the tensors themselves."""
+        return sum(t.nbytes for t in self.key_cache) + sum(t.nbytes for t in self.value_cache)
+
+    def layer_nbytes(self) -> list[int]:
+        return [k.nbytes + v.nbytes for k, v in zip(self.key_cache, self.value_cache)]
+
+    @property
+    def bytes_per_block(self) -> int:
+        return self.block_size * self.shape.bytes_per_token
+
+    def write(self, layer: int, key: torch.Tensor, value: torch.Tensor, slot_mapping: torch.Tensor) -> None:
+        """Store new tokens' keys and values.
+
+        key, value: (N, kv_heads, head_dim) for the N tokens of this step.
+        slot_mapping: (N,) flat slot of each token.
+        """
+        self.key_cache[layer].view(-1, self.shape.num_kv_heads, self.shape.head_dim)[slot_mapping] = key
+        self.value_cache[layer].view(-1, self.shape.num_kv_heads, self.shape.head_dim)[slot_mapping] = value
+
+    def gather(self, layer: int, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Read tokens back by slot. slots: (...,) -> K, V: (..., kv_heads, head_dim)."""
+        flat_k = self.key_cache[layer].view(-1, self.shape.num_kv_heads, self.shape.head_dim)
+        flat_v = self.value_cache[layer].view(-1, self.shape.num_kv_heads, self.shape.head_dim)
+        return flat_k[slots], flat_v[slots]
+
+    def read_request(self, block_table: list[int], num_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """One request's K and V, every layer, read through its block table.
+
+        Returns K, V: (layers, num_tokens, kv_heads, head_dim).
+        """
+        blocks = torch.tensor(block_table, dtype=torch.long, device=self.storage.device)
+        k = self.storage[0][:, blocks].flatten(1, 2)[:, :num_tokens]  # (layers, tokens, kvh, hd)
+        v = self.storage[1][:, blocks].flatten(1, 2)[:, :num_tokens]
+        return k, v
+
+
+def slots_for(block_table: list[int], start: int, end: int, block_size: int) -> list[int]:
+    """Flat slots of token positions start..end-1 of a request."""
+    return [block_table[pos // block_size] * block_size + pos % block_size for pos in range(start, end)]

@@ -1,0 +1,131 @@
+"""What one engine step did, as plain data. The UI draws only from these records, so a lesson
+can be exported to JSON and replayed without a model."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+
+import numpy as np
+
+
+@dataclass(slots=True)
+class ChunkRecord:
+    request_id: int
+    kind: str  # "prefill" (a prompt chunk, or a recompute after preemption) | "decode"
+    start: int  # position of the first token run
+    num_tokens: int
+    token_ids: list[int]
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """A request's state after the step."""
+
+    request_id: int
+    status: str  # "waiting" | "running" | "finished"
+    num_prompt_tokens: int
+    num_computed_tokens: int  # tokens whose K and V are in the cache
+    num_cached_tokens: int  # of those, found in the prefix cache
+    block_table: list[int]
+    output_token_ids: list[int]
+    num_preemptions: int = 0
+    finish_reason: str | None = None
+
+
+@dataclass(slots=True)
+class BlockRecord:
+    block_id: int
+    ref_cnt: int
+    owners: list[int]
+    cached: bool  # holds a registered prefix hash
+    free: bool
+
+
+@dataclass(slots=True)
+class EventRecord:
+    kind: str  # allocate | free | prefix_hit | cache | evict | preempt | finish
+    request_id: int | None
+    block_ids: list[int]
+
+
+@dataclass(slots=True)
+class MemoryRecord:
+    """Bytes of the paged cache after the step, measured from the engine's tensors and tables."""
+
+    allocated_bytes: int  # every block of the pool, used or not (sum of the tensors' nbytes)
+    used_block_bytes: int  # blocks held by at least one request
+    token_bytes: int  # bytes that hold real tokens' K and V
+    slack_bytes: int  # empty slots in each request's last block
+    layer_used_bytes: list[int]  # per layer, blocks in use
+    bytes_per_token: int
+
+
+@dataclass(slots=True)
+class TraceRecord:
+    """The traced request, read back through its block table after the step."""
+
+    request_id: int
+    keys: np.ndarray  # (layers, tokens, kv_heads, head_dim)
+    values: np.ndarray  # (layers, tokens, kv_heads, head_dim)
+    attention: np.ndarray  # (layers, heads, tokens): the newest token's attention weights
+    logits: np.ndarray | None  # (vocab,) at the newest token, when it sampled
+
+
+@dataclass(slots=True)
+class StepRecord:
+    step: int
+    chunks: list[ChunkRecord]
+    sampled: list[tuple[int, int]]  # (request_id, token_id)
+    requests: list[RequestRecord]
+    events: list[EventRecord]
+    num_free_blocks: int
+    num_cached_blocks: int
+    memory: MemoryRecord
+    blocks: list[BlockRecord] | None  # per physical block; None when pool recording is off
+    forward_s: float
+    step_s: float
+    trace: TraceRecord | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def num_tokens_run(self) -> int:
+        return sum(c.num_tokens for c in self.chunks)
+
+    def request(self, request_id: int) -> RequestRecord | None:
+        return next((r for r in self.requests if r.request_id == request_id), None)
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        if self.trace is not None:
+            data["trace"] = {name: _to_list(getattr(self.trace, name)) for name in
+                             ("request_id", "keys", "values", "attention", "logits")}
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "StepRecord":
+        """Rebuild a record from `to_dict` output (for replay); unknown keys are rejected."""
+        known = {f.name for f in fields(cls)}
+        unknown = set(data) - known
+        if unknown:
+            raise ValueError(f"unknown step-record fields: {sorted(unknown)}")
+        data = dict(data)
+        data["chunks"] = [ChunkRecord(**c) for c in data["chunks"]]
+        data["sampled"] = [tuple(pair) for pair in data["sampled"]]
+        data["requests"] = [RequestRecord(**r) for r in data["requests"]]
+        data["events"] = [EventRecord(**e) for e in data["events"]]
+        data["memory"] = MemoryRecord(**data["memory"])
+        if data.get("blocks") is not None:
+            data["blocks"] = [BlockRecord(**b) for b in data["blocks"]]
+        if data.get("trace") is not None:
+            trace = data["trace"]
+            data["trace"] = TraceRecord(
+                request_id=int(trace["request_id"]),
+                keys=np.asarray(trace["keys"], dtype=np.float32),
+                values=np.asarray(trace["values"], dtype=np.float32),
+                attention=np.asarray(trace["attention"], dtype=np.float32),
+                logits=None if trace["logits"] is None else np.asarray(trace["logits"], dtype=np.float32))
+        return cls(**data)
+
+
+def _to_list(value):
+    return value.tolist() if isinstance(value, np.ndarray) else value

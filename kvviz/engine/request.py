@@ -1,0 +1,62 @@
+"""A request: its tokens, how many of them have keys and values in the cache, and its blocks."""
+
+from __future__ import annotations
+
+import enum
+
+import torch
+
+from kvviz.engine.sampling import SamplingParams
+
+
+class Status(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+class Request:
+    """One prompt being generated.
+
+    `num_computed_tokens` counts the tokens whose keys and values are in the cache; the tokens
+    after it still have to run through the model. `block_table[i]` is the physical block that
+    holds the request's logical block i (tokens i*block_size .. (i+1)*block_size - 1).
+    """
+
+    def __init__(self, request_id: int, prompt_token_ids: list[int], params: SamplingParams,
+                 arrival: int):
+        self.request_id = request_id
+        self.prompt_token_ids = list(prompt_token_ids)
+        self.output_token_ids: list[int] = []
+        self.params = params
+        self.arrival = arrival
+        self.status = Status.WAITING
+        self.num_computed_tokens = 0
+        self.num_cached_tokens = 0  # tokens found in the prefix cache at the last scheduling
+        self.block_table: list[int] = []
+        self.block_hashes: list[int] = []  # chained hashes of the full blocks, in order
+        self.num_preemptions = 0
+        self.finish_reason: str | None = None
+        self.generator = None
+        if params.seed is not None:
+            self.generator = torch.Generator().manual_seed(params.seed)
+
+    @property
+    def all_token_ids(self) -> list[int]:
+        return self.prompt_token_ids + self.output_token_ids
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt_token_ids) + len(self.output_token_ids)
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return len(self.prompt_token_ids)
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status == Status.FINISHED
+
+    def __repr__(self) -> str:
+        return (f"Request({self.request_id}, {self.status.value}, computed={self.num_computed_tokens}"
+                f"/{self.num_tokens}, blocks={self.block_table})")

@@ -1,0 +1,182 @@
+"""The runner: one forward pass over every scheduled token of every request, flattened.
+
+The model runs unchanged. kvviz owns attention: it registers `paged_attention` in transformers'
+AttentionInterface and switches the model to it. Each attention layer then hands us its new
+queries, keys and values (after rotary embeddings); we write the keys and values into the paged
+cache through the slot mapping, read each request's whole context back through its block table,
+and attend. A mask function that returns None keeps transformers from building a dense mask.
+
+The tokens of a step sit in one row, with no padding: (1, N). Attention itself works on two
+groups, padded only inside each group: decodes (one query each) and prefill chunks.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import time
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+ATTENTION_NAME = "kvviz_paged"
+_IN_ENGINE_FORWARD = contextvars.ContextVar("kvviz_in_engine_forward", default=False)
+
+
+@dataclass
+class AttentionGroup:
+    """Requests padded together for attention: B rows, Tq queries and Lk keys per row."""
+
+    query_index: torch.Tensor  # (B, Tq) token index in the flat step; padding repeats a real token
+    query_pos: torch.Tensor  # (B, Tq) position of each query in its request
+    key_index: torch.Tensor  # (B, Lk) flat cache slot (cached mode) or flat step index (no cache)
+    key_pos: torch.Tensor  # (B, Lk) position of each key; -1 marks padding
+    out_select: torch.Tensor  # (M,) which of the B*Tq padded queries are real
+    out_index: torch.Tensor  # (M,) their flat token index
+    masks: dict = field(default_factory=dict)  # sliding window -> (B, 1, Tq, Lk) bool
+
+    def mask(self, window: int | None) -> torch.Tensor:
+        if window not in self.masks:
+            key_pos, query_pos = self.key_pos[:, None, :], self.query_pos[:, :, None]
+            allowed = (key_pos >= 0) & (key_pos <= query_pos)  # (B, Tq, Lk)
+            if window is not None:
+                allowed &= key_pos > query_pos - window
+            self.masks[window] = allowed[:, None]  # (B, 1, Tq, Lk)
+        return self.masks[window]
+
+
+@dataclass
+class Trace:
+    """What tracing one request collects during the forward pass."""
+
+    group: int
+    row: int
+    query: int  # index of the request's newest token within its row
+    num_keys: int
+    keys: list = field(default_factory=list)  # [layer] (tokens, kv_heads, head_dim)
+    values: list = field(default_factory=list)
+    attention: list = field(default_factory=list)  # [layer] (heads, tokens)
+
+
+@dataclass
+class StepBatch:
+    """Everything attention needs for one step, built once and shared by every layer."""
+
+    input_ids: torch.Tensor  # (1, N)
+    position_ids: torch.Tensor  # (1, N)
+    slot_mapping: torch.Tensor | None  # (N,) flat cache slot per token; None without a cache
+    groups: list[AttentionGroup]
+    logits_index: torch.Tensor  # (R,) flat index of each token whose logits are sampled
+    cache: object | None  # PagedKVCache, or None in no-cache mode
+    trace: Trace | None = None
+
+
+def attend(query, key, value, mask, scaling, softcap=None) -> torch.Tensor:
+    """Grouped-query attention without copying KV heads.
+
+    query: (B, Tq, H, D); key, value: (B, Lk, KVH, D); mask: (B, 1, Tq, Lk) bool.
+    Returns (B, Tq, H, D). The G = H / KVH query heads that share a KV head are stacked along
+    the query axis, so each KV head is read once.
+    """
+    B, Tq, H, D = query.shape
+    kv_heads = key.shape[2]
+    group_size = H // kv_heads
+    q = query.transpose(1, 2).reshape(B, kv_heads, group_size * Tq, D)  # (B, KVH, G*Tq, D)
+    k = key.transpose(1, 2)  # (B, KVH, Lk, D)
+    v = value.transpose(1, 2)  # (B, KVH, Lk, Dv)
+    packed_mask = mask[:, :, None].expand(B, 1, group_size, Tq, mask.shape[-1]).reshape(
+        B, 1, group_size * Tq, mask.shape[-1])  # (B, 1, G*Tq, Lk)
+    if softcap is None:
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=packed_mask, scale=scaling)
+    else:  # Gemma-2 caps its logits with tanh; SDPA cannot, so do it by hand
+        scores = (q @ k.transpose(-1, -2)) * scaling  # (B, KVH, G*Tq, Lk)
+        scores = torch.tanh(scores / softcap) * softcap
+        scores = scores.masked_fill(~packed_mask, float("-inf"))
+        out = scores.softmax(-1).to(v.dtype) @ v
+    return out.reshape(B, H, Tq, -1).transpose(1, 2)  # (B, Tq, H, Dv)
+
+
+def paged_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    """transformers calls this in every attention layer.
+
+    query: (1, H, N, D); key, value: (1, KVH, N, D) for the N tokens of this step.
+    Returns ((1, N, H, Dv), None).
+    """
+    batch: StepBatch | None = kwargs.get("kvviz_batch")
+    if batch is None:  # someone else (e.g. model.generate) is running the shared model
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+        return sdpa_attention_forward(module, query, key, value, attention_mask,
+                                      dropout=dropout, scaling=scaling, **kwargs)
+    layer = module.layer_idx
+    window = kwargs.get("sliding_window") or getattr(module, "sliding_window", None)
+    softcap = kwargs.get("softcap")
+    scaling = scaling if scaling is not None else query.shape[-1] ** -0.5
+    q = query[0].transpose(0, 1)  # (N, H, D)
+    k_new = key[0].transpose(0, 1)  # (N, KVH, D)
+    v_new = value[0].transpose(0, 1)  # (N, KVH, Dv)
+    if batch.cache is not None:
+        batch.cache.write(layer, k_new, v_new, batch.slot_mapping)
+    out = q.new_empty(q.shape[0], q.shape[1], v_new.shape[-1])  # (N, H, Dv)
+    for group_id, group in enumerate(batch.groups):  # at most two: decodes, prefill chunks
+        if batch.cache is not None:
+            k, v = batch.cache.gather(layer, group.key_index)  # (B, Lk, KVH, D)
+        else:
+            k, v = k_new[group.key_index], v_new[group.key_index]  # (B, Lk, KVH, D)
+        mask = group.mask(window)
+        group_out = attend(q[group.query_index], k, v, mask, scaling, softcap)  # (B, Tq, H, Dv)
+        out[group.out_index] = group_out.flatten(0, 1)[group.out_select]
+        trace = batch.trace
+        if trace is not None and trace.group == group_id:
+            _trace_layer(trace, q[group.query_index[trace.row, trace.query]], k[trace.row],
+                         v[trace.row], mask[trace.row, 0, trace.query], scaling, softcap)
+    return out.unsqueeze(0), None
+
+
+def _trace_layer(trace: Trace, query, key, value, mask, scaling, softcap) -> None:
+    """The traced request's newest query against its keys. query: (H, D); key: (Lk, KVH, D)."""
+    n = trace.num_keys
+    key, value, mask = key[:n], value[:n], mask[:n]
+    group_size = query.shape[0] // key.shape[1]
+    keys_per_head = key.repeat_interleave(group_size, dim=1)  # (n, H, D)
+    scores = torch.einsum("hd,nhd->hn", query.float(), keys_per_head.float()) * scaling  # (H, n)
+    if softcap is not None:
+        scores = torch.tanh(scores / softcap) * softcap
+    scores = scores.masked_fill(~mask[None, :], float("-inf"))
+    trace.attention.append(scores.softmax(-1).cpu())
+    trace.keys.append(key.float().cpu())
+    trace.values.append(value.float().cpu())
+
+
+def _no_dense_mask(*args, **kwargs):
+    """Mask function for our attention name: the engine masks by positions, not a dense mask."""
+    if _IN_ENGINE_FORWARD.get():
+        return None
+    from transformers.masking_utils import sdpa_mask
+    return sdpa_mask(*args, **kwargs)
+
+
+def install(model: torch.nn.Module) -> None:
+    """Route the model's attention through kvviz (idempotent; other callers fall back to SDPA)."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface
+
+    AttentionInterface.register(ATTENTION_NAME, paged_attention)
+    AttentionMaskInterface.register(ATTENTION_NAME, _no_dense_mask)
+    if getattr(model.config, "_attn_implementation", None) != ATTENTION_NAME:
+        model.set_attn_implementation(ATTENTION_NAME)
+
+
+@torch.inference_mode()
+def run_forward(model, batch: StepBatch) -> tuple[torch.Tensor, float]:
+    """One forward pass. Returns (logits (R, V) for the sampled positions, seconds)."""
+    token = _IN_ENGINE_FORWARD.set(True)
+    start = time.perf_counter()
+    try:
+        output = model(input_ids=batch.input_ids, position_ids=batch.position_ids, use_cache=False,
+                       logits_to_keep=batch.logits_index, kvviz_batch=batch)
+        logits = output.logits[0]  # (R, V)
+        if logits.device.type == "cuda":
+            torch.cuda.synchronize(logits.device)
+    finally:
+        _IN_ENGINE_FORWARD.reset(token)
+    return logits, time.perf_counter() - start

@@ -1,0 +1,79 @@
+"""`python -m kvviz bill`: print the memory bill of a model, formula and all.
+
+kvviz/cli.py owns the command line; it calls add_bill_arguments() on its `bill` subparser and
+prints what run_bill() returns. run_bill raises ValueError with one sentence for bad input.
+"""
+from __future__ import annotations
+
+import argparse
+
+from kvviz import memory
+
+
+def add_bill_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the `bill` options to a (sub)parser."""
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--preset", help=f"a known model: {', '.join(memory.PRESETS)} (default: bundled)")
+    source.add_argument("--model", help="a Hugging Face id in the local cache, or a folder with config.json")
+    parser.add_argument("--tokens", type=int, default=8192, help="tokens per request (default: 8192)")
+    parser.add_argument("--batch", type=int, default=1, help="requests at once (default: 1)")
+    parser.add_argument("--dtype", default="bf16", help=f"cache and weights dtype: {', '.join(memory.DTYPE_BYTES)}")
+    parser.add_argument("--block-size", type=int, default=None, help="paged cache: round up to blocks of this size")
+    parser.add_argument("--quant-bits", type=int, default=None, help="quantized cache: bits per value")
+    parser.add_argument("--quant-group-size", type=int, default=64, help="values sharing one scale and zero point")
+    parser.add_argument("--memory", default="H100 80GB",
+                        help="device memory: an accelerator name, 'this machine', or a size like 48GiB")
+
+
+def run_bill(args: argparse.Namespace) -> str:
+    """The bill as text: the model, each layer kind's formula filled in, the total, weights, fit."""
+    model = getattr(args, "model", None)
+    shape = memory.shape_from_pretrained(model) if model else memory.get_preset(getattr(args, "preset", None) or "bundled")
+    dtype_name = getattr(args, "dtype", "bf16")
+    dtype_bytes = memory.dtype_bytes(dtype_name)
+    tokens, batch = getattr(args, "tokens", 8192), getattr(args, "batch", 1)
+    options = {"block_size": getattr(args, "block_size", None), "quant_bits": getattr(args, "quant_bits", None),
+               "quant_group_size": getattr(args, "quant_group_size", 64)}
+    device = getattr(args, "memory", "H100 80GB")
+
+    lines = [f"KV cache bill for {shape.name}", "  " + _describe(shape),
+             f"  {tokens:,} tokens × {batch:,} request{'s' if batch != 1 else ''}, "
+             f"{dtype_name} ({dtype_bytes:g} bytes per value)"
+             + (f", {options['quant_bits']}-bit cache" if options["quant_bits"] else ""), ""]
+    for line in memory.bill_breakdown(shape, tokens, batch, dtype_bytes, **options):
+        lines += [f"{memory.KIND_LABELS[line.kind]} ({line.num_layers} layers):", f"  {line.formula}"]
+    total = memory.kv_cache_bytes(shape, tokens, batch, dtype_bytes, **options)
+    per_token = memory.kv_bytes_per_token(shape, dtype_bytes, **options)
+    lines += ["", f"KV cache total: {total:,} bytes ({memory.format_bytes(total)}); "
+                  f"{per_token:,} bytes per token inside every window"]
+    if shape.num_params is None:
+        lines.append("Weights: unknown (the config gives no parameter count and no local checkpoint was found)")
+    else:
+        weights = memory.weights_bytes(shape, dtype_bytes)
+        lines.append(f"Weights ({dtype_name}): {shape.num_params:,} parameters × {dtype_bytes:g} bytes = "
+                     f"{weights:,} bytes ({memory.format_bytes(weights)})")
+        name = device if isinstance(device, str) else f"{device:,} bytes"
+        lines.append(f"On {name}: " + memory.fit_summary(shape, tokens, batch, device, dtype_bytes, **options))
+    return "\n".join(lines)
+
+
+def _describe(shape: memory.ModelShape) -> str:
+    """One line: layers by kind, heads, sizes, parameters, context."""
+    kinds = shape.layer_kinds
+    counts = ", ".join(f"{kinds.count(kind)} {memory.KIND_LABELS[kind]}"
+                       for kind in (memory.FULL, memory.SLIDING, memory.MLA) if kind in kinds)
+    parts = [f"{shape.num_layers} layers ({counts})"]
+    if shape.num_heads:
+        parts.append(f"{shape.num_heads} query heads")
+    parts.append(f"{shape.num_kv_heads} KV heads of {shape.head_dim} dims")
+    if shape.sliding_window and memory.SLIDING in kinds:
+        parts.append(f"window {shape.sliding_window:,}")
+    if shape.kv_lora_rank:
+        parts.append(f"MLA latent {shape.kv_lora_rank} + RoPE {shape.qk_rope_head_dim}")
+    if shape.hidden_size:
+        parts.append(f"hidden {shape.hidden_size:,}")
+    if shape.num_params:
+        parts.append(f"{shape.num_params / 1e9:.2f}B parameters")
+    if shape.max_context:
+        parts.append(f"context up to {shape.max_context:,}")
+    return ", ".join(parts)

@@ -1,0 +1,252 @@
+"""Load a model for kvviz: the bundled one, a Hugging Face id, a folder, or a custom shape.
+
+    lm = load_model("bundled")                 # the small Shakespeare model that ships with kvviz
+    lm = load_model("Qwen/Qwen3-0.6B")         # from the local Hugging Face cache, never the network
+    lm = load_model("/path/to/checkpoint")     # a folder with config.json and weights
+    lm = load_model(shape=CustomShape(num_layers=4, hidden_size=256, num_heads=8, num_kv_heads=2))
+
+Every refusal is a `ModelLoadError` whose message is one sentence saying what is wrong and
+what to do instead.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+BUNDLED_DIR = Path(__file__).resolve().parent / "bundled_model"
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+class ModelLoadError(ValueError):
+    """A model that kvviz cannot or will not load; the message says what to do."""
+
+
+@dataclass(slots=True)
+class CustomShape:
+    """The size of a random-weight Llama-style model, as the Model lab's sliders set it."""
+
+    num_layers: int = 4
+    hidden_size: int = 256
+    num_heads: int = 8
+    num_kv_heads: int = 2
+    head_dim: int | None = None  # None: hidden_size // num_heads
+    intermediate_size: int | None = None  # None: about 8/3 of hidden_size, as Llama does
+    vocab_size: int | None = None  # None: the bundled tokenizer's vocabulary
+    max_context: int = 512
+
+    def resolved_head_dim(self) -> int:
+        return self.head_dim or self.hidden_size // max(self.num_heads, 1)
+
+    def resolved_intermediate_size(self) -> int:
+        return self.intermediate_size or 64 * max(1, round(self.hidden_size * 8 / 3 / 64))
+
+    def num_params(self, vocab_size: int) -> int:
+        """Parameter count of the LlamaForCausalLM this shape builds (tied embeddings)."""
+        d, hd = self.hidden_size, self.resolved_head_dim()
+        attention = d * self.num_heads * hd * 2 + d * self.num_kv_heads * hd * 2  # q, o, k, v
+        mlp = 3 * d * self.resolved_intermediate_size()
+        norms = 2 * d
+        return vocab_size * d + self.num_layers * (attention + mlp + norms) + d
+
+
+@dataclass
+class LoadedModel:
+    """A model ready for the engine: the module, its tokenizer, where it runs and in what dtype."""
+
+    model: torch.nn.Module
+    tokenizer: object | None
+    device: torch.device
+    dtype: torch.dtype
+    name: str
+    source: str  # "bundled", "hub", "folder" or "custom"
+    max_context: int
+
+    @property
+    def config(self):
+        return self.model.config
+
+    def describe(self) -> dict:
+        """A short summary for the sidebar and for exported lessons."""
+        config = self.model.config.get_text_config()
+        return {
+            "name": self.name, "source": self.source, "device": str(self.device),
+            "dtype": str(self.dtype).removeprefix("torch."),
+            "parameters": sum(p.numel() for p in self.model.parameters()),
+            "layers": config.num_hidden_layers, "heads": config.num_attention_heads,
+            "kv_heads": getattr(config, "num_key_value_heads", None) or config.num_attention_heads,
+            "max_context": self.max_context,
+        }
+
+
+def pick_device(device: str | torch.device | None = None) -> torch.device:
+    if device is not None:
+        return torch.device(device)
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def pick_dtype(device: torch.device, dtype: str | torch.dtype | None = None) -> torch.dtype:
+    """float32 on CPU, bfloat16 on CUDA, unless asked otherwise."""
+    if dtype is None:
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype not in DTYPES:
+        raise ModelLoadError(f"Unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}.")
+    return DTYPES[dtype]
+
+
+def available_memory_bytes(device: torch.device) -> int:
+    """Memory free for new weights on `device`: free GPU memory, or the host's available RAM."""
+    if device.type == "cuda":
+        free, _total = torch.cuda.mem_get_info(device)
+        return free
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+
+
+def load_model(source: str = "bundled", *, shape: CustomShape | None = None,
+               device: str | torch.device | None = None,
+               dtype: str | torch.dtype | None = None) -> LoadedModel:
+    """Load `source` ("bundled", a Hugging Face id or a folder), or build `shape` with random weights."""
+    device = pick_device(device)
+    dtype = pick_dtype(device, dtype)
+    if shape is not None:
+        return _build_custom(shape, device, dtype)
+    source = (source or "bundled").strip()
+    if source == "bundled":
+        return _load_pretrained(str(BUNDLED_DIR), "bundled", "bundled", device, dtype)
+    if Path(source).expanduser().is_dir():
+        folder = str(Path(source).expanduser())
+        return _load_pretrained(folder, Path(folder).name, "folder", device, dtype)
+    if source.startswith((".", "/", "~")):
+        raise ModelLoadError(f"There is no folder at {source!r}; give a folder that holds "
+                             "config.json and the weights, a Hugging Face id, or 'bundled'.")
+    return _load_pretrained(source, source, "hub", device, dtype)
+
+
+def _load_config(where: str, source: str):
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(where, local_files_only=True, trust_remote_code=False)
+    except Exception as error:  # transformers raises several kinds; all mean "not here"
+        if source == "hub":
+            raise ModelLoadError(
+                f"{where!r} is not in the local Hugging Face cache and kvviz never downloads; "
+                "pick 'bundled', give a local folder, or run `huggingface-cli download "
+                f"{where}` on a machine with internet first.") from error
+        raise ModelLoadError(f"Could not read a model config in {where!r} ({type(error).__name__}); "
+                             "the folder needs a config.json from a Hugging Face checkpoint.") from error
+
+
+def check_causal_decoder(config) -> None:
+    """Refuse encoder-only and encoder-decoder models: kvviz caches a decoder's keys and values."""
+    from transformers.models.auto.modeling_auto import (MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+                                                        MODEL_FOR_MASKED_LM_MAPPING_NAMES)
+
+    text_config = config.get_text_config()
+    model_type = text_config.model_type
+    if getattr(config, "is_encoder_decoder", False):
+        raise ModelLoadError(f"{config.model_type!r} is an encoder-decoder model; kvviz runs "
+                             "decoder-only causal language models such as Llama, Qwen or GPT-2.")
+    # BERT-like encoders also register a causal head; having a masked-LM head gives them away
+    if model_type in MODEL_FOR_MASKED_LM_MAPPING_NAMES or model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        raise ModelLoadError(f"{model_type!r} is not a causal (decoder-only) language model; "
+                             "pick one such as Llama, Qwen, Mistral, Gemma or GPT-2.")
+
+
+def estimate_weight_bytes(config, dtype: torch.dtype) -> int:
+    """Weights' size before anything is allocated: build the model on the meta device and count."""
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, trust_remote_code=False)
+    return sum(p.numel() for p in model.parameters()) * torch.empty((), dtype=dtype).element_size()
+
+
+def check_fits(weight_bytes: int, device: torch.device, what: str) -> None:
+    available = available_memory_bytes(device)
+    # keep a margin for activations and the KV cache
+    if weight_bytes > 0.8 * available:
+        raise ModelLoadError(
+            f"{what} needs about {weight_bytes / 2**30:.2f} GiB for its weights but only "
+            f"{available / 2**30:.2f} GiB is free on {device}; choose a smaller size or a smaller dtype.")
+
+
+def _max_context(config) -> int:
+    text_config = config.get_text_config()
+    for name in ("max_position_embeddings", "n_positions", "n_ctx"):
+        if getattr(text_config, name, None):
+            return int(getattr(text_config, name))
+    return 2048
+
+
+def _load_pretrained(where: str, name: str, source: str, device, dtype) -> LoadedModel:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    config = _load_config(where, source)
+    check_causal_decoder(config)
+    check_fits(estimate_weight_bytes(config, dtype), device, name)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            where, local_files_only=True, trust_remote_code=False, dtype=dtype)
+    except Exception as error:
+        raise ModelLoadError(f"The weights of {name!r} could not be loaded ({type(error).__name__}: "
+                             f"{str(error).splitlines()[0][:120]}); check that the checkpoint is complete.") from error
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(where, local_files_only=True, trust_remote_code=False)
+    except Exception:  # a checkpoint without tokenizer still runs on token ids
+        tokenizer = None
+    model.to(device).eval()
+    return LoadedModel(model, tokenizer, device, dtype, name, source, _max_context(config))
+
+
+def validate_shape(shape: CustomShape, vocab_size: int) -> None:
+    sizes = asdict(shape)
+    for field_name, value in sizes.items():
+        if value is not None and value <= 0:
+            raise ModelLoadError(f"{field_name.replace('_', ' ')} must be positive, not {value}.")
+    if shape.head_dim is None and shape.hidden_size % shape.num_heads:
+        raise ModelLoadError(f"Hidden size {shape.hidden_size} does not divide into {shape.num_heads} heads; "
+                             "pick a hidden size that is a multiple of the head count.")
+    if shape.num_heads % shape.num_kv_heads:
+        raise ModelLoadError(f"{shape.num_heads} query heads cannot share {shape.num_kv_heads} KV heads evenly; "
+                             "pick a KV head count that divides the query head count.")
+    if shape.resolved_head_dim() % 2:
+        raise ModelLoadError(f"Head size {shape.resolved_head_dim()} is odd; rotary embeddings need an even head size.")
+
+
+def _build_custom(shape: CustomShape, device, dtype) -> LoadedModel:
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    tokenizer = AutoTokenizer.from_pretrained(str(BUNDLED_DIR), local_files_only=True)
+    vocab_size = shape.vocab_size or len(tokenizer)
+    validate_shape(shape, vocab_size)
+    weight_bytes = shape.num_params(vocab_size) * torch.empty((), dtype=dtype).element_size()
+    check_fits(weight_bytes, device, "This shape")
+    config = LlamaConfig(
+        vocab_size=vocab_size, hidden_size=shape.hidden_size,
+        intermediate_size=shape.resolved_intermediate_size(), num_hidden_layers=shape.num_layers,
+        num_attention_heads=shape.num_heads, num_key_value_heads=shape.num_kv_heads,
+        head_dim=shape.resolved_head_dim(), max_position_embeddings=shape.max_context,
+        tie_word_embeddings=True, bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    torch.manual_seed(0)  # the same shape always gets the same random weights
+    with torch.device(device):
+        model = LlamaForCausalLM(config).to(dtype)
+    model.eval()
+    name = (f"random {shape.num_layers}L d{shape.hidden_size} "
+            f"{shape.num_heads}h/{shape.num_kv_heads}kv")
+    if shape.vocab_size and shape.vocab_size < len(tokenizer):
+        tokenizer = None  # the bundled tokenizer would produce ids outside this vocabulary
+    return LoadedModel(model, tokenizer, device, dtype, name, "custom", shape.max_context)
