@@ -1,0 +1,52 @@
+"""Tiny random-weight decoders of several architectures, built in the test (nothing downloaded)."""
+
+from __future__ import annotations
+
+import torch
+
+VOCAB = 96
+
+
+def tiny_config(arch: str):
+    import transformers as tf
+
+    special = dict(bos_token_id=VOCAB - 1, eos_token_id=VOCAB - 1, pad_token_id=0)
+    common = dict(**special, vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+    if arch == "llama":
+        return tf.LlamaConfig(**common)
+    if arch == "qwen2":
+        return tf.Qwen2Config(**common)
+    if arch == "qwen3":
+        return tf.Qwen3Config(head_dim=16, **common)
+    if arch == "mistral":  # a window shorter than the prompts, so it matters
+        return tf.MistralConfig(sliding_window=8, **common)
+    if arch == "gemma2":  # sliding and global layers interleaved, logit soft-capping
+        return tf.Gemma2Config(head_dim=16, sliding_window=8, query_pre_attn_scalar=16,
+                               layer_types=["sliding_attention", "full_attention"], **common)
+    if arch == "olmo2":
+        return tf.Olmo2Config(**common)
+    if arch == "gpt2":
+        return tf.GPT2Config(**special, vocab_size=VOCAB, n_embd=64, n_layer=2, n_head=4, n_positions=256)
+    raise ValueError(arch)
+
+
+ARCHS = ("llama", "qwen2", "qwen3", "mistral", "gemma2", "olmo2", "gpt2")
+
+
+def tiny_model(arch: str, seed: int = 0):
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    config = tiny_config(arch)
+    # HF's own attention is the reference; Gemma-2 soft-caps logits, which only "eager" does
+    config._attn_implementation = "eager" if arch == "gemma2" else "sdpa"
+    return AutoModelForCausalLM.from_config(config).eval()
+
+
+def hf_greedy(model, prompt: list[int], max_new_tokens: int) -> list[int]:
+    """transformers' own greedy generation, one prompt at a time (no padding involved)."""
+    with torch.no_grad():
+        out = model.generate(torch.tensor([prompt]), max_new_tokens=max_new_tokens, do_sample=False,
+                             eos_token_id=None, pad_token_id=0, attention_mask=torch.ones(1, len(prompt), dtype=torch.long))
+    return out[0, len(prompt):].tolist()
