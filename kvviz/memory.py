@@ -247,44 +247,45 @@ def memory_bytes(spec: str | int) -> int:
                      "'this machine', or a size like '48GiB'.")
 
 
-def cache_budget_bytes(shape: ModelShape, memory: str | int, dtype_bytes: float = 2,
+def cache_budget_bytes(shape: ModelShape, device_memory: str | int, dtype_bytes: float = 2,
                        utilization: float = 0.9, *, weights_dtype_bytes: float | None = None) -> int:
     """Bytes left for the cache: the usable share of memory minus the weights (0 if they don't fit)."""
     if not 0 < utilization <= 1:
         raise ValueError(f"utilization must be above 0 and at most 1, not {utilization!r}.")
-    usable = int(memory_bytes(memory) * utilization)  # like vLLM's gpu_memory_utilization
+    usable = int(memory_bytes(device_memory) * utilization)  # like vLLM's gpu_memory_utilization
     return max(0, usable - weights_bytes(shape, weights_dtype_bytes or dtype_bytes))
 
 
-def max_cached_tokens(shape: ModelShape, memory: str | int, dtype_bytes: float = 2,
+def max_cached_tokens(shape: ModelShape, device_memory: str | int, dtype_bytes: float = 2,
                       utilization: float = 0.9, **cache_options) -> int:
     """Token slots a paged pool holds when every layer stores every slot (vLLM's "KV cache size")."""
-    budget = cache_budget_bytes(shape, memory, dtype_bytes, utilization)
+    budget = cache_budget_bytes(shape, device_memory, dtype_bytes, utilization)
     return budget // kv_bytes_per_token(shape, dtype_bytes, **cache_options)
 
 
-def max_requests(shape: ModelShape, context: int, memory: str | int, dtype_bytes: float = 2,
+def max_requests(shape: ModelShape, context: int, device_memory: str | int, dtype_bytes: float = 2,
                  utilization: float = 0.9, **cache_options) -> int:
     """How many requests of `context` tokens fit at once (sliding layers cost at most their window)."""
     check_positive("context", context)
-    budget = cache_budget_bytes(shape, memory, dtype_bytes, utilization)
+    budget = cache_budget_bytes(shape, device_memory, dtype_bytes, utilization)
     return budget // kv_cache_bytes(shape, context, 1, dtype_bytes, **cache_options)
 
 
-def max_context(shape: ModelShape, batch: int, memory: str | int, dtype_bytes: float = 2,
+def max_context(shape: ModelShape, batch: int, device_memory: str | int, dtype_bytes: float = 2,
                 utilization: float = 0.9, *, context_limit: int | None = None, **cache_options) -> int:
     """The longest context each of `batch` requests can have, capped at the model's max_context.
 
     Beyond a sliding window only full-attention layers keep growing, so the cost is not a
     straight line; the search asks kv_cache_bytes itself rather than inverting a formula.
     """
-    budget = cache_budget_bytes(shape, memory, dtype_bytes, utilization)
+    budget = cache_budget_bytes(shape, device_memory, dtype_bytes, utilization)
+
     def fits(tokens):
         return kv_cache_bytes(shape, tokens, batch, dtype_bytes, **cache_options) <= budget
     limit = context_limit or shape.max_context
     if limit is not None and fits(limit):
         return limit
-    low, high = 0, 1  # fits(low) holds, fits(high) does not
+    low, high = 0, 1  # double high until it no longer fits, then bisect between low and high
     while fits(high):
         low, high = high, high * 2
         if high > 2**40:
@@ -296,17 +297,17 @@ def max_context(shape: ModelShape, batch: int, memory: str | int, dtype_bytes: f
     return low
 
 
-def fit_summary(shape: ModelShape, tokens: int, batch: int, memory: str | int, dtype_bytes: float = 2,
+def fit_summary(shape: ModelShape, tokens: int, batch: int, device_memory: str | int, dtype_bytes: float = 2,
                 utilization: float = 0.9, **cache_options) -> str:
     """One sentence: does this bill fit on that memory, and what room is left?"""
-    usable = int(memory_bytes(memory) * utilization)
+    usable = int(memory_bytes(device_memory) * utilization)
     weights = weights_bytes(shape, dtype_bytes)
     if weights > usable:
         return (f"Does not fit: the weights alone ({format_bytes(weights)}) exceed the {format_bytes(usable)} "
                 f"usable ({utilization:.0%} of memory); use a smaller dtype or split the model across devices.")
     cache = kv_cache_bytes(shape, tokens, batch, dtype_bytes, **cache_options)
     verdict = "Fits" if weights + cache <= usable else "Does not fit"
-    room = max_requests(shape, max(tokens, 1), memory, dtype_bytes, utilization, **cache_options)
+    room = max_requests(shape, max(tokens, 1), device_memory, dtype_bytes, utilization, **cache_options)
     return (f"{verdict}: weights {format_bytes(weights)} + cache {format_bytes(cache)} of "
             f"{format_bytes(usable)} usable ({utilization:.0%}); room for {room:,} such requests at once.")
 

@@ -38,8 +38,11 @@ def run_bill(args: argparse.Namespace) -> str:
 
     lines = [f"KV cache bill for {shape.name}", "  " + _describe(shape),
              f"  {tokens:,} tokens × {batch:,} request{'s' if batch != 1 else ''}, "
-             f"{dtype_name} ({dtype_bytes:g} bytes per value)"
-             + (f", {options['quant_bits']}-bit cache" if options["quant_bits"] else ""), ""]
+             f"{dtype_name} ({_bytes_word(dtype_bytes)} per value)"
+             + (f", {options['quant_bits']}-bit cache" if options["quant_bits"] else "")]
+    if shape.max_context and tokens > shape.max_context:  # allowed: the lesson lets you ask anyway
+        lines.append(f"  note: {tokens:,} tokens is beyond the model's {shape.max_context:,}-token context")
+    lines.append("")
     for line in memory.bill_breakdown(shape, tokens, batch, dtype_bytes, **options):
         lines += [f"{memory.KIND_LABELS[line.kind]} ({line.num_layers} layers):", f"  {line.formula}"]
     total = memory.kv_cache_bytes(shape, tokens, batch, dtype_bytes, **options)
@@ -50,7 +53,7 @@ def run_bill(args: argparse.Namespace) -> str:
         lines.append("Weights: unknown (the config gives no parameter count and no local checkpoint was found)")
     else:
         weights = memory.weights_bytes(shape, dtype_bytes)
-        lines.append(f"Weights ({dtype_name}): {shape.num_params:,} parameters × {dtype_bytes:g} bytes = "
+        lines.append(f"Weights ({dtype_name}): {shape.num_params:,} parameters × {_bytes_word(dtype_bytes)} = "
                      f"{weights:,} bytes ({memory.format_bytes(weights)})")
         name = device if isinstance(device, str) else f"{device:,} bytes"
         lines.append(f"On {name}: " + memory.fit_summary(shape, tokens, batch, device, dtype_bytes, **options))
@@ -73,7 +76,12 @@ def _describe(shape: memory.ModelShape) -> str:
     if shape.hidden_size:
         parts.append(f"hidden {shape.hidden_size:,}")
     if shape.num_params:
-        parts.append(f"{shape.num_params / 1e9:.2f}B parameters")
+        parts.append(f"{shape.num_params / 1e9:.2f}B parameters" if shape.num_params >= 1e9
+                     else f"{shape.num_params / 1e6:.1f}M parameters")
     if shape.max_context:
         parts.append(f"context up to {shape.max_context:,}")
     return ", ".join(parts)
+
+
+def _bytes_word(count: float) -> str:
+    return f"{count:g} byte" + ("" if count == 1 else "s")

@@ -72,12 +72,15 @@ class LoadedModel:
     def describe(self) -> dict:
         """A short summary for the sidebar and for exported lessons."""
         config = self.model.config.get_text_config()
+        heads = config.num_attention_heads
         return {
             "name": self.name, "source": self.source, "device": str(self.device),
             "dtype": str(self.dtype).removeprefix("torch."),
             "parameters": sum(p.numel() for p in self.model.parameters()),
-            "layers": config.num_hidden_layers, "heads": config.num_attention_heads,
-            "kv_heads": getattr(config, "num_key_value_heads", None) or config.num_attention_heads,
+            "layers": config.num_hidden_layers, "heads": heads,
+            "kv_heads": getattr(config, "num_key_value_heads", None) or heads,
+            "head_dim": getattr(config, "head_dim", None) or config.hidden_size // heads,
+            "hidden_size": config.hidden_size, "dtype_bytes": torch.empty((), dtype=self.dtype).element_size(),
             "max_context": self.max_context,
         }
 

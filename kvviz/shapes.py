@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 # What a layer caches per token: K and V for every token (full), for the last `window` tokens
 # (sliding), or one compressed latent per token (MLA). The first two are transformers' names.
 FULL, SLIDING, MLA = "full_attention", "sliding_attention", "mla"
-KIND_LABELS = {FULL: "full attention", SLIDING: "sliding window", MLA: "MLA (latent)"}
+KIND_LABELS = {FULL: "full attention", SLIDING: "sliding window", MLA: "MLA latent"}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -130,7 +130,7 @@ def _preset(name, layers, heads, kv_heads, head_dim, hidden, params, context, vo
 
 
 PRESETS = {p.name: p for p in (
-    # name, layers, heads, KV heads, head_dim, hidden, parameters, context, vocab; # the Hub config read
+    # name, layers, query heads, KV heads, head_dim, hidden, parameters, context, vocab  # Hub config
     _preset("gpt2", 12, 12, 12, 64, 768, 124_439_808, 1024, 50257),                  # openai-community/gpt2
     _preset("gpt2-xl", 48, 25, 25, 64, 1600, 1_557_611_200, 1024, 50257),            # openai-community/gpt2-xl
     _preset("llama-2-7b", 32, 32, 32, 128, 4096, 6_738_415_616, 4096, 32000),        # meta-llama/Llama-2-7b-hf
@@ -192,11 +192,13 @@ def _count_checkpoint_params(name_or_path: str) -> int | None:
             folder = snapshot_download(name_or_path, local_files_only=True)
         except Exception:  # not cached, or no hub library: the count is only a nicety
             return None
+    files = sorted(name for name in os.listdir(folder) if name.endswith(".safetensors"))
+    # some repositories ship the same weights twice (Mistral's consolidated.safetensors); count model*
+    files = [name for name in files if name.startswith("model")] or files
     total = 0
-    for file_name in sorted(os.listdir(folder)):
-        if file_name.endswith(".safetensors"):
-            with open(os.path.join(folder, file_name), "rb") as file:
-                header_length = int.from_bytes(file.read(8), "little")  # safetensors: u64 length, then JSON
-                header = json.loads(file.read(header_length))
-            total += sum(math.prod(entry["shape"]) for key, entry in header.items() if key != "__metadata__")
+    for file_name in files:
+        with open(os.path.join(folder, file_name), "rb") as file:
+            header_length = int.from_bytes(file.read(8), "little")  # safetensors: u64 length, then JSON
+            header = json.loads(file.read(header_length))
+        total += sum(math.prod(entry["shape"]) for key, entry in header.items() if key != "__metadata__")
     return total or None

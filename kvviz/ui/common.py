@@ -1,0 +1,74 @@
+"""The model picker, shared model loading, token chips and "Show the code"."""
+
+from __future__ import annotations
+
+import html
+import inspect
+
+import streamlit as st
+
+from kvviz.models import ModelLoadError, load_model
+from kvviz.viz.colors import PHASE
+
+DEFAULT_SOURCE = "bundled"
+
+
+@st.cache_resource(show_spinner="Loading the model…", max_entries=3)
+def shared_model(source: str):
+    """One copy of each model for every session; sessions only read it."""
+    return load_model(source)
+
+
+def current_model():
+    """The model this session picked (the bundled one until another loads)."""
+    return shared_model(st.session_state.get("model_source", DEFAULT_SOURCE))
+
+
+def _load_requested_model() -> None:
+    wanted = st.session_state.get("model_request", "").strip() or DEFAULT_SOURCE
+    try:
+        shared_model(wanted)
+    except ModelLoadError as error:
+        st.session_state["model_error"] = str(error)
+        return
+    st.session_state["model_source"] = wanted
+    st.session_state.pop("model_error", None)
+    for key in [k for k in st.session_state if k.startswith("lesson")]:
+        del st.session_state[key]  # lessons belong to the model they ran on
+
+
+def model_sidebar() -> None:
+    with st.sidebar:
+        st.markdown("### Model")
+        st.text_input("bundled, a Hugging Face id (local cache) or a folder", key="model_request",
+                      placeholder="bundled", on_change=_load_requested_model)
+        st.button("Load model", on_click=_load_requested_model, width="stretch")
+        if "model_error" in st.session_state:
+            st.error(st.session_state["model_error"])
+        info = current_model().describe()
+        st.caption(f"**{info['name']}** · {info['parameters'] / 1e6:.1f}M parameters · {info['layers']} layers · "
+                   f"{info['heads']} query heads / {info['kv_heads']} KV heads · head size {info['head_dim']} · "
+                   f"context {info['max_context']} · {info['dtype']} on {info['device']}")
+
+
+def token_chips(tokens: list[str], entered_step: list[int], latest_step: int) -> str:
+    """HTML chips, coloured by when each token entered the cache; the newest outlined."""
+    chips = []
+    for text, step in zip(tokens, entered_step):
+        color = PHASE["prompt"] if step == 0 else PHASE["decode"]
+        border = f"3px solid {PHASE['new']}" if step == latest_step else "3px solid transparent"
+        label = html.escape(text).replace("\n", "⏎").replace(" ", "&nbsp;") or "&nbsp;"
+        title = "prompt (prefill)" if step == 0 else f"decode step {step}"
+        chips.append(f"<span title='{title}' style='background:{color};color:white;border:{border};"
+                     f"border-radius:6px;padding:2px 5px;margin:2px;display:inline-block;"
+                     f"font-family:monospace;font-size:1.15rem'>{label}</span>")
+    return "<div style='line-height:2.1'>" + "".join(chips) + "</div>"
+
+
+def show_code(*objects, caption: str = "") -> None:
+    """The real source of the engine code that just ran."""
+    with st.expander("Show the code"):
+        if caption:
+            st.caption(caption)
+        for obj in objects:
+            st.code(inspect.getsource(obj), language="python")

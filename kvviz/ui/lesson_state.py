@@ -1,0 +1,74 @@
+"""Session state and button callbacks of the "Prefill and decode" lesson.
+
+Everything lives in st.session_state under "lesson*" keys, so each browser session keeps its
+own engine and records; the model itself is shared read-only.
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from kvviz.engine import EngineError
+from kvviz.lesson import Lesson, LessonSettings
+from kvviz.ui.common import current_model
+
+EXAMPLE_PROMPTS = [
+    "ROMEO:\nBut soft, what light through yonder window breaks?",
+    "JULIET:\n",
+    "First Citizen:\nBefore we proceed any further, hear me speak.",
+    "KING:\nNow is the winter of our discontent",
+]
+
+
+def lesson() -> Lesson | None:
+    return st.session_state.get("lesson")
+
+
+def _settings() -> LessonSettings:
+    state = st.session_state
+    greedy = state.get("lesson_greedy", True)
+    return LessonSettings(
+        prompt=state.get("lesson_prompt", EXAMPLE_PROMPTS[0]),
+        max_tokens=int(state.get("lesson_max_tokens", 64)),
+        temperature=0.0 if greedy else float(state.get("lesson_temperature", 0.8)),
+        top_k=0 if greedy else int(state.get("lesson_top_k", 40)),
+        top_p=1.0 if greedy else float(state.get("lesson_top_p", 0.95)),
+        seed=int(state.get("lesson_seed", 0)),
+    )
+
+
+def on_prefill() -> None:
+    """Build a fresh lesson from the prompt box and run the prefill step."""
+    st.session_state.pop("lesson_error", None)
+    try:
+        new = Lesson.start(current_model(), _settings())
+    except EngineError as error:
+        st.session_state["lesson_error"] = str(error)  # the previous lesson stays as it was
+        return
+    new.prefill()
+    st.session_state["lesson"] = new
+    st.session_state["lesson_view_step"] = 0
+
+
+def on_next_token() -> None:
+    current = lesson()
+    if current is None:
+        on_prefill()
+        return
+    if current.next_token() is not None:
+        st.session_state["lesson_view_step"] = len(current.records) - 1
+    if current.finished:
+        st.session_state["lesson_playing"] = False
+
+
+def on_toggle_play() -> None:
+    st.session_state["lesson_playing"] = not st.session_state.get("lesson_playing", False)
+
+
+def on_reset() -> None:
+    for key in ("lesson", "lesson_view_step", "lesson_playing", "lesson_error"):
+        st.session_state.pop(key, None)
+
+
+def on_example() -> None:
+    st.session_state["lesson_prompt"] = st.session_state["lesson_example"]

@@ -1,0 +1,171 @@
+"""Lesson 1: prefill then decode, one step at a time, on a real model."""
+
+import time
+
+import numpy as np
+import streamlit as st
+
+from kvviz.engine.engine import Engine
+from kvviz.engine.runner import paged_attention
+from kvviz.engine.scheduler import Scheduler
+from kvviz.memory import format_bytes
+from kvviz.ui import lesson_state as ls
+from kvviz.ui.common import show_code, token_chips
+from kvviz.viz import lesson_figures as figures
+
+st.title("Prefill and decode")
+
+# ---- the prompt and the controls -----------------------------------------------------------
+left, right = st.columns([3, 2])
+with left:
+    st.selectbox("Example prompts", ls.EXAMPLE_PROMPTS, key="lesson_example", on_change=ls.on_example)
+    st.text_area("Prompt", value=ls.EXAMPLE_PROMPTS[0], key="lesson_prompt", height=90)
+with right:
+    st.slider("Tokens to generate", 1, 256, 48, key="lesson_max_tokens")
+    with st.expander("Sampling"):
+        st.toggle("Greedy (always the most likely token)", value=True, key="lesson_greedy")
+        greedy = st.session_state.get("lesson_greedy", True)
+        st.slider("Temperature", 0.1, 2.0, 0.8, 0.1, key="lesson_temperature", disabled=greedy)
+        st.slider("Top-k (0 = off)", 0, 200, 40, key="lesson_top_k", disabled=greedy)
+        st.slider("Top-p", 0.05, 1.0, 0.95, 0.05, key="lesson_top_p", disabled=greedy)
+        st.number_input("Seed", 0, 2**31 - 1, 0, key="lesson_seed", disabled=greedy)
+
+lesson = ls.lesson()
+playing = st.session_state.get("lesson_playing", False)
+buttons = st.columns([1, 1, 1, 2, 1])
+buttons[0].button("Prefill", type="primary", on_click=ls.on_prefill, width="stretch")
+buttons[1].button("Next token", on_click=ls.on_next_token, width="stretch",
+                  disabled=lesson is None or lesson.finished)
+buttons[2].button("Pause" if playing else "Play", on_click=ls.on_toggle_play, width="stretch",
+                  disabled=lesson is None or lesson.finished)
+buttons[3].select_slider("Speed", ["slow", "normal", "fast"], value="normal", key="lesson_speed",
+                         label_visibility="collapsed")
+buttons[4].button("Reset", on_click=ls.on_reset, width="stretch")
+if "lesson_error" in st.session_state:
+    st.error(st.session_state["lesson_error"])
+
+if playing and lesson is not None and not lesson.finished:
+    delay = {"slow": 1.5, "normal": 0.7, "fast": 0.25}[st.session_state.get("lesson_speed", "normal")]
+
+    @st.fragment(run_every=delay)
+    def ticker():
+        last = st.session_state.get("lesson_last_tick", 0.0)
+        if time.time() - last >= delay * 0.9:  # the fragment also runs once on every full rerun
+            st.session_state["lesson_last_tick"] = time.time()
+            ls.on_next_token()
+            st.rerun()
+
+    ticker()
+
+if lesson is None:
+    st.info("Type a prompt and press **Prefill**. The whole prompt goes through the model in one "
+            "forward pass, and every layer stores each prompt token's key and value vectors.")
+    st.stop()
+
+# ---- which step we look at -----------------------------------------------------------------
+last_step = len(lesson.records) - 1
+if last_step > 0:
+    st.slider("Look back at step (0 = prefill)", 0, last_step, key="lesson_view_step")
+step = min(st.session_state.get("lesson_view_step", last_step), last_step)
+record, info = lesson.records[step], lesson.model_info
+num_tokens = lesson.num_tokens_at(step)
+entered = lesson.entered_step(step)
+
+if step == 0:
+    st.success(f"**Prefill.** All {len(lesson.prompt_token_ids)} prompt tokens ran through the model in one "
+               f"pass. Each of the {info['layers']} layers now holds a key and a value for every prompt token, "
+               f"and the last position's output picked the first new token. Press **Next token**.")
+elif not lesson.finished or step < last_step:
+    st.success(f"**Decode step {step}.** Only the newest token ran through the model: its key and value "
+               f"were appended to every layer's cache (the red column), and its query attended to all "
+               f"{num_tokens} cached positions. The rows cached earlier were read, not recomputed.")
+else:
+    st.success(f"**Done.** {len(lesson.records) - 1} decode steps, each running one token against the "
+               f"growing cache. The table below adds up what recomputing everything would have cost.")
+st.markdown(token_chips(lesson.token_texts[:num_tokens + (1 if record.sampled else 0)],
+                        entered + ([step + 1] if record.sampled else []), step), unsafe_allow_html=True)
+st.caption("Blue: prompt (prefill). Orange: generated, one per decode step. Outlined: added this step; "
+           "the last chip is the token just sampled, whose key and value enter the cache at the next step.")
+
+cache_tab, kv_tab, attention_tab, work_tab, bill_tab = st.tabs(
+    ["Cache per layer", "Keys and values", "Attention", "Work saved", "Memory bill"])
+
+with cache_tab:
+    st.plotly_chart(figures.cache_growth(entered, info["layers"]), width="stretch")
+    per_token = record.memory.bytes_per_token
+    st.markdown(f"Every position costs **{format_bytes(per_token)}**: K and V × {info['layers']} layers × "
+                f"{info['kv_heads']} KV heads × {info['head_dim']} values × {info['dtype_bytes']} bytes. "
+                f"This step added **{format_bytes(per_token * (num_tokens if step == 0 else 1))}**.")
+
+
+@st.fragment
+def kv_inspector():
+    trace = lesson.records[step].trace
+    if trace is None:
+        st.info("This step's keys and values were dropped to bound memory; look at a later step.")
+        return
+    a, b = st.columns(2)
+    layer = a.selectbox("Layer", range(info["layers"]), key="lesson_kv_layer")
+    kv_head = b.selectbox("KV head", range(info["kv_heads"]), key="lesson_kv_head")
+    new_rows = num_tokens if step == 0 else 1
+    changed = 0
+    if step > 0 and lesson.records[step - 1].trace is not None:
+        before = lesson.records[step - 1].trace.keys
+        changed = int((np.abs(trace.keys[:, :before.shape[1]] - before).max(axis=(0, 2, 3)) > 0).sum())
+    k_col, v_col = st.columns(2)
+    k_col.plotly_chart(figures.kv_heatmap(trace.keys[layer, :, kv_head], "K", layer, kv_head, new_rows, changed),
+                       width="stretch")
+    v_col.plotly_chart(figures.kv_heatmap(trace.values[layer, :, kv_head], "V", layer, kv_head, new_rows,
+                                          changed), width="stretch")
+    if step > 0:
+        st.caption(f"Compared with step {step - 1}, {changed} earlier rows changed in any layer or head: "
+                   "once written, a token's key and value stay as they are. Only the outlined row is new.")
+
+
+@st.fragment
+def attention_view():
+    trace = lesson.records[step].trace
+    if trace is None:
+        st.info("This step's attention weights were dropped to bound memory; look at a later step.")
+        return
+    layer = st.selectbox("Layer", range(info["layers"]), key="lesson_attention_layer")
+    st.plotly_chart(figures.attention_by_head(trace.attention[layer], info["kv_heads"],
+                                              lesson.token_texts, layer), width="stretch")
+    st.caption(f"{info['heads']} query heads share {info['kv_heads']} KV heads (grouped-query attention): "
+               "heads in one group read the same cached keys but weigh them differently.")
+
+
+with kv_tab:
+    kv_inspector()
+with attention_tab:
+    attention_view()
+with work_tab:
+    rows = lesson.work()[:step + 1]
+    st.plotly_chart(figures.work_saved(rows), width="stretch")
+    latest = rows[-1]
+    a, b, c = st.columns(3)
+    a.metric("Tokens run, with cache", latest["with_cache_total"])
+    b.metric("Tokens run, without", latest["without_cache_total"],
+             delta=f"{latest['without_cache_total'] - latest['with_cache_total']} more", delta_color="inverse")
+    diffs = [r["max_logit_difference"] for r in rows if r["max_logit_difference"] is not None]
+    c.metric("Largest logit difference", f"{max(diffs):.2e}" if diffs else "n/a",
+             help="Between the cached run and a run that recomputes everything, over all steps so far.")
+    st.dataframe(rows, width="stretch", hide_index=True)
+with bill_tab:
+    bill = lesson.bill(step, info["dtype_bytes"])
+    st.markdown("**The formula** for this request's tokens:")
+    for line in bill["formula"]:
+        st.code(line, language=None)
+    a, b, c, d = st.columns(4)
+    a.metric("Formula", format_bytes(bill["formula_bytes"]))
+    b.metric("Bytes holding tokens (measured)", format_bytes(bill["token_bytes"]))
+    c.metric("Blocks in use", format_bytes(bill["block_bytes"]),
+             help="The engine hands out whole blocks; the empty slots of the last block are slack.")
+    d.metric("Slack in the last block", format_bytes(bill["slack_bytes"]))
+    st.caption(f"The engine's whole pool is {format_bytes(bill['pool_bytes'])} (preallocated blocks). "
+               "Formula and measured bytes agree because the engine stores exactly K and V for each layer "
+               "and KV head, nothing more.")
+
+show_code(Engine.step, Scheduler.schedule, paged_attention,
+          caption="The engine code that ran this step: schedule, one forward pass, and the attention "
+                  "function every layer calls, which writes new keys and values into the paged cache.")
