@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Install everything the tests need on a fresh machine, then run the whole suite.
+#   bash scripts/test.sh            (extra arguments go to pytest)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ ! -x /usr/bin/chromium ]; then  # Debian's Chromium drives the browser tests
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q chromium
+fi
+[ -d .venv ] || python3 -m venv .venv
+. .venv/bin/activate
+pip install -q --disable-pip-version-check -r requirements-dev.txt
+python -m pytest -q "$@"
