@@ -14,6 +14,7 @@ lessons = [
     st.Page("pages/prefill_decode.py", title="Prefill and decode", icon=":material/play_circle:"),
     st.Page("pages/memory_bill.py", title="Memory bill", icon=":material/calculate:"),
     st.Page("pages/model_lab.py", title="Model lab", icon=":material/science:"),
+    st.Page("pages/paged_batching.py", title="Paged cache and batching", icon=":material/grid_view:"),
 ]
 navigation = st.navigation(lessons)
 model_sidebar()

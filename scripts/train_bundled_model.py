@@ -110,6 +110,8 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=24)
     parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument("--threads", type=int, default=os.cpu_count())
+    parser.add_argument("--resume", action="store_true",
+                        help="continue from the checkpoint and tokenizer already in --out (a second phase)")
     args = parser.parse_args()
 
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -121,7 +123,13 @@ def main() -> None:
     train_text, heldout_text = load_corpus(texts_dir)
     print(f"corpus: {len(train_text):,} training chars, {len(heldout_text):,} held-out chars")
 
-    tokenizer = train_tokenizer(train_text, 4096, args.out)
+    if args.resume:
+        from transformers import AutoTokenizer
+        tokenizer = AutoTokenizer.from_pretrained(args.out)
+        previous_log = json.loads((args.out / "training_log.json").read_text())
+    else:
+        tokenizer = train_tokenizer(train_text, 4096, args.out)
+        previous_log = None
     train_ids = torch.tensor(tokenizer(train_text)["input_ids"], dtype=torch.long)
     heldout_ids = torch.tensor(tokenizer(heldout_text)["input_ids"], dtype=torch.long)
     print(f"tokens: {len(train_ids):,} train, {len(heldout_ids):,} held out")
@@ -134,7 +142,8 @@ def main() -> None:
         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
     )
-    model = LlamaForCausalLM(config)
+    model = (LlamaForCausalLM.from_pretrained(args.out, dtype=torch.float32) if args.resume
+             else LlamaForCausalLM(config))
     num_params = sum(p.numel() for p in model.parameters())
     print(f"model: {num_params:,} parameters")
 
@@ -146,9 +155,15 @@ def main() -> None:
     budget_s = args.minutes * 60
     warmup_s = min(60.0, budget_s * 0.05)
     log = {"steps": [], "train_loss": [], "eval_steps": [], "eval_loss": [], "elapsed_s": []}
-    best = math.inf
+    best = heldout_loss(model, heldout_ids, 512) if args.resume else math.inf
     start = time.time()
     step = 0
+    if previous_log:  # carry the first phase's curve on, so the picture shows both phases
+        for key in ("steps", "train_loss", "eval_steps", "eval_loss", "elapsed_s"):
+            log[key] = list(previous_log[key])
+        log["phases"] = previous_log.get("phases", [previous_log["steps_total"]])
+    first_step = log["steps"][-1] if log["steps"] else 0
+    first_elapsed = log["elapsed_s"][-1] if log["elapsed_s"] else 0.0
     running = None
     while (elapsed := time.time() - start) < budget_s:
         # learning rate follows the clock: linear warm-up, then cosine to 10% over the budget
@@ -167,13 +182,13 @@ def main() -> None:
         step += 1
         running = loss.item() if running is None else 0.95 * running + 0.05 * loss.item()
         if step % 10 == 0:
-            log["steps"].append(step)
+            log["steps"].append(first_step + step)
             log["train_loss"].append(running)
         if step % 100 == 0:
             eval_loss = heldout_loss(model, heldout_ids, 512)
-            log["eval_steps"].append(step)
+            log["eval_steps"].append(first_step + step)
             log["eval_loss"].append(eval_loss)
-            log["elapsed_s"].append(time.time() - start)
+            log["elapsed_s"].append(first_elapsed + time.time() - start)
             tokens_per_s = step * args.batch * args.seq_len / (time.time() - start)
             print(f"step {step}  train {running:.3f}  held-out {eval_loss:.3f}  lr {lr:.2e}  "
                   f"{tokens_per_s:,.0f} tok/s  {elapsed / 60:.1f} min", flush=True)
@@ -185,8 +200,12 @@ def main() -> None:
     if final < best:
         best = final
         model.to(torch.bfloat16).save_pretrained(args.out)
-    log.update(best_heldout_loss=best, num_params=num_params, steps_total=step,
-               tokens_seen=step * args.batch * args.seq_len, minutes=args.minutes,
+    if previous_log:
+        log["phases"] = log["phases"] + [first_step + step]
+    total_steps = first_step + step
+    log.update(best_heldout_loss=best, num_params=num_params, steps_total=total_steps,
+               tokens_seen=total_steps * args.batch * args.seq_len,
+               minutes=args.minutes + (previous_log["minutes"] if previous_log else 0),
                threads=args.threads, seq_len=args.seq_len, batch=args.batch,
                train_tokens=len(train_ids), heldout_tokens=len(heldout_ids))
     (args.out / "training_log.json").write_text(json.dumps(log, indent=1))

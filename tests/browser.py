@@ -70,12 +70,21 @@ def browser_page(width: int = 1400, height: int = 1000):
             browser.close()
 
 
-def wait_idle(page, settle: float = 0.5) -> None:
-    """Wait until Streamlit has finished running the script (its status widget disappears)."""
+def wait_idle(page, settle: float = 0.5, quiet: float = 1.0, timeout: float = 120.0) -> None:
+    """Wait until Streamlit has finished the script run: nothing stale, no skeletons, for `quiet` s."""
+    busy_js = ("() => document.querySelectorAll('[data-stale=\"true\"], [data-testid=\"stSkeleton\"], "
+               "[data-testid=\"stStatusWidget\"]').length")
     time.sleep(settle)
-    page.wait_for_function(
-        "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=120_000)
-    time.sleep(settle)
+    deadline, quiet_since = time.time() + timeout, None
+    while time.time() < deadline:
+        if page.evaluate(busy_js) == 0:
+            quiet_since = quiet_since or time.time()
+            if time.time() - quiet_since >= quiet:
+                return
+        else:
+            quiet_since = None
+        time.sleep(0.2)
+    raise TimeoutError("the app kept running for two minutes")
 
 
 def screenshot(page, name: str) -> Path:

@@ -1,0 +1,110 @@
+"""The "Paged cache and batching" lesson: several requests through the real engine, step by step.
+
+Requests arrive at chosen steps, share a pool of blocks, and may share a cached prefix. Each
+step keeps the engine's StepRecord; the views read block tables, the pool and the events from
+those records, and compare the paged pool with a contiguous max-length reservation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kvviz.engine import Engine, EngineError, SamplingParams, StepRecord
+
+SYSTEM_PROMPT = "A hall in the castle. Enter the court, with lords and attendants.\n\n"
+DEFAULT_REQUESTS = [
+    (SYSTEM_PROMPT + "HAMLET:\n", 0, 40),
+    (SYSTEM_PROMPT + "OPHELIA:\n", 2, 24),
+    ("KING:\nOur hour is come", 4, 32),
+    (SYSTEM_PROMPT + "HORATIO:\n", 8, 16),
+]
+
+
+@dataclass
+class RequestSpec:
+    prompt: str
+    arrival_step: int = 0
+    max_tokens: int = 32
+
+
+@dataclass
+class PagedLesson:
+    specs: list[RequestSpec]
+    engine: Engine
+    max_context: int
+    records: list[StepRecord] = field(default_factory=list)
+    request_ids: dict[int, int] = field(default_factory=dict)  # spec index -> engine request id
+    prompt_lengths: dict[int, int] = field(default_factory=dict)  # request id -> prompt tokens
+
+    @classmethod
+    def start(cls, lm, specs: list[RequestSpec], block_size: int, num_blocks: int,
+              enable_prefix_caching: bool, max_num_batched_tokens: int = 64) -> "PagedLesson":
+        """Check every request before anything runs; raises EngineError with one sentence."""
+        if not specs:
+            raise EngineError("There are no requests; add at least one prompt.")
+        engine = Engine(lm, block_size=block_size, num_blocks=num_blocks,
+                        enable_prefix_caching=enable_prefix_caching, max_num_seqs=16,
+                        max_num_batched_tokens=max_num_batched_tokens)
+        for number, spec in enumerate(specs, 1):
+            try:
+                engine.check_request(spec.prompt, SamplingParams(max_tokens=spec.max_tokens))
+            except EngineError as error:
+                raise EngineError(f"Request {number}: {error}") from None
+        return cls(specs, engine, lm.max_context)
+
+    @property
+    def step_index(self) -> int:
+        return len(self.records)
+
+    @property
+    def finished(self) -> bool:
+        pending = any(i not in self.request_ids for i in range(len(self.specs)))
+        return bool(self.records) and not pending and not self.engine.has_unfinished()
+
+    def step(self) -> StepRecord | None:
+        if self.finished:
+            return None
+        for index, spec in enumerate(self.specs):
+            if index not in self.request_ids and spec.arrival_step <= self.step_index:
+                params = SamplingParams(max_tokens=spec.max_tokens, ignore_eos=True)
+                rid = self.engine.add_request(spec.prompt, params)
+                self.request_ids[index] = rid
+                self.prompt_lengths[rid] = self.engine.requests[rid].num_prompt_tokens
+        record = self.engine.step()
+        self.records.append(record)
+        return record
+
+    def label(self, request_id: int) -> str:
+        index = next(i for i, rid in self.request_ids.items() if rid == request_id)
+        return f"R{index + 1}"
+
+    # ---- comparisons drawn from the records ----------------------------------------------
+    def reservation_comparison(self, step: int) -> dict:
+        """Paged blocks against a contiguous reservation of the whole context per request."""
+        record = self.records[step]
+        live = [r for r in record.requests if r.status == "running" and r.num_computed_tokens]
+        tokens = sum(r.num_computed_tokens for r in live)
+        block_size = self.engine.block_size
+        paged_blocks = len({b for r in live for b in r.block_table})
+        reserved_tokens = len(live) * self.max_context
+        paged_slots = paged_blocks * block_size
+        per_token = record.memory.bytes_per_token
+        return {
+            "requests": len(live), "tokens": tokens,
+            "contiguous_bytes": reserved_tokens * per_token,
+            "contiguous_waste": 1 - tokens / reserved_tokens if reserved_tokens else 0.0,
+            "paged_bytes": paged_slots * per_token,
+            "paged_waste": max(0.0, 1 - tokens / paged_slots) if paged_slots else 0.0,
+        }
+
+    def prefix_stats(self, step: int) -> dict:
+        """Prompt tokens found in the prefix cache, up to `step`, and the blocks that saved."""
+        seen: dict[int, tuple[int, int]] = {}
+        for record in self.records[:step + 1]:
+            for state in record.requests:
+                seen[state.request_id] = (state.num_prompt_tokens, state.num_cached_tokens)
+        prompt = sum(p for p, _ in seen.values())
+        cached = sum(c for _, c in seen.values())
+        return {"prompt_tokens": prompt, "cached_tokens": cached,
+                "hit_rate": cached / prompt if prompt else 0.0,
+                "blocks_saved": cached // self.engine.block_size}

@@ -1,0 +1,26 @@
+"""Cache strategies side by side: dynamic, static, sliding window, quantized, paged, no cache.
+
+    from kvviz.strategies import run_strategy, compare_strategies
+    run = run_strategy(lm, "ROMEO:", "quantized", max_tokens=32, bits=4, residual=16)
+    results = compare_strategies(lm, "ROMEO:", max_tokens=32)
+
+dynamic, static, sliding_window and quantized are kvviz's own small cache classes, plugged into
+the model through transformers' Cache API (`model(..., cache=...)`); paged is kvviz's Engine, and
+no_cache is the Engine recomputing everything.
+"""
+
+from kvviz.strategies.base import KVLayer, StrategyCache
+from kvviz.strategies.bill import ByteBill, ByteItem
+from kvviz.strategies.compare import (DEFAULT_STRATEGIES, StrategyComparison, compare_strategies,
+                                      comparison_table, kl_divergence)
+from kvviz.strategies.dynamic import DynamicKV
+from kvviz.strategies.options import STRATEGIES, StrategySpec, make_cache, resolve_options
+from kvviz.strategies.quantized import QuantizedKV, dequantize, quantize
+from kvviz.strategies.run import StrategyRun, StrategyStep, run_strategy
+from kvviz.strategies.sliding import SlidingWindowKV
+from kvviz.strategies.static import StaticKV
+
+__all__ = ["KVLayer", "StrategyCache", "DynamicKV", "StaticKV", "SlidingWindowKV", "QuantizedKV",
+           "quantize", "dequantize", "ByteBill", "ByteItem", "STRATEGIES", "StrategySpec", "make_cache",
+           "resolve_options", "StrategyRun", "StrategyStep", "run_strategy", "DEFAULT_STRATEGIES",
+           "StrategyComparison", "compare_strategies", "comparison_table", "kl_divergence"]

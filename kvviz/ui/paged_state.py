@@ -1,0 +1,57 @@
+"""Session state and callbacks of the "Paged cache and batching" lesson."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from kvviz.engine import EngineError
+from kvviz.paged_lesson import DEFAULT_REQUESTS, PagedLesson, RequestSpec
+from kvviz.ui.common import current_model
+
+DEFAULT_TABLE = [{"prompt": p, "arrives at step": a, "max tokens": m} for p, a, m in DEFAULT_REQUESTS]
+
+
+def paged() -> PagedLesson | None:
+    return st.session_state.get("lesson_paged")
+
+
+def _specs() -> list[RequestSpec]:
+    rows = st.session_state.get("paged_requests_table", DEFAULT_TABLE)
+    specs = []
+    for row in rows:
+        prompt = row.get("prompt") or ""
+        if not str(prompt).strip():
+            continue
+        specs.append(RequestSpec(str(prompt).replace("\\n", "\n"), int(row.get("arrives at step") or 0),
+                                 int(row.get("max tokens") or 16)))
+    return specs
+
+
+def on_start() -> None:
+    st.session_state.pop("paged_error", None)
+    state = st.session_state
+    try:
+        lesson = PagedLesson.start(current_model(), _specs(), int(state.get("paged_block_size", 8)),
+                                   int(state.get("paged_num_blocks", 40)), bool(state.get("paged_prefix", True)))
+    except EngineError as error:
+        st.session_state["paged_error"] = str(error)
+        return
+    lesson.step()
+    st.session_state["lesson_paged"] = lesson
+    st.session_state["paged_view_step"] = 0
+
+
+def on_step(count: int = 1) -> None:
+    lesson = paged()
+    if lesson is None:
+        on_start()
+        return
+    for _ in range(count):
+        if lesson.step() is None:
+            break
+    st.session_state["paged_view_step"] = len(lesson.records) - 1
+
+
+def on_reset() -> None:
+    for key in ("lesson_paged", "paged_view_step", "paged_error"):
+        st.session_state.pop(key, None)

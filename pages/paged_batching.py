@@ -1,0 +1,91 @@
+"""Lesson: many requests, one pool of blocks, block tables, shared prefixes, preemption."""
+
+import pandas as pd
+import streamlit as st
+
+from kvviz.engine.block_pool import BlockPool
+from kvviz.engine.scheduler import Scheduler
+from kvviz.memory import format_bytes
+from kvviz.ui import paged_state as ps
+from kvviz.ui.common import show_code
+from kvviz.viz import paged_figures as figures
+
+st.title("Paged cache and batching")
+st.markdown(
+    "A server runs many requests at once, and each grows at its own pace. Reserving one long "
+    "contiguous slab per request wastes most of it. A **paged** cache cuts memory into fixed-size "
+    "**blocks**; each request has a **block table** that maps its logical blocks to physical ones, "
+    "and takes a new block only when its last one is full. Requests that start with the same "
+    "tokens share those blocks (**prefix caching**). When the pool runs out, the newest request is "
+    "**preempted**: its blocks are freed and it is recomputed later.")
+
+st.data_editor(pd.DataFrame(ps.DEFAULT_TABLE), num_rows="dynamic", width="stretch", key="paged_editor",
+               column_config={"prompt": st.column_config.TextColumn(width="large"),
+                              "arrives at step": st.column_config.NumberColumn(min_value=0, max_value=50),
+                              "max tokens": st.column_config.NumberColumn(min_value=1, max_value=200)})
+edited = st.session_state.get("paged_editor", {})
+table = pd.DataFrame(ps.DEFAULT_TABLE)
+for row, changes in edited.get("edited_rows", {}).items():
+    for column, value in changes.items():
+        table.loc[int(row), column] = value
+table = pd.concat([table, pd.DataFrame(edited.get("added_rows", []))], ignore_index=True)
+table = table.drop(index=[i for i in edited.get("deleted_rows", []) if i in table.index])
+st.session_state["paged_requests_table"] = table.to_dict("records")
+
+a, b, c = st.columns(3)
+a.slider("Block size (tokens)", 2, 32, 8, key="paged_block_size")
+b.slider("Pool size (blocks)", 2, 128, 40, key="paged_num_blocks")
+c.toggle("Prefix caching", value=True, key="paged_prefix")
+
+lesson = ps.paged()
+buttons = st.columns(4)
+buttons[0].button("Start", type="primary", on_click=ps.on_start, width="stretch")
+buttons[1].button("Step", on_click=ps.on_step, width="stretch", disabled=lesson is None or lesson.finished)
+buttons[2].button("Run to the end", on_click=ps.on_step, args=(500,), width="stretch",
+                  disabled=lesson is None or lesson.finished)
+buttons[3].button("Reset", on_click=ps.on_reset, width="stretch", key="paged_reset")
+if "paged_error" in st.session_state:
+    st.error(st.session_state["paged_error"])
+if lesson is None:
+    st.info("Press **Start**: the engine admits the requests that arrive at step 0 and runs one step.")
+    st.stop()
+
+last = len(lesson.records) - 1
+if last > 0:
+    st.slider("Look back at step", 0, last, key="paged_view_step")
+step = min(st.session_state.get("paged_view_step", last), last)
+record = lesson.records[step]
+labels = {rid: lesson.label(rid) for rid in lesson.request_ids.values()}
+
+comparison = lesson.reservation_comparison(step)
+prefix = lesson.prefix_stats(step)
+m = st.columns(5)
+m[0].metric("Running requests", comparison["requests"])
+m[1].metric("Contiguous reservation", format_bytes(comparison["contiguous_bytes"]),
+            f"{comparison['contiguous_waste']:.0%} wasted", delta_color="off",
+            help=f"Each request reserves the model's whole context ({lesson.max_context} tokens) up front.")
+m[2].metric("Paged blocks", format_bytes(comparison["paged_bytes"]), f"{comparison['paged_waste']:.0%} wasted",
+            delta_color="off", help="Only the last block of each request has empty slots.")
+m[3].metric("Prefix-cache hit rate", f"{prefix['hit_rate']:.0%}",
+            f"{prefix['blocks_saved']} blocks not recomputed", delta_color="off")
+m[4].metric("Preemptions so far", lesson.engine.scheduler.num_preemptions if step == last else
+            sum(e.kind == "preempt" for r in lesson.records[:step + 1] for e in r.events))
+
+left, right = st.columns([3, 2])
+with left:
+    st.plotly_chart(figures.block_tables(record, labels, lesson.engine.block_size), width="stretch")
+    st.plotly_chart(figures.pool_grid(record, labels), width="stretch")
+with right:
+    st.plotly_chart(figures.schedule_timeline(lesson.records[:step + 1][-12:], labels), width="stretch")
+    st.markdown("**Events this step**")
+    events = [{"event": e.kind, "request": labels.get(e.request_id, "—"), "blocks": ", ".join(map(str, e.block_ids))}
+              for e in record.events]
+    st.dataframe(events or [{"event": "—", "request": "", "blocks": ""}], hide_index=True, width="stretch")
+    texts = {labels[r.request_id]: lesson.engine.tokenizer.decode(r.output_token_ids)
+             for r in record.requests if r.request_id in labels and lesson.engine.tokenizer is not None}
+    if texts:
+        st.markdown("**Generated so far**")
+        st.dataframe([{"request": k, "text": v} for k, v in texts.items()], hide_index=True, width="stretch")
+
+show_code(Scheduler.schedule, BlockPool.find_cached_prefix, BlockPool.allocate, BlockPool.free,
+          caption="The scheduler that chose this step's work, and the block pool it asked for blocks.")
