@@ -7,7 +7,8 @@ lesson can show the work the cache saves and that caching changes no logit.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import json
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
@@ -46,6 +47,8 @@ class Lesson:
     engine: Engine | None = None
     twin: Engine | None = None
     tokenizer: object | None = None
+    replay: bool = False  # loaded from a file: no model, steps come from the records
+    replay_position: int = 0  # in a replay, the last step revealed so far
 
     @classmethod
     def start(cls, lm, settings: LessonSettings) -> "Lesson":
@@ -71,7 +74,14 @@ class Lesson:
 
     @property
     def finished(self) -> bool:
+        if self.replay:
+            return self.replay_position >= len(self.records) - 1
         return self.started and not self.engine.has_unfinished()
+
+    @property
+    def visible_records(self) -> list[StepRecord]:
+        """The steps revealed so far (a replay reveals its recorded steps one at a time)."""
+        return self.records[:self.replay_position + 1] if self.replay else self.records
 
     def prefill(self) -> StepRecord:
         assert not self.started, "prefill runs once; reset the lesson to start again"
@@ -81,6 +91,11 @@ class Lesson:
         return self._step()
 
     def next_token(self) -> StepRecord | None:
+        if self.replay:
+            if self.finished:
+                return None
+            self.replay_position += 1
+            return self.records[self.replay_position]
         if not self.started:
             return self.prefill()
         if self.finished:
@@ -125,7 +140,7 @@ class Lesson:
     def work(self) -> list[dict]:
         """Per step: tokens run and seconds taken, with and without the cache."""
         rows, with_total, without_total = [], 0, 0
-        for step, (cached, fresh) in enumerate(zip(self.records, self.twin_records)):
+        for step, (cached, fresh) in enumerate(zip(self.visible_records, self.twin_records)):
             with_total += cached.num_tokens_run
             without_total += fresh.num_tokens_run
             rows.append({"step": step, "with_cache_tokens": cached.num_tokens_run,
@@ -147,3 +162,54 @@ class Lesson:
                 "token_bytes": record.memory.token_bytes, "block_bytes": record.memory.used_block_bytes,
                 "slack_bytes": record.memory.slack_bytes, "pool_bytes": record.memory.allocated_bytes,
                 "bytes_per_token": record.memory.bytes_per_token}
+
+
+# ---- export and replay -----------------------------------------------------------------------
+LESSON_FORMAT = "kvviz-lesson/1"
+MAX_LESSON_BYTES = 50 * 2**20
+
+
+class LessonFileError(ValueError):
+    """An uploaded lesson file that kvviz will not replay; the message says why."""
+
+
+def export_lesson(lesson: Lesson) -> str:
+    """The lesson as JSON: settings, model summary and every step record. No code, no pickle."""
+    return json.dumps({
+        "format": LESSON_FORMAT, "model": lesson.model_info, "settings": asdict(lesson.settings),
+        "prompt_token_ids": lesson.prompt_token_ids, "token_texts": lesson.token_texts,
+        "records": [r.to_dict() for r in lesson.records],
+        "twin_records": [r.to_dict() for r in lesson.twin_records],
+    })
+
+
+def import_lesson(data: bytes | str) -> Lesson:
+    """Rebuild a lesson for replay from `export_lesson` output, checking everything first."""
+    if len(data) > MAX_LESSON_BYTES:
+        raise LessonFileError(f"The file is {len(data) / 2**20:.1f} MiB, over the "
+                              f"{MAX_LESSON_BYTES // 2**20} MiB limit; export a shorter lesson.")
+    try:
+        text = data.decode("utf-8") if isinstance(data, bytes) else data
+        payload = json.loads(text)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise LessonFileError("This is not a kvviz lesson file (not JSON text); "
+                              "upload a file saved with “Export lesson”.") from None
+    if not isinstance(payload, dict) or payload.get("format") != LESSON_FORMAT:
+        raise LessonFileError("This JSON is not a kvviz lesson (its format field is missing or unknown); "
+                              "upload a file saved with “Export lesson”.")
+    try:
+        settings = LessonSettings(**payload["settings"])
+        records = [StepRecord.from_dict(r) for r in payload["records"]]
+        twin_records = [StepRecord.from_dict(r) for r in payload["twin_records"]]
+        prompt_ids = [int(t) for t in payload["prompt_token_ids"]]
+        texts = [str(t) for t in payload["token_texts"]]
+        model = dict(payload["model"])
+        for key in ("name", "layers", "heads", "kv_heads", "head_dim", "dtype_bytes"):
+            model[key]  # noqa: B018 - a KeyError means a damaged file
+    except (KeyError, TypeError, ValueError) as error:
+        raise LessonFileError(f"The lesson file is damaged ({type(error).__name__}: {str(error)[:80]}); "
+                              "export it again from kvviz.") from None
+    if not records or len(records) != len(twin_records):
+        raise LessonFileError("The lesson file holds no steps; export a lesson after pressing Prefill.")
+    return Lesson(settings, model, records=records, twin_records=twin_records,
+                  prompt_token_ids=prompt_ids, token_texts=texts, replay=True)

@@ -10,33 +10,37 @@ from kvviz.engine.runner import paged_attention
 from kvviz.engine.scheduler import Scheduler
 from kvviz.memory import format_bytes
 from kvviz.ui import lesson_state as ls
+from kvviz.ui.classroom import export_and_replay, predict_panel, presenter_toggle, sync_query_params
 from kvviz.ui.common import show_code, token_chips
 from kvviz.viz import lesson_figures as figures
 
+presenter_toggle()
+ls.set_defaults()
+ls.restore_from_query()
 st.title("Prefill and decode")
 
 # ---- the prompt and the controls -----------------------------------------------------------
 left, right = st.columns([3, 2])
 with left:
     st.selectbox("Example prompts", ls.EXAMPLE_PROMPTS, key="lesson_example", on_change=ls.on_example)
-    st.text_area("Prompt", value=ls.EXAMPLE_PROMPTS[0], key="lesson_prompt", height=90)
+    st.text_area("Prompt", key="lesson_prompt", height=90)
 with right:
-    st.slider("Tokens to generate", 1, 256, 48, key="lesson_max_tokens")
+    st.slider("Tokens to generate", 1, 256, key="lesson_max_tokens")
     with st.expander("Sampling"):
-        st.toggle("Greedy (always the most likely token)", value=True, key="lesson_greedy")
-        greedy = st.session_state.get("lesson_greedy", True)
-        st.slider("Temperature", 0.1, 2.0, 0.8, 0.1, key="lesson_temperature", disabled=greedy)
-        st.slider("Top-k (0 = off)", 0, 200, 40, key="lesson_top_k", disabled=greedy)
-        st.slider("Top-p", 0.05, 1.0, 0.95, 0.05, key="lesson_top_p", disabled=greedy)
-        st.number_input("Seed", 0, 2**31 - 1, 0, key="lesson_seed", disabled=greedy)
+        st.toggle("Greedy (always the most likely token)", key="lesson_greedy")
+        greedy = st.session_state["lesson_greedy"]
+        st.slider("Temperature", 0.1, 2.0, step=0.1, key="lesson_temperature", disabled=greedy)
+        st.slider("Top-k (0 = off)", 0, 200, key="lesson_top_k", disabled=greedy)
+        st.slider("Top-p", 0.05, 1.0, step=0.05, key="lesson_top_p", disabled=greedy)
+        st.number_input("Seed", 0, 2**31 - 1, key="lesson_seed", disabled=greedy)
 
 lesson = ls.lesson()
 playing = st.session_state.get("lesson_playing", False)
 buttons = st.columns([1, 1, 1, 2, 1])
 buttons[0].button("Prefill", type="primary", on_click=ls.on_prefill, width="stretch")
-buttons[1].button("Next token", on_click=ls.on_next_token, width="stretch",
+buttons[1].button("Next token", on_click=ls.on_next_token, width="stretch", shortcut="Right",
                   disabled=lesson is None or lesson.finished)
-buttons[2].button("Pause" if playing else "Play", on_click=ls.on_toggle_play, width="stretch",
+buttons[2].button("Pause" if playing else "Play", on_click=ls.on_toggle_play, width="stretch", shortcut="P",
                   disabled=lesson is None or lesson.finished)
 buttons[3].select_slider("Speed", ["slow", "normal", "fast"], value="normal", key="lesson_speed",
                          label_visibility="collapsed")
@@ -57,16 +61,22 @@ if playing and lesson is not None and not lesson.finished:
 
     ticker()
 
+with st.expander("Export or replay a lesson"):
+    export_and_replay(lesson)
 if lesson is None:
     st.info("Type a prompt and press **Prefill**. The whole prompt goes through the model in one "
             "forward pass, and every layer stores each prompt token's key and value vectors.")
     st.stop()
 
 # ---- which step we look at -----------------------------------------------------------------
-last_step = len(lesson.records) - 1
+last_step = len(lesson.visible_records) - 1
+if lesson.replay:
+    st.info(f"Replaying a recorded lesson ({lesson.model_info['name']}, {len(lesson.records)} steps): "
+            "every view is drawn from the file; no model runs. Press Next token to reveal the next step.")
 if last_step > 0:
     st.slider("Look back at step (0 = prefill)", 0, last_step, key="lesson_view_step")
 step = min(st.session_state.get("lesson_view_step", last_step), last_step)
+sync_query_params(lesson.settings.prompt, step)
 record, info = lesson.records[step], lesson.model_info
 num_tokens = lesson.num_tokens_at(step)
 entered = lesson.entered_step(step)
@@ -165,6 +175,9 @@ with bill_tab:
     st.caption(f"The engine's whole pool is {format_bytes(bill['pool_bytes'])} (preallocated blocks). "
                "Formula and measured bytes agree because the engine stores exactly K and V for each layer "
                "and KV head, nothing more.")
+
+with st.expander("Predict, then reveal", expanded=bool(st.session_state.get("lesson_questions"))):
+    predict_panel(lesson)
 
 show_code(Engine.step, Scheduler.schedule, paged_attention,
           caption="The engine code that ran this step: schedule, one forward pass, and the attention "

@@ -20,6 +20,16 @@ EXAMPLE_PROMPTS = [
 ]
 
 
+DEFAULTS = {"lesson_prompt": EXAMPLE_PROMPTS[0], "lesson_max_tokens": 48, "lesson_greedy": True,
+            "lesson_temperature": 0.8, "lesson_top_k": 40, "lesson_top_p": 0.95, "lesson_seed": 0}
+
+
+def set_defaults() -> None:
+    """Widget values live in session state, so callbacks and links can set them."""
+    for key, value in DEFAULTS.items():
+        st.session_state.setdefault(key, value)
+
+
 def lesson() -> Lesson | None:
     return st.session_state.get("lesson")
 
@@ -48,6 +58,7 @@ def on_prefill() -> None:
     new.prefill()
     st.session_state["lesson"] = new
     st.session_state["lesson_view_step"] = 0
+    st.session_state["lesson_questions"] = []
 
 
 def on_next_token() -> None:
@@ -56,7 +67,7 @@ def on_next_token() -> None:
         on_prefill()
         return
     if current.next_token() is not None:
-        st.session_state["lesson_view_step"] = len(current.records) - 1
+        st.session_state["lesson_view_step"] = len(current.visible_records) - 1
     if current.finished:
         st.session_state["lesson_playing"] = False
 
@@ -66,8 +77,30 @@ def on_toggle_play() -> None:
 
 
 def on_reset() -> None:
-    for key in ("lesson", "lesson_view_step", "lesson_playing", "lesson_error"):
+    for key in ("lesson", "lesson_view_step", "lesson_playing", "lesson_error", "lesson_questions"):
         st.session_state.pop(key, None)
+
+
+def restore_from_query() -> None:
+    """Open the lesson a link describes (?prompt=...&step=N), once per session."""
+    params = st.query_params
+    if st.session_state.get("lesson_query_done"):
+        return
+    st.session_state["lesson_query_done"] = True  # only the first run of a session reads the link
+    if "prompt" not in params:
+        return
+    st.session_state["lesson_prompt"] = params["prompt"]
+    if "step" not in params:
+        return
+    try:
+        target = max(0, int(params["step"]))
+    except ValueError:
+        st.session_state["lesson_error"] = "The link's step is not a number; showing the lesson from prefill."
+        target = 0
+    st.session_state["lesson_max_tokens"] = max(st.session_state.get("lesson_max_tokens", 48), target + 1)
+    on_prefill()
+    for _ in range(target):
+        on_next_token()
 
 
 def on_example() -> None:

@@ -1,0 +1,93 @@
+"""Classroom helpers: presenter mode, lesson state in the URL, predict-then-reveal, export/replay."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from kvviz import predict
+from kvviz.lesson import LessonFileError, export_lesson, import_lesson
+
+PRESENTER_CSS = """
+<style>
+  section[data-testid="stSidebar"], [data-testid="stSidebarCollapsedControl"] {display: none;}
+  html, body, [data-testid="stAppViewContainer"] {font-size: 22px;}
+  [data-testid="stMarkdownContainer"] p, [data-testid="stMarkdownContainer"] li {font-size: 1.35rem;}
+  [data-testid="stMetricValue"] {font-size: 2.6rem;}
+  h1 {font-size: 3.2rem !important;}
+</style>
+"""
+
+
+def presenter_toggle() -> bool:
+    """A sidebar switch (and ?presenter=1 in the URL) for large type and no sidebar."""
+    if st.query_params.get("presenter") == "1":
+        st.session_state["presenter"] = True
+    with st.sidebar:
+        st.toggle("Presenter mode", key="presenter",
+                  help="Large type, no sidebar; → is Next token and P is Play/Pause. Add ?presenter=1 to a "
+                       "link to open in this mode; remove it from the URL to leave.")
+    if st.session_state.get("presenter"):
+        st.markdown(PRESENTER_CSS, unsafe_allow_html=True)
+        st.query_params["presenter"] = "1"
+        return True
+    st.query_params.pop("presenter", None)
+    return False
+
+
+def sync_query_params(prompt: str, step: int | None) -> None:
+    """Keep the lesson's model, prompt and step in the URL, so a link reopens the same view."""
+    st.query_params["model"] = st.session_state.get("model_source", "bundled")
+    st.query_params["prompt"] = prompt
+    if step is None:
+        st.query_params.pop("step", None)
+    else:
+        st.query_params["step"] = str(step)
+
+
+def predict_panel(lesson) -> None:
+    questions = st.session_state.setdefault("lesson_questions", [])
+    for question in questions:
+        predict.reveal(question, lesson)
+    right, answered = predict.score(questions)
+    st.markdown(f"**Predict, then reveal** · score {right} / {answered}")
+    a, b = st.columns([3, 1])
+    kind = a.selectbox("Question", predict.QUESTION_KINDS, key="lesson_question_kind",
+                       format_func=lambda k: {"bytes_after_five": "Bytes after five more tokens?",
+                                              "blocks_after_next": "Blocks after the next step?"}[k])
+    if b.button("Ask", key="lesson_ask", width="stretch"):
+        try:
+            questions.append(predict.ask(lesson, kind))
+        except ValueError as error:
+            st.error(str(error))
+    open_questions = [q for q in questions if not q.revealed]
+    for index, question in enumerate(open_questions):
+        st.markdown(question.text)
+        guess = st.number_input(f"Your guess ({question.unit})", min_value=0.0, step=1.0,
+                                key=f"lesson_guess_{question.asked_at}_{question.kind}")
+        question.guess = guess
+        st.caption(f"Step to {question.target} to see the engine's answer.")
+    for question in reversed([q for q in questions if q.revealed][-3:]):
+        verdict = "right" if question.correct else "not quite"
+        st.markdown(f"{'✅' if question.correct else '❌'} {question.text} You said "
+                    f"**{question.guess:,.0f}**; the engine holds **{question.answer:,.0f} {question.unit}** "
+                    f"at step {question.target} ({verdict}).")
+
+
+def export_and_replay(lesson) -> None:
+    a, b = st.columns(2)
+    if lesson is not None and lesson.started:
+        a.download_button("Export lesson (JSON)", export_lesson(lesson), file_name="kvviz-lesson.json",
+                          mime="application/json", width="stretch")
+    upload = b.file_uploader("Replay a lesson file", type=["json"], key="lesson_upload",
+                             help="Replays every view from the recorded steps, with no model.")
+    if upload is not None and st.session_state.get("lesson_upload_seen") != upload.file_id:
+        st.session_state["lesson_upload_seen"] = upload.file_id
+        try:
+            replay = import_lesson(upload.getvalue())
+        except LessonFileError as error:
+            st.session_state["lesson_error"] = str(error)
+        else:
+            st.session_state["lesson"] = replay
+            st.session_state["lesson_view_step"] = 0
+            st.session_state.pop("lesson_error", None)
+            st.rerun()
