@@ -71,3 +71,38 @@ def score(questions: list[Question]) -> tuple[int, int]:
     """(right, answered) over the questions revealed so far."""
     answered = [q for q in questions if q.revealed and q.guess is not None]
     return sum(q.correct for q in answered), len(answered)
+
+
+@dataclass
+class BlockQuestion:
+    """Paged lesson: which physical block will a request get when it next needs one?"""
+
+    request_id: int
+    label: str
+    asked_at: int
+    guess: int | None = None
+    answer: int | None = None
+    answered_at: int | None = None
+
+    @property
+    def text(self) -> str:
+        return (f"{self.label} will need another block. Which physical block id will the pool give it? "
+                "(Hint: the free queue hands out the least recently freed block first.)")
+
+    @property
+    def revealed(self) -> bool:
+        return self.answer is not None
+
+    @property
+    def correct(self) -> bool:
+        return self.revealed and self.guess == self.answer
+
+
+def reveal_block(question: BlockQuestion, records) -> bool:
+    """The answer is the first block allocated to the request after the question was asked."""
+    for record in records[question.asked_at + 1:]:
+        for event in record.events:
+            if event.kind == "allocate" and event.request_id == question.request_id and event.block_ids:
+                question.answer, question.answered_at = event.block_ids[0], record.step
+                return True
+    return question.revealed

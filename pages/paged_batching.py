@@ -3,6 +3,7 @@
 import pandas as pd
 import streamlit as st
 
+from kvviz import predict
 from kvviz.engine.block_pool import BlockPool
 from kvviz.engine.scheduler import Scheduler
 from kvviz.memory import format_bytes
@@ -86,6 +87,29 @@ with right:
     if texts:
         st.markdown("**Generated so far**")
         st.dataframe([{"request": k, "text": v} for k, v in texts.items()], hide_index=True, width="stretch")
+
+with st.expander("Predict, then reveal: which block comes next?",
+                 expanded=bool(st.session_state.get("paged_questions"))):
+    questions = st.session_state.setdefault("paged_questions", [])
+    running = [r for r in lesson.records[-1].requests if r.status == "running" and r.request_id in labels]
+    q1, q2, q3 = st.columns([2, 2, 1])
+    who = q1.selectbox("Request", [r.request_id for r in running], format_func=lambda rid: labels[rid],
+                       key="paged_question_request")
+    guess = q2.number_input("Your guess (physical block id)", 0, lesson.engine.num_blocks - 1,
+                            key="paged_question_guess")
+    if q3.button("Commit", key="paged_question_commit", disabled=who is None or lesson.finished):
+        questions.append(predict.BlockQuestion(who, labels[who], len(lesson.records) - 1, int(guess)))
+    for question in questions:
+        predict.reveal_block(question, lesson.records)
+    for question in reversed(questions[-4:]):
+        if question.revealed:
+            st.markdown(f"{'✅' if question.correct else '❌'} {question.label}: you said block "
+                        f"**{question.guess}**; at step {question.answered_at} the pool gave block "
+                        f"**{question.answer}**.")
+        else:
+            st.markdown(f"⏳ {question.text} You said **{question.guess}**. Step on to find out.")
+    answered = [q for q in questions if q.revealed]
+    st.caption(f"Score: {sum(q.correct for q in answered)} / {len(answered)}")
 
 show_code(Scheduler.schedule, BlockPool.find_cached_prefix, BlockPool.allocate, BlockPool.free,
           caption="The scheduler that chose this step's work, and the block pool it asked for blocks.")

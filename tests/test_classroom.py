@@ -106,3 +106,18 @@ def test_two_sessions_do_not_see_each_other():
     assert a is not b and a.engine is not b.engine
     assert len(a.records) == 2 and len(b.records) == 1
     assert a.prompt_token_ids != b.prompt_token_ids
+
+
+def test_which_block_comes_next_is_answered_by_the_pool(bundled):
+    from kvviz.paged_lesson import PagedLesson, RequestSpec
+
+    paged = PagedLesson.start(bundled, [RequestSpec("ROMEO:\nBut soft", 0, 20)], block_size=4,
+                              num_blocks=16, enable_prefix_caching=True)
+    paged.step()
+    rid = paged.request_ids[0]
+    question = predict.BlockQuestion(rid, "R1", asked_at=0, guess=2)
+    while not predict.reveal_block(question, paged.records) and not paged.finished:
+        paged.step()
+    table = paged.records[question.answered_at].request(rid).block_table
+    assert question.answer == table[-1]  # the block the request really received
+    assert question.answer == 2 and question.correct  # fresh pool: blocks go out in order

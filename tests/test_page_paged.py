@@ -1,0 +1,64 @@
+"""The "Paged cache and batching" page under AppTest: the real engine's tables and pool."""
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from conftest import ROOT
+
+
+@pytest.fixture()
+def app():
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
+    at.run()
+    at.switch_page("pages/paged_batching.py").run()
+    assert not at.exception
+    return at
+
+
+def click(at, label):
+    next(b for b in at.button if b.label == label).click().run()
+
+
+def test_steps_keep_tables_and_pool_consistent(app):
+    click(app, "Start")
+    for _ in range(9):
+        click(app, "Step")
+    assert not app.exception
+    lesson = app.session_state["lesson_paged"]
+    block_size = lesson.engine.block_size
+    for record in lesson.records:
+        used = set()
+        for state in record.requests:
+            if state.status == "running":
+                assert len(state.block_table) == -(-state.num_computed_tokens // block_size)
+                used.update(state.block_table)
+        blocks = record.blocks
+        assert sum(not b.free for b in blocks) == len(used)  # pool counts add up
+        assert record.num_free_blocks + len(used) == len(blocks)
+        for block in blocks:
+            assert block.ref_cnt == len(block.owners)
+    # R2 and R4 share R1's system prompt: with prefix caching they hit
+    assert lesson.prefix_stats(len(lesson.records) - 1)["cached_tokens"] > 0
+    metrics = {m.label: m.value for m in app.metric}
+    assert metrics["Running requests"] == str(lesson.reservation_comparison(len(lesson.records) - 1)["requests"])
+
+
+def test_a_small_pool_preempts_and_still_finishes(app):
+    app.slider(key="paged_num_blocks").set_value(12).run()
+    click(app, "Start")
+    click(app, "Run to the end")
+    lesson = app.session_state["lesson_paged"]
+    assert lesson.finished and not app.exception
+    assert lesson.engine.scheduler.num_preemptions > 0
+    kinds = {e.kind for r in lesson.records for e in r.events}
+    assert "preempt" in kinds
+    assert all(r.status == "finished" for r in lesson.records[-1].requests)
+
+
+def test_a_pool_too_small_for_any_request_says_so(app):
+    click(app, "Start")
+    before = app.session_state["lesson_paged"]
+    app.slider(key="paged_num_blocks").set_value(2).run()
+    click(app, "Start")
+    assert "pool has only 2" in app.error[0].value
+    assert app.session_state["lesson_paged"] is before and not app.exception
