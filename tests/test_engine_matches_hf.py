@@ -40,7 +40,11 @@ def test_greedy_identical_to_hf_generate(arch_case, setting):
     assert [o.token_ids for o in outs] == expected, f"{arch} / {setting}"
     if setting == "tight pool":
         assert engine.scheduler.num_preemptions > 0
-    if setting == "prefix caching":  # a prompt seen before reuses its full blocks' K and V
+    if setting == "prefix caching":
+        # prompts 4 and 5 share 20 tokens and run in the same step: the second reuses the
+        # first's full block, written earlier in the very same forward pass
+        assert engine.stats["cached_tokens"] == 16
+        # a prompt seen before reuses its full blocks' K and V
         again = engine.generate([prompts[4]], SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True))
         assert again[0].token_ids == expected[4]
         assert again[0].num_cached_tokens == 16  # one full 16-token block; never the last token

@@ -137,7 +137,6 @@ class Engine:
             for chunk in chunks:
                 if self.use_cache:
                     chunk.request.num_computed_tokens = chunk.end
-                    self._cache_full_blocks(chunk.request)
             if batch.trace is not None:
                 trace = self._trace_record(batch.trace, logits, sampling_chunks)
             for chunk, token in zip(sampling_chunks, tokens):
@@ -161,16 +160,6 @@ class Engine:
             self.scheduler.finish(request, "context_full")
         if request.is_finished:
             self.stats["cached_tokens"] += request.num_cached_tokens
-
-    def _cache_full_blocks(self, request: Request) -> None:
-        """Give every newly filled block its chained hash, so later prompts can reuse it."""
-        tokens = request.all_token_ids
-        num_full = request.num_computed_tokens // self.block_size
-        for i in range(len(request.block_hashes), num_full):
-            parent = request.block_hashes[-1] if request.block_hashes else None
-            block_tokens = tuple(tokens[i * self.block_size:(i + 1) * self.block_size])
-            request.block_hashes.append(
-                self.pool.cache_full_block(request.block_table[i], parent, block_tokens))
 
     # ---- generate ------------------------------------------------------------------------
     def generate(self, prompts: list[str] | list[list[int]],

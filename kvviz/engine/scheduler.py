@@ -79,6 +79,7 @@ class Scheduler:
                     break
             else:
                 chunks.append(ScheduledChunk(request, request.num_computed_tokens, num_new))
+                self._cache_full_blocks(request, request.num_computed_tokens + num_new)
                 budget -= num_new
                 index += 1
                 continue
@@ -113,7 +114,22 @@ class Scheduler:
         request.num_computed_tokens = request.num_cached_tokens = num_cached
         request.status = Status.RUNNING
         self.running.append(request)
+        self._cache_full_blocks(request, num_cached + num_new)
         return ScheduledChunk(request, num_cached, num_new)
+
+    def _cache_full_blocks(self, request: Request, num_tokens: int) -> None:
+        """Register the blocks this step fills, before the forward pass runs.
+
+        A request admitted later in the same step can then hit them: in every layer the forward
+        pass writes all new keys and values before any request reads its context, so the
+        blocks hold their keys and values by the time the second request attends to them.
+        """
+        tokens = request.all_token_ids
+        block_size = self.pool.block_size
+        for i in range(len(request.block_hashes), num_tokens // block_size):
+            parent = request.block_hashes[-1] if request.block_hashes else None
+            block_tokens = tuple(tokens[i * block_size:(i + 1) * block_size])
+            request.block_hashes.append(self.pool.cache_full_block(request.block_table[i], parent, block_tokens))
 
     def _reserve(self, request: Request, num_tokens: int) -> bool:
         """Make sure `request` has blocks for its first `num_tokens` tokens."""
