@@ -1,2 +1,213 @@
+"""Lesson 2: the memory bill. What the cache weighs, what fits, and what GQA, MQA and MLA save."""
+
+from dataclasses import replace
+
 import streamlit as st
-st.title("Coming soon")
+
+from kvviz import memory
+from kvviz.memory import ACCELERATORS, GiB, MLA, PRESETS, SLIDING, format_bytes
+from kvviz.viz import memory_figures as figures
+
+DTYPES = ["fp32", "bf16", "fp8", "int4"]
+CONTEXTS = [2**i for i in range(7, 21)]  # 128 tokens to 1M
+BATCHES = [2**i for i in range(0, 11)]  # 1 to 1,024 requests
+DEVICES = list(ACCELERATORS) + ["this machine", "custom size"]
+DEFAULT_PRESET = "llama-3.1-8b"
+
+
+def _load_preset() -> None:
+    """Set the sliders to the chosen preset's numbers."""
+    shape = PRESETS[st.session_state["bill_preset"]]
+    st.session_state.update(
+        bill_layers=shape.num_layers, bill_heads=shape.num_heads or shape.num_kv_heads,
+        bill_kv_heads=shape.num_kv_heads, bill_head_dim=shape.head_dim,
+        bill_window=shape.sliding_window or 0, bill_latent=shape.kv_lora_rank or 0)
+
+
+if "bill_preset" not in st.session_state:
+    st.session_state["bill_preset"] = DEFAULT_PRESET
+    _load_preset()
+
+st.title("The memory bill")
+st.markdown(
+    "Every attention layer keeps, for every token it has seen, one **key** and one **value** vector per "
+    "**KV head**. Nothing else about the token is stored, so the bill is one multiplication: "
+    "**2 × layers × KV heads × head size × tokens × requests × bytes per value**. Start from a real model, "
+    "then move a slider and watch which factor the bill follows.")
+
+controls, results = st.columns([1, 2], gap="large")
+with controls:
+    st.selectbox("Start from a model", list(PRESETS), key="bill_preset", on_change=_load_preset)
+    preset = PRESETS[st.session_state["bill_preset"]]
+    st.slider("Layers", 1, 128, key="bill_layers")
+    st.slider("Query heads", 1, 128, key="bill_heads")
+    st.slider("KV heads", 0, 128, key="bill_kv_heads",
+              help="Heads whose keys and values are cached. Equal to the query heads: MHA; fewer: GQA; one: MQA.")
+    st.slider("Head size (values per key or value vector)", 8, 512, step=8, key="bill_head_dim")
+    if preset.kv_lora_rank is not None:
+        st.number_input("MLA latent size (values cached per token and layer, besides RoPE)", 0, 8192,
+                        step=64, key="bill_latent")
+    st.number_input("Sliding window in tokens (0: none)", 0, 2**21, step=512, key="bill_window",
+                    help="Sliding-window layers keep only the newest tokens. In a hybrid model "
+                         "(Gemma) only some layers slide.")
+    st.select_slider("Bytes per value (dtype)", DTYPES, value="bf16", key="bill_dtype",
+                     format_func=lambda name: f"{name} ({memory.dtype_bytes(name):g} B)")
+    st.select_slider("Context: tokens per request", CONTEXTS, value=8192, key="bill_context",
+                     format_func=lambda tokens: f"{tokens:,}")
+    st.select_slider("Batch: requests at once", BATCHES, value=1, key="bill_batch")
+    st.selectbox("Accelerator", DEVICES, key="bill_device")
+    if st.session_state["bill_device"] == "custom size":
+        st.number_input("Memory (GiB)", 1, 4096, 48, key="bill_custom_gib")
+    st.slider("Share of memory the server may use", 0.5, 1.0, 0.9, 0.05, key="bill_utilization",
+              help="Like vLLM's gpu_memory_utilization: the rest is held back for activations and the runtime.")
+
+state = st.session_state
+dtype_name = state["bill_dtype"]
+dtype_bytes = memory.dtype_bytes(dtype_name)
+context, batch, utilization = state["bill_context"], state["bill_batch"], state["bill_utilization"]
+device_name = state["bill_device"]
+device = int(state.get("bill_custom_gib", 48) * GiB) if device_name == "custom size" else device_name
+
+
+def chosen_shape():
+    """The preset with the sliders' numbers; kvviz.memory refuses impossible ones with a ValueError."""
+    window = state["bill_window"] or None
+    mla = {}
+    if preset.kv_lora_rank is not None:
+        mla = {"kv_lora_rank": state["bill_latent"] or None}
+    layer_types = preset.layer_types if window and preset.layer_types else None  # no window: all full
+    shape = replace(preset, num_layers=state["bill_layers"], num_heads=state["bill_heads"],
+                    num_kv_heads=state["bill_kv_heads"], head_dim=state["bill_head_dim"],
+                    sliding_window=window, layer_types=layer_types, **mla)
+    if shape.layer_types is not None and len(shape.layer_types) != shape.num_layers:
+        # a hybrid keeps its pattern of sliding and full layers when the layer count changes
+        period = next(i + 1 for i, kind in enumerate(preset.layer_types) if kind != SLIDING)
+        shape = replace(shape, layer_types=tuple(
+            SLIDING if (i + 1) % period else memory.FULL for i in range(shape.num_layers)))
+    return shape
+
+
+def attention_variants(shape):
+    """MHA, GQA, MQA and MLA for this many query heads of this size; refuses KV heads that do not divide."""
+    return memory.compare_attention_variants(
+        shape.num_heads * shape.head_dim, shape.num_heads, shape.num_layers, dtype_bytes,
+        gqa_kv_heads=_gqa_heads(shape), kv_lora_rank=shape.kv_lora_rank,
+        qk_rope_head_dim=shape.qk_rope_head_dim)
+
+
+def _gqa_heads(shape) -> int:
+    """The GQA row shows this model's own KV heads, or 8 (or a divisor near it) for MHA and MQA models."""
+    if shape.num_kv_heads not in (1, shape.num_heads):
+        return shape.num_kv_heads  # kvviz refuses it if it does not divide the query heads
+    return next((d for d in range(min(8, shape.num_heads - 1), 0, -1) if shape.num_heads % d == 0), 1)
+
+
+try:
+    shape = chosen_shape()
+    variants = attention_variants(shape)
+    state["bill_last_good"] = shape
+    error = None
+except ValueError as problem:  # one sentence from kvviz.memory; show the last settings that worked
+    error = str(problem)
+    shape = state.get("bill_last_good", preset)
+    variants = attention_variants(shape)
+cache_bytes = memory.kv_cache_bytes(shape, context, batch, dtype_bytes)
+
+total_bytes = memory.memory_bytes(device)
+usable_bytes = int(total_bytes * utilization)
+weights_bytes = memory.weights_bytes(shape, dtype_bytes)
+
+with results:
+    if error:
+        st.error(error)
+        st.caption("The numbers below are still those of the last settings that made sense.")
+    per_token = memory.kv_bytes_per_token(shape, dtype_bytes)
+    a, b, c = st.columns(3)
+    a.metric("KV cache", format_bytes(cache_bytes),
+             help=f"{batch:,} request(s) × {context:,} tokens, as kvviz.memory.kv_cache_bytes computes it.")
+    b.metric("Per token", format_bytes(per_token), help="One more token in every layer's cache.")
+    c.metric("Weights", format_bytes(weights_bytes),
+             help=f"The preset's {shape.num_params:,} parameters × {dtype_bytes:g} bytes; the sliders "
+                  "change the cache, not the parameter count.")
+    st.markdown("**The formula, filled in**")
+    for line in memory.bill_breakdown(shape, context, batch, dtype_bytes):
+        st.code(f"{memory.KIND_LABELS[line.kind]}: {line.formula}", language=None, wrap_lines=True)
+    if context > (shape.max_context or context):
+        st.warning(f"{shape.name} was built for {shape.max_context:,} tokens; the bill above is for "
+                   f"{context:,} anyway.")
+    summary = memory.fit_summary(shape, context, batch, device, dtype_bytes, utilization)
+    (st.success if summary.startswith("Fits") else st.warning)(summary)
+    st.plotly_chart(figures.memory_stack(device_name if device_name != "custom size" else "custom",
+                                         total_bytes, usable_bytes, weights_bytes, cache_bytes),
+                    width="stretch")
+    room = memory.cache_budget_bytes(shape, device, dtype_bytes, utilization)
+    model_limit = shape.max_context or CONTEXTS[-1]
+    longest = memory.max_context(shape, batch, device, dtype_bytes, utilization, context_limit=model_limit)
+    requests = memory.max_requests(shape, context, device, dtype_bytes, utilization)
+    slots = memory.max_cached_tokens(shape, device, dtype_bytes, utilization)
+    a, b, c = st.columns(3)
+    a.metric("Requests that fit", f"{requests:,}", help=f"Requests of {context:,} tokens each, at once.")
+    b.metric("Longest context", f"{longest:,}",
+             help=f"Tokens each of {batch:,} request(s) can hold"
+                  + (", capped at the model's own context length." if longest == model_limit else "."))
+    c.metric("Token slots", f"{slots:,}",
+             help=f"{format_bytes(room)} left for the cache ÷ {format_bytes(per_token)} per token.")
+    st.caption(f"**The reverse questions.** On {device_name}, {requests:,} requests of {context:,} tokens fit "
+               f"at once; {batch:,} request{'s' if batch > 1 else ''} can each hold up to {longest:,} tokens"
+               + (" (the model's own limit)" if longest == model_limit else "")
+               + f"; the cache has room for {slots:,} tokens in all.")
+
+st.subheader("Why the cache, not the weights, limits batch and context")
+st.markdown(
+    "The weights are paid once, however many people use the model. The cache is paid **per token, per "
+    "request**: once the weights are loaded, what is left is shared by everyone in the batch. Double the "
+    "context and only half as many requests fit; double the batch and each request gets half the context. "
+    "The dashed red line is the room your accelerator leaves for the cache: where a line crosses it, "
+    "memory runs out.")
+left, right = st.columns([1, 3])
+left.radio("Compare", ["models", "dtypes"], key="bill_compare", horizontal=True)
+if state.get("bill_compare", "models") == "models":
+    right.multiselect("Models to compare (each in its own colour)", list(PRESETS),
+                      default=["llama-3.1-70b", "qwen2.5-7b", "gemma-2-9b"], key="bill_compare_models",
+                      max_selections=6)
+    lines = [(shape, dtype_name, dtype_bytes)] + [(PRESETS[name], dtype_name, dtype_bytes)
+                                                  for name in state.get("bill_compare_models", [])
+                                                  if name != shape.name]  # yours is drawn already
+else:
+    right.caption("Your model in every dtype: same colour, one line style per dtype.")
+    lines = [(shape, name, memory.dtype_bytes(name)) for name in DTYPES]
+current = (shape, dtype_name, dtype_bytes)
+budget_label = f"room for the cache on {device_name}: {format_bytes(room)}"
+
+context_tab, batch_tab, variants_tab, layers_tab = st.tabs(
+    ["Against context", "Against batch", "MHA · GQA · MQA · MLA", "Per layer"])
+with context_tab:
+    st.plotly_chart(figures.cache_vs_context(lines, CONTEXTS, batch, current, context, room, budget_label),
+                    width="stretch")
+with batch_tab:
+    st.plotly_chart(figures.cache_vs_batch(lines, BATCHES, context, current, batch, room, budget_label),
+                    width="stretch")
+with variants_tab:
+    st.markdown(
+        "The bill counts **KV heads**, not query heads. *Multi-head attention* (MHA) caches keys and values for "
+        "every head. *Grouped-query attention* (GQA) lets a group of query heads share one KV head, so the cache "
+        "shrinks by the group size; *multi-query attention* (MQA) shares a single KV head among all of them. "
+        "*Multi-head latent attention* (MLA, DeepSeek-V2 and V3) caches one compressed vector per token and "
+        "layer, and rebuilds each head's keys and values from it when attending.")
+    index = 3 if shape.kv_lora_rank else 0 if shape.num_kv_heads == shape.num_heads else \
+        2 if shape.num_kv_heads == 1 else 1
+    st.plotly_chart(figures.attention_variants(variants, context, batch, current=index), width="stretch")
+    st.caption(f"All four for {shape.num_layers} layers, {shape.num_heads} query heads of size {shape.head_dim}, "
+               f"{dtype_name}. The dark bar is how your settings attend.")
+with layers_tab:
+    kinds = shape.layer_kinds
+    st.plotly_chart(figures.layer_breakdown(memory.kv_cache_bytes_per_layer(shape, context, batch, dtype_bytes),
+                                            kinds), width="stretch")
+    if SLIDING in kinds and len(set(kinds)) > 1:
+        st.caption(f"A hybrid model: sliding-window layers stop growing at {shape.sliding_window:,} tokens, "
+                   "full-attention layers keep every token. Try the context slider.")
+    elif MLA in kinds:
+        st.caption("Every MLA layer keeps one latent row per token instead of K and V for each head.")
+    else:
+        st.caption("Every layer keeps the same tokens, so every layer costs the same. Pick gemma-2-9b or "
+                   "gemma-3-27b to see a hybrid of sliding-window and full-attention layers.")

@@ -1,2 +1,121 @@
+"""Lesson 3: the Model lab. Build a model of any size and time its decode steps, cache on and off."""
+
 import streamlit as st
-st.title("Coming soon")
+
+from kvviz import lab
+from kvviz.engine import EngineError
+from kvviz.memory import format_bytes
+from kvviz.models import CustomShape, ModelLoadError
+from kvviz.ui.common import show_code
+from kvviz.viz import lab_figures as figures
+
+LONGEST_CONTEXTS = [128, 256, 512, 1024, 2048]
+REPEATS = 5  # decode steps timed per context; the plot shows their median
+
+
+@st.cache_resource(show_spinner="Building the model with random weights…", max_entries=2)
+def built_model(shape: CustomShape):
+    """One copy per shape for every session; the measurement only reads it."""
+    return lab.build_lab_model(shape)
+
+
+def _shape() -> CustomShape:
+    state = st.session_state
+    return CustomShape(num_layers=state["lab_layers"], hidden_size=state["lab_hidden"],
+                       num_heads=state["lab_heads"], num_kv_heads=state["lab_kv_heads"],
+                       head_dim=state["lab_head_dim"] or None, intermediate_size=state["lab_mlp"] or None,
+                       max_context=state["lab_context"])
+
+
+def _forget_error() -> None:
+    st.session_state.pop("lab_error", None)
+
+
+def _measure() -> None:
+    """Build (or reuse) the model and time it; on a refusal keep the previous results."""
+    try:
+        lm = built_model(_shape())
+        result = lab.measure(lm, lab.lab_contexts(lm.max_context), repeats=REPEATS)
+    except (ModelLoadError, EngineError, ValueError) as error:
+        st.session_state["lab_error"] = str(error)
+        return
+    st.session_state.pop("lab_error", None)
+    st.session_state["lab_result"] = result
+
+
+st.title("Model lab")
+st.warning("**The weights are random, so this model writes nonsense.** Everything else is real: the engine, the "
+           "forward passes, the keys and values written to the cache, the bytes they take and the time each "
+           "step needs. The cache's mechanics do not depend on what the weights learned.",
+           icon=":material/casino:")
+
+controls, results = st.columns([1, 2], gap="large")
+with controls:
+    forget = dict(on_change=_forget_error)  # a changed size makes the last refusal stale
+    st.slider("Layers", 1, 32, 4, key="lab_layers", **forget)
+    st.slider("Hidden size", 64, 2048, 256, step=64, key="lab_hidden", **forget)
+    st.slider("Query heads", 1, 32, 8, key="lab_heads", **forget)
+    st.slider("KV heads", 1, 32, 2, key="lab_kv_heads", **forget)
+    st.slider("Head size (0: hidden size ÷ heads)", 0, 256, 0, step=8, key="lab_head_dim", **forget)
+    st.slider("MLP size (0: about 8/3 of the hidden size)", 0, 8192, 0, step=64, key="lab_mlp", **forget)
+    st.select_slider("Longest context to measure", LONGEST_CONTEXTS, value=512, key="lab_context", **forget)
+    st.button("Measure", type="primary", on_click=_measure, width="stretch")
+    try:
+        cost = lab.estimate(_shape())
+        st.caption(f"This shape: **{cost.num_params / 1e6:,.1f}M parameters**, {format_bytes(cost.weight_bytes)} "
+                   f"of weights, head size {cost.head_dim}, MLP {cost.intermediate_size}, "
+                   f"**{format_bytes(cost.bytes_per_token)} of cache per token**.")
+        lab.check_lab_size(_shape())
+        shape_problem = None
+    except ModelLoadError as error:
+        shape_problem = str(error)
+
+
+def show_summary(result: lab.LabResult) -> None:
+    """The numbers: what the model weighs, and one step at the longest context."""
+    longest = result.timings[-1]
+    a, b, c = st.columns(3)
+    a.metric("Parameters", f"{result.num_params / 1e6:,.2f}M")
+    b.metric("Weights", format_bytes(result.weight_bytes), help="The sum of every parameter tensor's bytes.")
+    c.metric("Cache per token", format_bytes(result.bytes_per_token), help="K and V, every layer, every KV head.")
+    a, b, c = st.columns(3)
+    a.metric(f"Step at {longest.context} tokens", f"{longest.cached_s * 1e3:.1f} ms",
+             help="One decode step with the cache: only the newest token runs through the model.")
+    b.metric("Without the cache", f"{longest.uncached_s * 1e3:.1f} ms",
+             help=f"All {longest.context} tokens run through the model again.")
+    c.metric("Slower without", f"{longest.speedup:.1f}×")
+    st.code(result.formula, language=None, wrap_lines=True)
+    agree = "the same as" if longest.cache_bytes == longest.formula_bytes else "unlike"
+    st.caption(f"The engine's cache held {longest.cache_bytes:,} bytes after that step, {agree} the formula.")
+    st.markdown(
+        f"Measured on **{result.name}** ({result.device}). Without the cache, the step that produces one token "
+        "pushes the whole context through every layer, so its time grows with the context. With the cache, "
+        "only the newest token runs; it still reads every cached key and value, which costs far less than "
+        "recomputing them. The price is memory, which grows by the same amount with every token.")
+    if result.sample_text is not None:
+        st.markdown("**What the random weights write after “ROMEO:”**")
+        st.code(result.sample_text, language=None, wrap_lines=True)
+
+
+with results:
+    problem = shape_problem or st.session_state.get("lab_error")
+    if problem:
+        st.error(problem)  # one sentence; the last results stay below
+    result = st.session_state.get("lab_result")
+    if result is None:
+        st.info("Set a size and press **Measure**. kvviz builds that model with random weights, then for "
+                "each context length times one decode step twice: with the cache, where only the newest "
+                "token runs through the model, and without it, where every token in the context runs again.")
+    else:
+        if problem:
+            st.caption("The results below are from the last model that was measured.")
+        show_summary(result)
+
+if result is not None:
+    left, right = st.columns(2)
+    left.plotly_chart(figures.decode_time(result.timings), width="stretch")
+    right.plotly_chart(figures.cache_bytes(result.timings), width="stretch")
+    st.dataframe(result.rows(), width="stretch", hide_index=True)
+
+show_code(lab.measure_decode_times,
+          caption="How the lab times a step: the same engine, once with the cache and once without.")

@@ -1,0 +1,48 @@
+"""Figures for the "Model lab": pure functions from kvviz.lab's measurements to go.Figure.
+
+With the cache is orange and without it purple, as in the first lesson's "Work saved" plot.
+"""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+from kvviz.lab import DecodeTiming
+from kvviz.memory import format_bytes
+from kvviz.viz.colors import PHASE
+from kvviz.viz.memory_figures import layout
+
+
+def decode_time(timings: list[DecodeTiming]) -> go.Figure:
+    """Forward time of one decode step against the context, with and without the cache."""
+    contexts = [t.context for t in timings]
+    fig = go.Figure()
+    fig.add_scatter(x=contexts, y=[t.uncached_s * 1e3 for t in timings], name="without cache: all tokens again",
+                    mode="lines+markers", line=dict(color=PHASE["recompute"], width=5), marker=dict(size=12),
+                    hovertemplate="%{x} tokens: %{y:.2f} ms<extra>without cache</extra>")
+    fig.add_scatter(x=contexts, y=[t.cached_s * 1e3 for t in timings], name="with cache: the newest token",
+                    mode="lines+markers", line=dict(color=PHASE["decode"], width=5), marker=dict(size=12),
+                    hovertemplate="%{x} tokens: %{y:.2f} ms<extra>with cache</extra>")
+    fig.update_xaxes(title="tokens in context", rangemode="tozero")
+    fig.update_yaxes(title="one step's forward pass (ms)", rangemode="tozero")
+    last = timings[-1]
+    return layout(fig, f"At {last.context} tokens: {last.speedup:.1f}× faster with the cache", height=440,
+                  legend=dict(x=0.02, y=0.98, bgcolor="rgba(255,255,255,0.85)", font=dict(size=16)))
+
+
+def cache_bytes(timings: list[DecodeTiming]) -> go.Figure:
+    """Bytes the engine's cache holds after the step (measured) beside the formula."""
+    contexts = [t.context for t in timings]
+    fig = go.Figure()
+    fig.add_scatter(x=contexts, y=[t.formula_bytes / 2**20 for t in timings], name="formula",
+                    mode="lines", line=dict(color="black", width=3, dash="dash"),
+                    customdata=[format_bytes(t.formula_bytes) for t in timings],
+                    hovertemplate="%{x} tokens: %{customdata}<extra>formula</extra>")
+    fig.add_scatter(x=contexts, y=[t.cache_bytes / 2**20 for t in timings], name="measured in the engine",
+                    mode="markers", marker=dict(color=PHASE["prompt"], size=16),
+                    customdata=[format_bytes(t.cache_bytes) for t in timings],
+                    hovertemplate="%{x} tokens: %{customdata}<extra>measured</extra>")
+    fig.update_xaxes(title="tokens in context", rangemode="tozero")
+    fig.update_yaxes(title="KV cache (MiB)", rangemode="tozero")
+    return layout(fig, "Cache bytes: measured = formula", height=440,
+                  legend=dict(x=0.02, y=0.98, bgcolor="rgba(255,255,255,0.85)", font=dict(size=16)))
