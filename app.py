@@ -1,6 +1,10 @@
 """kvviz: watch a language model's key-value cache fill, step by step.
 
     streamlit run app.py
+
+The lessons live in lessons/, not pages/: Streamlit treats a pages/ folder as an old-style
+multipage app, and a fresh server opened at a lesson's own address would then run that file
+bare, without this entry point's navigation, sidebar and page config.
 """
 
 import streamlit as st
@@ -10,11 +14,13 @@ from kvviz.ui.common import model_sidebar
 st.set_page_config(page_title="kvviz · the KV cache, live", page_icon=":material/memory:", layout="wide")
 
 lessons = [
-    st.Page("pages/home.py", title="What kvviz teaches", icon=":material/school:", default=True),
-    st.Page("pages/prefill_decode.py", title="Prefill and decode", icon=":material/play_circle:"),
-    st.Page("pages/memory_bill.py", title="Memory bill", icon=":material/calculate:"),
-    st.Page("pages/model_lab.py", title="Model lab", icon=":material/science:"),
-    st.Page("pages/paged_batching.py", title="Paged cache and batching", icon=":material/grid_view:"),
+    st.Page("lessons/home.py", title="What kvviz teaches", icon=":material/school:", default=True),
+    st.Page("lessons/prefill_decode.py", title="Prefill and decode", icon=":material/play_circle:"),
+    st.Page("lessons/memory_bill.py", title="Memory bill", icon=":material/calculate:"),
+    st.Page("lessons/model_lab.py", title="Model lab", icon=":material/science:"),
+    st.Page("lessons/paged_batching.py", title="Paged cache and batching", icon=":material/grid_view:"),
+    st.Page("lessons/cache_strategies.py", title="Cache strategies", icon=":material/compare_arrows:"),
+    st.Page("lessons/batch_generation.py", title="Batch generation", icon=":material/dynamic_feed:"),
 ]
 navigation = st.navigation(lessons)
 model_sidebar()

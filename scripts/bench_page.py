@@ -23,7 +23,7 @@ def main() -> None:
     args = parser.parse_args()
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
     at.run()
-    at.switch_page("pages/prefill_decode.py").run()
+    at.switch_page("lessons/prefill_decode.py").run()
     at.slider(key="lesson_max_tokens").set_value(args.steps + 2).run()
     start = time.perf_counter()
     next(b for b in at.button if b.label == "Prefill").click().run()

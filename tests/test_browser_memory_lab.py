@@ -6,11 +6,7 @@ from test_browser import app_url, no_exceptions, page, pytestmark  # noqa: F401
 
 
 def open_page(page, app_url: str, path: str) -> None:
-    """Open the app's front page first: the first script run is what switches Streamlit to the app's
-    st.navigation; a fresh server asked for /memory_bill would run the bare file from pages/."""
-    page.goto(app_url)
-    page.get_by_text("the KV cache, live").first.wait_for()
-    wait_idle(page)
+    """Open a lesson by its own address, as a bookmark or a shared link would."""
     page.goto(f"{app_url}/{path}")
 
 

@@ -73,7 +73,7 @@ def test_hostile_record_fields_are_refused(lesson):
 def new_session():
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
     at.run()
-    at.switch_page("pages/prefill_decode.py").run()
+    at.switch_page("lessons/prefill_decode.py").run()
     return at
 
 
@@ -89,7 +89,7 @@ def test_a_link_reopens_the_same_prompt_and_step():
     for key, value in link.items():
         second.query_params[key] = value[0] if isinstance(value, list) else value
     second.run()
-    second.switch_page("pages/prefill_decode.py").run()
+    second.switch_page("lessons/prefill_decode.py").run()
     lesson = second.session_state["lesson"]
     assert lesson.settings.prompt == "JULIET:\nAy me" and len(lesson.records) == 3
     assert [r.sampled for r in lesson.records] == [r.sampled for r in first.session_state["lesson"].records]

@@ -10,7 +10,7 @@ from conftest import ROOT
 def app():
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
     at.run()
-    at.switch_page("pages/paged_batching.py").run()
+    at.switch_page("lessons/paged_batching.py").run()
     assert not at.exception
     return at
 

@@ -11,7 +11,7 @@ from conftest import ROOT
 def app():
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
     at.run()
-    at.switch_page("pages/prefill_decode.py").run()
+    at.switch_page("lessons/prefill_decode.py").run()
     assert not at.exception
     return at
 

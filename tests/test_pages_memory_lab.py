@@ -30,7 +30,7 @@ def metric(at: AppTest, label: str) -> str:
 
 @pytest.fixture()
 def bill():
-    return open_page("pages/memory_bill.py")
+    return open_page("lessons/memory_bill.py")
 
 
 def test_bill_opens_on_llama_with_the_formula_filled_in(bill):
@@ -99,7 +99,7 @@ def press_measure(at: AppTest) -> None:
 
 
 def test_lab_measures_and_keeps_results_through_a_bad_setting():
-    at = open_page("pages/model_lab.py")
+    at = open_page("lessons/model_lab.py")
     assert "lab_result" not in at.session_state
     press_measure(at)
     assert not at.exception and not at.error

@@ -1,0 +1,158 @@
+"""Session state of the "Batch generation" page: build the workload, run it with a live view.
+
+Results live in st.session_state under "lesson_batch" and "lesson_batch_compare" (loading another
+model clears them, as it clears every lesson); widgets under "batch_*". The run is started by a
+button in the page, not in a callback, because its progress bar and live charts must sit in the
+page where the button is.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+import streamlit as st
+
+from kvviz.batch_job import (BatchJobError, BatchResult, BatchSettings, BatchWorkload, compare_with_transformers,
+                             live_summary, run_batch, synthetic_workload, upload_workload)
+from kvviz.ui.common import current_model
+from kvviz.viz import batch_figures as figures
+
+SYNTHETIC, UPLOAD = "Synthetic workload", "Upload a file"
+DEFAULTS = {"batch_source": SYNTHETIC, "batch_count": 16, "batch_prompt_len": (8, 32), "batch_output_len": (16, 32),
+            "batch_prefix": 32, "batch_seed": 0, "batch_greedy": True, "batch_temperature": 0.8, "batch_top_k": 40,
+            "batch_top_p": 0.95, "batch_ignore_eos": True, "batch_block_size": 16, "batch_num_blocks": 0,
+            "batch_prefix_caching": True, "batch_max_num_seqs": 16, "batch_max_batched_tokens": 256,
+            "batch_hf_batch_size": 16}
+LIVE_EVERY_S = 0.5  # redraw the live charts this often
+BAR_EVERY_S = 0.1  # and move the progress bar at most this often
+
+
+def setting(key: str):
+    return st.session_state.get(key, DEFAULTS[key])
+
+
+def result() -> BatchResult | None:
+    return st.session_state.get("lesson_batch")
+
+
+def comparison():
+    return st.session_state.get("lesson_batch_compare")
+
+
+def error() -> str | None:
+    return st.session_state.get("batch_error")
+
+
+def settings() -> BatchSettings:
+    greedy = bool(setting("batch_greedy"))
+    return BatchSettings(
+        block_size=int(setting("batch_block_size")), num_blocks=int(setting("batch_num_blocks")),
+        enable_prefix_caching=bool(setting("batch_prefix_caching")),
+        max_num_seqs=int(setting("batch_max_num_seqs")),
+        max_num_batched_tokens=int(setting("batch_max_batched_tokens")),
+        temperature=0.0 if greedy else float(setting("batch_temperature")),
+        top_k=0 if greedy else int(setting("batch_top_k")), top_p=1.0 if greedy else float(setting("batch_top_p")),
+        seed=int(setting("batch_seed")), ignore_eos=bool(setting("batch_ignore_eos")))
+
+
+def workload() -> BatchWorkload:
+    """The workload the controls describe; raises BatchJobError with one sentence."""
+    lm = current_model()
+    output_len = tuple(setting("batch_output_len"))
+    if setting("batch_source") == UPLOAD:
+        upload = st.session_state.get("batch_upload")
+        if upload is None or not hasattr(upload, "getvalue"):  # nothing, or a file just removed
+            raise BatchJobError("No file is uploaded yet; upload a .txt or .jsonl file of prompts, "
+                                "or switch to a synthetic workload.")
+        # parse and tokenize a file once, not on every rerun of the page
+        key = (upload.file_id, output_len, int(setting("batch_seed")), lm.name)
+        cached = st.session_state.get("batch_upload_parsed")
+        if cached is None or cached[0] != key:
+            try:
+                parsed = upload_workload(lm.tokenizer, upload.name, upload.getvalue(), output_len, key[2])
+            except BatchJobError as problem:
+                parsed = problem
+            cached = (key, parsed)
+            st.session_state["batch_upload_parsed"] = cached
+        if isinstance(cached[1], BatchJobError):
+            raise cached[1]
+        return cached[1]
+    vocab_size = lm.model.get_output_embeddings().weight.shape[0]
+    return synthetic_workload(lm.tokenizer, vocab_size, int(setting("batch_count")), tuple(setting("batch_prompt_len")),
+                              output_len, int(setting("batch_prefix")), int(setting("batch_seed")))
+
+
+def upload_summary() -> tuple[str | None, str | None]:
+    """(what the uploaded file holds, or the sentence saying why it cannot be used)."""
+    try:
+        work = workload()
+    except BatchJobError as problem:
+        return None, str(problem)
+    return f"{work.source}: {len(work)} prompts, {sum(map(len, work.prompts)):,} prompt tokens.", None
+
+
+def run(progress_slot, live_slot) -> None:
+    """Run the batch, moving a progress bar and redrawing live charts; keep the result or one sentence."""
+    st.session_state.pop("batch_error", None)
+    lm = current_model()
+    try:
+        work, chosen = workload(), settings()
+    except BatchJobError as problem:
+        st.session_state["batch_error"] = str(problem)
+        return
+    num_blocks = chosen.pool_blocks(lm, work)
+    chosen = replace(chosen, num_blocks=num_blocks)  # sized once: the live view and the engine agree
+    bar = progress_slot.progress(0.0, text=f"Starting {len(work)} requests…")
+    last_bar, last_draw = [0.0], [0.0]
+
+    def on_step(num_finished, num_total, points):
+        point, now = points[-1], time.perf_counter()
+        if now - last_bar[0] >= BAR_EVERY_S:
+            last_bar[0] = now
+            bar.progress(num_finished / num_total,
+                         text=f"{num_finished} of {num_total} requests finished · step {point.step} · "
+                              f"{point.running} running, {point.waiting} waiting")
+        if now - last_draw[0] >= LIVE_EVERY_S:
+            last_draw[0] = now
+            with live_slot.container():
+                draw_live(points, num_blocks, num_total)
+
+    try:
+        outcome = run_batch(lm, work, chosen, progress=on_step)
+    except ValueError as problem:  # BatchJobError, EngineError
+        st.session_state["batch_error"] = str(problem)
+        progress_slot.empty()
+        live_slot.empty()
+        return
+    st.session_state["lesson_batch"] = outcome
+    st.session_state.pop("lesson_batch_compare", None)  # it compared other prompts
+    progress_slot.empty()
+    live_slot.empty()
+
+
+def draw_live(points, num_blocks: int, num_requests: int) -> None:
+    now = live_summary(points)
+    m = st.columns(4)
+    m[0].metric("Tokens/s so far", f"{now['tokens_per_s']:,.0f}")
+    m[1].metric("Running / waiting", f"{now['running']} / {now['waiting']}")
+    m[2].metric("Blocks in use", f"{now['blocks_used']} of {num_blocks}")
+    m[3].metric("Preemptions", now["preemptions"])
+    st.plotly_chart(figures.timeline(points, num_blocks, num_requests), width="stretch",
+                    key=f"batch_live_{len(points)}")
+
+
+def on_compare() -> None:
+    """Run the last batch's prompts through kvviz and transformers generate, greedy, and time both."""
+    st.session_state.pop("batch_compare_error", None)
+    done = result()
+    if done is None:
+        st.session_state["batch_compare_error"] = "Run the batch first; the comparison uses its prompts."
+        return
+    try:
+        outcome = compare_with_transformers(current_model(), done.workload, done.settings,
+                                            int(setting("batch_hf_batch_size")))
+    except ValueError as problem:
+        st.session_state["batch_compare_error"] = str(problem)
+        return
+    st.session_state["lesson_batch_compare"] = outcome

@@ -1,0 +1,88 @@
+"""Session state and button callbacks of the "Cache strategies" lesson.
+
+Results live in st.session_state under "lesson_strategies" and "lesson_gqa" (so that loading
+another model clears them, as it clears every lesson); widgets under "strategies_*". Nothing
+runs on a widget change, only on the buttons: a comparison runs the model about 15 times.
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from kvviz.gqa import gqa_report
+from kvviz.strategies import StrategySpec, compare_strategies, comparison_table
+from kvviz.ui.common import current_model
+from kvviz.viz.strategy_figures import strategy_color
+
+EXAMPLE_PROMPT = "ROMEO:\nBut soft, what light through yonder window breaks?"
+DEFAULTS = {"strategies_prompt": EXAMPLE_PROMPT, "strategies_max_tokens": 32, "strategies_window": 24,
+            "strategies_group_size": 32, "strategies_residual": 0}
+
+
+STATIC_MOST_TOKENS = 4096  # a full-size model's whole context (128k tokens) would not fit in memory
+
+
+def lesson_specs(window: int, group_size: int, residual: int, max_context: int = 512) -> list[StrategySpec]:
+    """The strategies the lesson compares, with the page's options. Static reserves the model's
+    context, up to STATIC_MOST_TOKENS."""
+    quantized = {"group_size": group_size, "residual": residual}
+    static = {} if max_context <= STATIC_MOST_TOKENS else {"capacity": STATIC_MOST_TOKENS}
+    return [StrategySpec("dynamic"), StrategySpec("static", static), StrategySpec("sliding_window", {"window": window}),
+            StrategySpec("quantized", {"bits": 8, **quantized}), StrategySpec("quantized", {"bits": 4, **quantized}),
+            StrategySpec("paged"), StrategySpec("no_cache")]
+
+
+def group_sizes(head_dim: int) -> list[int]:
+    """Quantization group sizes that fit this head size: even, dividing it."""
+    return [g for g in (4, 8, 16, 32, 64, 128, 256) if g <= head_dim and head_dim % g == 0] or [head_dim]
+
+
+def gqa_choices(kv_heads: int) -> list[int]:
+    """KV head counts mean-pooling can reach: the divisors of kv_heads below it (1 is MQA)."""
+    return [n for n in range(1, kv_heads) if kv_heads % n == 0]
+
+
+def setting(key: str):
+    return st.session_state.get(key, DEFAULTS[key])
+
+
+def strategies() -> dict | None:
+    return st.session_state.get("lesson_strategies")
+
+
+def gqa() -> object | None:
+    return st.session_state.get("lesson_gqa")
+
+
+def on_run() -> None:
+    """Compare every strategy on the prompt; a bad setting leaves one sentence and the old results."""
+    st.session_state.pop("strategies_error", None)
+    lm = current_model()
+    prompt = str(setting("strategies_prompt"))
+    if not prompt.strip():
+        st.session_state["strategies_error"] = "The prompt is empty; type some text to start from."
+        return
+    specs = lesson_specs(int(setting("strategies_window")), int(setting("strategies_group_size")),
+                         int(setting("strategies_residual")), lm.max_context)
+    try:
+        results = compare_strategies(lm, prompt, int(setting("strategies_max_tokens")), specs)
+    except ValueError as error:  # EngineError is a ValueError too
+        st.session_state["strategies_error"] = str(error)
+        return
+    decode = (lambda t: lm.tokenizer.decode([t])) if lm.tokenizer is not None else str
+    st.session_state["lesson_strategies"] = {
+        "results": results, "table": comparison_table(results), "model": lm.name, "prompt": prompt,
+        "texts": [{"label": r.label, "color": strategy_color(r.strategy, r.options),
+                   "pieces": [decode(t) for t in r.token_ids], "divergence": r.first_divergence}
+                  for r in results]}
+
+
+def on_gqa() -> None:
+    st.session_state.pop("gqa_error", None)
+    lm = current_model()
+    try:
+        report = gqa_report(lm, int(st.session_state.get("strategies_gqa_heads", 1)))
+    except ValueError as error:
+        st.session_state["gqa_error"] = str(error)
+        return
+    st.session_state["lesson_gqa"] = report

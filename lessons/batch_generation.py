@@ -1,0 +1,132 @@
+"""Batch generation: many prompts through the same engine, watched step by step."""
+
+import streamlit as st
+
+from kvviz.batch_job import MAX_UPLOAD_BYTES, run_batch
+from kvviz.engine.engine import Engine
+from kvviz.engine.scheduler import Scheduler
+from kvviz.ui import batch_state as bs
+from kvviz.ui.common import current_model, show_code
+from kvviz.viz import batch_figures as figures
+
+st.title("Batch generation")
+info = current_model().describe()
+st.markdown(
+    "The engine of the lessons, on many prompts at once: continuous batching admits requests as "
+    "blocks and the token budget allow, finished requests leave at once, and when the pool runs "
+    "out the newest request is preempted and recomputed later. "
+    f"Model: **{info['name']}** ({info['parameters'] / 1e6:.1f}M parameters, {info['dtype']} on "
+    f"{info['device']}); pick another in the sidebar. On a GPU, this is where full-size models run.")
+
+workload_col, settings_col = st.columns([1, 1], gap="large")
+with workload_col:
+    st.subheader("Prompts")
+    source = st.radio("Where the prompts come from", [bs.SYNTHETIC, bs.UPLOAD], key="batch_source", horizontal=True,
+                      label_visibility="collapsed")
+    upload_problem = None
+    if source == bs.UPLOAD:
+        st.file_uploader(f"A .txt file (one prompt per line) or a .jsonl file (one {{\"prompt\": ...}} per line), "
+                         f"at most {MAX_UPLOAD_BYTES // 2**20} MiB", key="batch_upload")
+        summary, upload_problem = bs.upload_summary()
+        if not hasattr(st.session_state.get("batch_upload"), "getvalue"):
+            st.caption("Nothing uploaded yet.")
+        elif upload_problem:
+            st.error(upload_problem)
+        else:
+            st.success(summary)
+    else:
+        st.slider("Prompts", 1, 256, bs.DEFAULTS["batch_count"], key="batch_count")
+        st.slider("Prompt length, each one's own part (tokens)", 1, 256, bs.DEFAULTS["batch_prompt_len"],
+                  key="batch_prompt_len")
+        st.slider("Shared prefix: tokens every prompt starts with", 0, 256, bs.DEFAULTS["batch_prefix"],
+                  key="batch_prefix", help="A shared system prompt. With prefix caching, its full blocks "
+                                          "are computed once and reused by later requests.")
+    st.slider("Tokens to generate per request", 1, 512, bs.DEFAULTS["batch_output_len"], key="batch_output_len",
+              help="Each request draws its length uniformly from this range.")
+
+with settings_col:
+    st.subheader("Engine")
+    a, b = st.columns(2)
+    a.select_slider("Block size (tokens)", [1, 2, 4, 8, 16, 32, 64], bs.DEFAULTS["batch_block_size"],
+                    key="batch_block_size")
+    b.number_input("Pool size in blocks (0: room for every request)", 0, 1_000_000, bs.DEFAULTS["batch_num_blocks"],
+                   key="batch_num_blocks", help="Make it small to watch requests wait and get preempted.")
+    a.number_input("Most requests running at once", 1, 1024, bs.DEFAULTS["batch_max_num_seqs"],
+                   key="batch_max_num_seqs")
+    b.number_input("Token budget per step", 1, 65_536, bs.DEFAULTS["batch_max_batched_tokens"],
+                   key="batch_max_batched_tokens", help="Prompt and generated tokens one forward pass may run; "
+                                                        "longer prompts are prefilled in chunks.")
+    a.toggle("Prefix caching", value=bs.DEFAULTS["batch_prefix_caching"], key="batch_prefix_caching")
+    b.toggle("Ignore end-of-text", value=True, key="batch_ignore_eos",
+             help="Run every request to its length, even past the model's end-of-text token.")
+    with st.expander("Sampling"):
+        st.toggle("Greedy (always the most likely token)", value=True, key="batch_greedy")
+        greedy = st.session_state.get("batch_greedy", True)
+        c, d, e = st.columns(3)
+        c.slider("Temperature", 0.1, 2.0, bs.DEFAULTS["batch_temperature"], 0.1, key="batch_temperature",
+                 disabled=greedy)
+        d.slider("Top-k (0 = off)", 0, 200, bs.DEFAULTS["batch_top_k"], key="batch_top_k", disabled=greedy)
+        e.slider("Top-p", 0.05, 1.0, bs.DEFAULTS["batch_top_p"], 0.05, key="batch_top_p", disabled=greedy)
+        st.number_input("Seed (prompts and sampling)", 0, 2**31 - 1, 0, key="batch_seed")
+
+progress_slot, live_slot = st.empty(), st.empty()
+if st.button("Run the batch", type="primary", disabled=upload_problem is not None):
+    bs.run(progress_slot, live_slot)
+if bs.error():
+    st.error(bs.error())
+
+done = bs.result()
+if done is None:
+    st.info("Press **Run the batch**: every prompt goes to one engine, and the charts follow each step.")
+    st.stop()
+
+st.subheader(f"{len(done.workload)} requests in {done.seconds:.2f} s on {done.model_name}")
+m = st.columns(5)
+m[0].metric("Generated tokens/s", f"{done.engine_tokens_per_s:,.0f}",
+            help=f"Generated tokens over the engine's own time ({done.engine_seconds:.2f} s of steps). The wall "
+                 f"time, {done.seconds:.2f} s, also holds drawing the live charts: {done.tokens_per_s:,.0f} tokens/s.")
+m[1].metric("Generated tokens", f"{done.output_tokens:,}")
+m[2].metric("Peak blocks in use", f"{done.stats['peak_blocks']} of {done.num_blocks}")
+m[3].metric("Preemptions", done.preemptions)
+m[4].metric("Prefix-cache hit rate", f"{done.hit_rate:.0%}", f"{done.prefix_hit_tokens:,} tokens reused",
+            delta_color="off", help="Share of prompt tokens whose keys and values were already in the pool.")
+over_time, lanes_tab, results_tab, compare_tab = st.tabs(
+    ["Over time", "Requests", "Results", "Against transformers generate"])
+with over_time:
+    st.plotly_chart(figures.timeline(done.series, done.num_blocks, len(done.workload)), width="stretch")
+    st.caption("Red crosses: a request was preempted (its blocks freed, to be recomputed). Green stars: "
+               "a prompt found some of its blocks already in the prefix cache.")
+with lanes_tab:
+    st.plotly_chart(figures.request_lanes(done.series, len(done.workload)), width="stretch")
+with results_tab:
+    st.dataframe(done.rows(), hide_index=True, width="stretch",
+                 column_config={"prompt (end)": st.column_config.TextColumn(width="medium"),
+                                "text": st.column_config.TextColumn(width="large")})
+    st.download_button("Download the results (JSONL)", done.to_jsonl(), file_name="kvviz_batch.jsonl",
+                       mime="application/jsonl", on_click="ignore", icon=":material/download:")
+with compare_tab:
+    st.markdown("The same prompts through transformers' `generate` as one usually writes it: static "
+                "batches, left-padded, each batch generating until its longest request is done. Both "
+                "sides run greedy, every request to its length, and are timed end to end.")
+    a, b = st.columns([1, 1])
+    a.number_input("transformers batch size", 1, 1024, bs.DEFAULTS["batch_hf_batch_size"], key="batch_hf_batch_size")
+    b.button("Run both and compare", on_click=bs.on_compare, width="stretch")
+    if "batch_compare_error" in st.session_state:
+        st.error(st.session_state["batch_compare_error"])
+    compared = bs.comparison()
+    if compared is not None:
+        used = compared.kvviz.details
+        st.caption(f"kvviz ran with its settings above: at most {done.settings.max_num_seqs} requests at once, "
+                   f"{done.settings.max_num_batched_tokens} tokens per step, {used['num_blocks']} blocks of "
+                   f"{done.settings.block_size}. Tokens per second count the requested tokens only.")
+        c = st.columns(3)
+        c[0].metric("kvviz is", f"{compared.speedup:.2f}× as fast", help="Output tokens per second, kvviz over "
+                                                                        "transformers.")
+        c[1].metric("Outputs identical", f"{compared.agreement.num_equal} of {compared.agreement.num_requests}")
+        c[2].metric("Tokens transformers generated", f"{compared.transformers.generated_tokens:,}",
+                    f"{compared.transformers.generated_tokens - compared.transformers.output_tokens:,} thrown away",
+                    delta_color="off")
+        st.plotly_chart(figures.speed_comparison(compared.rows()), width="stretch")
+
+show_code(run_batch, Engine.generate, Scheduler.schedule,
+          caption="The batch job that ran, the engine's generate loop, and the scheduler behind every step.")

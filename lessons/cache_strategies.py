@@ -1,0 +1,141 @@
+"""Lesson: one prompt under every cache strategy; memory, time, text, error; GQA and MQA."""
+
+import streamlit as st
+
+from kvviz.memory import format_bytes
+from kvviz.strategies import QuantizedKV, SlidingWindowKV, StaticKV, compare_strategies
+from kvviz.ui import strategy_state as ss
+from kvviz.ui.common import current_model, show_code
+from kvviz.gqa import mean_pool_heads
+from kvviz.viz import strategy_figures as figures
+
+st.title("Cache strategies")
+st.markdown(
+    "A cache is a trade: memory against time against exactness. Here the same prompt runs under "
+    "each strategy: the **dynamic** cache grows a token at a time, a **static** one reserves the "
+    "whole context up front, a **sliding window** keeps only the newest tokens, a **quantized** one "
+    "stores keys and values in 8 or 4 bits, the **paged** engine hands out fixed-size blocks, and "
+    "**no cache** recomputes everything. Every byte and millisecond below is measured.")
+
+info = current_model().describe()
+left, right = st.columns([3, 2])
+with left:
+    st.text_area("Prompt", value=ss.EXAMPLE_PROMPT, key="strategies_prompt", height=100)
+with right:
+    a, b = st.columns(2)
+    a.slider("Tokens to generate", 2, 128, ss.DEFAULTS["strategies_max_tokens"], key="strategies_max_tokens")
+    b.slider("Sliding window (tokens)", 2, 128, ss.DEFAULTS["strategies_window"], key="strategies_window")
+    sizes = ss.group_sizes(info["head_dim"])
+    if st.session_state.get("strategies_group_size", sizes[0]) not in sizes:  # another model was loaded
+        del st.session_state["strategies_group_size"]
+    default_group = min(32, info["head_dim"])
+    a.selectbox("Quantization group (values per scale)", sizes, key="strategies_group_size",
+                index=sizes.index(default_group) if default_group in sizes else len(sizes) - 1)
+    b.slider("Recent tokens kept unquantized", 0, 64, 0, key="strategies_residual")
+st.button("Run every strategy", type="primary", on_click=ss.on_run)
+if "strategies_error" in st.session_state:
+    st.error(st.session_state["strategies_error"])
+
+lesson = ss.strategies()
+memory_tab, time_tab, text_tab, error_tab, bill_tab, table_tab, gqa_tab = st.tabs(
+    ["Memory", "Time", "Texts", "Error and KL", "Measured vs formula", "Table", "GQA and MQA"])
+
+if lesson is None:
+    for tab in (memory_tab, time_tab, text_tab, error_tab, bill_tab, table_tab):
+        tab.info("Press **Run every strategy**: the prompt runs once per strategy, on this model, "
+                 "and again teacher-forced on the full cache's tokens to measure each one's error.")
+else:
+    results = lesson["results"]
+    with memory_tab:
+        log_scale = st.toggle("Logarithmic memory axis", value=True, key="strategies_log_memory",
+                              help="The static reservation is many times the others; on a linear axis "
+                                   "they crowd together at the bottom.")
+        st.plotly_chart(figures.memory_per_step(results, log_scale), width="stretch")
+        dynamic = results[0]
+        st.caption(f"After the last step the full (dynamic) cache holds {format_bytes(dynamic.held_bytes[-1])}. "
+                   "Static holds its whole reservation from the first step; the sliding window stops "
+                   "growing at its window; quantized caches grow at a fraction of the slope; the paged "
+                   "engine takes whole blocks; no cache holds nothing.")
+    with time_tab:
+        st.plotly_chart(figures.time_per_step(results), width="stretch")
+        st.caption("Step 0 runs the whole prompt. After it, a cached step runs one token; without a "
+                   "cache every step runs the whole sequence again, so its steps grow longer and its total "
+                   "bends upwards. On a small model and a busy CPU, fixed costs and noise can hide part of it.")
+    with text_tab:
+        st.markdown(figures.divergence_html(lesson["texts"]), unsafe_allow_html=True)
+        st.caption("Greedy decoding, each strategy on its own. Red from the first token that differs "
+                   "from the full cache's choice: after one different word the rest of the story "
+                   "follows another path.")
+    with error_tab:
+        st.plotly_chart(figures.quantization_error(results), width="stretch")
+        st.plotly_chart(figures.kl_per_step(results), width="stretch")
+        st.caption("Teacher-forced: every strategy reads the very same tokens (the full cache's), so the "
+                   "differences come from the cache alone. Rounding to a few bits moves keys and values a "
+                   "little and the next-token distribution less; dropping old tokens (the window) moves it "
+                   "more. Static, paged and no cache differ only by float rounding. A KL of exactly 0 sits on the "
+                   "bottom line.")
+    with bill_tab:
+        labels = [r.label for r in results]
+        chosen = st.selectbox("Strategy", labels, index=labels.index(next(
+            (r.label for r in results if r.strategy == "quantized"), labels[0])), key="strategies_bill_of")
+        result = results[labels.index(chosen)]
+        bill = result.final_bill
+        m = st.columns(3)
+        m[0].metric("Formula (tokens in context)", format_bytes(bill.formula_bytes))
+        m[1].metric("Measured (tensors' bytes)", format_bytes(bill.measured_bytes))
+        m[2].metric("kvviz.memory predicts", format_bytes(bill.predicted_bytes),
+                    "equal to measured" if bill.predicted_bytes == bill.measured_bytes else "differs",
+                    delta_color="off")
+        st.code(result.formula, language=None, wrap_lines=True)
+        st.plotly_chart(figures.bill_waterfall(bill, chosen, figures.strategy_color(result.strategy,
+                                                                                    result.options)),
+                        width="stretch")
+        st.dataframe([{"strategy": r.label, "formula": format_bytes(r.final_bill.formula_bytes),
+                       "differences": "; ".join(f"{d.name}: {d.num_bytes:+,} bytes" for d in r.final_bill.differences)
+                       or "none", "measured": format_bytes(r.final_bill.measured_bytes)} for r in results],
+                     hide_index=True, width="stretch")
+    with table_tab:
+        st.dataframe(lesson["table"], hide_index=True, width="stretch",
+                     column_config={"bytes held": st.column_config.NumberColumn(format="%d"),
+                                    "bytes predicted": st.column_config.NumberColumn(format="%d"),
+                                    "max KL (nats)": st.column_config.NumberColumn(format="%.2e"),
+                                    "max |K error|": st.column_config.NumberColumn(format="%.2e"),
+                                    "max |V error|": st.column_config.NumberColumn(format="%.2e"),
+                                    "mean step (ms)": st.column_config.NumberColumn(format="%.1f")})
+
+with gqa_tab:
+    st.markdown(
+        f"**Grouped-query attention** shares each key/value head among several query heads; with one "
+        f"KV head it is **multi-query attention**. This model has {info['heads']} query heads and "
+        f"{info['kv_heads']} KV heads. Merging KV heads by averaging their weights (as Ainslie et al. "
+        "do before a short retraining, which is skipped here) shrinks the cache at once; the held-out "
+        "loss shows what it costs.")
+    choices = ss.gqa_choices(info["kv_heads"])
+    if st.session_state.get("strategies_gqa_heads", 1) not in choices:  # another model was loaded
+        st.session_state.pop("strategies_gqa_heads", None)
+    if not choices:
+        st.info("This model already has a single KV head (multi-query attention): nothing left to merge.")
+    else:
+        a, b = st.columns([2, 1])
+        a.selectbox("KV heads after the merge", choices, key="strategies_gqa_heads",
+                    format_func=lambda n: f"{n} (MQA)" if n == 1 else f"{n} (GQA)")
+        b.button("Convert and measure", on_click=ss.on_gqa, width="stretch")
+    if "gqa_error" in st.session_state:
+        st.error(st.session_state["gqa_error"])
+    report = ss.gqa()
+    if report is not None:
+        st.plotly_chart(figures.gqa_comparison(report), width="stretch")
+        m = st.columns(4)
+        m[0].metric("Cache per token, before", format_bytes(report.bytes_per_token_before))
+        m[1].metric("Cache per token, after", format_bytes(report.bytes_per_token_after),
+                    f"-{report.cache_saved_fraction:.0%}", delta_color="inverse")
+        m[2].metric("Held-out loss, after", f"{report.loss_after:.3f}", f"{report.loss_change:+.3f} nats",
+                    delta_color="inverse")
+        m[3].metric("Parameters", f"{report.parameters_after / 1e6:.2f}M",
+                    f"{(report.parameters_after - report.parameters_before) / 1e6:+.2f}M", delta_color="off")
+        st.caption(f"Measured on {report.num_windows} windows of {report.window} tokens of held-out text. "
+                   f"kvviz.memory's formula predicts {format_bytes(report.predicted_bytes_per_token_after)} "
+                   "per token after the merge.")
+
+show_code(compare_strategies, StaticKV.update, SlidingWindowKV.update, QuantizedKV.update, mean_pool_heads,
+          caption="The comparison that ran, the caches' update methods, and the mean-pooling of KV heads.")

@@ -1,0 +1,65 @@
+"""`python -m kvviz bench --quick` end to end: it runs, kvviz agrees with transformers, it reports."""
+
+import json
+
+import pytest
+
+from kvviz import bench
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench") / "bench.json"
+    parser = bench.add_bench_arguments(__import__("argparse").ArgumentParser())
+    code = bench.run_bench(parser.parse_args(["--quick", "--json", str(out)]))
+    return code, json.loads(out.read_text())
+
+
+def test_quick_bench_agrees_with_hf_generate(quick_run, capsys):
+    code, results = quick_run
+    assert code == 0
+    mixed = results["mixed"]
+    hf = mixed["systems"]["hf_generate"]
+    assert hf["outputs_equal"] == mixed["requests"], hf["first_divergence"]
+    assert hf["kvviz_speedup"] > 0
+
+
+def test_quick_bench_reports_every_figure(quick_run):
+    _, results = quick_run
+    assert set(results) >= {"model", "settings", "mixed", "flops", "memory", "shared_prefix", "tight_pool"}
+    systems = results["mixed"]["systems"]
+    assert set(systems) == {"kvviz", "hf_generate", "hf_generate_batch"}
+    for name in ("kvviz", "hf_generate"):
+        assert systems[name]["output_tokens_per_s"] > 0, name
+    batch = systems["hf_generate_batch"]  # may be unavailable on some machines; then it says why
+    assert batch["output_tokens_per_s"] > 0 or batch["error"]
+    flops = results["flops"]
+    assert flops["model_flops"] > 0 and flops["matmul_peak_flops_per_s"] > 0
+    assert 0 < flops["fraction_of_peak"]
+    assert 0 <= results["memory"]["kvviz_slack_fraction"] < 1
+    prefix = results["shared_prefix"]
+    assert prefix["prefix_len"] > 0 and prefix["speedup"] > 0 and 0 <= prefix["hit_rate"] <= 1
+    tight = results["tight_pool"]
+    assert tight["num_blocks"] < tight["demand_blocks"]
+    assert tight["outputs_equal"] == tight["requests"]
+
+
+def test_compare_outputs_finds_first_divergence():
+    agreement = bench.compare_outputs([[1, 2, 3], [4, 5, 6], [7]], [[1, 2, 3], [4, 9, 6], [7, 8]])
+    assert (agreement.num_equal, agreement.first_divergence) == (1, {1: 1, 2: 1})
+    assert agreement.describe().startswith("1/3")
+
+
+def test_bad_lengths_end_in_one_sentence(capsys):
+    parser = bench.add_bench_arguments(__import__("argparse").ArgumentParser())
+    assert bench.run_bench(parser.parse_args(["--min-len", "300", "--max-len", "20"])) == 2
+    assert "--min-len" in capsys.readouterr().out
+
+
+def test_model_flops_count_prompt_outputs_and_attention():
+    model = bench.build_random_llama(bench.CustomShape(num_layers=1, hidden_size=64, num_heads=4,
+                                                       num_kv_heads=2, vocab_size=128, max_context=64))
+    one = bench.Workload("one", [[1, 2, 3]], [2])  # runs 4 tokens, samples 2 logits rows
+    body = bench.count_params(model) - 2 * 128 * 64
+    attention = 4 * 4 * 16 * 1 * (4 * 5 / 2)
+    assert bench.model_flops(model, one) == 2 * body * 4 + 2 * 128 * 64 * 2 + attention
