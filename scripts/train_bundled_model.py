@@ -224,6 +224,8 @@ def plot_loss(log: dict, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
     ax.plot(log["steps"], log["train_loss"], label="train (smoothed)")
     ax.plot(log["eval_steps"], log["eval_loss"], "o-", label="held-out")
+    for boundary in log.get("phases", [])[:-1]:  # a resumed phase restarts the learning-rate schedule
+        ax.axvline(boundary, color="grey", linestyle=":", linewidth=1)
     ax.set_xlabel("step")
     ax.set_ylabel("cross-entropy (nats/token)")
     ax.set_title("kvviz bundled model: training")
@@ -234,4 +236,7 @@ def plot_loss(log: dict, path: Path) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:] == ["--plot-only"]:
+        plot_loss(json.loads((DEFAULT_OUT / "training_log.json").read_text()), DEFAULT_OUT / "loss_curve.png")
+    else:
+        main()

@@ -8,9 +8,12 @@ checkpoint in the repository actually writes.
 
 import json
 import platform
+import sys
 from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from anywhere, no install
 
 from kvviz import Engine, SamplingParams, load_model
 from kvviz.models import BUNDLED_DIR
@@ -37,8 +40,9 @@ def main() -> None:
     files = sorted(p for p in BUNDLED_DIR.iterdir() if p.is_file())
     size_mb = sum(p.stat().st_size for p in files) / 1e6
     phases = log.get("phases")
-    phase_text = (f" in {len(phases)} phases (the second continues from the first's best checkpoint "
-                  "with a fresh, lower learning-rate schedule)") if phases else ""
+    phase_text = (f" in {len(phases)} phases (each later phase resumes from the best checkpoint so far with a "
+                  "fresh, lower learning-rate schedule; dotted lines in the curve), stopped once a phase "
+                  "barely moved the held-out loss while the training loss kept falling") if phases else ""
     sample_blocks = "\n\n".join(f"**Prompt** `{p.strip()!s}` (temperature 0.8, top-k 40, seed {i}):\n\n```text\n"
                                 f"{p}{s.text}\n```" for i, (p, s) in enumerate(zip(PROMPTS, samples)))
     card = f"""# kvviz bundled model: a small Shakespeare Llama
@@ -99,7 +103,7 @@ ROMEO:
 ```
 
 ## Limitations
-A 5M-parameter model trained for under an hour on a CPU: it writes Shakespeare-shaped text
+A 5M-parameter model trained for {log["minutes"]:.0f} minutes on a shared 2-core CPU: it writes Shakespeare-shaped text
 (speaker names, verse lines, period words) that rarely makes sense beyond a line, repeats
 itself under greedy decoding, and knows nothing but these plays. It is for watching a KV cache
 work, not for reading. It has seen only Shakespeare's English and its 4,096-token vocabulary
