@@ -1,5 +1,6 @@
 """`python -m kvviz bench --quick` end to end: it runs, kvviz agrees with transformers, it reports."""
 
+import argparse
 import json
 
 import pytest
@@ -10,7 +11,7 @@ from kvviz import bench
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench") / "bench.json"
-    parser = bench.add_bench_arguments(__import__("argparse").ArgumentParser())
+    parser = bench.add_bench_arguments(argparse.ArgumentParser())
     code = bench.run_bench(parser.parse_args(["--quick", "--json", str(out)]))
     return code, json.loads(out.read_text())
 
@@ -51,7 +52,7 @@ def test_compare_outputs_finds_first_divergence():
 
 
 def test_bad_lengths_end_in_one_sentence(capsys):
-    parser = bench.add_bench_arguments(__import__("argparse").ArgumentParser())
+    parser = bench.add_bench_arguments(argparse.ArgumentParser())
     assert bench.run_bench(parser.parse_args(["--min-len", "300", "--max-len", "20"])) == 2
     assert "--min-len" in capsys.readouterr().out
 

@@ -73,13 +73,13 @@ def _group(chunks, members, offsets, cached: bool, block_size: int, device) -> A
     if cached:
         num_keys = starts + lengths  # (B,) the whole context so far
         max_blocks = -(-max_keys // block_size)
-        tables = torch.zeros(rows, max_blocks, dtype=torch.long)  # (B, max_blocks)
+        tables = torch.zeros(rows, max_blocks, dtype=torch.long)  # (B, max_blocks); padding: block 0
         for row, i in enumerate(members):
             table = chunks[i].request.block_table[:max_blocks]
             tables[row, :len(table)] = torch.tensor(table)
-        key_index = tables.gather(1, (key_span // block_size).expand(rows, -1)) * block_size \
-            + key_span % block_size  # (B, Lk) flat cache slots
-        key_pos = torch.where(key_span[None, :] < num_keys[:, None], key_span[None, :], -1)  # (B, Lk)
+        key_index = tables  # whole blocks are read at once; the masked tail of the last is slack
+        block_span = torch.arange(max_blocks * block_size)  # (Lk,) with Lk rounded up to blocks
+        key_pos = torch.where(block_span[None, :] < num_keys[:, None], block_span[None, :], -1)  # (B, Lk)
     else:
         key_index = flat_start[:, None] + torch.minimum(key_span[None, :], lengths[:, None] - 1)
         key_pos = torch.where(key_span[None, :] < lengths[:, None], key_span[None, :], -1)

@@ -29,7 +29,7 @@ class AttentionGroup:
 
     query_index: torch.Tensor  # (B, Tq) token index in the flat step; padding repeats a real token
     query_pos: torch.Tensor  # (B, Tq) position of each query in its request
-    key_index: torch.Tensor  # (B, Lk) flat cache slot (cached mode) or flat step index (no cache)
+    key_index: torch.Tensor  # cached: (B, blocks) block table; no cache: (B, Lk) flat step index
     key_pos: torch.Tensor  # (B, Lk) position of each key; -1 marks padding
     out_select: torch.Tensor  # (M,) which of the B*Tq padded queries are real
     out_index: torch.Tensor  # (M,) their flat token index
@@ -119,7 +119,7 @@ def paged_attention(module, query, key, value, attention_mask, scaling=None, dro
     out = q.new_empty(q.shape[0], q.shape[1], v_new.shape[-1])  # (N, H, Dv)
     for group_id, group in enumerate(batch.groups):  # at most two: decodes, prefill chunks
         if batch.cache is not None:
-            k, v = batch.cache.gather(layer, group.key_index)  # (B, Lk, KVH, D)
+            k, v = batch.cache.gather_blocks(layer, group.key_index)  # (B, Lk, KVH, D)
         else:
             k, v = k_new[group.key_index], v_new[group.key_index]  # (B, Lk, KVH, D)
         mask = group.mask(window)

@@ -1,0 +1,643 @@
+"""`python -m kvviz bench`: kvviz against transformers, on the same model and the same prompts.
+
+The mixed workload has the shape of nano-vllm's benchmark, scaled to a small CPU: random-token
+prompts and outputs of uniformly drawn lengths, greedy, ignoring EOS. Three systems run it:
+
+- kvviz: continuous batching over a paged KV cache (this package's engine);
+- transformers `generate`, as a user writes it: static batches, left-padded, each batch
+  generating to its longest request, the extra tokens thrown away;
+- transformers continuous batching: the manager that `generate_batch` wraps, given each request
+  its own `max_new_tokens` (`generate_batch` itself takes one length for all prompts).
+
+Then two kvviz-only workloads: a shared system prompt (prefix caching on against off) and a pool
+too small for the batch (preemption and recompute must not change the outputs).
+
+    python -m kvviz bench                 # about 25M-parameter random Llama, 64 requests
+    python -m kvviz bench --quick         # a smoke test in well under a minute
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import logging
+import random
+import statistics
+from dataclasses import dataclass, field
+from time import perf_counter
+
+import torch
+
+from kvviz.engine import Engine, SamplingParams
+from kvviz.engine.kv_cache import CacheShape
+from kvviz.engine.scheduler import blocks_needed
+from kvviz.models import CustomShape, ModelLoadError, pick_device, pick_dtype
+
+# about 25M parameters: 6 x 2.7M in the layers, 2 x 4.2M in the untied embedding and head
+BENCH_SHAPE = CustomShape(num_layers=6, hidden_size=512, num_heads=8, num_kv_heads=2,
+                          vocab_size=8192, max_context=1024)
+# Wider than Llama's usual 0.02: with that, a random model repeats one token forever and an
+# "outputs agree" check would compare nothing; with 0.05 greedy outputs wander over the vocabulary.
+INIT_STD = 0.05
+
+
+# ---- workloads ---------------------------------------------------------------------------
+@dataclass(slots=True)
+class Workload:
+    """Prompts as token ids and how many tokens each request asks for."""
+
+    name: str
+    prompts: list[list[int]]
+    max_tokens: list[int]
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return sum(len(p) for p in self.prompts)
+
+    @property
+    def num_output_tokens(self) -> int:
+        return sum(self.max_tokens)
+
+    def head(self, num_requests: int) -> "Workload":
+        return Workload(self.name, self.prompts[:num_requests], self.max_tokens[:num_requests])
+
+    def blocks_needed(self, block_size: int) -> int:
+        """Blocks to hold every request at its full length at once."""
+        return sum(blocks_needed(len(p) + o, block_size) for p, o in zip(self.prompts, self.max_tokens))
+
+
+def mixed_workload(num_requests: int, min_len: int, max_len: int, min_out: int, max_out: int,
+                   vocab_size: int, seed: int = 0) -> Workload:
+    """nano-vllm's bench shape: prompt and output lengths uniform in their ranges, random tokens."""
+    rng = random.Random(seed)
+    prompts = [[rng.randrange(vocab_size) for _ in range(rng.randint(min_len, max_len))]
+               for _ in range(num_requests)]
+    max_tokens = [rng.randint(min_out, max_out) for _ in range(num_requests)]
+    return Workload("mixed", prompts, max_tokens)
+
+
+def shared_prefix_workload(num_requests: int, prefix_len: int, suffix_len: int, max_tokens: int,
+                           vocab_size: int, seed: int = 0) -> Workload:
+    """One system prompt shared by every request, then a short question of its own."""
+    rng = random.Random(seed + 1)
+    prefix = [rng.randrange(vocab_size) for _ in range(prefix_len)]
+    prompts = [prefix + [rng.randrange(vocab_size) for _ in range(suffix_len)] for _ in range(num_requests)]
+    return Workload("shared_prefix", prompts, [max_tokens] * num_requests)
+
+
+# ---- the model ---------------------------------------------------------------------------
+def build_random_llama(shape: CustomShape = BENCH_SHAPE, seed: int = 0, device=None, dtype=None,
+                       init_std: float = INIT_STD) -> torch.nn.Module:
+    """A Llama-style model with random weights, the same for the same seed. No tokenizer needed."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    device = pick_device(device)
+    dtype = pick_dtype(device, dtype)
+    config = LlamaConfig(
+        vocab_size=shape.vocab_size, hidden_size=shape.hidden_size,
+        intermediate_size=shape.resolved_intermediate_size(), num_hidden_layers=shape.num_layers,
+        num_attention_heads=shape.num_heads, num_key_value_heads=shape.num_kv_heads,
+        head_dim=shape.resolved_head_dim(), max_position_embeddings=shape.max_context,
+        tie_word_embeddings=False, initializer_range=init_std,
+        bos_token_id=None, eos_token_id=None, pad_token_id=0)  # no EOS: every request runs to length
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(seed)
+    with torch.device(device):
+        model = LlamaForCausalLM(config).to(dtype)
+    return model.eval()
+
+
+def hf_copy(model: torch.nn.Module) -> torch.nn.Module:
+    """An identical model for transformers' own runs: SDPA attention, no EOS, nothing shared."""
+    twin = copy.deepcopy(model)
+    twin.set_attn_implementation("sdpa")
+    twin.generation_config.eos_token_id = None
+    twin.generation_config.pad_token_id = pad_token_id(model)
+    return twin
+
+
+def pad_token_id(model) -> int:
+    pad = getattr(model.config.get_text_config(), "pad_token_id", None)
+    return int(pad) if isinstance(pad, int) else 0
+
+
+def count_params(model) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+# ---- one system on one workload ----------------------------------------------------------
+@dataclass
+class SystemRun:
+    """What one system did with a workload: outputs cut to the requested lengths, and time."""
+
+    name: str
+    outputs: list[list[int]] | None  # None when the system could not run
+    seconds: float
+    output_tokens: int  # requested tokens only: the useful output
+    generated_tokens: int  # what the system produced, extra tokens of static batches included
+    error: str | None = None
+    details: dict = field(default_factory=dict)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.output_tokens / self.seconds if self.outputs is not None and self.seconds > 0 else 0.0
+
+
+def run_kvviz(model, workload: Workload, *, block_size: int = 16, num_blocks: int | None = None,
+              enable_prefix_caching: bool = True, max_num_seqs: int = 64,
+              max_num_batched_tokens: int = 2048, name: str = "kvviz") -> SystemRun:
+    """Build an engine and generate the workload; the time counts generation, not construction."""
+    slack_bytes, used_bytes = 0, 0
+
+    def watch_memory(num_finished, num_total, record):
+        nonlocal slack_bytes, used_bytes
+        slack_bytes += record.memory.slack_bytes
+        used_bytes += record.memory.used_block_bytes
+
+    setup = perf_counter()
+    engine = Engine(model, block_size=block_size,
+                    num_blocks=num_blocks or workload.blocks_needed(block_size),
+                    enable_prefix_caching=enable_prefix_caching, max_num_seqs=max_num_seqs,
+                    max_num_batched_tokens=max_num_batched_tokens, record_blocks=False)
+    params = [SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True) for n in workload.max_tokens]
+    start = perf_counter()
+    outs = engine.generate(workload.prompts, params, progress=watch_memory)
+    seconds = perf_counter() - start
+    stats = engine.stats
+    details = {
+        "setup_s": start - setup, "steps": engine.step_index, "num_blocks": engine.num_blocks,
+        "peak_blocks": stats["peak_blocks"], "preemptions": engine.scheduler.num_preemptions,
+        "prompt_tokens": stats["prompt_tokens"], "cached_tokens": stats["cached_tokens"],
+        "hit_rate": stats["cached_tokens"] / max(stats["prompt_tokens"], 1),
+        "forward_s": stats["forward_s"],
+        "slack_fraction": slack_bytes / used_bytes if used_bytes else 0.0,  # over all steps
+    }
+    return SystemRun(name, [o.token_ids for o in outs], seconds, workload.num_output_tokens,
+                     stats["generated_tokens"], details=details)
+
+
+@torch.inference_mode()
+def run_hf_generate(model, workload: Workload, batch_size: int = 16) -> SystemRun:
+    """Static batches in arrival order, left-padded, each generating to its longest request."""
+    pad = pad_token_id(model)
+    device = next(model.parameters()).device
+    outputs, generated, padded_slots, useful_slots = [], 0, 0, 0
+    start = perf_counter()
+    for first in range(0, len(workload.prompts), batch_size):
+        prompts = workload.prompts[first:first + batch_size]
+        wants = workload.max_tokens[first:first + batch_size]
+        width, new_tokens = max(len(p) for p in prompts), max(wants)
+        input_ids = torch.full((len(prompts), width), pad, dtype=torch.long)  # (B, T)
+        attention_mask = torch.zeros(len(prompts), width, dtype=torch.long)  # (B, T)
+        for row, prompt in enumerate(prompts):
+            input_ids[row, width - len(prompt):] = torch.tensor(prompt)
+            attention_mask[row, width - len(prompt):] = 1
+        sequences = model.generate(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device),
+                                   max_new_tokens=new_tokens, do_sample=False)  # (B, T + new)
+        new = sequences[:, width:].tolist()
+        outputs += [row[:want] for row, want in zip(new, wants)]
+        generated += sum(len(row) for row in new)
+        padded_slots += len(prompts) * (width + new_tokens)  # the batch's cache at its end
+        useful_slots += sum(len(p) + w for p, w in zip(prompts, wants))
+    seconds = perf_counter() - start
+    details = {"batch_size": batch_size, "padding_fraction": 1 - useful_slots / padded_slots}
+    return SystemRun(f"hf generate (bs {batch_size})", outputs, seconds, workload.num_output_tokens,
+                     generated, details=details)
+
+
+class _ErrorLog(logging.Handler):
+    """Keeps what transformers' continuous batching logs as errors, to say why a run failed."""
+
+    def __init__(self):
+        super().__init__(logging.ERROR)
+        self.messages: list[str] = []
+
+    def emit(self, record):
+        message = record.getMessage()
+        if not message.startswith("Cannot get memory breakdown"):  # harmless: we size the cache
+            self.messages.append(message.splitlines()[0][:160])
+
+
+def run_hf_generate_batch(model, workload: Workload, *, block_size: int = 16,
+                          num_blocks: int | None = None, max_num_seqs: int = 64,
+                          max_num_batched_tokens: int = 2048) -> SystemRun:
+    """transformers' continuous batching, sized like kvviz's engine; never raises.
+
+    These are the steps of `generate_batch` (init, warm up, start, add requests, collect, stop),
+    spelled out for two reasons: each request gets its own `max_new_tokens`, and the setup (cache
+    allocation; CUDA graph capture on a GPU) stays outside the timed part, as kvviz's does.
+    """
+    name = "hf generate_batch"
+    try:
+        from transformers import ContinuousBatchingConfig, GenerationConfig
+        from transformers.generation.continuous_batching.utils import WorkloadHints
+    except ImportError as error:
+        return SystemRun(name, None, 0.0, workload.num_output_tokens, 0, error=f"not in this transformers ({error})")
+    generation_config = GenerationConfig(max_new_tokens=max(workload.max_tokens), do_sample=False,
+                                         eos_token_id=-1, pad_token_id=pad_token_id(model))
+    batching_config = ContinuousBatchingConfig(
+        page_size=block_size, num_blocks=num_blocks or workload.blocks_needed(block_size),
+        max_batch_tokens=max_num_batched_tokens, max_requests_per_batch=max_num_seqs)
+    hints = WorkloadHints(max_prompt_length=max(len(p) for p in workload.prompts),
+                          max_generated_length=max(workload.max_tokens), num_requests=len(workload.prompts))
+    # its handlers print CPU warnings (no psutil, no flash attention); keep only the errors, quietly
+    logger = logging.getLogger("ContinuousBatchingLogger")
+    errors, old_handlers = _ErrorLog(), logger.handlers[:]
+    logger.handlers[:] = [errors]
+    results, ids, manager = {}, [], None
+    setup = start = perf_counter()
+    try:
+        with torch.no_grad():
+            manager = model.init_continuous_batching(generation_config, batching_config, hints)
+            manager.warmup()
+            start = perf_counter()
+            manager.start()
+            ids = [manager.add_request(prompt, max_new_tokens=want, eos_token_id=-1)
+                   for prompt, want in zip(workload.prompts, workload.max_tokens)]
+            while len(results) < len(ids):
+                result = manager.get_result(timeout=1)
+                if result is not None and result.is_finished():
+                    results[result.request_id] = result
+                elif result is None and not manager.is_running():
+                    break
+    except Exception as error:  # any failure of the baseline is reported, not raised
+        errors.messages.append(f"{type(error).__name__}: {str(error).splitlines()[0][:160]}")
+    finally:
+        seconds = perf_counter() - start
+        if manager is not None:
+            try:
+                manager.stop(block=True, timeout=30)
+                manager.destroy()
+            except Exception as error:
+                errors.messages.append(f"stopping it failed: {type(error).__name__}: {error}"[:160])
+        logger.handlers[:] = old_handlers
+    failed = [r for r in results.values() if getattr(r, "error", None)]
+    if len(results) < len(workload.prompts) or failed:
+        why = errors.messages + [str(r.error) for r in failed] + ["no reason given"]
+        reason = f"{len(results) - len(failed)} of {len(workload.prompts)} requests came back; {why[0]}"
+        return SystemRun(name, None, seconds, workload.num_output_tokens, 0, error=reason)
+    outputs = [list(results[i].generated_tokens)[:want] for i, want in zip(ids, workload.max_tokens)]
+    generated = sum(len(r.generated_tokens) for r in results.values())
+    return SystemRun(name, outputs, seconds, workload.num_output_tokens, generated,
+                     details={"setup_s": start - setup, "page_size": block_size,
+                              "num_blocks": batching_config.num_blocks})
+
+
+# ---- checks ------------------------------------------------------------------------------
+@dataclass(slots=True)
+class Agreement:
+    """How many requests' greedy outputs are identical, and where the others first differ."""
+
+    num_equal: int
+    num_requests: int
+    first_divergence: dict[int, int]  # request index -> first differing output position
+
+    @property
+    def all_equal(self) -> bool:
+        return self.num_equal == self.num_requests
+
+    def describe(self) -> str:
+        text = f"{self.num_equal}/{self.num_requests}"
+        if self.first_divergence:
+            positions = sorted(self.first_divergence.values())
+            text += f" (others differ from output token {positions[0]}"
+            text += ")" if len(positions) == 1 else f" to {positions[-1]})"
+        return text
+
+
+def compare_outputs(reference: list[list[int]], candidate: list[list[int]]) -> Agreement:
+    divergence = {}
+    for index, (want, got) in enumerate(zip(reference, candidate)):
+        if want != got:
+            divergence[index] = next((i for i, (a, b) in enumerate(zip(want, got)) if a != b),
+                                     min(len(want), len(got)))
+    return Agreement(len(reference) - len(divergence), len(reference), divergence)
+
+
+def model_flops(model, workload: Workload) -> float:
+    """FLOPs the workload needs at least: weights' matmuls, attention, and sampled logits.
+
+    Each request runs its prompt and all its outputs but the last through the model once
+    (n = prompt + output - 1 tokens), and gets logits for each output. A matmul with a weight of
+    P parameters costs 2P per token; attention costs 4 * heads * head_dim per query-key pair.
+    """
+    config = model.config.get_text_config()
+    embedding = model.get_input_embeddings().weight
+    head = model.get_output_embeddings().weight
+    shared = head.data_ptr() == embedding.data_ptr()
+    body = count_params(model) - embedding.numel() - (0 if shared else head.numel())
+    head_dim = CacheShape.from_model(model).head_dim
+    per_pair = 4 * config.num_attention_heads * head_dim * config.num_hidden_layers
+    total = 0.0
+    for prompt, want in zip(workload.prompts, workload.max_tokens):
+        n = len(prompt) + want - 1
+        total += 2 * body * n + 2 * head.numel() * want + per_pair * n * (n + 1) / 2
+    return total
+
+
+def measure_matmul_peak(device=None, dtype=None, size: int = 2048, seconds: float = 2.0) -> float:
+    """This machine's dense matmul rate in FLOP/s, square `size` matrices, all threads.
+
+    The best of five trials: another process taking the cores can only make a trial slower.
+    """
+    device = pick_device(device)
+    dtype = pick_dtype(device, dtype)
+    a = torch.randn(size, size, device=device, dtype=dtype)
+    b = torch.randn(size, size, device=device, dtype=dtype)
+    out = torch.empty(size, size, device=device, dtype=dtype)
+    torch.matmul(a, b, out=out)  # warm-up
+    _sync(device)
+    best = 0.0
+    for _trial in range(5):
+        count, start = 0, perf_counter()
+        while count == 0 or perf_counter() - start < seconds / 5:
+            torch.matmul(a, b, out=out)
+            count += 1
+            _sync(device)
+        best = max(best, 2 * size ** 3 * count / (perf_counter() - start))
+    return best
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def repeated(run, repeats: int) -> SystemRun:
+    """Run `repeats` times; keep the first run's outputs and the median time."""
+    runs = [run() for _ in range(max(1, repeats))]
+    first = runs[0]
+    if first.outputs is not None:
+        first.seconds = statistics.median(r.seconds for r in runs)
+        first.details["all_seconds"] = [round(r.seconds, 3) for r in runs]
+    return first
+
+
+# ---- the whole benchmark -----------------------------------------------------------------
+QUICK = dict(requests=8, min_len=8, max_len=32, min_out=8, max_out=32, prefix_requests=8,
+             prefix_len=32, suffix_len=8, prefix_out=8, peak_size=512, peak_seconds=0.3)
+TARGETS = {"speedup_over_generate": 2.0, "speedup_over_generate_batch": 2.0, "kv_waste": 0.04}
+
+
+def add_bench_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    add = parser.add_argument
+    add("--model", default="random",
+        help="'random' (about 25M-parameter random Llama), 'bundled', a Hugging Face id or a folder")
+    add("--requests", type=int, default=64, help="requests in the mixed workload")
+    add("--min-len", type=int, default=16, help="shortest prompt, tokens")
+    add("--max-len", type=int, default=256, help="longest prompt, tokens")
+    add("--min-out", type=int, default=16, help="fewest output tokens")
+    add("--max-out", type=int, default=256, help="most output tokens")
+    add("--seed", type=int, default=0, help="seed of the prompts and of the random weights")
+    add("--repeats", type=int, default=1, help="time each system this many times; report the median")
+    add("--hf-batch-size", type=int, default=16, help="static batch size of transformers generate")
+    add("--block-size", type=int, default=16)
+    add("--max-num-seqs", type=int, default=64)
+    add("--max-num-batched-tokens", type=int, default=2048)
+    add("--prefix-requests", type=int, default=32, help="requests in the shared-prefix workload")
+    add("--prefix-len", type=int, default=192, help="tokens of the shared system prompt")
+    add("--suffix-len", type=int, default=16, help="tokens of each request's own part")
+    add("--prefix-out", type=int, default=32, help="output tokens per shared-prefix request")
+    add("--peak-size", type=int, default=2048, help="matrix size of the matmul peak measurement")
+    add("--peak-seconds", type=float, default=2.0, help="how long to measure the matmul peak")
+    add("--device", default=None, help="cpu or cuda (default: cuda when present)")
+    add("--dtype", default=None, help="float32, bfloat16 or float16 (default: float32 on CPU)")
+    add("--skip-hf", action="store_true", help="run kvviz only")
+    add("--quick", action="store_true", help="small sizes for a smoke test (overrides the sizes above)")
+    add("--json", metavar="OUT", default=None, help="also write the results to this JSON file")
+    return parser
+
+
+def load_bench_model(source: str, seed: int, device=None, dtype=None):
+    """(model, name, max_context): random weights by default, else through kvviz.load_model."""
+    if source == "random":
+        model = build_random_llama(BENCH_SHAPE, seed, device, dtype)
+        shape = BENCH_SHAPE
+        name = f"random Llama {shape.num_layers}L d{shape.hidden_size} {shape.num_heads}h/{shape.num_kv_heads}kv"
+        return model, name, shape.max_context
+    from kvviz.models import load_model
+
+    lm = load_model(source, device=device, dtype=dtype)
+    return lm.model, lm.name, lm.max_context
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    """Run every workload, print the tables, optionally write JSON. Returns an exit code."""
+    if args.quick:
+        for key, value in QUICK.items():
+            setattr(args, key, value)
+    problem = _check_args(args)
+    if problem:
+        print(problem)
+        return 2
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()  # generation-config chatter would bury the tables
+    try:
+        model, model_name, max_context = load_bench_model(args.model, args.seed, args.device, args.dtype)
+    except ModelLoadError as error:
+        print(error)
+        return 2
+    if args.max_len + args.max_out > max_context or args.prefix_len + args.suffix_len + args.prefix_out > max_context:
+        print(f"The longest request would need more than the model's {max_context}-token context; "
+              "lower --max-len/--max-out or the prefix sizes.")
+        return 2
+    device, dtype = next(model.parameters()).device, next(model.parameters()).dtype
+    vocab_size = model.get_output_embeddings().weight.shape[0]
+    engine_settings = dict(block_size=args.block_size, max_num_seqs=args.max_num_seqs,
+                           max_num_batched_tokens=args.max_num_batched_tokens)
+    results = {"model": {"name": model_name, "params": count_params(model), "device": str(device),
+                         "dtype": str(dtype).removeprefix("torch."), "threads": torch.get_num_threads()},
+               "settings": {k: v for k, v in vars(args).items() if isinstance(v, (int, float, str, bool, type(None)))}}
+    print(f"model: {model_name}, {count_params(model) / 1e6:.1f}M parameters, {results['model']['dtype']} "
+          f"on {device} ({torch.get_num_threads()} threads)")
+
+    mixed = mixed_workload(args.requests, args.min_len, args.max_len, args.min_out, args.max_out,
+                           vocab_size, args.seed)
+    warmup = mixed_workload(2, 8, 8, 4, 4, vocab_size, args.seed + 7)
+    runs = [bench_kvviz(model, mixed, warmup, args.repeats, engine_settings)]
+    if not args.skip_hf:
+        runs += bench_hf(model, mixed, warmup, args.repeats, args.hf_batch_size, engine_settings)
+    results["mixed"] = mixed_results(mixed, runs)
+    results["flops"] = flops_results(model, mixed, runs[0], device, dtype, args)
+    results["memory"] = {"kvviz_slack_fraction": runs[0].details["slack_fraction"]}
+    if len(runs) > 1 and runs[1].outputs is not None:
+        results["memory"]["static_batch_padding_fraction"] = runs[1].details["padding_fraction"]
+    print_mixed(results, runs)
+
+    prefix = shared_prefix_workload(args.prefix_requests, args.prefix_len, args.suffix_len,
+                                    args.prefix_out, vocab_size, args.seed)
+    results["shared_prefix"] = bench_shared_prefix(model, prefix, args.repeats, engine_settings)
+    results["tight_pool"] = bench_tight_pool(model, mixed, runs[0], engine_settings)
+    results["targets"] = targets(results)
+    print_kvviz_only(results)
+    if args.json:
+        with open(args.json, "w") as out:
+            json.dump(results, out, indent=2)
+        print(f"results written to {args.json}")
+    return 0
+
+
+def _check_args(args) -> str | None:
+    if min(args.requests, args.min_len, args.min_out, args.repeats, args.hf_batch_size,
+           args.prefix_requests, args.prefix_len, args.suffix_len, args.prefix_out) < 1:
+        return "Every count and length must be at least 1; check --requests, the lengths and --repeats."
+    if args.min_len > args.max_len or args.min_out > args.max_out:
+        return "A minimum length is above its maximum; give --min-len <= --max-len and --min-out <= --max-out."
+    return None
+
+
+def bench_kvviz(model, workload, warmup, repeats, engine_settings) -> SystemRun:
+    run_kvviz(model, warmup, **engine_settings)  # first-call costs are nobody's throughput
+    return repeated(lambda: run_kvviz(model, workload, **engine_settings), repeats)
+
+
+def bench_hf(model, workload, warmup, repeats, hf_batch_size, engine_settings) -> list[SystemRun]:
+    twin = hf_copy(model)
+    run_hf_generate(twin, warmup, hf_batch_size)
+    runs = [repeated(lambda: run_hf_generate(twin, workload, hf_batch_size), repeats)]
+    batch_twin = hf_copy(model)  # continuous batching switches the model's attention; keep it apart
+    if run_hf_generate_batch(batch_twin, warmup, **engine_settings).outputs is None:
+        runs.append(run_hf_generate_batch(batch_twin, workload, **engine_settings))  # keep its reason
+    else:
+        runs.append(repeated(lambda: run_hf_generate_batch(batch_twin, workload, **engine_settings), repeats))
+    del twin, batch_twin
+    return runs
+
+
+def mixed_results(workload: Workload, runs: list[SystemRun]) -> dict:
+    kvviz = runs[0]
+    systems = {}
+    for run in runs:
+        entry = {"seconds": run.seconds, "output_tokens": run.output_tokens,
+                 "generated_tokens": run.generated_tokens, "output_tokens_per_s": run.tokens_per_s,
+                 "error": run.error, "details": run.details}
+        if run is not kvviz and run.outputs is not None:
+            agreement = compare_outputs(run.outputs, kvviz.outputs)
+            entry["kvviz_speedup"] = kvviz.tokens_per_s / run.tokens_per_s
+            entry["outputs_equal"] = agreement.num_equal
+            entry["first_divergence"] = {str(k): v for k, v in agreement.first_divergence.items()}
+        systems[_key(run.name)] = entry
+    return {"requests": len(workload.prompts), "prompt_tokens": workload.num_prompt_tokens,
+            "output_tokens": workload.num_output_tokens, "systems": systems}
+
+
+def _key(name: str) -> str:
+    return "hf_generate" if name.startswith("hf generate (") else name.replace(" ", "_")
+
+
+def flops_results(model, workload, kvviz: SystemRun, device, dtype, args) -> dict:
+    flops = model_flops(model, workload)
+    size = args.peak_size
+    peak = measure_matmul_peak(device, dtype, size, args.peak_seconds)
+    achieved = flops / kvviz.seconds
+    return {"model_flops": flops, "achieved_flops_per_s": achieved, "matmul_peak_flops_per_s": peak,
+            "matmul_size": size, "fraction_of_peak": achieved / peak}
+
+
+def bench_shared_prefix(model, workload: Workload, repeats: int, engine_settings) -> dict:
+    cached = repeated(lambda: run_kvviz(model, workload, **engine_settings), repeats)
+    uncached = repeated(lambda: run_kvviz(model, workload, enable_prefix_caching=False,
+                                          **engine_settings), repeats)
+    block_size = engine_settings["block_size"]
+    shared_blocks = min(_common_prefix(workload.prompts), min(len(p) for p in workload.prompts) - 1) // block_size
+    best_hits = (len(workload.prompts) - 1) * shared_blocks * block_size  # all but the first request hit
+    return {"requests": len(workload.prompts), "prompt_tokens": workload.num_prompt_tokens,
+            "prefix_len": _common_prefix(workload.prompts), "hit_rate": cached.details["hit_rate"],
+            "best_hit_rate": best_hits / workload.num_prompt_tokens, "seconds_cached": cached.seconds,
+            "seconds_uncached": uncached.seconds, "speedup": uncached.seconds / cached.seconds,
+            "outputs_equal": compare_outputs(uncached.outputs, cached.outputs).num_equal}
+
+
+def _common_prefix(prompts: list[list[int]]) -> int:
+    length = 0
+    while all(len(p) > length and p[length] == prompts[0][length] for p in prompts):
+        length += 1
+    return length
+
+
+def bench_tight_pool(model, mixed: Workload, roomy: SystemRun, engine_settings) -> dict:
+    """Half the mixed requests (8 at least) in a quarter of the blocks they need: preempt, recompute."""
+    workload = mixed.head(max(8, len(mixed.prompts) // 2))
+    block_size = engine_settings["block_size"]
+    demand = workload.blocks_needed(block_size)
+    largest = max(blocks_needed(len(p) + o, block_size) for p, o in zip(workload.prompts, workload.max_tokens))
+    num_blocks = max(largest, demand // 4)
+    tight = run_kvviz(model, workload, num_blocks=num_blocks, **engine_settings)
+    agreement = compare_outputs(roomy.outputs[:len(workload.prompts)], tight.outputs)
+    return {"requests": len(workload.prompts), "demand_blocks": demand, "num_blocks": num_blocks,
+            "preemptions": tight.details["preemptions"], "seconds": tight.seconds,
+            "output_tokens_per_s": tight.tokens_per_s, "outputs_equal": agreement.num_equal,
+            "first_divergence": {str(k): v for k, v in agreement.first_divergence.items()}}
+
+
+# ---- printing ----------------------------------------------------------------------------
+def print_mixed(results: dict, runs: list[SystemRun]) -> None:
+    mixed = results["mixed"]
+    print(f"\nmixed workload: {mixed['requests']} requests, {mixed['prompt_tokens']:,} prompt tokens, "
+          f"{mixed['output_tokens']:,} output tokens requested; greedy, ignore EOS")
+    print(f"{'system':<24}{'time s':>9}{'output tok/s':>14}{'kvviz is':>10}   outputs equal to kvviz")
+    for run in runs:
+        if run.outputs is None:
+            print(f"{run.name:<24}   unavailable ({run.error})")
+            continue
+        entry = mixed["systems"][_key(run.name)]
+        ratio = f"{entry['kvviz_speedup']:.2f}x" if "kvviz_speedup" in entry else "-"
+        equal = "(reference)" if run is runs[0] else compare_outputs(run.outputs, runs[0].outputs).describe()
+        print(f"{run.name:<24}{run.seconds:>9.2f}{run.tokens_per_s:>14.1f}{ratio:>10}   {equal}")
+    static = next((r for r in runs[1:2] if r.outputs is not None), None)
+    if static is not None:
+        print(f"  tok/s counts requested tokens only; static batches generated {static.generated_tokens:,} "
+              f"tokens to give the {static.output_tokens:,} requested")
+    flops = results["flops"]
+    print(f"kvviz compute: {flops['model_flops'] / 1e12:.2f} TFLOP of model work, "
+          f"{flops['achieved_flops_per_s'] / 1e9:.1f} GFLOP/s = {100 * flops['fraction_of_peak']:.1f}% of "
+          f"this machine's {flops['matmul_size']}x{flops['matmul_size']} matmul peak "
+          f"({flops['matmul_peak_flops_per_s'] / 1e9:.1f} GFLOP/s)")
+    memory = results["memory"]
+    line = f"KV memory waste: kvviz {100 * memory['kvviz_slack_fraction']:.1f}% (empty slots in last blocks)"
+    if "static_batch_padding_fraction" in memory:
+        line += (f"; static batches {100 * memory['static_batch_padding_fraction']:.1f}% "
+                 "(padding and unrequested tokens)")
+    print(line)
+
+
+def print_kvviz_only(results: dict) -> None:
+    prefix = results["shared_prefix"]
+    print(f"\nshared prefix: {prefix['requests']} requests sharing a {prefix['prefix_len']}-token prefix: "
+          f"hit rate {100 * prefix['hit_rate']:.1f}% of prompt tokens "
+          f"(at best {100 * prefix['best_hit_rate']:.1f}%); {prefix['seconds_cached']:.2f} s cached "
+          f"vs {prefix['seconds_uncached']:.2f} s uncached = {prefix['speedup']:.2f}x; "
+          f"outputs equal {prefix['outputs_equal']}/{prefix['requests']}")
+    tight = results["tight_pool"]
+    print(f"tight pool: {tight['requests']} requests in {tight['num_blocks']} blocks "
+          f"(they need {tight['demand_blocks']} at full length): {tight['preemptions']} preemptions, "
+          f"outputs equal to the roomy pool {tight['outputs_equal']}/{tight['requests']}")
+    met = results["targets"]
+    words = {True: "met", False: "MISSED", None: "not run"}
+    print(f"targets: kvviz >= 2x generate {words[met['speedup_over_generate']]}, >= 2x generate_batch "
+          f"{words[met['speedup_over_generate_batch']]}, KV waste < 4% {words[met['kv_waste']]}")
+
+
+def targets(results: dict) -> dict:
+    """The issue's targets, met or not (None where a baseline did not run)."""
+    systems = results["mixed"]["systems"]
+
+    def speedup(key):
+        return systems.get(key, {}).get("kvviz_speedup")
+
+    met = {}
+    for key, name in (("hf_generate", "speedup_over_generate"), ("hf_generate_batch", "speedup_over_generate_batch")):
+        met[name] = None if speedup(key) is None else speedup(key) >= TARGETS[name]
+    met["kv_waste"] = results["memory"]["kvviz_slack_fraction"] < TARGETS["kv_waste"]
+    return met
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = add_bench_arguments(argparse.ArgumentParser(prog="python -m kvviz bench", description=__doc__.splitlines()[0]))
+    return run_bench(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
