@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from kvviz.engine.kv_cache import slots_for
 from kvviz.engine.runner import AttentionGroup, StepBatch, Trace
 from kvviz.engine.scheduler import ScheduledChunk
 
@@ -23,9 +24,7 @@ def build_step_batch(chunks: list[ScheduledChunk], cache, block_size: int, devic
         input_ids += request.all_token_ids[chunk.start:chunk.end]
         positions += range(chunk.start, chunk.end)
         if cache is not None:
-            table = request.block_table
-            slots += [table[p // block_size] * block_size + p % block_size
-                      for p in range(chunk.start, chunk.end)]
+            slots += slots_for(request.block_table, chunk.start, chunk.end, block_size)
         if chunk.samples:
             logits_index.append(len(input_ids) - 1)
 
