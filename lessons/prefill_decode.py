@@ -97,10 +97,11 @@ st.markdown(token_chips(lesson.token_texts[:num_tokens + (1 if record.sampled el
 st.caption("Blue: prompt (prefill). Orange: generated, one per decode step. Outlined: added this step; "
            "the last chip is the token just sampled, whose key and value enter the cache at the next step.")
 
-cache_tab, kv_tab, attention_tab, work_tab, bill_tab = st.tabs(
-    ["Cache per layer", "Keys and values", "Attention", "Work saved", "Memory bill"])
+# one view at a time: only the chosen view is computed, so a step redraws quickly
+VIEWS = ["Cache per layer", "Keys and values", "Attention", "Work saved", "Memory bill"]
+view = st.radio("View", VIEWS, horizontal=True, key="lesson_view", label_visibility="collapsed")
 
-with cache_tab:
+if view == "Cache per layer":
     st.plotly_chart(figures.cache_growth(entered, info["layers"]), width="stretch")
     per_token = record.memory.bytes_per_token
     st.markdown(f"Every position costs **{format_bytes(per_token)}**: K and V × {info['layers']} layers × "
@@ -145,11 +146,11 @@ def attention_view():
                "heads in one group read the same cached keys but weigh them differently.")
 
 
-with kv_tab:
+if view == "Keys and values":
     kv_inspector()
-with attention_tab:
+if view == "Attention":
     attention_view()
-with work_tab:
+if view == "Work saved":
     rows = lesson.work()[:step + 1]
     st.plotly_chart(figures.work_saved(rows), width="stretch")
     latest = rows[-1]
@@ -161,7 +162,7 @@ with work_tab:
     c.metric("Largest logit difference", f"{max(diffs):.2e}" if diffs else "n/a",
              help="Between the cached run and a run that recomputes everything, over all steps so far.")
     st.dataframe(rows, width="stretch", hide_index=True)
-with bill_tab:
+if view == "Memory bill":
     bill = lesson.bill(step, info["dtype_bytes"])
     st.markdown("**The formula** for this request's tokens:")
     for line in bill["formula"]:

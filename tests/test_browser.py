@@ -51,7 +51,7 @@ def test_prefill_and_decode_lesson(app_url, page):
     no_exceptions(page)
     screenshot(page, "prefill_decode")
     for tab in ("Keys and values", "Attention", "Work saved", "Memory bill"):
-        page.get_by_role("tab", name=tab).click()
+        page.get_by_text(tab, exact=True).first.click()
         wait_idle(page)
         no_exceptions(page)
         screenshot(page, f"prefill_decode_{tab.lower().replace(' ', '_')}")

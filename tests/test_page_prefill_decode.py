@@ -48,8 +48,10 @@ def test_step_slider_and_inspectors_redraw_from_records(app):
     app.slider(key="lesson_view_step").set_value(0).run()
     assert not app.exception
     assert any("Prefill." in m.value for m in app.success)
+    app.radio(key="lesson_view").set_value("Keys and values").run()
     app.selectbox(key="lesson_kv_layer").set_value(5).run()
     app.selectbox(key="lesson_kv_head").set_value(1).run()
+    app.radio(key="lesson_view").set_value("Attention").run()
     app.selectbox(key="lesson_attention_layer").set_value(3).run()
     assert not app.exception
     lesson = app.session_state["lesson"]
@@ -60,6 +62,7 @@ def test_memory_bill_matches_the_measured_bytes(app):
     button(app, "Prefill").click().run()
     button(app, "Next token").click().run()
     lesson = app.session_state["lesson"]
+    app.radio(key="lesson_view").set_value("Memory bill").run()
     bill = lesson.bill(1, lesson.model_info["dtype_bytes"])
     assert bill["formula_bytes"] == bill["token_bytes"]  # formula == bytes holding tokens
     assert bill["token_bytes"] + bill["slack_bytes"] == bill["block_bytes"]

@@ -76,7 +76,8 @@ def predict_panel(lesson) -> None:
 def export_and_replay(lesson) -> None:
     a, b = st.columns(2)
     if lesson is not None and lesson.started:
-        a.download_button("Export lesson (JSON)", export_lesson(lesson), file_name="kvviz-lesson.json",
+        # built only when clicked: serialising every step's keys and values takes a while
+        a.download_button("Export lesson (JSON)", lambda: export_lesson(lesson), file_name="kvviz-lesson.json",
                           mime="application/json", width="stretch")
     upload = b.file_uploader("Replay a lesson file", type=["json"], key="lesson_upload",
                              help="Replays every view from the recorded steps, with no model.")
