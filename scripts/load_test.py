@@ -71,9 +71,11 @@ async def student(browser, url: str, marker: str, steps: int, timings: list[floa
     await prompt.fill(own_prompt)
     await prompt.press("Control+Enter")
     await wait_idle(page)
-    for label in ["Prefill"] + ["Next token"] * steps:
+    for step in range(steps + 1):
         start = time.perf_counter()
-        await page.get_by_role("button", name=label).click()
+        await page.get_by_role("button", name="Prefill" if step == 0 else "Next token").click()
+        # the step is drawn once its guided text appears; a busy server may start the rerun late
+        await page.get_by_text("Prefill." if step == 0 else f"Decode step {step}.").first.wait_for()
         await wait_idle(page)
         timings.append(time.perf_counter() - start)
     # the blue chips are the prompt this session's engine cached; they must be its own prompt
