@@ -5,7 +5,7 @@ import json
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from conftest import ROOT
+from conftest import ROOT, open_lesson
 from kvviz import predict
 from kvviz.lesson import Lesson, LessonFileError, LessonSettings, export_lesson, import_lesson
 
@@ -71,10 +71,7 @@ def test_hostile_record_fields_are_refused(lesson):
 
 
 def new_session():
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
-    at.run()
-    at.switch_page("lessons/prefill_decode.py").run()
-    return at
+    return open_lesson("lessons/prefill_decode.py")
 
 
 def test_a_link_reopens_the_same_prompt_and_step():

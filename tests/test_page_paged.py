@@ -1,18 +1,13 @@
 """The "Paged cache and batching" page under AppTest: the real engine's tables and pool."""
 
 import pytest
-from streamlit.testing.v1 import AppTest
 
-from conftest import ROOT
+from conftest import open_lesson
 
 
 @pytest.fixture()
 def app():
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
-    at.run()
-    at.switch_page("lessons/paged_batching.py").run()
-    assert not at.exception
-    return at
+    return open_lesson("lessons/paged_batching.py")
 
 
 def click(at, label):

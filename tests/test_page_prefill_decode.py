@@ -2,18 +2,13 @@
 
 import numpy as np
 import pytest
-from streamlit.testing.v1 import AppTest
 
-from conftest import ROOT
+from conftest import open_lesson
 
 
 @pytest.fixture()
 def app():
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
-    at.run()
-    at.switch_page("lessons/prefill_decode.py").run()
-    assert not at.exception
-    return at
+    return open_lesson("lessons/prefill_decode.py")
 
 
 def button(at, label):
