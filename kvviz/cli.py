@@ -46,15 +46,14 @@ def cmd_generate(args) -> int:
     engine = Engine(lm, block_size=args.block_size, num_blocks=args.num_blocks,
                     enable_prefix_caching=not args.no_prefix_caching, max_num_seqs=args.max_num_seqs,
                     max_num_batched_tokens=args.max_num_batched_tokens, record_blocks=False)
-    params = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, top_k=args.top_k,
-                            top_p=args.top_p, seed=args.seed, ignore_eos=args.ignore_eos)
+    # with --seed, prompt i samples with seed + i: reproducible, and not every prompt alike
+    params = [SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, top_k=args.top_k,
+                             top_p=args.top_p, seed=None if args.seed is None else args.seed + i,
+                             ignore_eos=args.ignore_eos) for i in range(len(prompts))]
     bar = tqdm(total=len(prompts), unit="req", desc=f"{lm.name} on {lm.device}", file=sys.stderr)
 
     def progress(done, total, record):
-        bar.n = done
-        bar.set_postfix(running=sum(r.status == "running" for r in record.requests),
-                        blocks=engine.pool.num_used_blocks)
-        bar.refresh()
+        bar.update(done - bar.n)
 
     start = time.perf_counter()
     outputs = engine.generate(prompts, params, progress=progress)
@@ -105,13 +104,10 @@ def build_parser() -> argparse.ArgumentParser:
     generate.add_argument("--dtype", default=None, help="float32 | bfloat16 | float16")
     generate.set_defaults(func=cmd_generate)
 
-    try:  # TEMP until kvviz/bench.py lands
-        from kvviz.bench import add_bench_arguments, run_bench
-        bench = commands.add_parser("bench", help="kvviz against transformers generate and generate_batch")
-        add_bench_arguments(bench)
-        bench.set_defaults(func=run_bench)
-    except ImportError:
-        pass
+    from kvviz.bench import add_bench_arguments, run_bench
+    bench = commands.add_parser("bench", help="kvviz against transformers generate and generate_batch")
+    add_bench_arguments(bench)
+    bench.set_defaults(func=run_bench)
 
     from kvviz.memory_cli import add_bill_arguments, run_bill
     bill = commands.add_parser("bill", help="the KV-cache memory bill of a model")
