@@ -17,13 +17,12 @@ from __future__ import annotations
 import copy
 import json
 import random
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from time import perf_counter
 
 from kvviz import bench
-from kvviz.cli import read_prompts
+from kvviz.cli import parse_prompts
 from kvviz.engine import Engine, SamplingParams
 from kvviz.engine.scheduler import blocks_needed
 
@@ -118,15 +117,11 @@ def parse_upload(name: str, data: bytes) -> list[str]:
         decoded = None
     if decoded is None or "\x00" in decoded:
         raise BatchJobError(f"{file_name} is not UTF-8 text; upload a plain-text .txt or .jsonl file.")
-    # the command line's reader, so the app and `python -m kvviz generate` accept the same files
-    with tempfile.TemporaryDirectory() as folder:
-        path = Path(folder) / f"prompts{suffix}"
-        path.write_text(decoded, encoding="utf-8")
-        try:
-            prompts = read_prompts(path)
-        except ValueError as error:
-            raise BatchJobError(str(error).replace(path.name, file_name)) from None
-    return prompts
+    # the command line's parser, so the app and `python -m kvviz generate` accept the same files
+    try:
+        return parse_prompts(decoded, file_name)
+    except ValueError as error:
+        raise BatchJobError(str(error)) from None
 
 
 def upload_workload(tokenizer, name: str, data: bytes, output_len: tuple[int, int] = (16, 32),

@@ -13,8 +13,12 @@ def read_prompts(path: Path) -> list[str]:
     """A .txt file gives one prompt per non-empty line; a .jsonl file one {"prompt": ...} per line."""
     if not path.is_file():
         raise ValueError(f"There is no prompts file at {str(path)!r}; give a .txt or .jsonl file.")
-    text = path.read_text(encoding="utf-8", errors="strict")
-    if path.suffix == ".jsonl":
+    return parse_prompts(path.read_text(encoding="utf-8", errors="strict"), path.name)
+
+
+def parse_prompts(text: str, name: str) -> list[str]:
+    """The prompts in the text of a file called `name` (.jsonl: JSON lines; anything else: lines)."""
+    if name.lower().endswith(".jsonl"):
         prompts = []
         for number, line in enumerate(text.splitlines(), 1):
             if not line.strip():
@@ -22,17 +26,17 @@ def read_prompts(path: Path) -> list[str]:
             try:
                 item = json.loads(line)
             except json.JSONDecodeError:
-                raise ValueError(f"Line {number} of {path.name} is not valid JSON; "
+                raise ValueError(f"Line {number} of {name} is not valid JSON; "
                                  "write one object like {\"prompt\": \"...\"} per line.") from None
             prompt = item.get("prompt") if isinstance(item, dict) else item if isinstance(item, str) else None
             if not isinstance(prompt, str):
-                raise ValueError(f"Line {number} of {path.name} has no \"prompt\" string; "
+                raise ValueError(f"Line {number} of {name} has no \"prompt\" string; "
                                  "write one object like {\"prompt\": \"...\"} per line.")
             prompts.append(prompt)
     else:
         prompts = [line for line in text.splitlines() if line.strip()]
     if not prompts:
-        raise ValueError(f"{path.name} holds no prompts; write at least one non-empty line.")
+        raise ValueError(f"{name} holds no prompts; write at least one non-empty line.")
     return prompts
 
 
