@@ -28,6 +28,15 @@ def no_exceptions(page):
     assert page.locator("text=Traceback").count() == 0
 
 
+def prefill_lesson(page, app_url):
+    """Open the first lesson by its own address and press Prefill."""
+    page.goto(f"{app_url}/prefill_decode")
+    page.get_by_role("button", name="Prefill").wait_for()
+    wait_idle(page)
+    page.get_by_role("button", name="Prefill").click()
+    wait_idle(page)
+
+
 def test_home_page(app_url, page):
     page.goto(app_url)
     page.get_by_text("the KV cache, live").first.wait_for()
@@ -38,11 +47,7 @@ def test_home_page(app_url, page):
 
 
 def test_prefill_and_decode_lesson(app_url, page):
-    page.goto(f"{app_url}/prefill_decode")
-    page.get_by_role("button", name="Prefill").wait_for()
-    wait_idle(page)
-    page.get_by_role("button", name="Prefill").click()
-    wait_idle(page)
+    prefill_lesson(page, app_url)
     page.get_by_text("Prefill.", exact=False).first.wait_for()
     for _ in range(3):
         page.get_by_role("button", name="Next token").click()
@@ -58,11 +63,7 @@ def test_prefill_and_decode_lesson(app_url, page):
 
 
 def test_empty_prompt_shows_one_sentence_and_keeps_the_lesson(app_url, page):
-    page.goto(f"{app_url}/prefill_decode")
-    page.get_by_role("button", name="Prefill").wait_for()
-    wait_idle(page)
-    page.get_by_role("button", name="Prefill").click()
-    wait_idle(page)
+    prefill_lesson(page, app_url)
     prompt = page.get_by_label("Prompt", exact=True)
     prompt.fill("")
     prompt.press("Control+Enter")
