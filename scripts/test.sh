@@ -11,5 +11,5 @@ if [ ! -x /usr/bin/chromium ]; then  # Debian's Chromium drives the browser test
 fi
 [ -d .venv ] || python3 -m venv .venv
 . .venv/bin/activate
-pip install -q --disable-pip-version-check -r requirements-dev.txt
+pip install -q --disable-pip-version-check -r requirements-dev.txt -e .
 python -m pytest -q "$@"
