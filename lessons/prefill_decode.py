@@ -73,9 +73,10 @@ last_step = len(lesson.visible_records) - 1
 if lesson.replay:
     st.info(f"Replaying a recorded lesson ({lesson.model_info['name']}, {len(lesson.records)} steps): "
             "every view is drawn from the file; no model runs. Press Next token to reveal the next step.")
+step = ls.view_step(last_step, playing)
 if last_step > 0:
-    st.slider("Look back at step (0 = prefill)", 0, last_step, key="lesson_view_step")
-step = min(st.session_state.get("lesson_view_step", last_step), last_step)
+    st.slider("Look back at step (0 = prefill)", 0, last_step, key="lesson_view_step", disabled=playing,
+              help="Pause to look back; while playing, the view follows the newest step.")
 sync_query_params(lesson.settings.prompt, step)
 record, info = lesson.records[step], lesson.model_info
 num_tokens = lesson.num_tokens_at(step)
@@ -91,7 +92,7 @@ elif not lesson.finished or step < last_step:
                f"{num_tokens} cached positions. The rows cached earlier were read, not recomputed.")
 else:
     st.success(f"**Done.** {len(lesson.records) - 1} decode steps, each running one token against the "
-               f"growing cache. The table below adds up what recomputing everything would have cost.")
+               f"growing cache. The **Work saved** view adds up what recomputing everything would have cost.")
 st.markdown(token_chips(lesson.token_texts[:num_tokens + (1 if record.sampled else 0)],
                         entered + ([step + 1] if record.sampled else []), step), unsafe_allow_html=True)
 st.caption("Blue: prompt (prefill). Orange: generated, one per decode step. Outlined: added this step; "
@@ -162,6 +163,8 @@ if view == "Work saved":
     c.metric("Largest logit difference", f"{max(diffs):.2e}" if diffs else "n/a",
              help="Between the cached run and a run that recomputes everything, over all steps so far.")
     st.dataframe(rows, width="stretch", hide_index=True)
+    st.caption("Tokens run are counts: they come out the same on every run and every machine. How long a "
+               "step takes is measured in the Model lab, as the median of several warm runs.")
 if view == "Memory bill":
     bill = lesson.bill(step, info["dtype_bytes"])
     st.markdown("**The formula** for this request's tokens:")

@@ -46,3 +46,84 @@ def test_paged_predict_panel_offers_a_request_after_a_new_start():
     assert not commit.disabled
     commit.click().run()
     assert len(at.session_state["paged_questions"]) == 1 and not at.exception
+
+
+def figure(at, index=0) -> dict:
+    import json
+
+    return json.loads(at.get("plotly_chart")[index].proto.spec)
+
+
+def test_work_saved_plots_token_counts_on_titled_nonnegative_axes():
+    at = open_lesson("lessons/prefill_decode.py")
+    click(at, "Prefill")
+    click(at, "Next token")
+    click(at, "Next token")
+    at.radio(key="lesson_view").set_value("Work saved").run()
+    rows = at.session_state["lesson"].work()
+    spec = figure(at)
+    layout = spec["layout"]
+    assert "tokens" in layout["yaxis"]["title"]["text"] and "tokens" in layout["yaxis2"]["title"]["text"]
+    assert layout["yaxis2"]["rangemode"] == layout["yaxis"]["rangemode"] == "nonnegative"
+    # no single cold timing is drawn: every trace is a count of tokens from the lesson's records
+    by_axis = {}
+    for trace in spec["data"]:
+        assert "ms" not in trace["name"]
+        by_axis.setdefault(trace.get("yaxis", "y"), []).append(list(trace["y"]))
+    assert [r["without_cache_tokens"] for r in rows] in by_axis["y"]
+    assert [r["with_cache_total"] for r in rows] in by_axis["y2"]
+    assert all("ms" not in key for key in rows[0])
+    assert not any("table below" in s.value for s in at.success)
+
+
+def test_model_lab_times_are_medians_with_spread_and_stale_results_are_marked():
+    at = open_lesson("lessons/model_lab.py")
+    at.slider(key="lab_layers").set_value(2).run()
+    click(at, "Measure")
+    result = at.session_state["lab_result"]
+    longest = result.timings[-1]
+    assert all(t.repeats == 5 for t in result.timings)  # the longest context too, not one cold step
+    assert longest.cached_spread_s[0] <= longest.cached_s <= longest.cached_spread_s[1]
+    with_cache = metric(at, "With the cache")
+    assert with_cache.value == f"{longest.cached_s * 1e3:.1f} ms"
+    assert with_cache.delta.startswith("median of 5, spread ")
+    assert metric(at, f"Tokens run for the step at {longest.context}").value == f"1 vs {longest.context:,}"
+    assert not at.warning[1:]  # only the page's note about random weights
+    at.slider(key="lab_layers").set_value(3).run()
+    assert any("previous shape" in w.value for w in at.warning)
+
+
+def test_strategies_time_tab_leads_with_tokens_and_shows_medians_of_runs():
+    at = open_lesson("lessons/cache_strategies.py")
+    at.slider(key="strategies_max_tokens").set_value(4).run()
+    click(at, "Run every strategy")
+    results = at.session_state["lesson_strategies"]["results"]
+    assert all(len(r.decode_ms) == 3 for r in results)
+    no_cache = next(r for r in results if r.strategy == "no_cache")
+    dynamic = results[0]
+    assert no_cache.tokens_run[1:] == [dynamic.tokens_run[0] + i for i in range(1, len(no_cache.tokens_run))]
+    assert dynamic.tokens_run[1:] == [1] * (len(dynamic.tokens_run) - 1)
+    spec = figure(at, 1)  # memory, then time
+    lines = {t["name"]: t["y"] for t in spec["data"] if t["type"] == "scatter"}
+    bars = {t["x"][0]: t for t in spec["data"] if t["type"] == "bar"}
+    assert lines["no cache"] == no_cache.tokens_run
+    assert bars["no cache"]["y"][0] == no_cache.decode_ms_median
+    assert "median of 3 runs" in spec["layout"]["annotations"][1]["text"]
+    table = at.session_state["lesson_strategies"]["table"]
+    assert table[0]["spread (ms)"].endswith("over 3 runs")
+
+
+def test_batch_tokens_per_second_names_what_it_divides_by():
+    from kvviz.throughput import output_tokens_per_s
+
+    at = open_lesson("lessons/batch_generation.py")
+    at.slider(key="batch_count").set_value(4).run()
+    click(at, "Run the batch")
+    done = at.session_state["lesson_batch"]
+    assert metric(at, "Output tokens/s").value == f"{output_tokens_per_s(done.output_tokens, done.engine_seconds):,.0f}"
+    assert any(f"{done.output_tokens:,} output tokens ÷ {done.engine_seconds:.2f} s in engine steps" in c.value
+               for c in at.caption)
+    click(at, "Run both and compare")
+    compared = at.session_state["lesson_batch_compare"]
+    words = f"{compared.kvviz.output_tokens:,} output tokens ÷ {compared.kvviz.seconds:.2f} s of generate"
+    assert any(words in c.value for c in at.caption) and not at.exception

@@ -76,6 +76,17 @@ def on_toggle_play() -> None:
     st.session_state["lesson_playing"] = not st.session_state.get("lesson_playing", False)
 
 
+def view_step(last_step: int, playing: bool) -> int:
+    """The step the views show: the newest while playing, else the one chosen (Pause keeps it).
+
+    Written back before the slider is drawn: the slider's maximum grows with every step, which
+    gives it a new identity, and Streamlit would otherwise reset it to step 0."""
+    chosen = st.session_state.get("lesson_view_step", last_step)
+    step = last_step if playing else min(int(chosen), last_step)
+    st.session_state["lesson_view_step"] = step
+    return step
+
+
 def on_reset() -> None:
     for key in ("lesson", "lesson_view_step", "lesson_playing", "lesson_error", "lesson_questions"):
         st.session_state.pop(key, None)
