@@ -83,12 +83,13 @@ with right:
     st.markdown("**Events this step**")
     events = [{"event": e.kind, "request": labels.get(e.request_id, "—"), "blocks": ", ".join(map(str, e.block_ids))}
               for e in record.events]
-    st.dataframe(events or [{"event": "—", "request": "", "blocks": ""}], hide_index=True, width="stretch")
+    # st.table wraps long cells; a dataframe would cut block lists and texts off at the column's edge
+    st.table(pd.DataFrame(events or [{"event": "—", "request": "", "blocks": ""}]).set_index("event"))
     texts = {labels[r.request_id]: lesson.engine.tokenizer.decode(r.output_token_ids)
              for r in record.requests if r.request_id in labels and lesson.engine.tokenizer is not None}
     if texts:
         st.markdown("**Generated so far**")
-        st.dataframe([{"request": k, "text": v} for k, v in texts.items()], hide_index=True, width="stretch")
+        st.table(pd.DataFrame([{"request": k, "text": v} for k, v in texts.items()]).set_index("request"))
 
 with st.expander("Predict, then reveal: which block comes next?",
                  expanded=bool(st.session_state.get("paged_questions"))):

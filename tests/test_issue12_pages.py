@@ -127,3 +127,45 @@ def test_batch_tokens_per_second_names_what_it_divides_by():
     compared = at.session_state["lesson_batch_compare"]
     words = f"{compared.kvviz.output_tokens:,} output tokens ÷ {compared.kvviz.seconds:.2f} s of generate"
     assert any(words in c.value for c in at.caption) and not at.exception
+
+
+def test_a_link_to_another_prompt_clears_the_example_box():
+    from streamlit.testing.v1 import AppTest
+
+    from conftest import ROOT
+
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
+    at.query_params["prompt"] = "KING:\nWho goes there?"
+    at.query_params["step"] = "1"
+    at.run()
+    at.switch_page("lessons/prefill_decode.py").run()
+    assert at.text_area(key="lesson_prompt").value == "KING:\nWho goes there?"
+    assert at.selectbox(key="lesson_example").value is None  # not ROMEO
+    at.selectbox(key="lesson_example").select_index(1).run()
+    assert at.text_area(key="lesson_prompt").value == at.selectbox(key="lesson_example").value
+    assert at.select_slider(key="lesson_speed").label == "Play speed"
+    assert at.select_slider(key="lesson_speed").proto.label_visibility.value == 0  # visible
+
+
+def test_a_prompt_that_fills_the_context_says_why_it_stopped(bundled):
+    at = open_lesson("lessons/prefill_decode.py")
+    words = "the king "
+    prompt = words * 300
+    ids = bundled.tokenizer(prompt)["input_ids"]
+    room = 6
+    prompt = bundled.tokenizer.decode(ids[:bundled.max_context - room])
+    at.text_area(key="lesson_prompt").set_value(prompt).run()
+    click(at, "Prefill")
+    lesson = at.session_state["lesson"]
+    while not lesson.finished:
+        click(at, "Next token")
+    generated = len(lesson.token_texts) - len(lesson.prompt_token_ids)
+    assert generated < 48
+    done = at.success[0].value
+    assert f"stopped after {generated} of the 48 tokens" in done and f"context of {bundled.max_context}" in done
+
+
+def test_memory_bill_speaks_of_one_request_in_the_singular():
+    at = open_lesson("lessons/memory_bill.py")
+    caption = next(c.value for c in at.caption if "reverse questions" in c.value)
+    assert "one request can hold up to" in caption and "1 request can each" not in caption
