@@ -7,11 +7,15 @@ multipage app, and a fresh server opened at a lesson's own address would then ru
 bare, without this entry point's navigation, sidebar and page config.
 """
 
+from pathlib import Path
+
 import streamlit as st
 
 from kvviz.ui.common import model_sidebar
 
-st.set_page_config(page_title="kvviz · the KV cache, live", page_icon=":material/memory:", layout="wide")
+# a bundled icon: a :material/...: page icon makes the browser fetch it from a font host
+st.set_page_config(page_title="kvviz · the KV cache, live", page_icon=str(Path(__file__).parent / "kvviz/ui/favicon.png"),
+                   layout="wide")
 
 lessons = [
     st.Page("lessons/home.py", title="What kvviz teaches", icon=":material/school:", default=True),

@@ -25,6 +25,7 @@ from kvviz import bench
 from kvviz.cli import parse_prompts
 from kvviz.engine import Engine, SamplingParams
 from kvviz.engine.scheduler import blocks_needed
+from kvviz.throughput import output_tokens_per_s
 
 MAX_UPLOAD_BYTES = 2 * 1024 * 1024  # a classroom's prompt file, not a dataset
 UPLOAD_SUFFIXES = (".txt", ".jsonl")
@@ -211,16 +212,17 @@ class BatchResult:
     @property
     def tokens_per_s(self) -> float:
         """Over the wall time, with whatever the caller did between steps (drawing, for one)."""
-        return self.output_tokens / self.seconds if self.seconds > 0 else 0.0
+        return output_tokens_per_s(self.output_tokens, self.seconds)
 
     @property
     def engine_seconds(self) -> float:
+        """The engine's own time in its steps (schedule, forward pass, sample), drawing left out."""
         return sum(p.step_s for p in self.series)
 
     @property
     def engine_tokens_per_s(self) -> float:
-        """Over the engine's own step time: schedule, forward pass, sample."""
-        return self.output_tokens / self.engine_seconds if self.engine_seconds > 0 else 0.0
+        """kvviz.throughput's definition, over the engine's step time."""
+        return output_tokens_per_s(self.output_tokens, self.engine_seconds)
 
     @property
     def preemptions(self) -> int:
@@ -348,6 +350,6 @@ def compare_with_transformers(lm, workload: BatchWorkload, settings: BatchSettin
 def live_summary(points: list[StepPoint]) -> dict:
     """What a run in progress has done so far, for the live counters."""
     last, elapsed = points[-1], points[-1].time_s
-    return {"tokens_per_s": sum(p.tokens_sampled for p in points) / elapsed if elapsed > 0 else 0.0,
+    return {"tokens_per_s": output_tokens_per_s(sum(p.tokens_sampled for p in points), elapsed),
             "running": last.running, "waiting": last.waiting, "blocks_used": last.blocks_used,
             "preemptions": sum(p.preemptions for p in points), "finished": last.finished}

@@ -58,9 +58,12 @@ else:
                    "engine takes whole blocks; no cache holds nothing.")
     with time_tab:
         st.plotly_chart(figures.time_per_step(results), width="stretch")
-        st.caption("Step 0 runs the whole prompt. After it, a cached step runs one token; without a "
-                   "cache every step runs the whole sequence again, so its steps grow longer and its total "
-                   "bends upwards. On a small model and a busy CPU, fixed costs and noise can hide part of it.")
+        st.caption("Left, the work, which is the same on every run: step 0 runs the whole prompt; after it "
+                   "a cached step runs one token, while without a cache every step runs the whole sequence "
+                   "again. Right, the time, measured: each bar is the median over the timed runs of the mean "
+                   "decode step, the whiskers the fastest and slowest run. On a small model and a CPU, a step's "
+                   "fixed costs (and, for the quantized caches, packing and unpacking) can outweigh the "
+                   "tokens saved, so the bars need not follow the token counts.")
     with text_tab:
         st.markdown(figures.divergence_html(lesson["texts"]), unsafe_allow_html=True)
         st.caption("Greedy decoding, each strategy on its own. Red from the first token that differs "
@@ -101,7 +104,7 @@ else:
                                     "max KL (nats)": st.column_config.NumberColumn(format="%.2e"),
                                     "max |K error|": st.column_config.NumberColumn(format="%.2e"),
                                     "max |V error|": st.column_config.NumberColumn(format="%.2e"),
-                                    "mean step (ms)": st.column_config.NumberColumn(format="%.1f")})
+                                    "decode step (ms, median)": st.column_config.NumberColumn(format="%.1f")})
 
 with gqa_tab:
     st.markdown(

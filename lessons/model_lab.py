@@ -41,6 +41,7 @@ def _measure() -> None:
         return
     st.session_state.pop("lab_error", None)
     st.session_state["lab_result"] = result
+    st.session_state["lab_result_shape"] = _shape()
 
 
 st.title("Model lab")
@@ -78,12 +79,19 @@ def show_summary(result: lab.LabResult) -> None:
     a.metric("Parameters", f"{result.num_params / 1e6:,.2f}M")
     b.metric("Weights", format_bytes(result.weight_bytes), help="The sum of every parameter tensor's bytes.")
     c.metric("Cache per token", format_bytes(result.bytes_per_token), help="K and V, every layer, every KV head.")
+    with_cache, without = longest.tokens_run
     a, b, c = st.columns(3)
-    a.metric(f"Step at {longest.context} tokens", f"{longest.cached_s * 1e3:.1f} ms",
-             help="One decode step with the cache: only the newest token runs through the model.")
-    b.metric("Without the cache", f"{longest.uncached_s * 1e3:.1f} ms",
-             help=f"All {longest.context} tokens run through the model again.")
-    c.metric("Slower without", f"{longest.speedup:.1f}×")
+    a.metric(f"Tokens run for the step at {longest.context}", f"{with_cache} vs {without:,}",
+             help="With the cache only the newest token runs through the model; without it, every token "
+                  "in the context runs again. These counts do not vary from run to run.")
+    b.metric("With the cache", f"{longest.cached_s * 1e3:.1f} ms", longest.spread(cached=True), delta_color="off",
+             delta_arrow="off", help="Warm decode steps that run only the newest token, timed on this machine.")
+    c.metric("Without the cache", f"{longest.uncached_s * 1e3:.1f} ms", longest.spread(cached=False),
+             delta_color="off", delta_arrow="off",
+             help=f"Warm steps that run all {longest.context} tokens again, timed on this machine.")
+    st.caption(f"Times are medians of {longest.repeats} warm steps each way, with the fastest and slowest "
+               f"(the spread); their ratio here is {longest.speedup:.1f}×. Times move with the machine's "
+               "load; the token counts do not.")
     st.code(result.formula, language=None, wrap_lines=True)
     agree = "the same as" if longest.cache_bytes == longest.formula_bytes else "unlike"
     st.caption(f"The engine's cache held {longest.cache_bytes:,} bytes after that step, {agree} the formula.")
@@ -109,6 +117,9 @@ with results:
     else:
         if problem:
             st.caption("The results below are from the last model that was measured.")
+        elif st.session_state.get("lab_result_shape") != _shape():
+            st.warning("The sliders have changed since this measurement: the results below are from the "
+                       "previous shape. Press **Measure** to measure this one.", icon=":material/history:")
         show_summary(result)
 
 if result is not None:

@@ -66,9 +66,11 @@ m[1].metric("Contiguous reservation", format_bytes(comparison["contiguous_bytes"
             f"{comparison['contiguous_waste']:.0%} wasted", delta_color="off",
             help=f"Each request reserves the model's whole context ({lesson.max_context} tokens) up front.")
 m[2].metric("Paged blocks", format_bytes(comparison["paged_bytes"]), f"{comparison['paged_waste']:.0%} wasted",
-            delta_color="off", help="Only the last block of each request has empty slots.")
-m[3].metric("Prefix-cache hit rate", f"{prefix['hit_rate']:.0%}",
-            f"{prefix['blocks_saved']} blocks not recomputed", delta_color="off")
+            delta_color="off", help=f"{comparison['paged_blocks']} blocks hold {comparison['paged_slots']} slots "
+                                    f"for {comparison['distinct_tokens']} distinct tokens: a block shared by "
+                                    "several requests counts once, and only last blocks have empty slots.")
+m[3].metric("Prefix-cache hit rate", f"{prefix['hit_rate']:.0%}", f"{prefix['blocks_saved']} blocks reused",
+            delta_color="off", help="Prompt blocks found in the prefix cache, so not computed again.")
 m[4].metric("Preemptions so far", lesson.engine.scheduler.num_preemptions if step == last else
             sum(e.kind == "preempt" for r in lesson.records[:step + 1] for e in r.events))
 
@@ -81,24 +83,31 @@ with right:
     st.markdown("**Events this step**")
     events = [{"event": e.kind, "request": labels.get(e.request_id, "—"), "blocks": ", ".join(map(str, e.block_ids))}
               for e in record.events]
-    st.dataframe(events or [{"event": "—", "request": "", "blocks": ""}], hide_index=True, width="stretch")
+    # st.table wraps long cells; a dataframe would cut block lists and texts off at the column's edge
+    st.table(pd.DataFrame(events or [{"event": "—", "request": "", "blocks": ""}]).set_index("event"))
     texts = {labels[r.request_id]: lesson.engine.tokenizer.decode(r.output_token_ids)
              for r in record.requests if r.request_id in labels and lesson.engine.tokenizer is not None}
     if texts:
         st.markdown("**Generated so far**")
-        st.dataframe([{"request": k, "text": v} for k, v in texts.items()], hide_index=True, width="stretch")
+        st.table(pd.DataFrame([{"request": k, "text": v} for k, v in texts.items()]).set_index("request"))
 
 with st.expander("Predict, then reveal: which block comes next?",
                  expanded=bool(st.session_state.get("paged_questions"))):
     questions = st.session_state.setdefault("paged_questions", [])
     running = [r for r in lesson.records[-1].requests if r.status == "running" and r.request_id in labels]
+    choices = [r.request_id for r in running]
+    if st.session_state.get("paged_question_request") not in choices:  # a new run, or that request ended
+        st.session_state.pop("paged_question_request", None)
     q1, q2, q3 = st.columns([2, 2, 1])
-    who = q1.selectbox("Request", [r.request_id for r in running], format_func=lambda rid: labels[rid],
-                       key="paged_question_request")
+    who = q1.selectbox("Request", choices, format_func=lambda rid: labels[rid], key="paged_question_request")
     guess = q2.number_input("Your guess (physical block id)", 0, lesson.engine.num_blocks - 1,
                             key="paged_question_guess")
     if q3.button("Commit", key="paged_question_commit", disabled=who is None or lesson.finished):
         questions.append(predict.BlockQuestion(who, labels[who], len(lesson.records) - 1, int(guess)))
+    if lesson.finished:
+        st.caption("Every request has finished, so no block comes next: press **Start** to run again.")
+    elif who is None:
+        st.caption("No request is running at the latest step; press **Step** until one is.")
     for question in questions:
         predict.reveal_block(question, lesson.records)
     for question in reversed(questions[-4:]):

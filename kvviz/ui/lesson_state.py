@@ -20,7 +20,7 @@ EXAMPLE_PROMPTS = [
 ]
 
 
-DEFAULTS = {"lesson_prompt": EXAMPLE_PROMPTS[0], "lesson_max_tokens": 48, "lesson_greedy": True,
+DEFAULTS = {"lesson_prompt": EXAMPLE_PROMPTS[0], "lesson_example": EXAMPLE_PROMPTS[0], "lesson_max_tokens": 48, "lesson_greedy": True,
             "lesson_temperature": 0.8, "lesson_top_k": 40, "lesson_top_p": 0.95, "lesson_seed": 0}
 
 
@@ -76,6 +76,17 @@ def on_toggle_play() -> None:
     st.session_state["lesson_playing"] = not st.session_state.get("lesson_playing", False)
 
 
+def view_step(last_step: int, playing: bool) -> int:
+    """The step the views show: the newest while playing, else the one chosen (Pause keeps it).
+
+    Written back before the slider is drawn: the slider's maximum grows with every step, which
+    gives it a new identity, and Streamlit would otherwise reset it to step 0."""
+    chosen = st.session_state.get("lesson_view_step", last_step)
+    step = last_step if playing else min(int(chosen), last_step)
+    st.session_state["lesson_view_step"] = step
+    return step
+
+
 def on_reset() -> None:
     for key in ("lesson", "lesson_view_step", "lesson_playing", "lesson_error", "lesson_questions"):
         st.session_state.pop(key, None)
@@ -90,6 +101,7 @@ def restore_from_query() -> None:
     if "prompt" not in params:
         return
     st.session_state["lesson_prompt"] = params["prompt"]
+    on_prompt_edit()
     if "step" not in params:
         return
     try:
@@ -104,4 +116,22 @@ def restore_from_query() -> None:
 
 
 def on_example() -> None:
-    st.session_state["lesson_prompt"] = st.session_state["lesson_example"]
+    if st.session_state.get("lesson_example") is not None:
+        st.session_state["lesson_prompt"] = st.session_state["lesson_example"]
+
+
+def on_prompt_edit() -> None:
+    """The example box names the prompt in the text box, or none when it is not one of them."""
+    prompt = st.session_state.get("lesson_prompt")
+    st.session_state["lesson_example"] = prompt if prompt in EXAMPLE_PROMPTS else None
+
+
+def stop_note(lesson: Lesson) -> str | None:
+    """Why a finished lesson generated fewer tokens than asked, in one sentence; None if it did not."""
+    generated = len(lesson.token_texts) - len(lesson.prompt_token_ids)
+    asked, context = lesson.settings.max_tokens, lesson.model_info.get("max_context")
+    if not lesson.finished or generated >= asked or context is None:
+        return None
+    return (f"It stopped after {generated} of the {asked} tokens asked for: the prompt's "
+            f"{len(lesson.prompt_token_ids)} tokens and the generated ones filled the model's context of "
+            f"{context} tokens. Use a shorter prompt to generate more.")
