@@ -73,7 +73,9 @@ def previous_next(title: str) -> None:
         right.page_link(following.path, label=f"Next: {following.title}", icon=":material/arrow_forward:")
 
 
-FOOTER_CSS = ("<style>.st-key-lecture_footer {order: 10000; border-top: 1px solid rgba(128,128,128,.35); "
+# the keyed container sits in a layout wrapper, which is the flex item of the page's column
+FOOTER_CSS = ("<style>[data-testid='stLayoutWrapper']:has(> .st-key-lecture_footer), .st-key-lecture_footer "
+              "{order: 10000;} .st-key-lecture_footer {border-top: 1px solid rgba(128,128,128,.35); "
               "padding-top: .6rem; margin-top: 1rem;}</style>")
 
 

@@ -56,7 +56,7 @@ def presenter_mode(title: str) -> bool:
     _install_chart_scaling()
     index = navigation.index_of(title)
     previous, following = navigation.neighbours(index) if index is not None else (None, None)
-    left, middle, right = st.columns([2, 1, 2], vertical_alignment="center")
+    left, middle, right = st.columns([2, 1.4, 2], vertical_alignment="center")
     if previous is not None:
         left.page_link(previous.path, label=f"Previous: {previous.title}", icon=":material/arrow_back:")
     middle.button("Leave presenter mode", on_click=_leave, icon=":material/close_fullscreen:", width="stretch")
