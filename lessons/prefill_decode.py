@@ -10,11 +10,12 @@ from kvviz.engine.runner import paged_attention
 from kvviz.engine.scheduler import Scheduler
 from kvviz.memory import format_bytes
 from kvviz.ui import lesson_state as ls
-from kvviz.ui.classroom import export_and_replay, predict_panel, presenter_toggle, sync_query_params
+from kvviz.ui.classroom import export_and_replay, predict_panel, sync_query_params
 from kvviz.ui.common import show_code, token_chips
+from kvviz.explain import logit_difference_note
+from kvviz.ui.explain_views import inside_attention, memory_bound
 from kvviz.viz import lesson_figures as figures
 
-presenter_toggle()
 ls.set_defaults()
 ls.restore_from_query()
 st.title("Prefill and decode")
@@ -100,7 +101,8 @@ st.caption("Blue: prompt (prefill). Orange: generated, one per decode step. Outl
            "the last chip is the token just sampled, whose key and value enter the cache at the next step.")
 
 # one view at a time: only the chosen view is computed, so a step redraws quickly
-VIEWS = ["Cache per layer", "Keys and values", "Attention", "Work saved", "Memory bill"]
+VIEWS = ["Cache per layer", "Keys and values", "Attention", "Inside attention", "Work saved", "Memory bill",
+         "Why decode is memory-bound"]
 view = st.radio("View", VIEWS, horizontal=True, key="lesson_view", label_visibility="collapsed")
 
 if view == "Cache per layer":
@@ -126,10 +128,11 @@ def kv_inspector():
         before = lesson.records[step - 1].trace.keys
         changed = int((np.abs(trace.keys[:, :before.shape[1]] - before).max(axis=(0, 2, 3)) > 0).sum())
     k_col, v_col = st.columns(2)
-    k_col.plotly_chart(figures.kv_heatmap(trace.keys[layer, :, kv_head], "K", layer, kv_head, new_rows, changed),
-                       width="stretch")
+    texts = lesson.token_texts[:num_tokens]
+    k_col.plotly_chart(figures.kv_heatmap(trace.keys[layer, :, kv_head], "K", layer, kv_head, new_rows, changed,
+                                          texts), width="stretch")
     v_col.plotly_chart(figures.kv_heatmap(trace.values[layer, :, kv_head], "V", layer, kv_head, new_rows,
-                                          changed), width="stretch")
+                                          changed, texts), width="stretch")
     if step > 0:
         st.caption(f"Compared with step {step - 1}, {changed} earlier rows changed in any layer or head: "
                    "once written, a token's key and value stay as they are. Only the outlined row is new.")
@@ -152,6 +155,10 @@ if view == "Keys and values":
     kv_inspector()
 if view == "Attention":
     attention_view()
+if view == "Inside attention":
+    inside_attention(lesson, step)
+if view == "Why decode is memory-bound":
+    memory_bound(lesson, step)
 if view == "Work saved":
     rows = lesson.work()[:step + 1]
     st.plotly_chart(figures.work_saved(rows), width="stretch")
@@ -163,6 +170,7 @@ if view == "Work saved":
     diffs = [r["max_logit_difference"] for r in rows if r["max_logit_difference"] is not None]
     c.metric("Largest logit difference", f"{max(diffs):.2e}" if diffs else "n/a",
              help="Between the cached run and a run that recomputes everything, over all steps so far.")
+    st.caption(logit_difference_note(max(diffs) if diffs else None, info["dtype"]))
     st.dataframe(rows, width="stretch", hide_index=True)
     st.caption("Tokens run are counts: they come out the same on every run and every machine. How long a "
                "step takes is measured in the Model lab, as the median of several warm runs.")

@@ -39,7 +39,8 @@ def build_step_batch(chunks: list[ScheduledChunk], cache, block_size: int, devic
             for row, i in enumerate(members):
                 if chunks[i].request.request_id == trace_request_id:
                     trace = Trace(group=len(groups), row=row, query=chunks[i].num_tokens - 1,
-                                  num_keys=chunks[i].end if cache is not None else chunks[i].num_tokens)
+                                  num_keys=chunks[i].end if cache is not None else chunks[i].num_tokens,
+                                  all_queries=cache is not None and chunks[i].start == 0)
         groups.append(group)
 
     as_long = dict(dtype=torch.long, device=device)

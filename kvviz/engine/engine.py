@@ -242,7 +242,8 @@ class Engine:
             keys=torch.stack(trace.keys).numpy(),  # (layers, tokens, kv_heads, head_dim)
             values=torch.stack(trace.values).numpy(),
             attention=torch.stack(trace.attention).numpy(),  # (layers, heads, tokens)
-            logits=None if row is None else logits[row].float().cpu().numpy().astype(np.float32))
+            logits=None if row is None else logits[row].float().cpu().numpy().astype(np.float32),
+            prompt_attention=torch.stack(trace.prompt_attention).numpy() if trace.prompt_attention else None)
 
     # ---- helpers -------------------------------------------------------------------------
     def _tokenize(self, prompt) -> list[int]:

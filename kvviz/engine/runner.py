@@ -56,6 +56,8 @@ class Trace:
     keys: list = field(default_factory=list)  # [layer] (tokens, kv_heads, head_dim)
     values: list = field(default_factory=list)
     attention: list = field(default_factory=list)  # [layer] (heads, tokens)
+    all_queries: bool = False  # a prefill from position 0: keep every query's row, the causal triangle
+    prompt_attention: list = field(default_factory=list)  # [layer] (heads, tokens, tokens)
 
 
 @dataclass
@@ -127,22 +129,26 @@ def paged_attention(module, query, key, value, attention_mask, scaling=None, dro
         out[group.out_index] = group_out.flatten(0, 1)[group.out_select]
         trace = batch.trace
         if trace is not None and trace.group == group_id:
-            _trace_layer(trace, q[group.query_index[trace.row, trace.query]], k[trace.row],
-                         v[trace.row], mask[trace.row, 0, trace.query], scaling, softcap)
+            rows = slice(0, trace.query + 1) if trace.all_queries else slice(trace.query, trace.query + 1)
+            _trace_layer(trace, q[group.query_index[trace.row, rows]], k[trace.row],
+                         v[trace.row], mask[trace.row, 0, rows], scaling, softcap)
     return out.unsqueeze(0), None
 
 
 def _trace_layer(trace: Trace, query, key, value, mask, scaling, softcap) -> None:
-    """The traced request's newest query against its keys. query: (H, D); key: (Lk, KVH, D)."""
+    """The traced request's queries against its keys: the newest query, or with all_queries every
+    prompt query. query: (Tq, H, D); key: (Lk, KVH, D); mask: (Tq, Lk)."""
     n = trace.num_keys
-    key, value, mask = key[:n], value[:n], mask[:n]
-    group_size = query.shape[0] // key.shape[1]
+    key, value, mask = key[:n], value[:n], mask[:, :n]
+    group_size = query.shape[1] // key.shape[1]
     keys_per_head = key.repeat_interleave(group_size, dim=1)  # (n, H, D)
-    scores = torch.einsum("hd,nhd->hn", query.float(), keys_per_head.float()) * scaling  # (H, n)
+    scores = torch.einsum("thd,nhd->htn", query.float(), keys_per_head.float()) * scaling  # (H, Tq, n)
     if softcap is not None:
         scores = torch.tanh(scores / softcap) * softcap
-    scores = scores.masked_fill(~mask[None, :], float("-inf"))
-    trace.attention.append(scores.softmax(-1).cpu())
+    weights = scores.masked_fill(~mask[None], float("-inf")).softmax(-1).cpu()  # (H, Tq, n)
+    trace.attention.append(weights[:, -1])  # (H, n): the newest token's row
+    if trace.all_queries:
+        trace.prompt_attention.append(weights)
     trace.keys.append(key.float().cpu())
     trace.values.append(value.float().cpu())
 

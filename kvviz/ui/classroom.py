@@ -1,4 +1,4 @@
-"""Classroom helpers: presenter mode, lesson state in the URL, predict-then-reveal, export/replay."""
+"""Classroom helpers: lesson state in the URL, predict-then-reveal, export/replay."""
 
 from __future__ import annotations
 
@@ -6,32 +6,6 @@ import streamlit as st
 
 from kvviz import predict
 from kvviz.lesson import LessonFileError, export_lesson, import_lesson
-
-PRESENTER_CSS = """
-<style>
-  section[data-testid="stSidebar"], [data-testid="stSidebarCollapsedControl"] {display: none;}
-  html, body, [data-testid="stAppViewContainer"] {font-size: 22px;}
-  [data-testid="stMarkdownContainer"] p, [data-testid="stMarkdownContainer"] li {font-size: 1.35rem;}
-  [data-testid="stMetricValue"] {font-size: 2.6rem;}
-  h1 {font-size: 3.2rem !important;}
-</style>
-"""
-
-
-def presenter_toggle() -> bool:
-    """A sidebar switch (and ?presenter=1 in the URL) for large type and no sidebar."""
-    if st.query_params.get("presenter") == "1":
-        st.session_state["presenter"] = True
-    with st.sidebar:
-        st.toggle("Presenter mode", key="presenter",
-                  help="Large type, no sidebar; → is Next token and P is Play/Pause. Add ?presenter=1 to a "
-                       "link to open in this mode; remove it from the URL to leave.")
-    if st.session_state.get("presenter"):
-        st.markdown(PRESENTER_CSS, unsafe_allow_html=True)
-        st.query_params["presenter"] = "1"
-        return True
-    st.query_params.pop("presenter", None)
-    return False
 
 
 def sync_query_params(prompt: str, step: int | None) -> None:

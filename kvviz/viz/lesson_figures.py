@@ -6,6 +6,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from kvviz.viz.colors import FONT, PHASE, layer_color
+from kvviz.viz.explain_figures import token_axis
 
 
 def _layout(fig: go.Figure, title: str, height: int = 380, **kwargs) -> go.Figure:
@@ -43,8 +44,9 @@ def cache_growth(entered_step: list[int], num_layers: int, window: int | None = 
 
 
 def kv_heatmap(matrix: np.ndarray, which: str, layer: int, kv_head: int, new_rows: int,
-               changed_rows: int = 0) -> go.Figure:
-    """K or V of one layer and KV head. matrix: (positions, head_dim); the last `new_rows` are new."""
+               changed_rows: int = 0, texts: list[str] | None = None) -> go.Figure:
+    """K or V of one layer and KV head. matrix: (positions, head_dim); the last `new_rows` are new.
+    texts: each position's token text, written on the position axis."""
     positions = matrix.shape[0]
     limit = float(np.abs(matrix).max()) or 1.0
     fig = go.Figure(go.Heatmap(z=matrix, colorscale="RdBu", zmid=0, zmin=-limit, zmax=limit,
@@ -52,11 +54,12 @@ def kv_heatmap(matrix: np.ndarray, which: str, layer: int, kv_head: int, new_row
                                hovertemplate="position %{y}<br>dim %{x}<br>value %{z:.3f}<extra></extra>"))
     fig.add_shape(type="rect", x0=-0.5, x1=matrix.shape[1] - 0.5, y0=positions - new_rows - 0.5,
                   y1=positions - 0.5, line=dict(color=PHASE["new"], width=4))
-    fig.update_yaxes(title="position", autorange="reversed")
+    fig.update_yaxes(title="token (position)", autorange="reversed", **(token_axis(texts) if texts else {}))
     fig.update_xaxes(title="head dimension")
     unchanged = "" if changed_rows else " · earlier rows unchanged"
-    return _layout(fig, f"{which}, layer {layer}, KV head {kv_head}{unchanged}",
-                   height=min(700, max(320, 12 * positions + 140)))
+    fig = _layout(fig, f"{which}, layer {layer}, KV head {kv_head}{unchanged}",
+                  height=min(700, max(320, 12 * positions + 140)))
+    return fig.update_layout(margin=dict(l=120))
 
 
 def attention_by_head(weights: np.ndarray, kv_heads: int, tokens: list[str], layer: int) -> go.Figure:
@@ -73,9 +76,10 @@ def attention_by_head(weights: np.ndarray, kv_heads: int, tokens: list[str], lay
     for g in range(1, kv_heads):  # a line between the heads that share one KV head
         fig.add_hline(y=g * group - 0.5, line=dict(color="black", width=3))
     fig.update_yaxes(title=f"query head (groups of {group} share a KV head)", autorange="reversed")
-    fig.update_xaxes(title="cached position")
-    return _layout(fig, f"Newest token attends to the cache: layer {layer}, all {heads} heads",
-                   height=max(320, 34 * heads + 140))
+    fig.update_xaxes(title="cached token (position)", tickangle=-60, **token_axis(tokens[:positions]))
+    fig = _layout(fig, f"Newest token attends to the cache: layer {layer}, all {heads} heads",
+                  height=max(320, 34 * heads + 200))
+    return fig.update_layout(margin=dict(b=110))
 
 
 def work_saved(rows: list[dict]) -> go.Figure:

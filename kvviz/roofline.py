@@ -1,0 +1,153 @@
+"""Why decode is memory-bound: bytes read and FLOPs of one step, and the roofline they sit under.
+
+A decode step runs one new token per request through every weight matrix (2 FLOPs per weight and
+token) and reads every weight once, plus each request's whole cache. A few FLOPs per byte read is far
+below what an accelerator can do per byte its memory delivers, so the step waits on memory: its time
+is bytes ÷ bandwidth, and batching (more tokens per weight read) is what raises the ceiling.
+
+Pure Python except `measure_this_machine`, which times torch on this machine.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from dataclasses import dataclass
+
+from kvviz.memory import ModelShape, kv_cache_bytes
+
+
+@dataclass(frozen=True)
+class Accelerator:
+    name: str
+    peak_flops: float  # dense 16-bit FLOP/s (this machine: measured fp32 matmul)
+    bandwidth: float  # bytes/s from memory
+    note: str
+
+    @property
+    def ridge(self) -> float:
+        """FLOPs per byte where the roof turns: below it, memory bounds the time."""
+        return self.peak_flops / self.bandwidth
+
+
+# Vendor data sheets: dense BF16 tensor-core peak (no sparsity) and HBM bandwidth, SXM parts.
+ACCELERATORS = {a.name: a for a in (
+    Accelerator("H100 SXM", 989e12, 3.35e12, "NVIDIA data sheet: 989 TFLOP/s BF16 dense, 3.35 TB/s HBM3"),
+    Accelerator("H200 SXM", 989e12, 4.8e12, "NVIDIA data sheet: 989 TFLOP/s BF16 dense, 4.8 TB/s HBM3e"),
+    Accelerator("A100 80GB SXM", 312e12, 2.039e12, "NVIDIA data sheet: 312 TFLOP/s BF16 dense, 2.0 TB/s HBM2e"),
+    Accelerator("A100 40GB", 312e12, 1.555e12, "NVIDIA data sheet: 312 TFLOP/s BF16 dense, 1.6 TB/s HBM2"),
+)}
+
+
+@dataclass(frozen=True)
+class StepCost:
+    """One decode step of `batch` requests, each with `context` tokens in its cache."""
+
+    label: str
+    batch: int
+    context: int
+    weight_bytes: int
+    cache_bytes: int
+    flops: float
+
+    @property
+    def bytes_read(self) -> int:
+        return self.weight_bytes + self.cache_bytes
+
+    @property
+    def intensity(self) -> float:
+        """FLOPs per byte read."""
+        return self.flops / self.bytes_read
+
+    def seconds(self, device: Accelerator) -> float:
+        """The roofline's lower bound on the step time: the slower of compute and memory."""
+        return max(self.flops / device.peak_flops, self.bytes_read / device.bandwidth)
+
+    def bound(self, device: Accelerator) -> str:
+        return "memory" if self.intensity < device.ridge else "compute"
+
+    def tokens_per_second(self, device: Accelerator) -> float:
+        """The ceiling: tokens generated per second if the step ran exactly at the roof."""
+        return self.batch / self.seconds(device)
+
+
+def decode_step(shape: ModelShape, num_params: int, context: int, *, batch: int = 1, weight_bytes: float = 2,
+                cache_bytes: float = 2, label: str = "decode", **cache_options) -> StepCost:
+    """Bytes and FLOPs of one decode step.
+
+    Reads: every weight once (shared by the batch) + each request's cache for `context` tokens (the
+    memory bill). FLOPs: 2 per weight per token for the matrices, plus attention's q·Kᵀ and
+    weights·V, 2 × 2 × heads × head_dim per cached token per layer.
+    """
+    if context < 1 or batch < 1:
+        raise ValueError("context and batch must be at least 1 token and 1 request.")
+    weights = round(num_params * weight_bytes)
+    cache = kv_cache_bytes(shape, context, batch, cache_bytes, **cache_options)
+    heads = shape.num_heads or shape.num_kv_heads
+    attention = 4 * shape.num_layers * heads * shape.head_dim * context
+    return StepCost(label, batch, context, weights, cache, batch * (2 * num_params + attention))
+
+
+def prefill_step(shape: ModelShape, num_params: int, prompt_tokens: int, *, weight_bytes: float = 2,
+                 cache_bytes: float = 2) -> StepCost:
+    """The prefill of one prompt: every weight read once for all its tokens, so many FLOPs per byte."""
+    weights = round(num_params * weight_bytes)
+    heads = shape.num_heads or shape.num_kv_heads
+    # causal attention: query i reads i + 1 keys, about T²/2 in all
+    attention = 4 * shape.num_layers * heads * shape.head_dim * prompt_tokens * (prompt_tokens + 1) // 2
+    written = kv_cache_bytes(shape, prompt_tokens, 1, cache_bytes)
+    return StepCost("prefill", 1, prompt_tokens, weights, written, 2 * num_params * prompt_tokens + attention)
+
+
+def variants(shape: ModelShape, num_params: int, context: int, *, batch: int = 1,
+             weight_bytes: float = 2, cache_bytes: float = 2) -> list[StepCost]:
+    """The same step with this model's KV heads, with every head cached (MHA), one (MQA), and int8/int4 caches."""
+    from dataclasses import replace
+
+    heads = shape.num_heads or shape.num_kv_heads
+    rows = [decode_step(shape, num_params, context, batch=batch, weight_bytes=weight_bytes,
+                        cache_bytes=cache_bytes, label=f"this model ({shape.num_kv_heads} KV heads)")]
+    if shape.num_kv_heads != heads:
+        rows.append(decode_step(replace(shape, num_kv_heads=heads), num_params, context, batch=batch,
+                                weight_bytes=weight_bytes, cache_bytes=cache_bytes, label=f"MHA ({heads} KV heads)"))
+    if shape.num_kv_heads != 1:
+        rows.append(decode_step(replace(shape, num_kv_heads=1), num_params, context, batch=batch,
+                                weight_bytes=weight_bytes, cache_bytes=cache_bytes, label="MQA (1 KV head)"))
+    for bits in (8, 4):
+        if bits / 8 < cache_bytes:
+            rows.append(decode_step(shape, num_params, context, batch=batch, weight_bytes=weight_bytes,
+                                    cache_bytes=bits / 8, label=f"int{bits} cache"))
+    return rows
+
+
+@functools.lru_cache(maxsize=1)
+def measure_this_machine(size: int = 1024, megabytes: int = 128, repeats: int = 5) -> Accelerator:
+    """This machine's roof, measured once per process: a square fp32 matmul's FLOP/s and a large
+    copy's bytes/s (read + write), each the median of `repeats` warm runs."""
+    import torch
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+    def median_seconds(work) -> float:
+        work()  # warm up
+        times = []
+        for _ in range(repeats):
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            start = time.perf_counter()
+            work()
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            times.append(time.perf_counter() - start)
+        return sorted(times)[len(times) // 2]
+
+    a = torch.randn(size, size, device=device)  # (n, n)
+    b = torch.randn(size, size, device=device)  # (n, n)
+    flops = 2 * size**3 / median_seconds(lambda: a @ b)
+    source = torch.empty(megabytes * 2**20 // 4, device=device)  # fp32
+    target = torch.empty_like(source)
+    bandwidth = 2 * source.nbytes / median_seconds(lambda: target.copy_(source))
+    name = torch.cuda.get_device_name(0) if device.type == "cuda" else "this machine (CPU)"
+    return Accelerator(name, flops, bandwidth,
+                       f"measured here: {size}×{size} fp32 matmul and a {megabytes} MiB copy, "
+                       f"median of {repeats} warm runs")

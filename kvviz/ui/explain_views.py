@@ -1,0 +1,159 @@
+"""Two views of the "Prefill and decode" lesson: inside attention, and why decode is memory-bound.
+
+Each takes the lesson and the step being looked at; every number comes from kvviz.explain and
+kvviz.roofline, computed from the lesson's records and the real model.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import streamlit as st
+
+from kvviz import explain, roofline
+from kvviz.memory import ModelShape, format_bytes
+from kvviz.viz import explain_figures as figures
+
+MACHINE = "this machine (measured)"
+
+
+def lesson_shape(info: dict) -> ModelShape:
+    return ModelShape(name=info["name"], num_layers=info["layers"], num_kv_heads=info["kv_heads"],
+                      head_dim=info["head_dim"], num_heads=info["heads"], num_params=info["parameters"])
+
+
+def decode_rows(lesson, step: int, layer: int, head: int) -> list[np.ndarray]:
+    """Each decode step's single attention row (layer, head) up to `step`; missing traces are skipped."""
+    rows = []
+    for record in lesson.records[1:step + 1]:
+        if record.trace is not None:
+            rows.append(record.trace.attention[layer, head])  # (positions,)
+    return rows
+
+
+@st.fragment
+def inside_attention(lesson, step: int) -> None:
+    info = lesson.model_info
+    heads, kv_heads, head_dim = info["heads"], info["kv_heads"], info["head_dim"]
+    num_keys = lesson.num_tokens_at(step)
+    a, b = st.columns(2)
+    layer = a.selectbox("Layer", range(info["layers"]), key="lesson_inside_layer")
+    head = b.selectbox("Query head", range(heads), key="lesson_inside_head",
+                       format_func=lambda h: f"head {h} (reads KV head {h // (heads // kv_heads)})")
+
+    st.markdown("#### 1 · Where q, k and v come from")
+    st.markdown(
+        f"Each layer multiplies its input row **x** (the token's current vector, width {info['hidden_size']}) "
+        f"by three learned matrices: **q = x·W_Qᵀ**, **k = x·W_Kᵀ**, **v = x·W_Vᵀ**, then splits the result "
+        f"into heads: {heads} query heads, {kv_heads} key/value heads of {head_dim} numbers each. Keys and "
+        "queries are then turned by the rotary position embedding (RoPE), which encodes the position as "
+        "a rotation; the cache stores the key **after** that rotation, so it is never redone.")
+    projection = None
+    if lesson.engine is not None:
+        token_ids = (lesson.prompt_token_ids + [t for r in lesson.records[:step] for _, t in r.sampled])[:num_keys]
+        projection = explain.project_newest_token(lesson.engine.model, token_ids, layer)
+    if projection is None:
+        st.info("Recomputing q, k and v needs the model and a Llama-style layer; a replayed lesson has no model.")
+    else:
+        trace = lesson.records[step].trace
+        kv_head = head // (heads // kv_heads)
+        shapes = ", ".join(f"{name} {rows}×{cols}" for name, (rows, cols) in projection.w_shapes.items())
+        if trace is not None:
+            cached_k = trace.keys[layer, projection.position]  # (kv_heads, head_dim)
+            cached_v = trace.values[layer, projection.position]
+            k_gap = float(np.abs(cached_k - projection.k).max())
+            v_gap = float(np.abs(cached_v - projection.v).max())
+            st.markdown(f"Recomputed here from the weights ({shapes}) for the newest token, position "
+                        f"{projection.position}: its k after RoPE differs from the cached row by at most "
+                        f"**{k_gap:.1e}** and its v by **{v_gap:.1e}** (rounding only), while k before RoPE "
+                        f"differs by {float(np.abs(cached_k - projection.k_before_rope).max()):.2f}.")
+        st.plotly_chart(figures.qkv_vectors(projection.q, projection.k_before_rope, projection.k, projection.v,
+                                            kv_head, heads // kv_heads), width="stretch")
+
+    st.markdown("#### 2 · Why K and V are cached and Q is not")
+    st.markdown(
+        "A query is used once, by its own step: the newest token asks its question of every earlier key, "
+        "and the answer is done. Every **later** token will ask again, against the same earlier keys and "
+        "values. So keys and values are worth keeping; an old query never is.")
+    st.markdown("#### 3 · Causality")
+    st.markdown(
+        "Attention in a decoder is **causal**: a token attends only to itself and to earlier tokens. "
+        "An earlier token never sees a later one, so nothing that comes later can change its key or "
+        "value. That is what makes them safe to store and reuse. Below, the prefill step's whole "
+        "attention matrix for the prompt is a triangle (nothing above the diagonal); each decode step "
+        "adds one row, the newest query against every cached key.")
+    trace0 = lesson.records[0].trace
+    if trace0 is None or trace0.prompt_attention is None:
+        st.info("This lesson has no prefill attention matrix (recorded by an older kvviz).")
+    else:
+        texts = lesson.token_texts
+        st.plotly_chart(figures.causal_attention(trace0.prompt_attention[layer, head],
+                                                 decode_rows(lesson, step, layer, head), texts, layer, head),
+                        width="stretch")
+
+    st.markdown("#### 4 · The formula with this step's shapes")
+    st.latex(r"\mathrm{out} = \mathrm{softmax}\!\left(\frac{q\,K_{\mathrm{cache}}^{\top}}{\sqrt{d}}\right)"
+             r"V_{\mathrm{cache}}")
+    st.table([{"term": term, "shape at this step": shape}
+              for term, shape in explain.attention_shapes(heads, kv_heads, head_dim, num_keys)])
+    st.markdown("#### 5 · The article's small example")
+    rows = explain.small_example(prompt_tokens=4, generated=4)
+    last = rows[-1]
+    st.markdown(
+        f"A 4-token prompt, 3 tokens generated, and the 4th being predicted. Without a cache that step runs "
+        f"all {last['without_cache']} tokens again, and the four steps run **{last['without_cache_total']}** "
+        f"token computations; with the cache, **{last['with_cache_total']}** (4 at prefill, then 1 a step).")
+    st.dataframe(rows, hide_index=True, width="stretch")
+
+
+def _device_choice() -> roofline.Accelerator:
+    names = list(roofline.ACCELERATORS) + [MACHINE]
+    name = st.selectbox("Accelerator", names, key="lesson_roofline_device")
+    if name == MACHINE:
+        with st.spinner("Measuring this machine's matmul and copy speed…"):
+            return roofline.measure_this_machine()
+    return roofline.ACCELERATORS[name]
+
+
+@st.fragment
+def memory_bound(lesson, step: int) -> None:
+    info = lesson.model_info
+    shape = lesson_shape(info)
+    context = lesson.num_tokens_at(step)
+    a, b = st.columns([2, 1])
+    with a:
+        device = _device_choice()
+    batch = b.select_slider("Requests decoded together", [1, 2, 4, 8, 16, 32, 64, 128, 256], value=1,
+                            key="lesson_roofline_batch")
+    weight_bytes = cache_bytes = info["dtype_bytes"]
+    costs = roofline.variants(shape, info["parameters"], context, batch=batch, weight_bytes=weight_bytes,
+                              cache_bytes=cache_bytes)
+    step_cost = costs[0]
+    prefill = roofline.prefill_step(shape, info["parameters"], len(lesson.prompt_token_ids),
+                                    weight_bytes=weight_bytes, cache_bytes=cache_bytes)
+    st.markdown(
+        f"One decode step of this model with **{context:,} tokens** in the cache"
+        + (f", for {batch} requests at once" if batch > 1 else "")
+        + f": it reads every weight once (**{format_bytes(step_cost.weight_bytes)}**: {info['parameters']:,} "
+          f"parameters × {weight_bytes} bytes) and the whole cache (**{format_bytes(step_cost.cache_bytes)}**, "
+          f"the memory bill for {context:,} tokens), and does **{step_cost.flops:,.0f} FLOPs** (2 per weight "
+          f"per token, plus q·Kᵀ and weights·V).")
+    c1, c2, c3, c4 = st.columns(4)
+    c1.metric("Bytes read", format_bytes(step_cost.bytes_read), help="Weights + cache, per step.")
+    c2.metric("FLOPs per byte", f"{step_cost.intensity:.2f}",
+              help=f"The roof of {device.name} turns at {device.ridge:.0f} FLOPs per byte.")
+    c3.metric("Bound by", step_cost.bound(device),
+              help=f"{step_cost.intensity:.2f} FLOP/B is {'below' if step_cost.intensity < device.ridge else 'above'} "
+                   f"the ridge at {device.ridge:.0f} FLOP/B.")
+    c4.metric("Ceiling (tokens/s)", f"{step_cost.tokens_per_second(device):,.0f}",
+              help=f"{batch} token(s) per step ÷ the step's least time, max(FLOPs ÷ peak, bytes ÷ bandwidth).")
+    st.plotly_chart(figures.roofline(device, costs, prefill), width="stretch")
+    st.caption(f"{device.name}: {device.note}. The prefill point runs all {prefill.context} prompt tokens per "
+               "weight read, so it sits far further right.")
+    st.table([{"cache": cost.label, "cache bytes": format_bytes(cost.cache_bytes),
+               "bytes read": format_bytes(cost.bytes_read), "FLOPs per byte": f"{cost.intensity:.2f}",
+               "ceiling (tokens/s)": f"{cost.tokens_per_second(device):,.0f}"} for cost in costs])
+    st.markdown(
+        "Fewer KV heads (GQA, MQA) and fewer bits per cached value shrink the cache share of the bytes "
+        "read; at short contexts the weights dominate and the ceiling barely moves, at long contexts and "
+        "large batches the cache dominates and these choices set the speed. Batching raises the FLOPs per "
+        "byte of the weights, because every request in the step shares one read of them.")
