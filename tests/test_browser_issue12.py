@@ -94,7 +94,7 @@ def test_nothing_is_cut_off(app_url, width, height):
             page.get_by_role("button", name="Next token").click()
             wait_idle(page)
         for view in ("Cache per layer", "Work saved", "Memory bill"):
-            page.get_by_text(view, exact=True).first.click()
+            page.locator("[data-testid='stRadio']").get_by_text(view, exact=True).click()
             wait_idle(page)
             assert page.evaluate(CUT_OFF_JS) == [], view
         page.goto(f"{app_url}/prefill_decode?presenter=1")
