@@ -57,6 +57,7 @@ with settings_col:
     b.number_input("Token budget per step", 1, 65_536, bs.DEFAULTS["batch_max_batched_tokens"],
                    key="batch_max_batched_tokens", help="Prompt and generated tokens one forward pass may run; "
                                                         "longer prompts are prefilled in chunks.")
+    a, b = st.columns([2, 3])  # the toggles' labels need the room
     a.toggle("Prefix caching", value=bs.DEFAULTS["batch_prefix_caching"], key="batch_prefix_caching")
     b.toggle("Ignore end-of-text", value=True, key="batch_ignore_eos",
              help="Run every request to its length, even past the model's end-of-text token.")
@@ -89,8 +90,8 @@ m[0].metric("Output tokens/s", f"{done.engine_tokens_per_s:,.0f}",
 m[1].metric("Generated tokens", f"{done.output_tokens:,}")
 m[2].metric("Peak blocks in use", f"{done.stats['peak_blocks']} of {done.num_blocks}")
 m[3].metric("Preemptions", done.preemptions)
-m[4].metric("Prefix-cache hit rate", f"{done.hit_rate:.0%}", f"{done.prefix_hit_tokens:,} tokens reused",
-            delta_color="off", help="Share of prompt tokens whose keys and values were already in the pool.")
+m[4].metric("Prefix hit rate", f"{done.hit_rate:.0%}", f"{done.prefix_hit_tokens:,} tokens reused",
+            delta_color="off", delta_arrow="off", help="Share of prompt tokens whose keys and values were already in the pool.")
 st.caption(f"Tokens/s = {throughput_text(done.output_tokens, done.engine_seconds, 'in engine steps')} "
            "(drawing left out). The first run after loading a model also pays one-off warm-up costs.")
 over_time, lanes_tab, results_tab, compare_tab = st.tabs(
