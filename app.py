@@ -14,8 +14,8 @@ import streamlit as st
 from kvviz.ui.common import model_sidebar
 
 # a bundled icon: a :material/...: page icon makes the browser fetch it from a font host
-st.set_page_config(page_title="kvviz · the KV cache, live", page_icon=str(Path(__file__).parent / "kvviz/ui/favicon.png"),
-                   layout="wide")
+st.set_page_config(page_title="kvviz · the KV cache, live", layout="wide",
+                   page_icon=str(Path(__file__).parent / "kvviz" / "ui" / "favicon.png"))
 
 lessons = [
     st.Page("lessons/home.py", title="What kvviz teaches", icon=":material/school:", default=True),

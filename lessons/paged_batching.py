@@ -67,7 +67,8 @@ m[0].metric("Running requests", comparison["requests"])
 m[1].metric("Preemptions so far", lesson.engine.scheduler.num_preemptions if step == last else
             sum(e.kind == "preempt" for r in lesson.records[:step + 1] for e in r.events))
 m[2].metric("Prefix-cache hit rate", f"{prefix['hit_rate']:.0%}", f"{prefix['blocks_saved']} blocks reused",
-            delta_color="off", delta_arrow="off", help="Prompt blocks found in the prefix cache, so not computed again.")
+            delta_color="off", delta_arrow="off",
+            help="Prompt blocks found in the prefix cache, so not computed again.")
 m = st.columns(3)
 m[0].metric("Contiguous reservation", format_bytes(comparison["contiguous_bytes"]),
             f"{comparison['contiguous_waste']:.0%} wasted", delta_color="off", delta_arrow="off",
