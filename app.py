@@ -17,8 +17,8 @@ from kvviz.ui.common import model_sidebar
 from kvviz.ui.presenter import presenter_mode
 
 # a bundled icon: a :material/...: page icon makes the browser fetch it from a font host
-st.set_page_config(page_title="kvviz · the KV cache, live", page_icon=str(Path(__file__).parent / "kvviz/ui/favicon.png"),
-                   layout="wide")
+st.set_page_config(page_title="kvviz · the KV cache, live", layout="wide",
+                   page_icon=str(Path(__file__).parent / "kvviz" / "ui" / "favicon.png"))
 
 page = st.navigation(navigation.pages())
 model_sidebar()

@@ -53,10 +53,20 @@ class DecodeTiming:
         """Tokens through the model for this step: (with the cache, without it). Counts, not times."""
         return 1, self.context
 
+    def median_text(self, cached: bool) -> str:
+        """'140 ms' or '12.3 ms': the median step of one side, three figures or so."""
+        return format_ms(self.cached_s if cached else self.uncached_s)
+
     def spread(self, cached: bool) -> str:
-        """'median of 5, spread 11.9-13.0 ms' for one side: how far the timed steps scattered."""
+        """'12.3 ms median of 5, spread 11.9-13.0 ms' for one side: the median and how far the steps scattered."""
         low, high = self.cached_spread_s if cached else self.uncached_spread_s
-        return f"median of {self.repeats}, spread {low * 1e3:.1f}-{high * 1e3:.1f} ms"
+        return (f"{self.median_text(cached)} median of {self.repeats}, "
+                f"spread {format_ms(low).removesuffix(' ms')}-{format_ms(high)}")
+
+
+def format_ms(seconds: float) -> str:
+    milliseconds = seconds * 1e3
+    return f"{milliseconds:,.0f} ms" if milliseconds >= 100 else f"{milliseconds:.1f} ms"
 
 
 @dataclass(slots=True)
@@ -75,12 +85,9 @@ class LabResult:
 
     def rows(self) -> list[dict]:
         """The timings as table rows, in milliseconds and bytes."""
-        return [{"context": t.context, "tokens run, with cache": 1, "tokens run, without": t.context,
-                 "with cache (ms, median)": round(t.cached_s * 1e3, 3),
-                 "with cache spread (ms)": f"{t.cached_spread_s[0] * 1e3:.2f}-{t.cached_spread_s[1] * 1e3:.2f}",
-                 "without cache (ms, median)": round(t.uncached_s * 1e3, 3),
-                 "without cache spread (ms)":
-                     f"{t.uncached_spread_s[0] * 1e3:.2f}-{t.uncached_spread_s[1] * 1e3:.2f}",
+        return [{"context": t.context, "tokens run (with / without cache)": f"1 / {t.context}",
+                 "with cache": t.spread(cached=True).replace(" median of", ", median of"),
+                 "without cache": t.spread(cached=False).replace(" median of", ", median of"),
                  "ratio of medians": round(t.speedup, 1),
                  "cache bytes (measured)": t.cache_bytes, "cache bytes (formula)": t.formula_bytes}
                 for t in self.timings]

@@ -57,6 +57,7 @@ with settings_col:
     b.number_input("Token budget per step", 1, 65_536, bs.DEFAULTS["batch_max_batched_tokens"],
                    key="batch_max_batched_tokens", help="Prompt and generated tokens one forward pass may run; "
                                                         "longer prompts are prefilled in chunks.")
+    a, b = st.columns([2, 3])  # the toggles' labels need the room
     a.toggle("Prefix caching", value=bs.DEFAULTS["batch_prefix_caching"], key="batch_prefix_caching")
     b.toggle("Ignore end-of-text", value=True, key="batch_ignore_eos",
              help="Run every request to its length, even past the model's end-of-text token.")
@@ -89,8 +90,9 @@ m[0].metric("Output tokens/s", f"{done.engine_tokens_per_s:,.0f}",
 m[1].metric("Generated tokens", f"{done.output_tokens:,}")
 m[2].metric("Peak blocks in use", f"{done.stats['peak_blocks']} of {done.num_blocks}")
 m[3].metric("Preemptions", done.preemptions)
-m[4].metric("Prefix-cache hit rate", f"{done.hit_rate:.0%}", f"{done.prefix_hit_tokens:,} tokens reused",
-            delta_color="off", help="Share of prompt tokens whose keys and values were already in the pool.")
+m[4].metric("Prefix hit rate", f"{done.hit_rate:.0%}", f"{done.prefix_hit_tokens:,} tokens reused",
+            delta_color="off", delta_arrow="off",
+            help="Share of prompt tokens whose keys and values were already in the pool.")
 st.caption(f"Tokens/s = {throughput_text(done.output_tokens, done.engine_seconds, 'in engine steps')} "
            "(drawing left out). The first run after loading a model also pays one-off warm-up costs.")
 over_time, lanes_tab, results_tab, compare_tab = st.tabs(
@@ -123,9 +125,9 @@ with compare_tab:
                    f"{done.settings.max_num_batched_tokens} tokens per step, {used['num_blocks']} blocks of "
                    f"{done.settings.block_size}. This is a new run of the same prompts, timed end to end "
                    f"without live charts, so it can differ from the run above. {DEFINITION.capitalize()}: "
-                   f"kvviz {throughput_text(compared.kvviz.output_tokens, compared.kvviz.seconds, 'of generate')}"
-                   f"; transformers {throughput_text(compared.transformers.output_tokens, compared.transformers.seconds, 'of generate')}"
-                   " (the tokens it generated past a request's length not counted).")
+                   + "; ".join(f"{side} {throughput_text(run.output_tokens, run.seconds, 'of generate')}"
+                               for side, run in (("kvviz", compared.kvviz), ("transformers", compared.transformers)))
+                   + " (the tokens transformers generated past a request's length not counted).")
         c = st.columns(3)
         c[0].metric("kvviz is", f"{compared.speedup:.2f}× as fast", help="Output tokens per second, kvviz over "
                                                                         "transformers.")

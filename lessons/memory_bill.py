@@ -153,7 +153,8 @@ with results:
     c.metric("Token slots", f"{slots:,}",
              help=f"{format_bytes(room)} left for the cache ÷ {format_bytes(per_token)} per token.")
     st.caption(f"**The reverse questions.** On {device_name}, {requests:,} requests of {context:,} tokens fit "
-               f"at once; {f'{batch:,} requests can each' if batch > 1 else 'one request can'} hold up to {longest:,} tokens"
+               f"at once; {f'{batch:,} requests can each' if batch > 1 else 'one request can'} hold up to "
+               f"{longest:,} tokens"
                + (" (the model's own limit)" if longest == model_limit else "")
                + f"; the cache has room for {slots:,} tokens in all.")
 

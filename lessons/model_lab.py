@@ -81,17 +81,16 @@ def show_summary(result: lab.LabResult) -> None:
     c.metric("Cache per token", format_bytes(result.bytes_per_token), help="K and V, every layer, every KV head.")
     with_cache, without = longest.tokens_run
     a, b, c = st.columns(3)
-    a.metric(f"Tokens run for the step at {longest.context}", f"{with_cache} vs {without:,}",
-             help="With the cache only the newest token runs through the model; without it, every token "
-                  "in the context runs again. These counts do not vary from run to run.")
-    b.metric("With the cache", f"{longest.cached_s * 1e3:.1f} ms", longest.spread(cached=True), delta_color="off",
-             delta_arrow="off", help="Warm decode steps that run only the newest token, timed on this machine.")
-    c.metric("Without the cache", f"{longest.uncached_s * 1e3:.1f} ms", longest.spread(cached=False),
-             delta_color="off", delta_arrow="off",
-             help=f"Warm steps that run all {longest.context} tokens again, timed on this machine.")
-    st.caption(f"Times are medians of {longest.repeats} warm steps each way, with the fastest and slowest "
-               f"(the spread); their ratio here is {longest.speedup:.1f}×. Times move with the machine's "
-               "load; the token counts do not.")
+    a.metric("Tokens run", f"{with_cache} vs {without:,}",
+             help=f"For the step at {longest.context} tokens: with the cache only the newest token runs through "
+                  "the model; without it, every token in the context runs again. Counts do not vary between runs.")
+    b.metric("With the cache", longest.median_text(cached=True),
+             help="Warm decode steps that run only the newest token, timed on this machine: the median.")
+    c.metric("Without the cache", longest.median_text(cached=False),
+             help=f"Warm steps that run all {longest.context} tokens again, timed on this machine: the median.")
+    st.caption(f"At {longest.context} tokens. With the cache: {longest.spread(cached=True)}; without: "
+               f"{longest.spread(cached=False)}; the ratio of the medians is {longest.speedup:.1f}×. Times move "
+               "with the machine's load; the token counts do not.")
     st.code(result.formula, language=None, wrap_lines=True)
     agree = "the same as" if longest.cache_bytes == longest.formula_bytes else "unlike"
     st.caption(f"The engine's cache held {longest.cache_bytes:,} bytes after that step, {agree} the formula.")

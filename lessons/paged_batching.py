@@ -22,8 +22,10 @@ st.markdown(
 
 st.data_editor(pd.DataFrame(ps.DEFAULT_TABLE), num_rows="dynamic", width="stretch", key="paged_editor",
                column_config={"prompt": st.column_config.TextColumn(width="large"),
-                              "arrives at step": st.column_config.NumberColumn(min_value=0, max_value=50),
-                              "max tokens": st.column_config.NumberColumn(min_value=1, max_value=200)})
+                              "arrives at step": st.column_config.NumberColumn(min_value=0, max_value=50,
+                                                                               width="small"),
+                              "max tokens": st.column_config.NumberColumn(min_value=1, max_value=200,
+                                                                          width="small")})
 edited = st.session_state.get("paged_editor", {})
 table = pd.DataFrame(ps.DEFAULT_TABLE)
 for row, changes in edited.get("edited_rows", {}).items():
@@ -60,19 +62,22 @@ labels = {rid: lesson.label(rid) for rid in lesson.request_ids.values()}
 
 comparison = lesson.reservation_comparison(step)
 prefix = lesson.prefix_stats(step)
-m = st.columns(5)
+m = st.columns(3)  # two rows, so that no label or value is cut off on a projector
 m[0].metric("Running requests", comparison["requests"])
-m[1].metric("Contiguous reservation", format_bytes(comparison["contiguous_bytes"]),
-            f"{comparison['contiguous_waste']:.0%} wasted", delta_color="off",
-            help=f"Each request reserves the model's whole context ({lesson.max_context} tokens) up front.")
-m[2].metric("Paged blocks", format_bytes(comparison["paged_bytes"]), f"{comparison['paged_waste']:.0%} wasted",
-            delta_color="off", help=f"{comparison['paged_blocks']} blocks hold {comparison['paged_slots']} slots "
-                                    f"for {comparison['distinct_tokens']} distinct tokens: a block shared by "
-                                    "several requests counts once, and only last blocks have empty slots.")
-m[3].metric("Prefix-cache hit rate", f"{prefix['hit_rate']:.0%}", f"{prefix['blocks_saved']} blocks reused",
-            delta_color="off", help="Prompt blocks found in the prefix cache, so not computed again.")
-m[4].metric("Preemptions so far", lesson.engine.scheduler.num_preemptions if step == last else
+m[1].metric("Preemptions so far", lesson.engine.scheduler.num_preemptions if step == last else
             sum(e.kind == "preempt" for r in lesson.records[:step + 1] for e in r.events))
+m[2].metric("Prefix-cache hit rate", f"{prefix['hit_rate']:.0%}", f"{prefix['blocks_saved']} blocks reused",
+            delta_color="off", delta_arrow="off",
+            help="Prompt blocks found in the prefix cache, so not computed again.")
+m = st.columns(3)
+m[0].metric("Contiguous reservation", format_bytes(comparison["contiguous_bytes"]),
+            f"{comparison['contiguous_waste']:.0%} wasted", delta_color="off", delta_arrow="off",
+            help=f"Each request reserves the model's whole context ({lesson.max_context} tokens) up front.")
+m[1].metric("Paged blocks", format_bytes(comparison["paged_bytes"]), f"{comparison['paged_waste']:.0%} wasted",
+            delta_color="off", delta_arrow="off",
+            help=f"{comparison['paged_blocks']} blocks hold {comparison['paged_slots']} slots "
+                 f"for {comparison['distinct_tokens']} distinct tokens: a block shared by "
+                 "several requests counts once, and only last blocks have empty slots.")
 
 left, right = st.columns([3, 2])
 with left:

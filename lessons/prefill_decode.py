@@ -38,7 +38,7 @@ with right:
 
 lesson = ls.lesson()
 playing = st.session_state.get("lesson_playing", False)
-buttons = st.columns([1, 1, 1, 2, 1], vertical_alignment="bottom")
+buttons = st.columns([1, 1.5, 1, 1.5, 1], vertical_alignment="bottom")  # "Next token" fits in presenter type
 buttons[0].button("Prefill", type="primary", on_click=ls.on_prefill, width="stretch")
 buttons[1].button("Next token", on_click=ls.on_next_token, width="stretch", shortcut="Right",
                   disabled=lesson is None or lesson.finished)

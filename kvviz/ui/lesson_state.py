@@ -20,7 +20,8 @@ EXAMPLE_PROMPTS = [
 ]
 
 
-DEFAULTS = {"lesson_prompt": EXAMPLE_PROMPTS[0], "lesson_example": EXAMPLE_PROMPTS[0], "lesson_max_tokens": 48, "lesson_greedy": True,
+DEFAULTS = {"lesson_prompt": EXAMPLE_PROMPTS[0], "lesson_example": EXAMPLE_PROMPTS[0],
+            "lesson_max_tokens": 48, "lesson_greedy": True,
             "lesson_temperature": 0.8, "lesson_top_k": 40, "lesson_top_p": 0.95, "lesson_seed": 0}
 
 

@@ -30,8 +30,8 @@ def decode_time(timings: list[DecodeTiming]) -> go.Figure:
     fig.update_xaxes(title="tokens in context", rangemode="tozero")
     fig.update_yaxes(title=f"one step's forward pass (ms, median of {timings[-1].repeats})", rangemode="tozero")
     last = timings[-1]
-    return layout(fig, f"At {last.context} tokens the median step is {last.speedup:.1f}× faster with the cache",
-                  height=440,
+    return layout(fig, f"One decode step<br><sup>at {last.context} tokens, the median is {last.speedup:.1f}× "
+                       "faster with the cache</sup>", height=440,
                   legend=dict(x=0.02, y=0.98, bgcolor="rgba(255,255,255,0.85)", font=dict(size=16)))
 
 

@@ -87,5 +87,6 @@ def schedule_timeline(records: list[StepRecord], labels: dict[int, str]) -> go.F
                           f"from position {chunk.start}", hoverinfo="text"))
     fig.update_layout(barmode="stack")
     fig.update_yaxes(autorange="reversed")
-    fig.update_xaxes(title="tokens run in the step (hatched = prefill chunk)")
-    return _layout(fig, "Scheduler decisions per step", height=120 + 28 * max(len(records), 1))
+    fig.update_xaxes(title="tokens run in the step")
+    return _layout(fig, "Scheduler decisions per step<br><sup>hatched: a prefill chunk; plain: one decode</sup>",
+                   height=140 + 28 * max(len(records), 1))

@@ -126,7 +126,7 @@ def time_per_step(results) -> go.Figure:
             hovertemplate=f"median %{{y:.2f}} ms, spread {min(r.decode_ms):.2f}-{max(r.decode_ms):.2f}<extra></extra>"),
             row=1, col=2)
     fig.update_xaxes(title="step (0 = prefill)", row=1, col=1)
-    fig.update_yaxes(title="tokens run", type="log", row=1, col=1)
+    fig.update_yaxes(title="tokens run", rangemode="tozero", row=1, col=1)
     fig.update_yaxes(title="milliseconds", rangemode="tozero", row=1, col=2)
     fig.update_annotations(font=dict(size=17))
     return _layout(fig, "Work per step, then the time it took on this machine")
