@@ -169,3 +169,38 @@ def test_which_block_comes_next_is_answered_by_the_pool(bundled):
     table = paged.records[question.answered_at].request(rid).block_table
     assert question.answer == table[-1]  # the block the request really received
     assert question.answer == 2 and question.correct  # fresh pool: blocks go out in order
+
+
+def open_link(params: dict):
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
+    for key, value in params.items():
+        at.query_params[key] = value
+    at.run()
+    at.switch_page("lessons/prefill_decode.py").run()
+    return at
+
+
+def long_prompt(bundled, tokens: int) -> str:
+    """A prompt of exactly `tokens` tokens, so a lesson fills the 512-token context in a few steps."""
+    ids = bundled.tokenizer("ROMEO:\n" + "But soft, what light through yonder window breaks? " * 80)["input_ids"]
+    text = bundled.tokenizer.decode(ids[:tokens])
+    assert len(bundled.tokenizer(text)["input_ids"]) == tokens
+    return text
+
+
+@pytest.mark.parametrize("step", ["256", "600", "100000000"])
+def test_a_link_step_is_clamped_and_costs_bounded_steps(bundled, step):
+    """Issue 16 item 1: ?step=100000000 used to call Next token 10^8 times and lift max_tokens past the slider."""
+    at = open_link({"prompt": long_prompt(bundled, 500), "step": step})
+    assert not at.exception  # no StreamlitValueAboveMaxError from the slider
+    lesson = at.session_state["lesson"]
+    assert at.session_state["lesson_max_tokens"] <= at.slider(key="lesson_max_tokens").max
+    assert lesson.finished and lesson.records[-1].requests[0].finish_reason == "context_full"
+    assert lesson.engine.step_index == len(lesson.records) <= 256  # steps really run by the engine
+    assert f"The link's step {int(step):,} is past the last step" in at.error[0].value
+
+
+def test_a_link_step_that_is_not_a_number_keeps_its_message():
+    at = open_link({"prompt": "JULIET:\nAy me", "step": "abc"})
+    assert not at.exception and len(at.session_state["lesson"].records) == 1
+    assert [e.value for e in at.error] == ["The link's step is not a number; showing the lesson from prefill."]
