@@ -54,8 +54,8 @@ def admit(lesson) -> str | None:
     with _lock:
         others = sum(1 for sid in _live if sid != session_id)
         if others >= max_lessons():
-            return (f"This server already runs {others} live lessons, its limit; wait for a classmate to "
-                    "close theirs, or use Replay, which runs no model.")
+            return (f"This server is running its limit of {max_lessons()} live lessons; try again when a "
+                    "classmate closes their tab, or replay a lesson file, which runs no model.")
         _live[session_id] = weakref.ref(lesson)
     _start_sweeper()
     return None
