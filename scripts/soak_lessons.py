@@ -55,6 +55,7 @@ async def soak(url: str, sessions: int, after_s: float) -> dict:
         browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         warm = await browser.new_context()  # load the model once, so "before" includes it
         page = await warm.new_page()
+        page.set_default_timeout(600_000)
         await page.goto(f"{url}/prefill_decode")
         await page.get_by_role("button", name="Prefill").wait_for()
         await wait_idle(page)

@@ -255,7 +255,7 @@ class Engine:
                 raise EngineError("This model has no tokenizer; give the prompt as a list of token ids.")
             token_ids = self.tokenizer(prompt)["input_ids"]
         else:
-            token_ids = list(prompt)
+            token_ids = prompt.tolist() if hasattr(prompt, "tolist") else list(prompt)  # a tensor or array too
             if not all(isinstance(t, (int, np.integer)) and not isinstance(t, bool) for t in token_ids):
                 raise EngineError("Token ids must be whole numbers; give the prompt as text or a list of ints.")
             token_ids = [int(t) for t in token_ids]
