@@ -28,6 +28,10 @@ from kvviz.engine.scheduler import blocks_needed
 from kvviz.throughput import output_tokens_per_s
 
 MAX_UPLOAD_BYTES = 2 * 1024 * 1024  # a classroom's prompt file, not a dataset
+MAX_UPLOAD_PROMPTS = 1024  # prompts in one uploaded file
+MAX_JOB_TOKENS = 200_000  # prompt tokens plus tokens to generate, over the whole job
+UPLOAD_LIMITS = (f"at most {MAX_UPLOAD_BYTES // 2**20} MiB and {MAX_UPLOAD_PROMPTS:,} prompts, "
+                 f"{MAX_JOB_TOKENS:,} tokens in all (prompts plus outputs)")
 UPLOAD_SUFFIXES = (".txt", ".jsonl")
 
 
@@ -120,9 +124,13 @@ def parse_upload(name: str, data: bytes) -> list[str]:
         raise BatchJobError(f"{file_name} is not UTF-8 text; upload a plain-text .txt or .jsonl file.")
     # the command line's parser, so the app and `python -m kvviz generate` accept the same files
     try:
-        return parse_prompts(decoded, file_name)
+        prompts = parse_prompts(decoded, file_name)
     except ValueError as error:
         raise BatchJobError(str(error)) from None
+    if len(prompts) > MAX_UPLOAD_PROMPTS:
+        raise BatchJobError(f"{file_name} holds {len(prompts):,} prompts, more than the {MAX_UPLOAD_PROMPTS:,} "
+                            "one job takes; split it into smaller files.")
+    return prompts
 
 
 def upload_workload(tokenizer, name: str, data: bytes, output_len: tuple[int, int] = (16, 32),
@@ -135,7 +143,12 @@ def upload_workload(tokenizer, name: str, data: bytes, output_len: tuple[int, in
     empty = next((i for i, t in enumerate(token_ids) if not t), None)
     if empty is not None:
         raise BatchJobError(f"Prompt {empty + 1} of {Path(name).name} has no tokens; remove it or add text.")
-    return BatchWorkload(Path(name).name, token_ids, prompts, draw_lengths(len(prompts), output_len, seed))
+    output_lens = draw_lengths(len(prompts), output_len, seed)
+    total = sum(map(len, token_ids)) + sum(output_lens)
+    if total > MAX_JOB_TOKENS:
+        raise BatchJobError(f"{Path(name).name} makes a job of {total:,} tokens (prompts plus outputs), more than "
+                            f"the {MAX_JOB_TOKENS:,} allowed; upload fewer or shorter prompts, or ask for fewer tokens.")
+    return BatchWorkload(Path(name).name, token_ids, prompts, output_lens)
 
 
 # ---- running -----------------------------------------------------------------------------

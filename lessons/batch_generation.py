@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from kvviz.batch_job import MAX_UPLOAD_BYTES, run_batch
+from kvviz.batch_job import UPLOAD_LIMITS, run_batch
 from kvviz.engine.engine import Engine
 from kvviz.engine.scheduler import Scheduler
 from kvviz.throughput import DEFINITION, throughput_text
@@ -27,7 +27,7 @@ with workload_col:
     upload_problem = None
     if source == bs.UPLOAD:
         st.file_uploader(f"A .txt file (one prompt per line) or a .jsonl file (one {{\"prompt\": ...}} per line), "
-                         f"at most {MAX_UPLOAD_BYTES // 2**20} MiB", key="batch_upload")
+                         f"{UPLOAD_LIMITS}", key="batch_upload")
         summary, upload_problem = bs.upload_summary()
         if not hasattr(st.session_state.get("batch_upload"), "getvalue"):
             st.caption("Nothing uploaded yet.")

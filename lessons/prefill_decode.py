@@ -2,7 +2,6 @@
 
 import time
 
-import numpy as np
 import streamlit as st
 
 from kvviz.engine.engine import Engine
@@ -27,7 +26,7 @@ with left:
                  placeholder="Your own prompt", format_func=lambda prompt: prompt.replace("\n", " ⏎ "))
     st.text_area("Prompt", key="lesson_prompt", height=90, on_change=ls.on_prompt_edit)
 with right:
-    st.slider("Tokens to generate", 1, 256, key="lesson_max_tokens")
+    st.slider("Tokens to generate", 1, ls.MAX_LESSON_TOKENS, key="lesson_max_tokens")
     with st.expander("Sampling"):
         st.toggle("Greedy (always the most likely token)", key="lesson_greedy")
         greedy = st.session_state["lesson_greedy"]
@@ -115,18 +114,12 @@ if view == "Cache per layer":
 
 @st.fragment
 def kv_inspector():
-    trace = lesson.records[step].trace
-    if trace is None:
-        st.info("This step's keys and values were dropped to bound memory; look at a later step.")
-        return
+    trace = lesson.trace(step)
     a, b = st.columns(2)
     layer = a.selectbox("Layer", range(info["layers"]), key="lesson_kv_layer")
     kv_head = b.selectbox("KV head", range(info["kv_heads"]), key="lesson_kv_head")
     new_rows = num_tokens if step == 0 else 1
-    changed = 0
-    if step > 0 and lesson.records[step - 1].trace is not None:
-        before = lesson.records[step - 1].trace.keys
-        changed = int((np.abs(trace.keys[:, :before.shape[1]] - before).max(axis=(0, 2, 3)) > 0).sum())
+    changed = lesson.traces[step].changed_rows  # checked against the step before when it ran
     k_col, v_col = st.columns(2)
     texts = lesson.token_texts[:num_tokens]
     k_col.plotly_chart(figures.kv_heatmap(trace.keys[layer, :, kv_head], "K", layer, kv_head, new_rows, changed,
@@ -140,10 +133,7 @@ def kv_inspector():
 
 @st.fragment
 def attention_view():
-    trace = lesson.records[step].trace
-    if trace is None:
-        st.info("This step's attention weights were dropped to bound memory; look at a later step.")
-        return
+    trace = lesson.trace(step)
     layer = st.selectbox("Layer", range(info["layers"]), key="lesson_attention_layer")
     st.plotly_chart(figures.attention_by_head(trace.attention[layer], info["kv_heads"],
                                               lesson.token_texts, layer), width="stretch")

@@ -99,9 +99,11 @@ class Engine:
 
     def check_request(self, prompt: str | list[int], params: SamplingParams) -> list[int]:
         """Tokenize and validate a request without queueing it; raises EngineError."""
+        if isinstance(params.max_tokens, bool) or not isinstance(params.max_tokens, int):
+            raise EngineError(f"max_tokens must be a whole number of tokens, not {params.max_tokens!r}.")
         try:
             params.validate()
-        except ValueError as error:
+        except (TypeError, ValueError) as error:  # TypeError: a setting of the wrong type, such as None
             raise EngineError(str(error)) from None
         token_ids = self._tokenize(prompt)
         if len(token_ids) >= self.max_context:
@@ -254,7 +256,10 @@ class Engine:
                 raise EngineError("This model has no tokenizer; give the prompt as a list of token ids.")
             token_ids = self.tokenizer(prompt)["input_ids"]
         else:
-            token_ids = [int(t) for t in prompt]
+            token_ids = prompt.tolist() if hasattr(prompt, "tolist") else list(prompt)  # a tensor or array too
+            if not all(isinstance(t, (int, np.integer)) and not isinstance(t, bool) for t in token_ids):
+                raise EngineError("Token ids must be whole numbers; give the prompt as text or a list of ints.")
+            token_ids = [int(t) for t in token_ids]
         if not token_ids:
             raise EngineError("The prompt is empty; give at least one token.")
         bad = [t for t in token_ids if not 0 <= t < self.vocab_size]

@@ -9,7 +9,8 @@ from __future__ import annotations
 import streamlit as st
 
 from kvviz.engine import EngineError
-from kvviz.lesson import Lesson, LessonSettings
+from kvviz.lesson import MAX_LESSON_TOKENS, Lesson, LessonSettings
+from kvviz.ui import live_lessons
 from kvviz.ui.common import current_model
 
 EXAMPLE_PROMPTS = [
@@ -32,7 +33,11 @@ def set_defaults() -> None:
 
 
 def lesson() -> Lesson | None:
-    return st.session_state.get("lesson")
+    current = st.session_state.get("lesson")
+    if current is not None and current.released:  # freed while this session was away
+        st.session_state.pop("lesson")
+        return None
+    return current
 
 
 def _settings() -> LessonSettings:
@@ -55,6 +60,10 @@ def on_prefill() -> None:
         new = Lesson.start(current_model(), _settings())
     except EngineError as error:
         st.session_state["lesson_error"] = str(error)  # the previous lesson stays as it was
+        return
+    refusal = live_lessons.admit(new)
+    if refusal is not None:
+        st.session_state["lesson_error"] = refusal
         return
     new.prefill()
     st.session_state["lesson"] = new
@@ -105,15 +114,24 @@ def restore_from_query() -> None:
     on_prompt_edit()
     if "step" not in params:
         return
+    note = None
     try:
         target = max(0, int(params["step"]))
     except ValueError:
-        st.session_state["lesson_error"] = "The link's step is not a number; showing the lesson from prefill."
-        target = 0
-    st.session_state["lesson_max_tokens"] = max(st.session_state.get("lesson_max_tokens", 48), target + 1)
+        note, target = "The link's step is not a number; showing the lesson from prefill.", 0
+    last = MAX_LESSON_TOKENS - 1  # a lesson of the slider's most tokens ends at this step
+    if target > last:
+        note, target = f"The link's step {target:,} is past the last step a lesson reaches; showing step {last}.", last
+    st.session_state["lesson_max_tokens"] = min(max(st.session_state.get("lesson_max_tokens", 48), target + 1),
+                                                MAX_LESSON_TOKENS)
     on_prefill()
-    for _ in range(target):
+    for _ in range(target):  # at most one real step per step asked for
+        current = lesson()
+        if current is None or current.finished:
+            break
         on_next_token()
+    if note is not None and "lesson_error" not in st.session_state:
+        st.session_state["lesson_error"] = note
 
 
 def on_example() -> None:
