@@ -76,6 +76,13 @@ class EvictionLab:
     def run(self, policy: str) -> EvictionRun:
         return next(r for r in self.runs if r.policy == policy)
 
+    @property
+    def first_evicted_step(self) -> int | None:
+        """The first step that reads a cache missing some tokens: after step s the context holds
+        prompt + s tokens, and a policy evicts once that is more than the budget. None: never."""
+        step = max(0, self.budget - len(self.prompt_token_ids) + 1) + 1
+        return step if step < len(self.runs[0].kl) else None
+
 
 _TWINS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -202,6 +209,23 @@ def eviction_lab(lm, prompt: str | list[int], max_tokens: int = 32, budget: int 
             first_difference(forced.token_ids, full.token_ids), forced.held_tokens, forced.retention,
             forced.held_bytes))
     return EvictionLab(prompt_ids, budget, sinks, recent, runs)
+
+
+def eviction_table(lab: EvictionLab, decode=str) -> list[dict]:
+    """One row per run: its divergence from the full cache and what it holds at the end.
+    decode: token id -> text (the tokenizer's), for naming the first differing tokens."""
+    full = lab.runs[0]
+    seen = len(lab.prompt_token_ids) + len(full.kl) - 1  # the last pick is not run through the model
+    rows = []
+    for run in lab.runs:
+        step = run.first_difference
+        differs = "never" if step is None else \
+            f"step {step}: {decode(full.token_ids[step])!r} → {decode(run.token_ids[step])!r}"
+        rows.append({"policy": run.label, "max KL (nats)": max(run.kl), "mean KL (nats)": float(np.mean(run.kl)),
+                     "first different token": differs,
+                     f"tokens kept (of {seen} seen)": max(run.held_tokens[-1]),
+                     "bytes kept": run.held_bytes[-1]})
+    return rows
 
 
 def _decode(tokenizer, token_ids: list[int]) -> str | None:
