@@ -47,7 +47,8 @@ class PolicyTrace:
     token_ids: list[int]  # the greedy pick of each step
     logprobs: list[np.ndarray] = field(repr=False)  # (vocab,) per step
     held_tokens: list[list[int]]  # per step, per layer: tokens held after the step (most over KV heads)
-    retention: np.ndarray = field(repr=False)  # (steps, positions): share of (layer, KV head) keeping it; nan: not yet seen
+    # (steps, positions): the share of (layer, KV head) pairs keeping each position; nan: not yet seen
+    retention: np.ndarray = field(repr=False)
     held_bytes: list[int]  # per step: bytes the cache's tensors hold after the step
 
 
@@ -122,7 +123,8 @@ def kept_positions(layer) -> torch.Tensor:
     if hasattr(layer, "positions"):
         return layer.positions[0]
     held = layer.num_held_tokens()
-    return torch.arange(layer.num_seen - held, layer.num_seen).expand(layer.keys.shape[1], held)
+    positions = torch.arange(layer.num_seen - held, layer.num_seen, device=layer.keys.device)  # (held,)
+    return positions.expand(layer.keys.shape[1], held)
 
 
 def causal_mask(held: int, num_new: int, dtype: torch.dtype, device) -> torch.Tensor:
@@ -219,13 +221,17 @@ def eviction_table(lab: EvictionLab, decode=str) -> list[dict]:
     rows = []
     for run in lab.runs:
         step = run.first_difference
-        differs = "never" if step is None else \
-            f"step {step}: {decode(full.token_ids[step])!r} → {decode(run.token_ids[step])!r}"
+        differs = "never" if step is None else (f"step {step}: “{_visible(decode(full.token_ids[step]))}” → "
+                                                f"“{_visible(decode(run.token_ids[step]))}”")
         rows.append({"policy": run.label, "max KL (nats)": max(run.kl), "mean KL (nats)": float(np.mean(run.kl)),
-                     "first different token": differs,
+                     "first different token (full → this)": differs,
                      f"tokens kept (of {seen} seen)": max(run.held_tokens[-1]),
                      "bytes kept": run.held_bytes[-1]})
     return rows
+
+
+def _visible(text: str) -> str:
+    return text.replace("\n", "⏎")
 
 
 def _decode(tokenizer, token_ids: list[int]) -> str | None:

@@ -51,7 +51,7 @@ def render() -> None:
         "hitters** (H2O) keeps the newest half of the budget and, for the other half, the tokens that "
         "have received the most attention so far, each KV head choosing for itself. The lab uses the "
         "prompt and the number of tokens set above.")
-    left, right, button = st.columns([2, 2, 1], vertical_alignment="bottom")
+    left, right, button = st.columns([5, 5, 3], vertical_alignment="bottom")
     left.slider("Budget (tokens kept per layer and KV head)", 4, 128, DEFAULTS["eviction_budget"],
                 key="eviction_budget")
     right.slider("Attention sinks (first tokens always kept)", 0, 8, DEFAULTS["eviction_sinks"], key="eviction_sinks")
@@ -77,6 +77,7 @@ def render() -> None:
     st.plotly_chart(figures.retention_maps(lab, result["tokens"]), width="stretch")
     st.caption("Red: a position dropped from every layer and KV head; blue: kept by all. The window's kept "
                "band slides right; with sinks a blue stripe stays at the start; heavy hitters keep a "
-               "scattered set that differs between heads, so their colours fall in between.")
+               "scattered set that differs between heads, so their colours fall in between. Do they keep the first "
+               "tokens as well? Nothing tells them to; only the attention those tokens receive.")
     show_code(SinkWindowKV.choose, HeavyHitterKV.observe, HeavyHitterKV.choose,
               caption="How each policy picks the tokens it keeps.")

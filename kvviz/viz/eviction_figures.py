@@ -6,6 +6,8 @@ the Cache strategies lesson.
 
 from __future__ import annotations
 
+import html
+
 import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
@@ -41,8 +43,8 @@ def kl_per_step(lab) -> go.Figure:
                       annotation_text="first step without every token", annotation_position="top right")
     fig.update_xaxes(title="step (0 = the prompt)")
     fig.update_yaxes(title="KL (nats, log scale)", type="log", exponentformat="power")
-    return _layout(fig, f"How far each policy's next-token distribution is from the full cache's"
-                        f"<br><sup>budget {lab.budget} tokens per layer and KV head; 0 nats drawn at {_FLOOR:.0e}</sup>",
+    note = f"budget {lab.budget} tokens per layer and KV head; 0 nats drawn at {_FLOOR:.0e}"
+    return _layout(fig, f"How far each policy's next-token distribution is from the full cache's<br><sup>{note}</sup>",
                    440)
 
 
@@ -53,7 +55,7 @@ def retention_maps(lab, token_labels: list[str]) -> go.Figure:
     fig = make_subplots(rows=len(runs), cols=1, shared_xaxes=True, vertical_spacing=0.06,
                         subplot_titles=[r.label for r in runs])
     positions = np.arange(runs[0].retention.shape[1])
-    hover_tokens = np.array([label.replace("\n", "⏎") for label in token_labels], dtype=object)
+    hover_tokens = np.array([html.escape(label.replace("\n", "⏎")) for label in token_labels], dtype=object)
     for row, run in enumerate(runs, start=1):
         steps = np.arange(run.retention.shape[0])
         fig.add_trace(go.Heatmap(
@@ -61,7 +63,8 @@ def retention_maps(lab, token_labels: list[str]) -> go.Figure:
             colorscale=[[0, DROPPED], [0.5, "#F3F4F6"], [1, KEPT]],
             colorbar=dict(title="kept by", tickvals=[0, 0.5, 1], ticktext=["none", "half", "all"], len=0.5, y=0.8),
             customdata=np.broadcast_to(hover_tokens[None, :], run.retention.shape),
-            hovertemplate="after step %{y}, position %{x} %{customdata}: kept by %{z:.0%} of layer×head<extra></extra>"),
+            hovertemplate="after step %{y}, position %{x} %{customdata}: "
+                          "kept by %{z:.0%} of layer×head<extra></extra>"),
             row=row, col=1)
         fig.update_yaxes(title="step", autorange="reversed", row=row, col=1)
     fig.update_xaxes(title="position in the sequence (tokens)", row=len(runs), col=1)
