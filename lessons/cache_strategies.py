@@ -4,7 +4,7 @@ import streamlit as st
 
 from kvviz.memory import format_bytes
 from kvviz.strategies import QuantizedKV, SlidingWindowKV, StaticKV, compare_strategies
-from kvviz.ui import strategy_state as ss
+from kvviz.ui import eviction_state, strategy_state as ss
 from kvviz.ui.common import current_model, show_code
 from kvviz.gqa import mean_pool_heads
 from kvviz.viz import strategy_figures as figures
@@ -37,8 +37,8 @@ if "strategies_error" in st.session_state:
     st.error(st.session_state["strategies_error"])
 
 lesson = ss.strategies()
-memory_tab, time_tab, text_tab, error_tab, bill_tab, table_tab, gqa_tab = st.tabs(
-    ["Memory", "Time", "Texts", "Error and KL", "Measured vs formula", "Table", "GQA and MQA"])
+memory_tab, time_tab, text_tab, error_tab, bill_tab, table_tab, gqa_tab, eviction_tab = st.tabs(
+    ["Memory", "Time", "Texts", "Error and KL", "Measured vs formula", "Table", "GQA and MQA", "Eviction lab"])
 
 if lesson is None:
     for tab in (memory_tab, time_tab, text_tab, error_tab, bill_tab, table_tab):
@@ -139,6 +139,9 @@ with gqa_tab:
         st.caption(f"Measured on {report.num_windows} windows of {report.window} tokens of held-out text. "
                    f"kvviz.memory's formula predicts {format_bytes(report.predicted_bytes_per_token_after)} "
                    "per token after the merge.")
+
+with eviction_tab:
+    eviction_state.render()
 
 show_code(compare_strategies, StaticKV.update, SlidingWindowKV.update, QuantizedKV.update, mean_pool_heads,
           caption="The comparison that ran, the caches' update methods, and the mean-pooling of KV heads.")
