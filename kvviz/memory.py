@@ -197,6 +197,59 @@ def weights_bytes(shape: ModelShape, dtype_bytes: float = 2) -> int:
     return math.ceil(shape.num_params * dtype_bytes)
 
 
+def bytes_per_token_by_kind(shape: ModelShape, dtype_bytes: float = 2) -> dict[str, int]:
+    """Bytes one more token adds in all layers of each kind (a sliding layer: only until its window is full)."""
+    result: dict[str, int] = {}
+    for kind, layer_bytes in zip(shape.layer_kinds, kv_cache_bytes_per_layer(shape, 1, 1, dtype_bytes)):
+        result[kind] = result.get(kind, 0) + layer_bytes
+    return result
+
+
+# --- Tensor parallelism: what each GPU holds --------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class TensorParallelShare:
+    """One GPU's share when a model's heads and matrices are split over `gpus` GPUs."""
+    gpus: int
+    kv_heads_per_gpu: int  # for MLA: the whole latent, which every GPU keeps
+    copies_per_kv_head: int  # GPUs that hold the same KV head (1 unless KV heads < GPUs)
+    weights_bytes_per_gpu: int
+    cache_bytes_per_gpu: int
+    cache_bytes_all_gpus: int  # replicated heads counted once per copy
+
+
+def tensor_parallel_share(shape: ModelShape, gpus: int, tokens: int, batch: int = 1, dtype_bytes: float = 2,
+                          *, weights_dtype_bytes: float | None = None, **cache_options) -> TensorParallelShare:
+    """Split the weights and the KV heads over `gpus` GPUs, as vLLM and Megatron do.
+
+    Each GPU runs num_heads / gpus query heads and keeps the KV heads they read. With fewer KV
+    heads than GPUs, each KV head is copied onto gpus / kv_heads GPUs (every GPU still needs the
+    keys its query heads read). MLA's latent is not split by head, so every GPU keeps all of it.
+    """
+    from dataclasses import replace
+
+    check_positive("gpus", gpus)
+    heads = shape.num_heads or shape.num_kv_heads
+    if heads % gpus:
+        raise ValueError(f"{heads} query heads do not split evenly over {gpus} GPUs; "
+                         f"pick a GPU count that divides {heads}.")
+    kv = shape.num_kv_heads
+    if shape.kv_lora_rank is not None:
+        per_gpu, copies = kv, gpus
+    elif kv >= gpus:
+        if kv % gpus:
+            raise ValueError(f"{kv} KV heads do not split evenly over {gpus} GPUs; "
+                             f"pick a GPU count that divides {kv}.")
+        per_gpu, copies = kv // gpus, 1
+    else:
+        if gpus % kv:
+            raise ValueError(f"{gpus} GPUs cannot share {kv} KV heads evenly; pick a multiple of {kv}.")
+        per_gpu, copies = 1, gpus // kv
+    cache = kv_cache_bytes(replace(shape, num_kv_heads=per_gpu), tokens, batch, dtype_bytes, **cache_options)
+    weights = math.ceil(weights_bytes(shape, weights_dtype_bytes or dtype_bytes) / gpus)
+    return TensorParallelShare(gpus, per_gpu, copies, weights, cache, cache * gpus)
+
+
 # --- The reverse questions: what fits? --------------------------------------------------------
 
 # Nominal capacity as sold; memory chips come in binary sizes, so "80GB" holds 80 GiB. CUDA reports
@@ -257,28 +310,32 @@ def cache_budget_bytes(shape: ModelShape, device_memory: str | int, dtype_bytes:
 
 
 def max_cached_tokens(shape: ModelShape, device_memory: str | int, dtype_bytes: float = 2,
-                      utilization: float = 0.9, **cache_options) -> int:
+                      utilization: float = 0.9, *, weights_dtype_bytes: float | None = None, **cache_options) -> int:
     """Token slots a paged pool holds when every layer stores every slot (vLLM's "KV cache size")."""
-    budget = cache_budget_bytes(shape, device_memory, dtype_bytes, utilization)
+    budget = cache_budget_bytes(shape, device_memory, dtype_bytes, utilization,
+                                weights_dtype_bytes=weights_dtype_bytes)
     return budget // kv_bytes_per_token(shape, dtype_bytes, **cache_options)
 
 
 def max_requests(shape: ModelShape, context: int, device_memory: str | int, dtype_bytes: float = 2,
-                 utilization: float = 0.9, **cache_options) -> int:
+                 utilization: float = 0.9, *, weights_dtype_bytes: float | None = None, **cache_options) -> int:
     """How many requests of `context` tokens fit at once (sliding layers cost at most their window)."""
     check_positive("context", context)
-    budget = cache_budget_bytes(shape, device_memory, dtype_bytes, utilization)
+    budget = cache_budget_bytes(shape, device_memory, dtype_bytes, utilization,
+                                weights_dtype_bytes=weights_dtype_bytes)
     return budget // kv_cache_bytes(shape, context, 1, dtype_bytes, **cache_options)
 
 
 def max_context(shape: ModelShape, batch: int, device_memory: str | int, dtype_bytes: float = 2,
-                utilization: float = 0.9, *, context_limit: int | None = None, **cache_options) -> int:
+                utilization: float = 0.9, *, context_limit: int | None = None,
+                weights_dtype_bytes: float | None = None, **cache_options) -> int:
     """The longest context each of `batch` requests can have, capped at the model's max_context.
 
     Beyond a sliding window only full-attention layers keep growing, so the cost is not a
     straight line; the search asks kv_cache_bytes itself rather than inverting a formula.
     """
-    budget = cache_budget_bytes(shape, device_memory, dtype_bytes, utilization)
+    budget = cache_budget_bytes(shape, device_memory, dtype_bytes, utilization,
+                                weights_dtype_bytes=weights_dtype_bytes)
 
     def fits(tokens):
         return kv_cache_bytes(shape, tokens, batch, dtype_bytes, **cache_options) <= budget
@@ -298,16 +355,18 @@ def max_context(shape: ModelShape, batch: int, device_memory: str | int, dtype_b
 
 
 def fit_summary(shape: ModelShape, tokens: int, batch: int, device_memory: str | int, dtype_bytes: float = 2,
-                utilization: float = 0.9, **cache_options) -> str:
-    """One sentence: does this bill fit on that memory, and what room is left?"""
+                utilization: float = 0.9, *, weights_dtype_bytes: float | None = None, **cache_options) -> str:
+    """One sentence: does this bill fit on that memory, and what room is left?
+    dtype_bytes is the cache's; weights_dtype_bytes the weights' (default: the same)."""
     usable = int(memory_bytes(device_memory) * utilization)
-    weights = weights_bytes(shape, dtype_bytes)
+    weights = weights_bytes(shape, weights_dtype_bytes or dtype_bytes)
     if weights > usable:
         return (f"Does not fit: the weights alone ({format_bytes(weights)}) exceed the {format_bytes(usable)} "
                 f"usable ({utilization:.0%} of memory); use a smaller dtype or split the model across devices.")
     cache = kv_cache_bytes(shape, tokens, batch, dtype_bytes, **cache_options)
     verdict = "Fits" if weights + cache <= usable else "Does not fit"
-    room = max_requests(shape, max(tokens, 1), device_memory, dtype_bytes, utilization, **cache_options)
+    room = max_requests(shape, max(tokens, 1), device_memory, dtype_bytes, utilization,
+                        weights_dtype_bytes=weights_dtype_bytes, **cache_options)
     return (f"{verdict}: weights {format_bytes(weights)} + cache {format_bytes(cache)} of "
             f"{format_bytes(usable)} usable ({utilization:.0%}); room for {room:,} such requests at once.")
 

@@ -39,6 +39,11 @@ ACCELERATORS = {a.name: a for a in (
 )}
 
 
+# Mixture-of-experts models read only the experts each token is routed to, so "every weight once"
+# does not hold and the bytes read depend on the routing; the roofline view leaves them out.
+MIXTURE_OF_EXPERTS = {"mixtral-8x7b", "deepseek-v3"}
+
+
 @dataclass(frozen=True)
 class StepCost:
     """One decode step of `batch` requests, each with `context` tokens in its cache."""
@@ -107,10 +112,12 @@ def variants(shape: ModelShape, num_params: int, context: int, *, batch: int = 1
     heads = shape.num_heads or shape.num_kv_heads
     rows = [decode_step(shape, num_params, context, batch=batch, weight_bytes=weight_bytes,
                         cache_bytes=cache_bytes, label=f"this model ({shape.num_kv_heads} KV heads)")]
+    if shape.kv_lora_rank is not None:  # MLA caches a latent, not heads: only the dtype moves it
+        heads = shape.num_kv_heads
     if shape.num_kv_heads != heads:
         rows.append(decode_step(replace(shape, num_kv_heads=heads), num_params, context, batch=batch,
                                 weight_bytes=weight_bytes, cache_bytes=cache_bytes, label=f"MHA ({heads} KV heads)"))
-    if shape.num_kv_heads != 1:
+    if shape.num_kv_heads != 1 and shape.kv_lora_rank is None:
         rows.append(decode_step(replace(shape, num_kv_heads=1), num_params, context, batch=batch,
                                 weight_bytes=weight_bytes, cache_bytes=cache_bytes, label="MQA (1 KV head)"))
     for bits in (8, 4):
@@ -151,3 +158,11 @@ def measure_this_machine(size: int = 1024, megabytes: int = 128, repeats: int = 
     return Accelerator(name, flops, bandwidth,
                        f"measured here: {size}×{size} fp32 matmul and a {megabytes} MiB copy, "
                        f"median of {repeats} warm runs")
+
+
+def decode_step_from_counts(num_params: int, weight_bytes: int, bytes_per_token: int, num_layers: int,
+                            attention_width: int, context: int) -> StepCost:
+    """The same bound from a measured model's own counts (Model lab): weights' nbytes, cache bytes per
+    token, and attention_width = query heads × head_dim."""
+    attention = 4 * num_layers * attention_width * context
+    return StepCost("decode", 1, context, weight_bytes, bytes_per_token * context, 2 * num_params + attention)

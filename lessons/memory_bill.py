@@ -13,6 +13,7 @@ CONTEXTS = [2**i for i in range(7, 21)]  # 128 tokens to 1M
 BATCHES = [2**i for i in range(0, 11)]  # 1 to 1,024 requests
 DEVICES = list(ACCELERATORS) + ["this machine", "custom size"]
 DEFAULT_PRESET = "llama-3.1-8b"
+GPU_COUNTS = [1, 2, 4, 8, 16]
 
 
 def _load_preset() -> None:
@@ -21,7 +22,8 @@ def _load_preset() -> None:
     st.session_state.update(
         bill_layers=shape.num_layers, bill_heads=shape.num_heads or shape.num_kv_heads,
         bill_kv_heads=shape.num_kv_heads, bill_head_dim=shape.head_dim,
-        bill_window=shape.sliding_window or 0, bill_latent=shape.kv_lora_rank or 0)
+        bill_window=shape.sliding_window or 0, bill_latent=shape.kv_lora_rank or 0,
+        bill_rope=shape.qk_rope_head_dim or 0)
 
 
 if "bill_preset" not in st.session_state:
@@ -41,17 +43,25 @@ with controls:
     preset = PRESETS[st.session_state["bill_preset"]]
     st.slider("Layers", 1, 128, key="bill_layers")
     st.slider("Query heads", 1, 128, key="bill_heads")
-    st.slider("KV heads", 0, 128, key="bill_kv_heads",
-              help="Heads whose keys and values are cached. Equal to the query heads: MHA; fewer: GQA; one: MQA.")
-    st.slider("Head size (values per key or value vector)", 8, 512, step=8, key="bill_head_dim")
-    if preset.kv_lora_rank is not None:
-        st.number_input("MLA latent size (values cached per token and layer, besides RoPE)", 0, 8192,
-                        step=64, key="bill_latent")
-    st.number_input("Sliding window in tokens (0: none)", 0, 2**21, step=512, key="bill_window",
-                    help="Sliding-window layers keep only the newest tokens. In a hybrid model "
-                         "(Gemma) only some layers slide.")
-    st.select_slider("Bytes per value (dtype)", DTYPES, value="bf16", key="bill_dtype",
+    if preset.kv_lora_rank is None:
+        st.slider("KV heads", 1, 128, key="bill_kv_heads",
+                  help="Heads whose keys and values are cached. Equal to the query heads: MHA; fewer: GQA; one: MQA.")
+        st.slider("Head size (values per key or value vector)", 8, 512, step=8, key="bill_head_dim")
+        st.number_input("Sliding window in tokens (0: none)", 0, 2**21, step=512, key="bill_window",
+                        help="Sliding-window layers keep only the newest tokens. In a hybrid model "
+                             "(Gemma) only some layers slide.")
+    else:  # MLA caches a latent per token, not K and V per head: only its two sizes apply
+        st.number_input("MLA latent size (values cached per token and layer)", 16, 8192, step=64, key="bill_latent",
+                        help="The compressed vector from which every head's key and value are rebuilt.")
+        st.number_input("MLA RoPE key size (values cached beside the latent)", 8, 1024, step=16, key="bill_rope",
+                        help="A small key that carries the rotary position, shared by all heads.")
+    st.select_slider("Cache dtype (bytes per cached value)", DTYPES, value="bf16", key="bill_dtype",
                      format_func=lambda name: f"{name} ({memory.dtype_bytes(name):g} B)")
+    st.select_slider("Weights dtype (bytes per parameter)", DTYPES, value="bf16", key="bill_weights_dtype",
+                     format_func=lambda name: f"{name} ({memory.dtype_bytes(name):g} B)",
+                     help="Chosen apart from the cache: an int4 cache with bf16 weights is common.")
+    st.select_slider("GPUs (tensor parallel)", GPU_COUNTS, value=1, key="bill_gpus",
+                     help="Each GPU runs a share of the heads and holds a share of every weight matrix.")
     st.select_slider("Context: tokens per request", CONTEXTS, value=8192, key="bill_context",
                      format_func=lambda tokens: f"{tokens:,}")
     st.select_slider("Batch: requests at once", BATCHES, value=1, key="bill_batch")
@@ -64,6 +74,7 @@ with controls:
 state = st.session_state
 dtype_name = state["bill_dtype"]
 dtype_bytes = memory.dtype_bytes(dtype_name)
+weights_dtype_bytes = memory.dtype_bytes(state["bill_weights_dtype"])
 context, batch, utilization = state["bill_context"], state["bill_batch"], state["bill_utilization"]
 device_name = state["bill_device"]
 device = int(state.get("bill_custom_gib", 48) * GiB) if device_name == "custom size" else device_name
@@ -71,14 +82,14 @@ device = int(state.get("bill_custom_gib", 48) * GiB) if device_name == "custom s
 
 def chosen_shape():
     """The preset with the sliders' numbers; kvviz.memory refuses impossible ones with a ValueError."""
+    if preset.kv_lora_rank is not None:  # MLA: the latent and RoPE sizes, never KV heads or a window
+        return replace(preset, num_layers=state["bill_layers"], num_heads=state["bill_heads"],
+                       kv_lora_rank=state["bill_latent"], qk_rope_head_dim=state["bill_rope"])
     window = state["bill_window"] or None
-    mla = {}
-    if preset.kv_lora_rank is not None:
-        mla = {"kv_lora_rank": state["bill_latent"] or None}
     layer_types = preset.layer_types if window and preset.layer_types else None  # no window: all full
     shape = replace(preset, num_layers=state["bill_layers"], num_heads=state["bill_heads"],
                     num_kv_heads=state["bill_kv_heads"], head_dim=state["bill_head_dim"],
-                    sliding_window=window, layer_types=layer_types, **mla)
+                    sliding_window=window, layer_types=layer_types)
     if shape.layer_types is not None and len(shape.layer_types) != shape.num_layers:
         # a hybrid keeps its pattern of sliding and full layers when the layer count changes
         period = next(i + 1 for i, kind in enumerate(preset.layer_types) if kind != SLIDING)
@@ -97,9 +108,52 @@ def attention_variants(shape):
 
 def _gqa_heads(shape) -> int:
     """The GQA row shows this model's own KV heads, or 8 (or a divisor near it) for MHA and MQA models."""
-    if shape.num_kv_heads not in (1, shape.num_heads):
+    if shape.kv_lora_rank is None and shape.num_kv_heads not in (1, shape.num_heads):
         return shape.num_kv_heads  # kvviz refuses it if it does not divide the query heads
     return next((d for d in range(min(8, shape.num_heads - 1), 0, -1) if shape.num_heads % d == 0), 1)
+
+
+def per_token_by_kind(shape, by_kind: dict, tokens: int) -> str:
+    """Markdown: what one more token costs in each kind of layer, and whether it still costs it now."""
+    lines = ["**Per token, by layer type**"]
+    for kind, cost in by_kind.items():
+        layers = shape.layer_kinds.count(kind)
+        if kind == SLIDING:
+            still = "still growing" if tokens < shape.sliding_window else "full: older tokens drop out, cost now 0"
+            lines.append(f"- {layers} sliding-window layers: **{format_bytes(cost)}** per token for the first "
+                         f"{shape.sliding_window:,} tokens, then nothing ({still} at {tokens:,} tokens)")
+        else:
+            lines.append(f"- {layers} {memory.KIND_LABELS[kind]} layers: **{format_bytes(cost)}** per token, "
+                         "for every token")
+    return "\n".join(lines)
+
+
+def tensor_parallel(shape, gpus: int) -> None:
+    """What each GPU holds when the model is split over `gpus` GPUs, and whether that fits one of them."""
+    try:
+        share = memory.tensor_parallel_share(shape, gpus, context, batch, dtype_bytes, **weights_options)
+    except ValueError as problem:
+        st.warning(str(problem))
+        return
+    st.markdown(f"**Split over {gpus} GPUs (tensor parallel): each GPU holds**")
+    a, b, c = st.columns(3)
+    a.metric("Weights per GPU", format_bytes(share.weights_bytes_per_gpu), help=f"All weights ÷ {gpus}.")
+    if shape.kv_lora_rank is not None:
+        b.metric("KV heads per GPU", "whole latent", help="MLA's latent is not split by head: every GPU keeps it.")
+    else:
+        b.metric("KV heads per GPU", f"{share.kv_heads_per_gpu}",
+                 help=f"{shape.num_kv_heads} KV heads over {gpus} GPUs"
+                      + (f"; each KV head is copied onto {share.copies_per_kv_head} GPUs, because there are "
+                         "fewer KV heads than GPUs." if share.copies_per_kv_head > 1 else "."))
+    c.metric("Cache per GPU", format_bytes(share.cache_bytes_per_gpu))
+    per_gpu_total = share.weights_bytes_per_gpu + share.cache_bytes_per_gpu
+    verdict = "fits" if per_gpu_total <= usable_bytes else "does not fit"
+    copies = share.copies_per_kv_head
+    st.caption(f"Per GPU: {format_bytes(share.weights_bytes_per_gpu)} + {format_bytes(share.cache_bytes_per_gpu)} = "
+               f"{format_bytes(per_gpu_total)}, which {verdict} in {format_bytes(usable_bytes)} usable. "
+               + (f"With {copies} copies of each KV head the {gpus} GPUs hold {format_bytes(share.cache_bytes_all_gpus)} "
+                  f"of cache together, {copies}× the single-device bill." if copies > 1 else
+                  f"Together the GPUs hold exactly the single-device bill of {format_bytes(cache_bytes)}."))
 
 
 try:
@@ -115,36 +169,46 @@ cache_bytes = memory.kv_cache_bytes(shape, context, batch, dtype_bytes)
 
 total_bytes = memory.memory_bytes(device)
 usable_bytes = int(total_bytes * utilization)
-weights_bytes = memory.weights_bytes(shape, dtype_bytes)
+weights_bytes = memory.weights_bytes(shape, weights_dtype_bytes)
+weights_options = {"weights_dtype_bytes": weights_dtype_bytes}
 
 with results:
     if error:
         st.error(error)
         st.caption("The numbers below are still those of the last settings that made sense.")
     per_token = memory.kv_bytes_per_token(shape, dtype_bytes)
+    by_kind = memory.bytes_per_token_by_kind(shape, dtype_bytes)
     a, b, c = st.columns(3)
     a.metric("KV cache", format_bytes(cache_bytes),
              help=f"{batch:,} request(s) × {context:,} tokens, as kvviz.memory.kv_cache_bytes computes it.")
-    b.metric("Per token", format_bytes(per_token), help="One more token in every layer's cache.")
+    if SLIDING in by_kind:
+        b.metric("Per token, at this length", format_bytes(cache_bytes / (context * batch)),
+                 help="The bill ÷ tokens ÷ requests: sliding layers stop growing at their window, so the "
+                      "average cost per token falls as the context grows.")
+    else:
+        b.metric("Per token", format_bytes(per_token), help="One more token in every layer's cache.")
     c.metric("Weights", format_bytes(weights_bytes),
-             help=f"The preset's {shape.num_params:,} parameters × {dtype_bytes:g} bytes; the sliders "
+             help=f"The preset's {shape.num_params:,} parameters × {weights_dtype_bytes:g} bytes; the sliders "
                   "change the cache, not the parameter count.")
+    if SLIDING in by_kind:
+        st.markdown(per_token_by_kind(shape, by_kind, context))
     st.markdown("**The formula, filled in**")
     for line in memory.bill_breakdown(shape, context, batch, dtype_bytes):
         st.code(f"{memory.KIND_LABELS[line.kind]}: {line.formula}", language=None, wrap_lines=True)
     if context > (shape.max_context or context):
         st.warning(f"{shape.name} was built for {shape.max_context:,} tokens; the bill above is for "
                    f"{context:,} anyway.")
-    summary = memory.fit_summary(shape, context, batch, device, dtype_bytes, utilization)
+    summary = memory.fit_summary(shape, context, batch, device, dtype_bytes, utilization, **weights_options)
     (st.success if summary.startswith("Fits") else st.warning)(summary)
     st.plotly_chart(figures.memory_stack(device_name if device_name != "custom size" else "custom",
                                          total_bytes, usable_bytes, weights_bytes, cache_bytes),
                     width="stretch")
-    room = memory.cache_budget_bytes(shape, device, dtype_bytes, utilization)
+    room = memory.cache_budget_bytes(shape, device, dtype_bytes, utilization, **weights_options)
     model_limit = shape.max_context or CONTEXTS[-1]
-    longest = memory.max_context(shape, batch, device, dtype_bytes, utilization, context_limit=model_limit)
-    requests = memory.max_requests(shape, context, device, dtype_bytes, utilization)
-    slots = memory.max_cached_tokens(shape, device, dtype_bytes, utilization)
+    longest = memory.max_context(shape, batch, device, dtype_bytes, utilization, context_limit=model_limit,
+                                 **weights_options)
+    requests = memory.max_requests(shape, context, device, dtype_bytes, utilization, **weights_options)
+    slots = memory.max_cached_tokens(shape, device, dtype_bytes, utilization, **weights_options)
     a, b, c = st.columns(3)
     a.metric("Requests that fit", f"{requests:,}", help=f"Requests of {context:,} tokens each, at once.")
     b.metric("Longest context", f"{longest:,}",
@@ -157,6 +221,9 @@ with results:
                f"{longest:,} tokens"
                + (" (the model's own limit)" if longest == model_limit else "")
                + f"; the cache has room for {slots:,} tokens in all.")
+
+    if state["bill_gpus"] > 1:
+        tensor_parallel(shape, state["bill_gpus"])
 
 st.subheader("Why the cache, not the weights, limits batch and context")
 st.markdown(

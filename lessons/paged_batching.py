@@ -9,6 +9,7 @@ from kvviz.engine.scheduler import Scheduler
 from kvviz.memory import format_bytes
 from kvviz.ui import paged_state as ps
 from kvviz.ui.common import show_code
+from kvviz.ui.paging_note import paging_explained
 from kvviz.viz import paged_figures as figures
 
 st.title("Paged cache and batching")
@@ -19,6 +20,7 @@ st.markdown(
     "and takes a new block only when its last one is full. Requests that start with the same "
     "tokens share those blocks (**prefix caching**). When the pool runs out, the newest request is "
     "**preempted**: its blocks are freed and it is recomputed later.")
+paging_explained()
 
 st.data_editor(pd.DataFrame(ps.DEFAULT_TABLE), num_rows="dynamic", width="stretch", key="paged_editor",
                column_config={"prompt": st.column_config.TextColumn(width="large"),

@@ -10,7 +10,7 @@ import numpy as np
 import streamlit as st
 
 from kvviz import explain, roofline
-from kvviz.memory import ModelShape, format_bytes
+from kvviz.memory import PRESETS, ModelShape, format_bytes
 from kvviz.viz import explain_figures as figures
 
 MACHINE = "this machine (measured)"
@@ -114,26 +114,44 @@ def _device_choice() -> roofline.Accelerator:
     return roofline.ACCELERATORS[name]
 
 
+THIS_MODEL = "this lesson's model"
+WHAT_IF_CONTEXTS = [1024, 8192, 32768, 131072]
+
+
 @st.fragment
 def memory_bound(lesson, step: int) -> None:
     info = lesson.model_info
-    shape = lesson_shape(info)
-    context = lesson.num_tokens_at(step)
+    step_context = lesson.num_tokens_at(step)
     a, b = st.columns([2, 1])
     with a:
         device = _device_choice()
     batch = b.select_slider("Requests decoded together", [1, 2, 4, 8, 16, 32, 64, 128, 256], value=1,
                             key="lesson_roofline_batch")
-    weight_bytes = cache_bytes = info["dtype_bytes"]
-    costs = roofline.variants(shape, info["parameters"], context, batch=batch, weight_bytes=weight_bytes,
+    c, d = st.columns([2, 1])
+    dense = [name for name, shape in PRESETS.items() if shape.num_params and name not in roofline.MIXTURE_OF_EXPERTS]
+    model_name = c.selectbox("Model", [THIS_MODEL] + dense, key="lesson_roofline_model",
+                             help="A preset asks what-if: the same step for a real model's shape, in bf16. "
+                                  "Mixture-of-experts models (Mixtral, DeepSeek-V3) are left out: a token reads "
+                                  "only its experts' weights.")
+    chosen = d.selectbox("Tokens in the cache", [0] + WHAT_IF_CONTEXTS, key="lesson_roofline_context",
+                         format_func=lambda c: f"{step_context:,} (this step)" if c == 0 else f"{c:,} (what if)")
+    context = chosen or step_context
+    if model_name == THIS_MODEL:
+        shape, num_params, weight_bytes = lesson_shape(info), info["parameters"], info["dtype_bytes"]
+    else:
+        shape = PRESETS[model_name]
+        num_params, weight_bytes = shape.num_params, 2
+    cache_bytes = weight_bytes
+    costs = roofline.variants(shape, num_params, context, batch=batch, weight_bytes=weight_bytes,
                               cache_bytes=cache_bytes)
     step_cost = costs[0]
-    prefill = roofline.prefill_step(shape, info["parameters"], len(lesson.prompt_token_ids),
+    prefill = roofline.prefill_step(shape, num_params, len(lesson.prompt_token_ids),
                                     weight_bytes=weight_bytes, cache_bytes=cache_bytes)
     st.markdown(
-        f"One decode step of this model with **{context:,} tokens** in the cache"
+        f"One decode step of {'this model' if model_name == THIS_MODEL else model_name} with "
+        f"**{context:,} tokens** in the cache"
         + (f", for {batch} requests at once" if batch > 1 else "")
-        + f": it reads every weight once (**{format_bytes(step_cost.weight_bytes)}**: {info['parameters']:,} "
+        + f": it reads every weight once (**{format_bytes(step_cost.weight_bytes)}**: {num_params:,} "
           f"parameters × {weight_bytes} bytes) and the whole cache (**{format_bytes(step_cost.cache_bytes)}**, "
           f"the memory bill for {context:,} tokens), and does **{step_cost.flops:,.0f} FLOPs** (2 per weight "
           f"per token, plus q·Kᵀ and weights·V).")
@@ -152,8 +170,33 @@ def memory_bound(lesson, step: int) -> None:
     st.table([{"cache": cost.label, "cache bytes": format_bytes(cost.cache_bytes),
                "bytes read": format_bytes(cost.bytes_read), "FLOPs per byte": f"{cost.intensity:.2f}",
                "ceiling (tokens/s)": f"{cost.tokens_per_second(device):,.0f}"} for cost in costs])
+    measured_against_bound()
     st.markdown(
         "Fewer KV heads (GQA, MQA) and fewer bits per cached value shrink the cache share of the bytes "
         "read; at short contexts the weights dominate and the ceiling barely moves, at long contexts and "
         "large batches the cache dominates and these choices set the speed. Batching raises the FLOPs per "
         "byte of the weights, because every request in the step shares one read of them.")
+
+
+def measured_against_bound() -> None:
+    """The Model lab's measured decode step times beside the roofline bound for this machine."""
+    result, shape = st.session_state.get("lab_result"), st.session_state.get("lab_result_shape")
+    if result is None or shape is None or not result.timings:
+        st.caption("Measure a model in the **Model lab** to see its decode step times here beside the bound.")
+        return
+    if not hasattr(result.timings[0], "cached_spread_s"):
+        st.caption("This Model lab result has no spread of its timings, so it is not shown.")
+        return
+    machine = roofline.measure_this_machine()
+    width = shape.num_heads * (shape.head_dim or shape.hidden_size // shape.num_heads)
+    contexts = [t.context for t in result.timings]
+    bound_ms = [1e3 * roofline.decode_step_from_counts(result.num_params, result.weight_bytes, result.bytes_per_token,
+                                                       shape.num_layers, width, c).seconds(machine) for c in contexts]
+    measured = [(t.context, 1e3 * t.cached_s, 1e3 * (t.cached_spread_s[1] - t.cached_s),
+                 1e3 * (t.cached_s - t.cached_spread_s[0])) for t in result.timings]
+    st.plotly_chart(figures.step_time_vs_context(contexts, bound_ms, measured, machine.name), width="stretch")
+    ratio = measured[-1][1] / bound_ms[-1]
+    st.caption(f"{result.name} from the Model lab on {result.device}: measured medians (bars: fastest to slowest "
+               f"step) against the roofline's least time on this machine. At {contexts[-1]:,} tokens the step "
+               f"takes {ratio:.1f}× the bound: the rest is framework and kernel overhead, which a small model on "
+               "a CPU pays in full and a large model on a GPU hides.")

@@ -48,15 +48,14 @@ def causal_attention(prompt_matrix: np.ndarray, decode_rows: list[np.ndarray], t
     fig = go.Figure(go.Heatmap(z=z, colorscale="Blues", zmin=0, zmax=float(np.nanmax(z)) or 1.0, hoverongaps=False,
                                colorbar=dict(title="weight", thickness=14),
                                hovertemplate="query %{y} → key %{x}<br>weight %{z:.3f}<extra></extra>"))
-    if decode_rows:
+    if decode_rows:  # above the line: prefill, all queries at once; below: one query per decode step
         fig.add_hline(y=prompt - 0.5, line=dict(color=PHASE["decode"], width=3))
-        fig.add_annotation(x=size - 1, y=prompt - 0.5, text="decode rows below: one query each", showarrow=False,
-                           xanchor="right", yanchor="bottom", font=dict(color=PHASE["decode"]))
     labels = texts[:size]
     fig.update_yaxes(title="query (the token that attends)", autorange="reversed", **token_axis(labels))
     fig.update_xaxes(title="key (the token attended to)", tickangle=-60, **token_axis(labels))
     title = (f"Layer {layer}, head {head}: prefill's {prompt}×{prompt} triangle"
-             + (f" + {len(decode_rows)} decode row{'s' if len(decode_rows) != 1 else ''}" if decode_rows else ""))
+             + (f" + {len(decode_rows)} decode row{'s' if len(decode_rows) != 1 else ''} (below the orange line)"
+                if decode_rows else ""))
     return _layout(fig, title, height=min(760, max(420, 14 * size + 200)))
 
 
@@ -90,30 +89,36 @@ def roofline(device: Accelerator, costs: list[StepCost], prefill: StepCost | Non
     fig.add_vline(x=device.ridge, line=dict(color="#9CA3AF", dash="dot"))
     fig.add_annotation(x=math.log10(device.ridge), y=math.log10(device.peak_flops), text=f"ridge {device.ridge:.0f} FLOP/B",
                        showarrow=False, yanchor="bottom", xanchor="left")
+    symbols = ["circle", "diamond", "square", "triangle-up", "triangle-down", "cross"]
     for index, cost in enumerate(points):
-        color = PHASE["prompt"] if cost.label == "prefill" else (PHASE["new"] if index == 0 else PHASE["decode"])
+        is_prefill = cost is prefill
+        color = PHASE["prompt"] if is_prefill else (PHASE["new"] if index == 0 else PHASE["decode"])
         attained = cost.flops / cost.seconds(device)
-        fig.add_scatter(x=[cost.intensity], y=[attained], mode="markers+text", name=cost.label,
-                        text=[cost.label], textposition="top center" if index % 2 == 0 else "bottom center",
-                        marker=dict(size=14 if index == 0 else 11, color=color, line=dict(color="black", width=1)),
+        labelled = is_prefill or index == 0  # the variants sit close together: the legend names them
+        fig.add_scatter(x=[cost.intensity], y=[attained], mode="markers+text" if labelled else "markers",
+                        name=cost.label, text=[cost.label] if labelled else None, textposition="top left",
+                        marker=dict(size=15 if index == 0 else 11, color=color, symbol=symbols[index % 6],
+                                    line=dict(color="black", width=1)),
                         hovertemplate=f"{cost.label}<br>%{{x:.3g}} FLOP/byte<br>%{{y:.3g}} FLOP/s<extra></extra>")
     fig.update_xaxes(type="log", title="arithmetic intensity (FLOPs per byte read)")
     fig.update_yaxes(type="log", title="attainable FLOP/s")
-    fig.update_layout(showlegend=False)
-    return _layout(fig, f"Roofline of {device.name}: decode sits on the memory slope", height=460)
+    fig.update_layout(legend=dict(orientation="h", y=-0.3))
+    return _layout(fig, f"Roofline of {device.name}: decode sits on the memory slope", height=520)
 
 
-def step_time_vs_context(contexts: list[int], predicted_ms: list[float], measured: list[tuple[int, float, float]],
-                         device_name: str) -> go.Figure:
-    """The roofline's predicted decode step time beside measured medians (with their spread)."""
+def step_time_vs_context(contexts: list[int], predicted_ms: list[float],
+                         measured: list[tuple[int, float, float, float]], device_name: str) -> go.Figure:
+    """The roofline's least decode step time beside measured medians.
+    measured: (context, median ms, ms up to the slowest, ms down to the fastest)."""
     fig = go.Figure()
     fig.add_scatter(x=contexts, y=predicted_ms, name=f"roofline bound on {device_name}", mode="lines",
                     line=dict(color="black", dash="dash"))
     if measured:
         fig.add_scatter(x=[m[0] for m in measured], y=[m[1] for m in measured], name="measured median",
                         mode="markers+lines", marker=dict(color=PHASE["decode"], size=10),
-                        error_y=dict(type="data", array=[m[2] for m in measured], visible=True))
+                        error_y=dict(type="data", symmetric=False, array=[m[2] for m in measured],
+                                     arrayminus=[m[3] for m in measured], visible=True))
     fig.update_xaxes(title="context length (tokens)")
-    fig.update_yaxes(title="decode step time (ms)", rangemode="tozero")
+    fig.update_yaxes(title="decode step time (ms)", type="log")
     fig.update_layout(legend=dict(orientation="h", y=-0.3))
     return _layout(fig, "Decode step time against context", height=420)
