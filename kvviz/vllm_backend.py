@@ -260,10 +260,15 @@ def compare_allocation(shape, dtype_bytes: float, kv_bytes: int, context: int, r
             "max_concurrency": reported["max_concurrency"]}
     gap = (vllm["kv_cache_tokens"] or 0) - predicted["kv_cache_tokens"]
     unrounded = kv_bytes // predicted["bytes_per_token"]
+    rounded = result["max_model_len"] % result["block_size"]
     if gap == 0:
         why = (f"They agree: {kv_bytes:,} bytes / {predicted['bytes_per_token']:,} bytes per token = {unrounded:,} "
                f"tokens, rounded down to whole blocks of {result['block_size']}; vLLM keeps one of those blocks "
                "as its empty 'null' block, so one block fewer is usable.")
+    elif rounded and predicted["num_blocks"] == vllm["num_blocks"]:
+        why = (f"The blocks agree; vLLM counts tokens as whole requests of {context:,} (concurrency × length), "
+               f"so the {result['block_size'] - rounded} unused slots of each request's last block of "
+               f"{result['block_size']} are not in its token count.")
     else:
         why = (f"They differ by {gap:+,} tokens ({gap / max(predicted['kv_cache_tokens'], 1):+.1%}): "
                "the bill counts every layer storing every token; vLLM sizes per layer group "

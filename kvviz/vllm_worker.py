@@ -89,8 +89,13 @@ def run_job(job: dict, log_path: str) -> dict:
     try:
         llm = build_llm(job, watch)
         config = llm.llm_engine.vllm_config
-        result = {"num_blocks": config.cache_config.num_gpu_blocks, "block_size": config.cache_config.block_size,
-                  "max_model_len": config.model_config.max_model_len, "vllm_version": _version()}
+        cache = config.cache_config
+        result = {"num_blocks": cache.num_gpu_blocks, "block_size": cache.block_size,
+                  "max_model_len": config.model_config.max_model_len, "vllm_version": _version(),
+                  # what vLLM logs as "KV cache size: N tokens, Maximum concurrency ...: Cx"
+                  "reported": {"kv_cache_tokens": getattr(cache, "kv_cache_size_tokens", None),
+                               "concurrency_context": config.model_config.max_model_len,
+                               "max_concurrency": getattr(cache, "kv_cache_max_concurrency", None)}}
         if job["kind"] == "generate":
             result.update(generate(llm, job, watch))
     except Exception as error:  # reported to kvviz, which says it in one sentence
@@ -106,9 +111,11 @@ def run_job(job: dict, log_path: str) -> dict:
     with open(log_path) as log:
         text = log.read()
     tokens, concurrency = KV_TOKENS.findall(text), CONCURRENCY.findall(text)
-    result["reported"] = {"kv_cache_tokens": int(tokens[-1].replace(",", "")) if tokens else None,
-                          "concurrency_context": int(concurrency[-1][0].replace(",", "")) if concurrency else None,
-                          "max_concurrency": float(concurrency[-1][1]) if concurrency else None}
+    if tokens and concurrency and not (result.get("reported") or {}).get("kv_cache_tokens"):
+        # engine core in another process: its log line (printed once per process) is the report
+        result["reported"] = {"kv_cache_tokens": int(tokens[-1].replace(",", "")),
+                              "concurrency_context": int(concurrency[-1][0].replace(",", "")),
+                              "max_concurrency": float(concurrency[-1][1])}
     if "error" in result:
         result["log_tail"] = text[-3000:]
     return result
