@@ -406,6 +406,8 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     add("--skip-hf", action="store_true", help="run kvviz only")
     add("--quick", action="store_true", help="small sizes for a smoke test (overrides the sizes above)")
     add("--json", metavar="OUT", default=None, help="also write the results to this JSON file")
+    add("--against", choices=("vllm",), default=None, help="also run vLLM on the mixed workload (kvviz/vllm_backend.py)")
+    add("--vllm-python", default=None, help="vLLM's interpreter (default: $KVVIZ_VLLM_PYTHON or .venv-vllm/bin/python)")
     return parser
 
 
@@ -428,6 +430,9 @@ def run_bench(args: argparse.Namespace) -> int:
         for key, value in QUICK.items():
             setattr(args, key, value)
     problem = _check_args(args)
+    if problem is None and args.against == "vllm":
+        from kvviz.vllm_backend import missing_message
+        problem = missing_message(args.vllm_python)
     if problem:
         print(problem)
         return 2
@@ -465,6 +470,9 @@ def run_bench(args: argparse.Namespace) -> int:
     if len(runs) > 1 and runs[1].outputs is not None:
         results["memory"]["static_batch_padding_fraction"] = runs[1].details["padding_fraction"]
     print_mixed(results, runs)
+    if args.against == "vllm":  # vLLM on the same weights and prompts, in its own environment
+        from kvviz.vllm_backend import bench_against_vllm
+        results["mixed"]["systems"]["vllm"] = bench_against_vllm(model, mixed, runs[0], args.repeats, args.vllm_python)
 
     prefix = shared_prefix_workload(args.prefix_requests, args.prefix_len, args.suffix_len,
                                     args.prefix_out, vocab_size, args.seed)

@@ -79,6 +79,9 @@ def write_atomically(path: Path, lines: list[str]) -> None:
 
 
 def cmd_generate(args) -> int:
+    if args.backend == "vllm":  # the same job on vLLM, in its own environment
+        from kvviz.vllm_backend import generate_cli
+        return generate_cli(args)
     from tqdm import tqdm
 
     from kvviz import Engine, SamplingParams, load_model
@@ -112,7 +115,7 @@ def cmd_generate(args) -> int:
     summary = {
         "requests": len(outputs), "prompt_tokens": prompt_tokens, "generated_tokens": generated,
         "seconds": round(elapsed, 3), "output_tokens_per_s": round(generated / elapsed, 1),
-        "peak_blocks_in_use": stats["peak_blocks"], "num_blocks": engine.num_blocks,
+        "peak_blocks_in_use": stats["peak_blocks"], "num_blocks": engine.num_blocks, "block_size": engine.block_size,
         "preemptions": engine.scheduler.num_preemptions,
         "prefix_cache_hit_rate": round(stats["cached_tokens"] / max(prompt_tokens, 1), 4),
     }
@@ -144,6 +147,8 @@ def build_parser() -> argparse.ArgumentParser:
     generate.add_argument("--no-prefix-caching", action="store_true")
     generate.add_argument("--device", default=None, help="cuda | cpu (default: cuda when present)")
     generate.add_argument("--dtype", default=None, help="float32 | bfloat16 | float16")
+    from kvviz.vllm_backend import add_generate_arguments
+    add_generate_arguments(generate)  # --backend vllm and vLLM's parallel settings
     generate.set_defaults(func=cmd_generate)
 
     from kvviz.bench import add_bench_arguments, run_bench
@@ -154,7 +159,10 @@ def build_parser() -> argparse.ArgumentParser:
     from kvviz.memory_cli import add_bill_arguments, run_bill
     bill = commands.add_parser("bill", help="the KV-cache memory bill of a model")
     add_bill_arguments(bill)
-    bill.set_defaults(func=lambda args: print(run_bill(args)) or 0)
+    from kvviz import vllm_backend
+    vllm_backend.add_bill_arguments(bill)  # --against-vllm
+    bill.set_defaults(func=lambda args: print(vllm_backend.bill_against_vllm(args) if args.against_vllm
+                                              else run_bill(args)) or 0)
     return parser
 
 
