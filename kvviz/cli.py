@@ -91,7 +91,7 @@ def cmd_generate(args) -> int:
     lm = load_model(args.model, device=args.device, dtype=args.dtype)
     engine = Engine(lm, block_size=args.block_size, num_blocks=args.num_blocks,
                     enable_prefix_caching=not args.no_prefix_caching, max_num_seqs=args.max_num_seqs,
-                    max_num_batched_tokens=args.max_num_batched_tokens, record_blocks=False)
+                    max_num_batched_tokens=args.max_num_batched_tokens)
     # with --seed, prompt i samples with seed + i: reproducible, and not every prompt alike
     params = [SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, top_k=args.top_k,
                              top_p=args.top_p, seed=None if args.seed is None else args.seed + i,
@@ -140,10 +140,11 @@ def build_parser() -> argparse.ArgumentParser:
     generate.add_argument("--seed", type=int, default=None)
     generate.add_argument("--ignore-eos", action="store_true")
     generate.add_argument("--out", default="outputs.jsonl")
-    generate.add_argument("--block-size", type=int, default=16)
-    generate.add_argument("--num-blocks", type=int, default=None)
-    generate.add_argument("--max-num-seqs", type=int, default=64)
-    generate.add_argument("--max-num-batched-tokens", type=int, default=2048)
+    from kvviz.engine.config import DEFAULTS
+    generate.add_argument("--block-size", type=int, default=DEFAULTS.block_size)
+    generate.add_argument("--num-blocks", type=int, default=DEFAULTS.num_blocks)
+    generate.add_argument("--max-num-seqs", type=int, default=DEFAULTS.max_num_seqs)
+    generate.add_argument("--max-num-batched-tokens", type=int, default=DEFAULTS.max_num_batched_tokens)
     generate.add_argument("--no-prefix-caching", action="store_true")
     generate.add_argument("--device", default=None, help="cuda | cpu (default: cuda when present)")
     generate.add_argument("--dtype", default=None, help="float32 | bfloat16 | float16")

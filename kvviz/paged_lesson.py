@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kvviz.engine import Engine, EngineError, SamplingParams, StepRecord
+from kvviz.engine.records import BlockRecord, pool_blocks
 
 SYSTEM_PROMPT = "A hall in the castle. Enter the court, with lords and attendants.\n\n"
 DEFAULT_REQUESTS = [
@@ -79,6 +80,10 @@ class PagedLesson:
         return f"R{index + 1}"
 
     # ---- comparisons drawn from the records ----------------------------------------------
+    def pool_blocks(self, step: int) -> list[BlockRecord]:
+        """Every physical block after `step`, rebuilt from the events of the records so far."""
+        return pool_blocks(self.records[:step + 1], self.engine.num_blocks)
+
     def reservation_comparison(self, step: int) -> dict:
         """Paged blocks against a contiguous reservation of the whole context per request.
 

@@ -5,6 +5,7 @@ import streamlit as st
 
 from kvviz import predict
 from kvviz.engine.block_pool import BlockPool
+from kvviz.engine.kv_manager import KVCacheManager
 from kvviz.engine.scheduler import Scheduler
 from kvviz.memory import format_bytes
 from kvviz.ui import paged_state as ps
@@ -84,7 +85,7 @@ m[1].metric("Paged blocks", format_bytes(comparison["paged_bytes"]), f"{comparis
 left, right = st.columns([3, 2])
 with left:
     st.plotly_chart(figures.block_tables(record, labels, lesson.engine.block_size), width="stretch")
-    st.plotly_chart(figures.pool_grid(record, labels), width="stretch")
+    st.plotly_chart(figures.pool_grid(lesson.pool_blocks(step), labels), width="stretch")
 with right:
     st.plotly_chart(figures.schedule_timeline(lesson.records[:step + 1][-12:], labels), width="stretch")
     st.markdown("**Events this step**")
@@ -127,5 +128,6 @@ with st.expander("Predict, then reveal: which block comes next?",
     answered = [q for q in questions if q.revealed]
     st.caption(f"Score: {sum(q.correct for q in answered)} / {len(answered)}")
 
-show_code(Scheduler.schedule, BlockPool.find_cached_prefix, BlockPool.allocate, BlockPool.free,
-          caption="The scheduler that chose this step's work, and the block pool it asked for blocks.")
+show_code(Scheduler.schedule, KVCacheManager.allocate_slots, BlockPool.find_cached_prefix, BlockPool.allocate,
+          BlockPool.free, caption="The scheduler that chose this step's tokens, the KV manager that found "
+                                  "their blocks, and the block pool it took them from.")

@@ -182,6 +182,6 @@ if view == "Memory bill":
 with st.expander("Predict, then reveal", expanded=bool(st.session_state.get("lesson_questions"))):
     predict_panel(lesson)
 
-show_code(Engine.step, Scheduler.schedule, paged_attention,
+show_code(Engine.step, Engine._run, Scheduler.schedule, paged_attention,
           caption="The engine code that ran this step: schedule, one forward pass, and the attention "
                   "function every layer calls, which writes new keys and values into the paged cache.")
