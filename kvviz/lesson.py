@@ -16,6 +16,7 @@ from kvviz.engine.records import TraceRecord
 from kvviz.memory import ModelShape, bill_breakdown
 
 MAX_LESSON_TOKENS = 256  # the longest lesson a page, a link or a file may ask for
+MAX_TRIANGLE_TOKENS = 128  # prompts up to this long keep the prefill's whole attention matrix
 
 
 @dataclass
@@ -42,6 +43,7 @@ class StepTrace:
     attention: np.ndarray  # (layers, heads, tokens): the newest token's attention weights
     changed_rows: int  # earlier positions whose K or V differ from the step before (0: the cache works)
     logit_difference: float | None  # largest |logit with cache - logit without| at this step
+    prompt_attention: np.ndarray | None = None  # (layers, heads, T, T): the prefill's causal triangle
 
 
 @dataclass
@@ -141,8 +143,11 @@ class Lesson:
         difference = None
         if cached.logits is not None and fresh.logits is not None:
             difference = float(np.abs(cached.logits - fresh.logits).max())
+        triangle = None  # kept for prompts short enough that it stays small (T^2 per head and layer)
+        if not before and cached.prompt_attention is not None and cached.keys.shape[1] <= MAX_TRIANGLE_TOKENS:
+            triangle = cached.prompt_attention.copy()
         return StepTrace(cached.keys[:, before:].copy(), cached.values[:, before:].copy(),
-                         cached.attention.copy(), changed, difference)
+                         cached.attention.copy(), changed, difference, triangle)
 
     def release(self) -> None:
         """Drop the engines and traces (the session that owned this lesson has ended)."""

@@ -19,7 +19,7 @@ from dataclasses import MISSING, asdict, fields, is_dataclass
 import numpy as np
 
 from kvviz.engine.records import StepRecord
-from kvviz.lesson import MAX_LESSON_TOKENS, Lesson, LessonSettings, StepTrace
+from kvviz.lesson import MAX_LESSON_TOKENS, MAX_TRIANGLE_TOKENS, Lesson, LessonSettings, StepTrace
 
 LESSON_FORMAT = "kvviz-lesson/2"
 MAX_LESSON_BYTES = 20 * 2**20  # a 256-token lesson on the bundled model exports to a few MiB
@@ -41,7 +41,9 @@ def export_lesson(lesson: Lesson) -> str:
         "twin_records": [r.to_dict() for r in lesson.twin_records],
         "traces": [{"new_keys": _encode(t.new_keys), "new_values": _encode(t.new_values),
                     "attention": _encode(t.attention), "changed_rows": t.changed_rows,
-                    "logit_difference": t.logit_difference} for t in lesson.traces],
+                    "logit_difference": t.logit_difference,
+                    "prompt_attention": None if t.prompt_attention is None else _encode(t.prompt_attention)}
+                   for t in lesson.traces],
     })
 
 
@@ -131,7 +133,9 @@ def _model(value) -> dict:
 def _trace(value, step: int, model: dict, prompt_tokens: int) -> StepTrace:
     where = f"traces[{step}]"
     value = _typed(value, dict, where)
-    _keys(value, where, {"new_keys", "new_values", "attention", "changed_rows", "logit_difference"})
+    _keys(value, where, {"new_keys", "new_values", "attention", "changed_rows", "logit_difference",
+                         "prompt_attention"},
+          {"new_keys", "new_values", "attention", "changed_rows", "logit_difference"})
     new = prompt_tokens if step == 0 else 1
     kv_shape = (model["layers"], new, model["kv_heads"], model["head_dim"])
     attention_shape = (model["layers"], model["heads"], prompt_tokens + step)
@@ -139,7 +143,18 @@ def _trace(value, step: int, model: dict, prompt_tokens: int) -> StepTrace:
                      _decode(value["new_values"], kv_shape, f"{where}.new_values"),
                      _decode(value["attention"], attention_shape, f"{where}.attention"),
                      _typed(value["changed_rows"], int, f"{where}.changed_rows"),
-                     _typed(value["logit_difference"], float | None, f"{where}.logit_difference"))
+                     _typed(value["logit_difference"], float | None, f"{where}.logit_difference"),
+                     _triangle(value.get("prompt_attention"), step, model, prompt_tokens, where))
+
+
+def _triangle(value, step: int, model: dict, prompt_tokens: int, where: str) -> np.ndarray | None:
+    """The prefill's attention matrix: only at step 0, only for a prompt short enough to keep it."""
+    if value is None:
+        return None
+    if step != 0 or prompt_tokens > MAX_TRIANGLE_TOKENS:
+        raise _Bad(f"{where}.prompt_attention", "belongs only to the prefill step of a short prompt")
+    shape = (model["layers"], model["heads"], prompt_tokens, prompt_tokens)
+    return _decode(value, shape, f"{where}.prompt_attention")
 
 
 def _typed(value, kind, where: str):
