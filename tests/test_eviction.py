@@ -109,6 +109,17 @@ def test_the_lab_on_the_bundled_model(bundled):
     assert table[0]["first different token (full → this)"] == "never"
 
 
+def test_a_budget_that_holds_every_token_evicts_nothing(model):
+    ids = prompt(6, seed=4)
+    # step s reads the prompt and s - 1 more tokens from the cache; the last pick is never run
+    lab = eviction_lab(model, ids, max_tokens=5, budget=len(ids) + 3)
+    assert lab.first_evicted_step is None
+    assert all(run.kl == [0.0] * 5 and run.first_difference is None for run in lab.runs)
+    lab = eviction_lab(model, ids, max_tokens=5, budget=len(ids) + 2)
+    assert lab.first_evicted_step == 4
+    assert all(run.kl[:4] == [0.0] * 4 and run.kl[4] > 0 for run in lab.runs[1:])
+
+
 @pytest.mark.parametrize("settings, message", [
     (dict(budget=4, sinks=4), "fewer sinks than the budget"),
     (dict(budget=1), "budget must be a whole number of at least 2"),

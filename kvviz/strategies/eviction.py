@@ -16,6 +16,8 @@ All runs, the full cache included, go through one twin of the model that shares 
 uses transformers' "eager" attention, which returns the attention weights H2O scores with. The
 shared model is left as it is (other sessions and the engine use it), and because every run goes
 through the same attention code, a policy that never evicts gives the full cache's logits exactly.
+The lab builds its own causal mask (kept keys are not a contiguous run of positions), so every
+layer attends as a full-attention layer: a model's own sliding-window layers are not windowed here.
 """
 
 from __future__ import annotations

@@ -64,6 +64,9 @@ def render() -> None:
                 "once on its own and once fed the full cache's tokens, to measure the difference.")
         return
     lab = result["lab"]
+    if lab.first_evicted_step is None:
+        st.info(f"The {lab.budget}-token budget holds every token this run reads, so no step ran without one "
+                "and every policy equals the full cache: lower the budget or generate more tokens.")
     st.dataframe(result["table"], hide_index=True, width="stretch",
                  column_config={"max KL (nats)": st.column_config.NumberColumn(format="%.2e"),
                                 "mean KL (nats)": st.column_config.NumberColumn(format="%.2e")})
