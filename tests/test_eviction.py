@@ -106,7 +106,7 @@ def test_the_lab_on_the_bundled_model(bundled):
         assert run.first_difference is None or run.first_difference >= first
     table = eviction_table(lab, lambda t: bundled.tokenizer.decode([t]))
     assert [row["max KL (nats)"] for row in table] == [max(r.kl) for r in lab.runs]
-    assert table[0]["first different token (full → this)"] == "never"
+    assert table[0]["first different token"] == "never"
 
 
 def test_a_budget_that_holds_every_token_evicts_nothing(model):

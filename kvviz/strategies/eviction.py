@@ -226,8 +226,8 @@ def eviction_table(lab: EvictionLab, decode=str) -> list[dict]:
         differs = "never" if step is None else (f"step {step}: “{_visible(decode(full.token_ids[step]))}” → "
                                                 f"“{_visible(decode(run.token_ids[step]))}”")
         rows.append({"policy": run.label, "max KL (nats)": max(run.kl), "mean KL (nats)": float(np.mean(run.kl)),
-                     "first different token (full → this)": differs,
-                     f"tokens kept (of {seen} seen)": max(run.held_tokens[-1]),
+                     "first different token": differs,
+                     f"tokens kept (of {seen})": max(run.held_tokens[-1]),
                      "bytes kept": run.held_bytes[-1]})
     return rows
 
