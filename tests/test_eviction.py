@@ -106,7 +106,18 @@ def test_the_lab_on_the_bundled_model(bundled):
         assert run.first_difference is None or run.first_difference >= first
     table = eviction_table(lab, lambda t: bundled.tokenizer.decode([t]))
     assert [row["max KL (nats)"] for row in table] == [max(r.kl) for r in lab.runs]
-    assert table[0]["first different token (full → this)"] == "never"
+    assert table[0]["first different token"] == "never"
+
+
+def test_a_budget_that_holds_every_token_evicts_nothing(model):
+    ids = prompt(6, seed=4)
+    # step s reads the prompt and s - 1 more tokens from the cache; the last pick is never run
+    lab = eviction_lab(model, ids, max_tokens=5, budget=len(ids) + 3)
+    assert lab.first_evicted_step is None
+    assert all(run.kl == [0.0] * 5 and run.first_difference is None for run in lab.runs)
+    lab = eviction_lab(model, ids, max_tokens=5, budget=len(ids) + 2)
+    assert lab.first_evicted_step == 4
+    assert all(run.kl[:4] == [0.0] * 4 and run.kl[4] > 0 for run in lab.runs[1:])
 
 
 @pytest.mark.parametrize("settings, message", [

@@ -27,7 +27,7 @@ def test_eviction_lab_shows_kl_first_difference_and_texts(bundled):
     shown = next(d for d in at.dataframe if "max KL (nats)" in d.value.columns).value
     assert list(shown["policy"]) == ["full cache", "sliding window (8 tokens)", "2 sinks + 6 recent",
                                      "H2O: 4 heavy + 4 recent"]
-    differs = "first different token (full → this)"
+    differs = "first different token"
     assert list(shown[differs]) == [row[differs] for row in expected]
     assert list(shown["max KL (nats)"]) == [row["max KL (nats)"] for row in expected]
     assert list(shown["bytes kept"]) == [row["bytes kept"] for row in expected]

@@ -16,6 +16,8 @@ All runs, the full cache included, go through one twin of the model that shares 
 uses transformers' "eager" attention, which returns the attention weights H2O scores with. The
 shared model is left as it is (other sessions and the engine use it), and because every run goes
 through the same attention code, a policy that never evicts gives the full cache's logits exactly.
+The lab builds its own causal mask (kept keys are not a contiguous run of positions), so every
+layer attends as a full-attention layer: a model's own sliding-window layers are not windowed here.
 """
 
 from __future__ import annotations
@@ -224,8 +226,8 @@ def eviction_table(lab: EvictionLab, decode=str) -> list[dict]:
         differs = "never" if step is None else (f"step {step}: “{_visible(decode(full.token_ids[step]))}” → "
                                                 f"“{_visible(decode(run.token_ids[step]))}”")
         rows.append({"policy": run.label, "max KL (nats)": max(run.kl), "mean KL (nats)": float(np.mean(run.kl)),
-                     "first different token (full → this)": differs,
-                     f"tokens kept (of {seen} seen)": max(run.held_tokens[-1]),
+                     "first different token": differs,
+                     f"tokens kept (of {seen})": max(run.held_tokens[-1]),
                      "bytes kept": run.held_bytes[-1]})
     return rows
 

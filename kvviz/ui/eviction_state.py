@@ -64,9 +64,17 @@ def render() -> None:
                 "once on its own and once fed the full cache's tokens, to measure the difference.")
         return
     lab = result["lab"]
+    if lab.first_evicted_step is None:
+        st.info(f"The {lab.budget}-token budget holds every token this run reads, so no step ran without one "
+                "and every policy equals the full cache: lower the budget or generate more tokens.")
     st.dataframe(result["table"], hide_index=True, width="stretch",
                  column_config={"max KL (nats)": st.column_config.NumberColumn(format="%.2e"),
                                 "mean KL (nats)": st.column_config.NumberColumn(format="%.2e")})
+    st.caption("KL: how far the next-token distribution is from the full cache's, in nats, over the "
+               "teacher-forced steps (0 = identical). First different token: where the policy's own text leaves "
+               "the full cache's, as the full cache's token → the policy's. Tokens and bytes: what each layer and "
+               "KV head keeps after the last step, and the bytes of every tensor the cache holds (H2O's include "
+               "its attention scores).")
     st.markdown(divergence_html(result["texts"]), unsafe_allow_html=True)
     st.caption("Each policy decoding greedily on its own; red from the first token where it leaves the "
                "full cache's text.")
