@@ -204,3 +204,18 @@ def test_a_link_step_that_is_not_a_number_keeps_its_message():
     at = open_link({"prompt": "JULIET:\nAy me", "step": "abc"})
     assert not at.exception and len(at.session_state["lesson"].records) == 1
     assert [e.value for e in at.error] == ["The link's step is not a number; showing the lesson from prefill."]
+
+
+def test_a_lesson_holds_what_it_can_use_and_keeps_compact_traces(bundled):
+    """Issue 16 item 2: the pool was sized to the model's whole context and every step kept the whole cache."""
+    run = Lesson.start(bundled, LessonSettings(prompt="ROMEO:\nBut soft", max_tokens=20))
+    prompt = len(run.prompt_token_ids)
+    assert run.engine.num_blocks == -(-(prompt + 20) // 16) < -(-bundled.max_context // 16)
+    run.prefill()
+    for _ in range(3):
+        run.next_token()
+    assert all(r.trace is None and t.trace is None for r, t in zip(run.records, run.twin_records))
+    assert [t.new_keys.shape[1] for t in run.traces] == [prompt, 1, 1, 1]  # only the rows each step added
+    assert run.trace(3).keys.shape[1] == prompt + 3
+    run.release()
+    assert run.engine is None and not run.traces and run.released

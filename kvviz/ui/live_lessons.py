@@ -7,6 +7,8 @@ lists that session as active. The budget is KVVIZ_MAX_LESSONS (default 60) lesso
 
 from __future__ import annotations
 
+import ctypes
+import gc
 import os
 import threading
 import time
@@ -35,6 +37,7 @@ def _session_ended(session_id: str) -> bool:
 
 def sweep() -> int:
     """Free the lessons of sessions that ended; return how many lessons stay live."""
+    freed = 0
     with _lock:
         for session_id, ref in list(_live.items()):
             lesson = ref()
@@ -43,7 +46,20 @@ def sweep() -> int:
             elif _session_ended(session_id):
                 lesson.release()  # drops its engines, pool and traces even while Streamlit keeps the session
                 del _live[session_id]
-        return len(_live)
+                freed += 1
+        live = len(_live)
+    if freed:
+        _give_back_memory()
+    return live
+
+
+def _give_back_memory() -> None:
+    """Hand freed heap pages back to the OS (glibc keeps them otherwise), so the server's size falls."""
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: the memory is still reused for the next lessons
+        pass
 
 
 def admit(lesson) -> str | None:
