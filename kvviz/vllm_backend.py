@@ -264,7 +264,11 @@ def batch_on_vllm(lm, workload, settings, kvviz_outputs: list[list[int]], python
                  "seed": settings.seed + i, "ignore_eos": settings.ignore_eos, "stop_token_ids": stop}
                 for i, n in enumerate(workload.max_tokens)]
     longest = max(len(p) + n for p, n in zip(workload.prompts, workload.max_tokens))
-    kv_bytes = settings.pool_blocks(lm, workload) * settings.block_size * CacheShape.from_model(model).bytes_per_token
+    per_token = CacheShape.from_model(model).bytes_per_token
+    # kvviz's pool in bytes, but never less than the longest request plus vLLM's reserved null block
+    # in blocks of up to 128 (vLLM's CPU size): with less, vLLM could not run the longest request at all
+    least = (math.ceil(longest / 128) + 1) * 128 * per_token
+    kv_bytes = max(settings.pool_blocks(lm, workload) * settings.block_size * per_token, least)
     llm = {"enforce_eager": True, "enable_prefix_caching": settings.enable_prefix_caching,
            "max_num_seqs": settings.max_num_seqs, "max_num_batched_tokens": max(settings.max_num_batched_tokens, longest),
            "max_model_len": longest, "kv_cache_memory_bytes": kv_bytes}
