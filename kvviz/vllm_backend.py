@@ -92,12 +92,24 @@ def llm_options(args, dtype: str) -> dict:
             "pipeline_parallel_size": getattr(args, "pipeline_parallel_size", None),
             "distributed_executor_backend": getattr(args, "distributed_executor_backend", None),
             "enforce_eager": getattr(args, "enforce_eager", None) or None,
-            "kv_cache_memory_bytes": getattr(args, "kv_cache_bytes", None)}
+            "kv_cache_memory_bytes": getattr(args, "kv_cache_bytes", None) or default_kv_bytes(args)}
+
+
+def default_kv_bytes(args) -> int | None:
+    """On a CPU, 1 GiB: vLLM's own default asks for 90% of the machine's memory and refuses to start
+    when other programs hold some of it. On a GPU, None: vLLM measures what is free."""
+    from kvviz.models import pick_device
+
+    return CPU_KV_BYTES if pick_device(getattr(args, "device", None)).type == "cpu" else None
+
+
+CPU_KV_BYTES = 2**30
 
 
 def check_result(result: dict, model: str) -> dict:
     if "error" in result:
-        raise ValueError(f"vLLM could not run {model!r} ({result['error'][:300]}); "
+        first = result["error"].split(". ")[0].rstrip(".")[:300]  # vLLM's reason, its first sentence
+        raise ValueError(f"vLLM could not run {model!r} ({first}); "
                          "check that the folder holds a complete checkpoint of an architecture vLLM supports.")
     return result
 
@@ -112,7 +124,7 @@ def add_generate_arguments(parser) -> None:
     add("--pipeline-parallel-size", type=int, default=None, help="vLLM: GPUs (or machines) that split the layers")
     add("--distributed-executor-backend", choices=("mp", "ray"), default=None,
         help="vLLM: worker processes on this machine (mp) or a Ray cluster (ray)")
-    add("--kv-cache-bytes", type=int, default=None, help="vLLM: bytes for the KV cache (default: vLLM's own)")
+    add("--kv-cache-bytes", type=int, default=None, help="vLLM: bytes for the KV cache (default: 1 GiB on a CPU, vLLM's own on a GPU)")
     add("--enforce-eager", action="store_true", help="vLLM: skip torch.compile (starts much sooner)")
 
 
@@ -125,7 +137,10 @@ def eos_token_ids(folder: str) -> list[int]:
     except Exception:
         eos = None
     if eos is None:
-        eos = getattr(AutoConfig.from_pretrained(folder, local_files_only=True).get_text_config(), "eos_token_id", None)
+        try:
+            eos = getattr(AutoConfig.from_pretrained(folder, local_files_only=True).get_text_config(), "eos_token_id", None)
+        except Exception:  # no readable config: vLLM will say so when it tries to load the model
+            eos = None
     return [] if eos is None else [int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos])]
 
 
@@ -199,31 +214,73 @@ def save_model(model, folder: str) -> str:
     return folder
 
 
+def run_model_on_vllm(model, prompts: list[list[int]], sampling: list[dict], llm: dict | None = None,
+                      repeats: int = 1, warmup: bool = False, python=None) -> dict:
+    """An in-memory model on vLLM: its weights saved to a temporary folder, token-id prompts."""
+    weight = next(model.parameters())
+    dtype = str(weight.dtype).removeprefix("torch.")
+    llm = dict(llm or {})
+    if weight.device.type == "cpu":
+        llm.setdefault("kv_cache_memory_bytes", CPU_KV_BYTES)  # see default_kv_bytes
+    with tempfile.TemporaryDirectory(prefix="kvviz-vllm-model-") as folder:
+        save_model(model, folder)
+        job = {"kind": "generate", "model": folder, "llm": {"dtype": dtype, "seed": 0, **llm},
+               "prompts": prompts, "sampling": sampling, "warmup": warmup, "repeats": repeats}
+        start = time.perf_counter()
+        result = check_result(run_jobs([job], python)[0], "this model")
+    result["wall_s"] = time.perf_counter() - start
+    return result
+
+
 def bench_against_vllm(model, workload, kvviz_run, repeats: int = 1, python=None) -> dict:
     """vLLM on the same weights and token-id prompts: greedy, ignore_eos, the model's dtype."""
     from kvviz.bench import compare_outputs
 
-    dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
-    with tempfile.TemporaryDirectory(prefix="kvviz-bench-model-") as folder:
-        save_model(model, folder)
-        job = {"kind": "generate", "model": folder, "llm": {"dtype": dtype, "seed": 0},
-               "prompts": workload.prompts, "warmup": True, "repeats": repeats,
-               "sampling": [{"max_tokens": n, "temperature": 0.0, "ignore_eos": True} for n in workload.max_tokens]}
-        start = time.perf_counter()
-        result = check_result(run_jobs([job], python)[0], "the bench model")
-        wall = time.perf_counter() - start
+    greedy = [{"max_tokens": n, "temperature": 0.0, "ignore_eos": True} for n in workload.max_tokens]
+    result = run_model_on_vllm(model, workload.prompts, greedy, repeats=repeats, warmup=True, python=python)
     outputs = [o["token_ids"][:n] for o, n in zip(result["outputs"], workload.max_tokens)]
     agreement = compare_outputs(kvviz_run.outputs, outputs)
     tokens_per_s = workload.num_output_tokens / result["seconds"]
     entry = {"seconds": result["seconds"], "all_seconds": result["all_seconds"], "output_tokens_per_s": tokens_per_s,
              "kvviz_over_vllm": kvviz_run.tokens_per_s / tokens_per_s, "outputs_equal": agreement.num_equal,
              "requests": agreement.num_requests, "vllm_version": result["vllm_version"],
-             "num_blocks": result["num_blocks"], "block_size": result["block_size"], "worker_wall_s": wall}
+             "num_blocks": result["num_blocks"], "block_size": result["block_size"], "worker_wall_s": result["wall_s"]}
     print(f"{'vllm ' + result['vllm_version']:<24}{result['seconds']:>9.2f}{tokens_per_s:>14.1f}"
           f"{entry['kvviz_over_vllm']:>9.2f}x   {agreement.describe()}")
-    print(f"  vLLM: default settings but dtype {dtype}; its own blocks of {result['block_size']}; "
-          f"{wall:.0f} s with start-up, compilation and warm-up")
+    print(f"  vLLM: its default settings, but dtype {str(next(model.parameters()).dtype).removeprefix('torch.')} "
+          f"and, on a CPU, 1 GiB of KV cache; blocks of {result['block_size']}; {result['wall_s']:.0f} s with start-up, compilation and warm-up")
     return entry
+
+
+def batch_on_vllm(lm, workload, settings, kvviz_outputs: list[list[int]], python=None) -> dict:
+    """The Batch generation page's job on vLLM: same prompts, sampling, limits and KV bytes."""
+    from kvviz.bench import compare_outputs
+    from kvviz.engine.kv_cache import CacheShape
+
+    model = getattr(lm, "model", lm)
+    eos = getattr(model.generation_config, "eos_token_id", None) or getattr(model.config, "eos_token_id", None)
+    stop = [] if settings.ignore_eos or eos is None else list(eos) if isinstance(eos, (list, tuple)) else [int(eos)]
+    sampling = [{"max_tokens": n, "temperature": settings.temperature, "top_k": settings.top_k, "top_p": settings.top_p,
+                 "seed": settings.seed + i, "ignore_eos": settings.ignore_eos, "stop_token_ids": stop}
+                for i, n in enumerate(workload.max_tokens)]
+    longest = max(len(p) + n for p, n in zip(workload.prompts, workload.max_tokens))
+    per_token = CacheShape.from_model(model).bytes_per_token
+    # kvviz's pool in bytes, but never less than the longest request plus vLLM's reserved null block
+    # in blocks of up to 128 (vLLM's CPU size): with less, vLLM could not run the longest request at all
+    least = (math.ceil(longest / 128) + 1) * 128 * per_token
+    kv_bytes = max(settings.pool_blocks(lm, workload) * settings.block_size * per_token, least)
+    llm = {"enforce_eager": True, "enable_prefix_caching": settings.enable_prefix_caching,
+           "max_num_seqs": settings.max_num_seqs, "max_num_batched_tokens": max(settings.max_num_batched_tokens, longest),
+           "max_model_len": longest, "kv_cache_memory_bytes": kv_bytes}
+    result = run_model_on_vllm(model, workload.prompts, sampling, llm, python=python)
+    outputs = [o["token_ids"] for o in result["outputs"]]
+    generated = sum(map(len, outputs))
+    return {"outputs": outputs, "agreement": compare_outputs(kvviz_outputs, outputs), "seconds": result["seconds"],
+            "tokens_per_s": generated / result["seconds"], "generated_tokens": generated,
+            "num_blocks": result["num_blocks"], "block_size": result["block_size"], "kv_bytes": kv_bytes,
+            "peak_blocks": round(result["peak_kv_usage"] * result["num_blocks"]), "preemptions": result["preemptions"],
+            "hit_rate": result["prefix_cache_hits"] / max(result["prefix_cache_queries"], 1),
+            "wall_s": result["wall_s"], "vllm_version": result["vllm_version"]}
 
 
 # ---- bill --against-vllm -----------------------------------------------------------------

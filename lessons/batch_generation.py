@@ -137,5 +137,30 @@ with compare_tab:
                     delta_color="off")
         st.plotly_chart(figures.speed_comparison(compared.rows()), width="stretch")
 
+if bs.vllm_available():  # vLLM's own environment exists (scripts/setup_vllm.sh)
+    with st.expander("The same batch on vLLM"):
+        st.markdown("vLLM, the engine people deploy, runs the last batch: the same token ids, sampling, "
+                    "request and token limits, and as many bytes of KV cache as kvviz's pool, in blocks of "
+                    "its own size. It starts in its own process, which takes a while.")
+        st.button("Run on vLLM and compare", on_click=bs.on_vllm)
+        if "batch_vllm_error" in st.session_state:
+            st.error(st.session_state["batch_vllm_error"])
+        theirs = bs.vllm_run()
+        if theirs is not None:
+            v = st.columns(5)
+            v[0].metric(f"vLLM {theirs['vllm_version']} tokens/s", f"{theirs['tokens_per_s']:,.0f}",
+                        help=f"Generated tokens over vLLM's generate call ({theirs['seconds']:.2f} s), start-up "
+                             f"({theirs['wall_s']:.0f} s with it) left out.")
+            v[1].metric("Outputs identical to kvviz", f"{theirs['agreement'].num_equal} of "
+                                                       f"{theirs['agreement'].num_requests}")
+            v[2].metric("Peak blocks in use", f"{theirs['peak_blocks']} of {theirs['num_blocks']}",
+                        help=f"Blocks of {theirs['block_size']} tokens in {theirs['kv_bytes']:,} bytes.")
+            v[3].metric("Preemptions", theirs["preemptions"])
+            v[4].metric("Prefix-cache hit rate", f"{theirs['hit_rate']:.0%}")
+            st.caption(f"kvviz ran {done.engine_tokens_per_s:,.0f} generated tokens/s on this batch, "
+                       f"{done.engine_tokens_per_s / theirs['tokens_per_s']:.2f}× vLLM's. vLLM reports totals, "
+                       "not a record per step, so the charts above are kvviz's alone. Sampled (not greedy) "
+                       "outputs differ because the two engines draw different random numbers.")
+
 show_code(run_batch, Engine.generate, Scheduler.schedule,
           caption="The batch job that ran, the engine's generate loop, and the scheduler behind every step.")

@@ -9,8 +9,8 @@ cd "$(dirname "$0")/.."
 VENV="${1:-.venv-vllm}"
 PY="$VENV/bin/python"
 
-if [ -x "$PY" ] && "$PY" -c "import vllm" >/dev/null 2>&1; then
-  echo "vLLM is ready in $VENV ($("$PY" -c 'import vllm; print(vllm.__version__)'))"
+if [ -x "$PY" ] && version=$("$PY" -c "import vllm; print(vllm.__version__)" 2>/dev/null); then
+  echo "vLLM $version is ready in $VENV"
   exit 0
 fi
 

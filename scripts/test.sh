@@ -12,7 +12,7 @@ fi
 [ -d .venv ] || python3 -m venv .venv
 . .venv/bin/activate
 pip install -q --disable-pip-version-check -r requirements-dev.txt -e .
-# vLLM's own environment, for tests/test_vllm.py (about N minutes the first time; skipped if made)
+# vLLM's own environment, for tests/test_vllm.py (about 6 minutes the first time on a 2-core CPU; a no-op once made)
 if [ -z "${KVVIZ_VLLM_PYTHON:-}" ] && [ "${KVVIZ_SKIP_VLLM:-0}" != 1 ]; then
   bash scripts/setup_vllm.sh || echo "vLLM's environment could not be made; tests/test_vllm.py will be skipped"
 fi

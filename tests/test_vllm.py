@@ -144,3 +144,21 @@ def test_bench_against_vllm_missing_says_how(capsys, tmp_path):
 
     assert bench_main(["--quick", "--against", "vllm", "--vllm-python", str(tmp_path / "python")]) == 2
     assert "bash scripts/setup_vllm.sh" in capsys.readouterr().out
+
+
+@needs_vllm
+def test_batch_page_runs_the_same_batch_on_vllm():
+    from conftest import open_lesson
+
+    at = open_lesson("lessons/batch_generation.py")
+    at.slider(key="batch_count").set_value(4)
+    at.slider(key="batch_prompt_len").set_value((4, 8))
+    at.slider(key="batch_output_len").set_value((3, 6)).run()
+    next(b for b in at.button if b.label == "Run the batch").click().run()
+    next(b for b in at.button if b.label == "Run on vLLM and compare").click().run(timeout=900)
+    assert not at.exception and "batch_vllm_error" not in at.session_state
+    theirs, ours = at.session_state["lesson_batch_vllm"], at.session_state["lesson_batch"]
+    assert theirs["outputs"] == [o.token_ids for o in ours.outputs]  # greedy: token for token
+    shown = {m.label: m.value for m in at.metric}
+    assert shown["Outputs identical to kvviz"] == "4 of 4"
+    assert shown["Preemptions"] == str(theirs["preemptions"])

@@ -157,3 +157,30 @@ def on_compare() -> None:
         st.session_state["batch_compare_error"] = str(problem)
         return
     st.session_state["lesson_batch_compare"] = outcome
+
+
+def vllm_available() -> bool:
+    from kvviz.vllm_backend import find_python
+
+    return find_python() is not None
+
+
+def vllm_run():
+    return st.session_state.get("lesson_batch_vllm")
+
+
+def on_vllm() -> None:
+    """Run the last batch's prompts, sampling and limits on vLLM, and compare the outputs."""
+    from kvviz.vllm_backend import batch_on_vllm
+
+    st.session_state.pop("batch_vllm_error", None)
+    done = result()
+    if done is None:
+        st.session_state["batch_vllm_error"] = "Run the batch first; vLLM runs its prompts."
+        return
+    try:
+        outcome = batch_on_vllm(current_model(), done.workload, done.settings, [o.token_ids for o in done.outputs])
+    except ValueError as problem:
+        st.session_state["batch_vllm_error"] = str(problem)
+        return
+    st.session_state["lesson_batch_vllm"] = outcome
