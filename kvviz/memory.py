@@ -128,7 +128,11 @@ def kv_cache_bytes(shape: ModelShape, tokens: int, batch: int = 1, dtype_bytes: 
 
 
 def kv_bytes_per_token(shape: ModelShape, dtype_bytes: float = 2, **cache_options) -> int:
-    """Bytes one more token adds across all layers while it is inside every window."""
+    """Bytes one more token adds across all layers while it is inside every window.
+
+    Block rounding is a property of a whole request, not of one token, so it is left out here.
+    """
+    cache_options = {**cache_options, "block_size": None}
     return kv_cache_bytes(shape, 1, 1, dtype_bytes, **cache_options)
 
 

@@ -348,3 +348,12 @@ def test_memory_module_imports_without_torch_or_transformers():
             "sys.modules['kvviz'] = package; import kvviz.memory, kvviz.memory_cli; "
             "assert 'torch' not in sys.modules and 'transformers' not in sys.modules, sorted(sys.modules)")
     subprocess.run([sys.executable, "-c", code], cwd=root, check=True, env={**os.environ, "PYTHONPATH": str(root)})
+
+
+def test_per_token_cost_ignores_block_rounding():
+    from kvviz.memory import PRESETS, kv_bytes_per_token
+
+    shape = PRESETS["llama-3.1-70b"]
+    plain = kv_bytes_per_token(shape, 2)
+    assert plain == 2 * shape.num_layers * shape.num_kv_heads * shape.head_dim * 2
+    assert kv_bytes_per_token(shape, 2, block_size=16) == plain
