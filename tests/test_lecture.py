@@ -161,6 +161,9 @@ def test_presenter_mode_from_the_link_on_every_page():
     assert at.session_state["presenter"] is False
     assert "presenter" not in at.query_params
     assert not any(b.label == "Leave presenter mode" for b in at.button)
+    at.toggle(key="presenter").set_value(True).run()  # the sidebar switch turns it on again
+    assert any(b.label == "Leave presenter mode" for b in at.button)
+    assert at.query_params["presenter"] == "1"
 
 
 def test_presenter_scales_chart_fonts():

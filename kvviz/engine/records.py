@@ -69,7 +69,8 @@ class TraceRecord:
     values: np.ndarray  # (layers, tokens, kv_heads, head_dim)
     attention: np.ndarray  # (layers, heads, tokens): the newest token's attention weights
     logits: np.ndarray | None  # (vocab,) at the newest token, when it sampled
-    prompt_attention: np.ndarray | None = None  # (layers, heads, tokens, tokens) at a prefill from 0
+    # (layers, heads, tokens, tokens) at a prefill from position 0; not exported (it grows with T²)
+    prompt_attention: np.ndarray | None = None
 
 
 @dataclass(slots=True)
@@ -99,8 +100,7 @@ class StepRecord:
         data = asdict(self)
         if self.trace is not None:
             data["trace"] = {name: _to_list(getattr(self.trace, name)) for name in
-                             ("request_id", "keys", "values", "attention", "logits",
-                                                                 "prompt_attention")}
+                             ("request_id", "keys", "values", "attention", "logits")}
         return data
 
     @classmethod
@@ -125,9 +125,7 @@ class StepRecord:
                 keys=np.asarray(trace["keys"], dtype=np.float32),
                 values=np.asarray(trace["values"], dtype=np.float32),
                 attention=np.asarray(trace["attention"], dtype=np.float32),
-                logits=None if trace["logits"] is None else np.asarray(trace["logits"], dtype=np.float32),
-                prompt_attention=None if trace.get("prompt_attention") is None
-                else np.asarray(trace["prompt_attention"], dtype=np.float32))
+                logits=None if trace["logits"] is None else np.asarray(trace["logits"], dtype=np.float32))
         return cls(**data)
 
 

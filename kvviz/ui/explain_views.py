@@ -83,7 +83,8 @@ def inside_attention(lesson, step: int) -> None:
         "adds one row, the newest query against every cached key.")
     trace0 = lesson.records[0].trace
     if trace0 is None or trace0.prompt_attention is None:
-        st.info("This lesson has no prefill attention matrix (recorded by an older kvviz).")
+        st.info("A replayed lesson has no prefill attention matrix: export files leave it out, because it "
+                "grows with the square of the prompt. Run the lesson live to see it.")
     else:
         texts = lesson.token_texts
         st.plotly_chart(figures.causal_attention(trace0.prompt_attention[layer, head],
