@@ -8,13 +8,17 @@ bare, without this entry point's navigation, sidebar and page config. The list o
 lecture order, is kvviz.ui.navigation.LECTURE: the home page and the Previous / Next links read it too.
 """
 
+from pathlib import Path
+
 import streamlit as st
 
 from kvviz.ui import navigation
 from kvviz.ui.common import model_sidebar
 from kvviz.ui.presenter import presenter_mode
 
-st.set_page_config(page_title="kvviz · the KV cache, live", page_icon=":material/memory:", layout="wide")
+# a bundled icon: a :material/...: page icon makes the browser fetch it from a font host
+st.set_page_config(page_title="kvviz · the KV cache, live", layout="wide",
+                   page_icon=str(Path(__file__).parent / "kvviz" / "ui" / "favicon.png"))
 
 page = st.navigation(navigation.pages())
 model_sidebar()

@@ -25,8 +25,13 @@ from kvviz import bench
 from kvviz.cli import parse_prompts
 from kvviz.engine import Engine, SamplingParams
 from kvviz.engine.scheduler import blocks_needed
+from kvviz.throughput import output_tokens_per_s
 
 MAX_UPLOAD_BYTES = 2 * 1024 * 1024  # a classroom's prompt file, not a dataset
+MAX_UPLOAD_PROMPTS = 1024  # prompts in one uploaded file
+MAX_JOB_TOKENS = 200_000  # prompt tokens plus tokens to generate, over the whole job
+UPLOAD_LIMITS = (f"at most {MAX_UPLOAD_BYTES // 2**20} MiB and {MAX_UPLOAD_PROMPTS:,} prompts, "
+                 f"{MAX_JOB_TOKENS:,} tokens in all (prompts plus outputs)")
 UPLOAD_SUFFIXES = (".txt", ".jsonl")
 
 
@@ -119,9 +124,13 @@ def parse_upload(name: str, data: bytes) -> list[str]:
         raise BatchJobError(f"{file_name} is not UTF-8 text; upload a plain-text .txt or .jsonl file.")
     # the command line's parser, so the app and `python -m kvviz generate` accept the same files
     try:
-        return parse_prompts(decoded, file_name)
+        prompts = parse_prompts(decoded, file_name)
     except ValueError as error:
         raise BatchJobError(str(error)) from None
+    if len(prompts) > MAX_UPLOAD_PROMPTS:
+        raise BatchJobError(f"{file_name} holds {len(prompts):,} prompts, more than the {MAX_UPLOAD_PROMPTS:,} "
+                            "one job takes; split it into smaller files.")
+    return prompts
 
 
 def upload_workload(tokenizer, name: str, data: bytes, output_len: tuple[int, int] = (16, 32),
@@ -134,7 +143,12 @@ def upload_workload(tokenizer, name: str, data: bytes, output_len: tuple[int, in
     empty = next((i for i, t in enumerate(token_ids) if not t), None)
     if empty is not None:
         raise BatchJobError(f"Prompt {empty + 1} of {Path(name).name} has no tokens; remove it or add text.")
-    return BatchWorkload(Path(name).name, token_ids, prompts, draw_lengths(len(prompts), output_len, seed))
+    output_lens = draw_lengths(len(prompts), output_len, seed)
+    total = sum(map(len, token_ids)) + sum(output_lens)
+    if total > MAX_JOB_TOKENS:
+        raise BatchJobError(f"{Path(name).name} makes a job of {total:,} tokens (prompts plus outputs), more than "
+                            f"the {MAX_JOB_TOKENS:,} allowed; upload fewer or shorter prompts, or ask for fewer tokens.")
+    return BatchWorkload(Path(name).name, token_ids, prompts, output_lens)
 
 
 # ---- running -----------------------------------------------------------------------------
@@ -211,16 +225,17 @@ class BatchResult:
     @property
     def tokens_per_s(self) -> float:
         """Over the wall time, with whatever the caller did between steps (drawing, for one)."""
-        return self.output_tokens / self.seconds if self.seconds > 0 else 0.0
+        return output_tokens_per_s(self.output_tokens, self.seconds)
 
     @property
     def engine_seconds(self) -> float:
+        """The engine's own time in its steps (schedule, forward pass, sample), drawing left out."""
         return sum(p.step_s for p in self.series)
 
     @property
     def engine_tokens_per_s(self) -> float:
-        """Over the engine's own step time: schedule, forward pass, sample."""
-        return self.output_tokens / self.engine_seconds if self.engine_seconds > 0 else 0.0
+        """kvviz.throughput's definition, over the engine's step time."""
+        return output_tokens_per_s(self.output_tokens, self.engine_seconds)
 
     @property
     def preemptions(self) -> int:
@@ -348,6 +363,6 @@ def compare_with_transformers(lm, workload: BatchWorkload, settings: BatchSettin
 def live_summary(points: list[StepPoint]) -> dict:
     """What a run in progress has done so far, for the live counters."""
     last, elapsed = points[-1], points[-1].time_s
-    return {"tokens_per_s": sum(p.tokens_sampled for p in points) / elapsed if elapsed > 0 else 0.0,
+    return {"tokens_per_s": output_tokens_per_s(sum(p.tokens_sampled for p in points), elapsed),
             "running": last.running, "waiting": last.waiting, "blocks_used": last.blocks_used,
             "preemptions": sum(p.preemptions for p in points), "finished": last.finished}

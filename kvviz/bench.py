@@ -12,7 +12,7 @@ prompts and outputs of uniformly drawn lengths, greedy, ignoring EOS. Three syst
 Then two kvviz-only workloads: a shared system prompt (prefix caching on against off) and a pool
 too small for the batch (preemption and recompute must not change the outputs).
 
-    python -m kvviz bench                 # about 25M-parameter random Llama, 64 requests
+    python -m kvviz bench                 # about 25M-parameter random Llama, 48 requests
     python -m kvviz bench --quick         # a smoke test in well under a minute
 """
 
@@ -30,6 +30,7 @@ from time import perf_counter
 import torch
 
 from kvviz.engine import Engine, SamplingParams
+from kvviz.engine.config import DEFAULTS, EngineConfig
 from kvviz.engine.kv_cache import CacheShape
 from kvviz.engine.scheduler import blocks_needed
 from kvviz.models import CustomShape, ModelLoadError, pick_device, pick_dtype
@@ -144,25 +145,26 @@ class SystemRun:
         return self.output_tokens / self.seconds if self.outputs is not None and self.seconds > 0 else 0.0
 
 
-def run_kvviz(model, workload: Workload, *, block_size: int = 16, num_blocks: int | None = None,
-              enable_prefix_caching: bool = True, max_num_seqs: int = 64,
-              max_num_batched_tokens: int = 2048, name: str = "kvviz") -> SystemRun:
-    """Build an engine and generate the workload; the time counts generation, not construction."""
-    slack_bytes, used_bytes = 0, 0
+def run_kvviz(model, workload: Workload, config: EngineConfig | None = None, *, name: str = "kvviz",
+              **overrides) -> SystemRun:
+    """Generate the workload with Engine(model, config, **overrides): its defaults unless told.
 
-    def watch_memory(num_finished, num_total, record):
+    The time counts generation, not the engine's construction (which allocates the pool).
+    """
+    slack_bytes, used_bytes, outside, steps = 0, 0, [], []
+
+    def watch(num_finished, num_total, record):
         nonlocal slack_bytes, used_bytes
         slack_bytes += record.memory.slack_bytes
         used_bytes += record.memory.used_block_bytes
+        outside.append(record.step_s - record.forward_s)
+        steps.append(record.step_s)
 
     setup = perf_counter()
-    engine = Engine(model, block_size=block_size,
-                    num_blocks=num_blocks or workload.blocks_needed(block_size),
-                    enable_prefix_caching=enable_prefix_caching, max_num_seqs=max_num_seqs,
-                    max_num_batched_tokens=max_num_batched_tokens, record_blocks=False)
+    engine = Engine(model, config, **overrides)
     params = [SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True) for n in workload.max_tokens]
     start = perf_counter()
-    outs = engine.generate(workload.prompts, params, progress=watch_memory)
+    outs = engine.generate(workload.prompts, params, progress=watch)
     seconds = perf_counter() - start
     stats = engine.stats
     details = {
@@ -172,9 +174,28 @@ def run_kvviz(model, workload: Workload, *, block_size: int = 16, num_blocks: in
         "hit_rate": stats["cached_tokens"] / max(stats["prompt_tokens"], 1),
         "forward_s": stats["forward_s"],
         "slack_fraction": slack_bytes / used_bytes if used_bytes else 0.0,  # over all steps
+        "step_ms": 1e3 * statistics.median(steps), "outside_forward_ms": 1e3 * statistics.median(outside),
+        "settings": overrides,
     }
     return SystemRun(name, [o.token_ids for o in outs], seconds, workload.num_output_tokens,
                      stats["generated_tokens"], details=details)
+
+
+def step_overhead(model, workload: Workload, num_blocks: int, num_steps: int = 24) -> dict:
+    """Median time per step outside the forward pass, Engine(model, num_blocks=...) otherwise default.
+
+    The first `num_steps` steps of the workload (prefill chunks, then decodes), after a warm-up.
+    """
+    engine = Engine(model, num_blocks=num_blocks)
+    params = [SamplingParams(max_tokens=n, ignore_eos=True) for n in workload.max_tokens]
+    for prompt, sampling in zip(workload.prompts, params):
+        engine.add_request(prompt, sampling)
+    records = [engine.step() for _ in range(num_steps) if engine.has_unfinished()]
+    outside = [r.step_s - r.forward_s for r in records[2:]]
+    return {"num_blocks": num_blocks, "steps": len(outside), "preemptions": engine.scheduler.num_preemptions,
+            "outside_forward_ms": 1e3 * statistics.median(outside),
+            "spread_ms": [1e3 * min(outside), 1e3 * max(outside)],
+            "step_ms": 1e3 * statistics.median(r.step_s for r in records[2:])}
 
 
 @torch.inference_mode()
@@ -376,7 +397,8 @@ def repeated(run, repeats: int) -> SystemRun:
 
 # ---- the whole benchmark -----------------------------------------------------------------
 QUICK = dict(requests=8, min_len=8, max_len=32, min_out=8, max_out=32, prefix_requests=8,
-             prefix_len=32, suffix_len=8, prefix_out=8, peak_size=512, peak_seconds=0.3)
+             prefix_len=32, suffix_len=8, prefix_out=8, peak_size=512, peak_seconds=0.3,
+             pool_sizes="128,1024")
 TARGETS = {"speedup_over_generate": 2.0, "speedup_over_generate_batch": 2.0, "kv_waste": 0.04}
 
 
@@ -384,17 +406,22 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     add = parser.add_argument
     add("--model", default="random",
         help="'random' (about 25M-parameter random Llama), 'bundled', a Hugging Face id or a folder")
-    add("--requests", type=int, default=64, help="requests in the mixed workload")
+    add("--requests", type=int, default=48, help="requests in the mixed workload")
     add("--min-len", type=int, default=16, help="shortest prompt, tokens")
-    add("--max-len", type=int, default=256, help="longest prompt, tokens")
+    add("--max-len", type=int, default=192, help="longest prompt, tokens")
     add("--min-out", type=int, default=16, help="fewest output tokens")
-    add("--max-out", type=int, default=256, help="most output tokens")
+    add("--max-out", type=int, default=192, help="most output tokens")
     add("--seed", type=int, default=0, help="seed of the prompts and of the random weights")
     add("--repeats", type=int, default=1, help="time each system this many times; report the median")
     add("--hf-batch-size", type=int, default=16, help="static batch size of transformers generate")
-    add("--block-size", type=int, default=16)
-    add("--max-num-seqs", type=int, default=64)
-    add("--max-num-batched-tokens", type=int, default=2048)
+    engine_default = "default: Engine's own, {}; any value given is reported as a tuned setting"
+    add("--block-size", type=int, default=None, help=engine_default.format(DEFAULTS.block_size))
+    add("--num-blocks", type=int, default=None, help=engine_default.format("sized from free memory"))
+    add("--max-num-seqs", type=int, default=None, help=engine_default.format(DEFAULTS.max_num_seqs))
+    add("--max-num-batched-tokens", type=int, default=None,
+        help=engine_default.format(DEFAULTS.max_num_batched_tokens))
+    add("--pool-sizes", default="512,4096,65536",
+        help="pool sizes (blocks) at which to time a step outside the forward pass; '' to skip")
     add("--prefix-requests", type=int, default=32, help="requests in the shared-prefix workload")
     add("--prefix-len", type=int, default=192, help="tokens of the shared system prompt")
     add("--suffix-len", type=int, default=16, help="tokens of each request's own part")
@@ -406,6 +433,8 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     add("--skip-hf", action="store_true", help="run kvviz only")
     add("--quick", action="store_true", help="small sizes for a smoke test (overrides the sizes above)")
     add("--json", metavar="OUT", default=None, help="also write the results to this JSON file")
+    add("--against", choices=("vllm",), default=None, help="also run vLLM on the mixed workload (kvviz/vllm_backend.py)")
+    add("--vllm-python", default=None, help="vLLM's interpreter (default: $KVVIZ_VLLM_PYTHON or .venv-vllm/bin/python)")
     return parser
 
 
@@ -428,6 +457,9 @@ def run_bench(args: argparse.Namespace) -> int:
         for key, value in QUICK.items():
             setattr(args, key, value)
     problem = _check_args(args)
+    if problem is None and args.against == "vllm":
+        from kvviz.vllm_backend import missing_message
+        problem = missing_message(args.vllm_python)
     if problem:
         print(problem)
         return 2
@@ -445,8 +477,10 @@ def run_bench(args: argparse.Namespace) -> int:
         return 2
     device, dtype = next(model.parameters()).device, next(model.parameters()).dtype
     vocab_size = model.get_output_embeddings().weight.shape[0]
-    engine_settings = dict(block_size=args.block_size, max_num_seqs=args.max_num_seqs,
-                           max_num_batched_tokens=args.max_num_batched_tokens)
+    tuned = {key: getattr(args, key) for key in ("block_size", "num_blocks", "max_num_seqs", "max_num_batched_tokens")
+             if getattr(args, key) is not None}  # what the user set; the headline keeps the defaults
+    engine_settings = dict(block_size=DEFAULTS.block_size, max_num_seqs=DEFAULTS.max_num_seqs,
+                           max_num_batched_tokens=DEFAULTS.max_num_batched_tokens) | tuned
     results = {"model": {"name": model_name, "params": count_params(model), "device": str(device),
                          "dtype": str(dtype).removeprefix("torch."), "threads": torch.get_num_threads()},
                "settings": {k: v for k, v in vars(args).items() if isinstance(v, (int, float, str, bool, type(None)))}}
@@ -456,20 +490,29 @@ def run_bench(args: argparse.Namespace) -> int:
     mixed = mixed_workload(args.requests, args.min_len, args.max_len, args.min_out, args.max_out,
                            vocab_size, args.seed)
     warmup = mixed_workload(2, 8, 8, 4, 4, vocab_size, args.seed + 7)
-    runs = [bench_kvviz(model, mixed, warmup, args.repeats, engine_settings)]
+    runs = [bench_kvviz(model, mixed, warmup, args.repeats, {})]  # Engine(model): the defaults
+    if tuned:
+        runs.append(bench_kvviz(model, mixed, warmup, args.repeats, tuned, "kvviz tuned"))
     if not args.skip_hf:
         runs += bench_hf(model, mixed, warmup, args.repeats, args.hf_batch_size, engine_settings)
     results["mixed"] = mixed_results(mixed, runs)
     results["flops"] = flops_results(model, mixed, runs[0], device, dtype, args)
     results["memory"] = {"kvviz_slack_fraction": runs[0].details["slack_fraction"]}
-    if len(runs) > 1 and runs[1].outputs is not None:
-        results["memory"]["static_batch_padding_fraction"] = runs[1].details["padding_fraction"]
+    static = next((r for r in runs if r.name.startswith("hf generate (") and r.outputs is not None), None)
+    if static is not None:
+        results["memory"]["static_batch_padding_fraction"] = static.details["padding_fraction"]
     print_mixed(results, runs)
+    if args.against == "vllm":  # vLLM on the same weights and prompts, in its own environment
+        from kvviz.vllm_backend import bench_against_vllm
+        results["mixed"]["systems"]["vllm"] = bench_against_vllm(model, mixed, runs[0], args.repeats, args.vllm_python)
+    sizes = [int(n) for n in args.pool_sizes.split(",") if n.strip()]
+    results["pool_sizes"] = [step_overhead(model, mixed.head(_fits(mixed, min(sizes))), n) for n in sizes] if sizes else []
+    print_pool_sizes(results["pool_sizes"])
 
     prefix = shared_prefix_workload(args.prefix_requests, args.prefix_len, args.suffix_len,
                                     args.prefix_out, vocab_size, args.seed)
-    results["shared_prefix"] = bench_shared_prefix(model, prefix, args.repeats, engine_settings)
-    results["tight_pool"] = bench_tight_pool(model, mixed, runs[0], engine_settings)
+    results["shared_prefix"] = bench_shared_prefix(model, prefix, args.repeats, tuned)
+    results["tight_pool"] = bench_tight_pool(model, mixed, runs[0], tuned)
     results["targets"] = targets(results)
     print_kvviz_only(results)
     if args.json:
@@ -488,9 +531,18 @@ def _check_args(args) -> str | None:
     return None
 
 
-def bench_kvviz(model, workload, warmup, repeats, engine_settings) -> SystemRun:
-    run_kvviz(model, warmup, **engine_settings)  # first-call costs are nobody's throughput
-    return repeated(lambda: run_kvviz(model, workload, **engine_settings), repeats)
+def bench_kvviz(model, workload, warmup, repeats, settings: dict, name: str = "kvviz") -> SystemRun:
+    """kvviz on the workload, Engine(model, **settings); {} is Engine(model) as a user writes it."""
+    run_kvviz(model, warmup, **settings)  # first-call costs are nobody's throughput
+    return repeated(lambda: run_kvviz(model, workload, name=name, **settings), repeats)
+
+
+def _fits(workload: Workload, num_blocks: int) -> int:
+    """How many of the workload's first requests fit in `num_blocks` at their full length."""
+    count = 0
+    while count < len(workload.prompts) and workload.head(count + 1).blocks_needed(DEFAULTS.block_size) <= num_blocks:
+        count += 1
+    return max(count, 1)
 
 
 def bench_hf(model, workload, warmup, repeats, hf_batch_size, engine_settings) -> list[SystemRun]:
@@ -527,6 +579,9 @@ def _key(name: str) -> str:
     return "hf_generate" if name.startswith("hf generate (") else name.replace(" ", "_")
 
 
+LABELS = {"kvviz": "kvviz Engine(model)", "kvviz tuned": "kvviz tuned"}  # the headline: defaults
+
+
 def flops_results(model, workload, kvviz: SystemRun, device, dtype, args) -> dict:
     flops = model_flops(model, workload)
     size = args.peak_size
@@ -536,11 +591,10 @@ def flops_results(model, workload, kvviz: SystemRun, device, dtype, args) -> dic
             "matmul_size": size, "fraction_of_peak": achieved / peak}
 
 
-def bench_shared_prefix(model, workload: Workload, repeats: int, engine_settings) -> dict:
-    cached = repeated(lambda: run_kvviz(model, workload, **engine_settings), repeats)
-    uncached = repeated(lambda: run_kvviz(model, workload, enable_prefix_caching=False,
-                                          **engine_settings), repeats)
-    block_size = engine_settings["block_size"]
+def bench_shared_prefix(model, workload: Workload, repeats: int, settings: dict) -> dict:
+    cached = repeated(lambda: run_kvviz(model, workload, **settings), repeats)
+    uncached = repeated(lambda: run_kvviz(model, workload, **(settings | {"enable_prefix_caching": False})), repeats)
+    block_size = settings.get("block_size", DEFAULTS.block_size)
     shared_blocks = min(_common_prefix(workload.prompts), min(len(p) for p in workload.prompts) - 1) // block_size
     best_hits = (len(workload.prompts) - 1) * shared_blocks * block_size  # all but the first request hit
     return {"requests": len(workload.prompts), "prompt_tokens": workload.num_prompt_tokens,
@@ -557,14 +611,14 @@ def _common_prefix(prompts: list[list[int]]) -> int:
     return length
 
 
-def bench_tight_pool(model, mixed: Workload, roomy: SystemRun, engine_settings) -> dict:
+def bench_tight_pool(model, mixed: Workload, roomy: SystemRun, settings: dict) -> dict:
     """Half the mixed requests (8 at least) in a quarter of the blocks they need: preempt, recompute."""
     workload = mixed.head(max(8, len(mixed.prompts) // 2))
-    block_size = engine_settings["block_size"]
+    block_size = settings.get("block_size", DEFAULTS.block_size)
     demand = workload.blocks_needed(block_size)
     largest = max(blocks_needed(len(p) + o, block_size) for p, o in zip(workload.prompts, workload.max_tokens))
     num_blocks = max(largest, demand // 4)
-    tight = run_kvviz(model, workload, num_blocks=num_blocks, **engine_settings)
+    tight = run_kvviz(model, workload, **(settings | {"num_blocks": num_blocks}))
     agreement = compare_outputs(roomy.outputs[:len(workload.prompts)], tight.outputs)
     return {"requests": len(workload.prompts), "demand_blocks": demand, "num_blocks": num_blocks,
             "preemptions": tight.details["preemptions"], "seconds": tight.seconds,
@@ -579,14 +633,21 @@ def print_mixed(results: dict, runs: list[SystemRun]) -> None:
           f"{mixed['output_tokens']:,} output tokens requested; greedy, ignore EOS")
     print(f"{'system':<24}{'time s':>9}{'output tok/s':>14}{'kvviz is':>10}   outputs equal to kvviz")
     for run in runs:
+        label = LABELS.get(run.name, run.name)
         if run.outputs is None:
-            print(f"{run.name:<24}   unavailable ({run.error})")
+            print(f"{label:<24}   unavailable ({run.error})")
             continue
         entry = mixed["systems"][_key(run.name)]
         ratio = f"{entry['kvviz_speedup']:.2f}x" if "kvviz_speedup" in entry else "-"
         equal = "(reference)" if run is runs[0] else compare_outputs(run.outputs, runs[0].outputs).describe()
-        print(f"{run.name:<24}{run.seconds:>9.2f}{run.tokens_per_s:>14.1f}{ratio:>10}   {equal}")
-    static = next((r for r in runs[1:2] if r.outputs is not None), None)
+        print(f"{label:<24}{run.seconds:>9.2f}{run.tokens_per_s:>14.1f}{ratio:>10}   {equal}")
+    tuned = next((r for r in runs if r.name == "kvviz tuned"), None)
+    head = runs[0].details
+    print(f"  kvviz Engine(model) runs every engine default ({head['num_blocks']:,} blocks); a step takes "
+          f"{head['step_ms']:.1f} ms median, {head['outside_forward_ms']:.2f} ms of it outside the forward pass")
+    if tuned is not None:
+        print("  kvviz tuned sets " + ", ".join(f"{k}={v}" for k, v in tuned.details["settings"].items()))
+    static = next((r for r in runs if r.name.startswith("hf generate (") and r.outputs is not None), None)
     if static is not None:
         print(f"  tok/s counts requested tokens only; static batches generated {static.generated_tokens:,} "
               f"tokens to give the {static.output_tokens:,} requested")
@@ -601,6 +662,17 @@ def print_mixed(results: dict, runs: list[SystemRun]) -> None:
         line += (f"; static batches {100 * memory['static_batch_padding_fraction']:.1f}% "
                  "(padding and unrequested tokens)")
     print(line)
+
+
+def print_pool_sizes(rows: list[dict]) -> None:
+    if not rows:
+        return
+    print(f"\ntime per step outside the forward pass, Engine(model, num_blocks=N) otherwise default, "
+          f"first {rows[0]['steps'] + 2} steps of the first requests that fit the smallest pool:")
+    for row in rows:
+        low, high = row["spread_ms"]
+        print(f"  {row['num_blocks']:>7,} blocks: {row['outside_forward_ms']:6.2f} ms median "
+              f"({low:.2f}-{high:.2f}) of a {row['step_ms']:.1f} ms step")
 
 
 def print_kvviz_only(results: dict) -> None:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -17,10 +19,14 @@ def read_prompts(path: Path) -> list[str]:
 
 
 def parse_prompts(text: str, name: str) -> list[str]:
-    """The prompts in the text of a file called `name` (.jsonl: JSON lines; anything else: lines)."""
+    """The prompts in the text of a file called `name` (.jsonl: JSON lines; anything else: lines).
+
+    Lines end at \\n (or \\r\\n) only: a form feed or U+2028 inside a prompt stays in that prompt.
+    """
+    lines = [line.removesuffix("\r") for line in text.removeprefix("\ufeff").split("\n")]
     if name.lower().endswith(".jsonl"):
         prompts = []
-        for number, line in enumerate(text.splitlines(), 1):
+        for number, line in enumerate(lines, 1):
             if not line.strip():
                 continue
             try:
@@ -28,28 +34,64 @@ def parse_prompts(text: str, name: str) -> list[str]:
             except json.JSONDecodeError:
                 raise ValueError(f"Line {number} of {name} is not valid JSON; "
                                  "write one object like {\"prompt\": \"...\"} per line.") from None
+            except RecursionError:
+                raise ValueError(f"Line {number} of {name} nests lists or objects too deeply to read; "
+                                 "write one object like {\"prompt\": \"...\"} per line.") from None
             prompt = item.get("prompt") if isinstance(item, dict) else item if isinstance(item, str) else None
             if not isinstance(prompt, str):
                 raise ValueError(f"Line {number} of {name} has no \"prompt\" string; "
                                  "write one object like {\"prompt\": \"...\"} per line.")
             prompts.append(prompt)
     else:
-        prompts = [line for line in text.splitlines() if line.strip()]
+        prompts = [line for line in lines if line.strip()]
     if not prompts:
         raise ValueError(f"{name} holds no prompts; write at least one non-empty line.")
     return prompts
 
 
+def check_output_path(path: Path) -> None:
+    """Refuse an output path that cannot be written, before any work is done."""
+    folder = path.parent
+    if path.is_dir():
+        raise ValueError(f"--out {str(path)!r} is a folder; give a file name such as outputs.jsonl.")
+    if not folder.is_dir():
+        raise ValueError(f"There is no folder {str(folder)!r} for --out; create it or pick another path.")
+    try:
+        tempfile.TemporaryFile(dir=folder).close()
+    except OSError as error:
+        raise ValueError(f"Cannot write in {str(folder)!r} ({error.strerror}); pick a writable --out path.") from None
+
+
+def write_atomically(path: Path, lines: list[str]) -> None:
+    """Write to a temporary file beside `path`, then rename it into place: a failed write keeps the old file."""
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            out.writelines(lines)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temporary, path)
+    except (OSError, UnicodeError) as error:
+        Path(temporary).unlink(missing_ok=True)
+        reason = getattr(error, "strerror", None) or type(error).__name__
+        raise ValueError(f"Writing {str(path)!r} failed ({reason}); the previous file is unchanged, "
+                         "free some space or pick another --out path.") from None
+
+
 def cmd_generate(args) -> int:
+    if args.backend == "vllm":  # the same job on vLLM, in its own environment
+        from kvviz.vllm_backend import generate_cli
+        return generate_cli(args)
     from tqdm import tqdm
 
     from kvviz import Engine, SamplingParams, load_model
 
     prompts = read_prompts(Path(args.prompts))
+    check_output_path(Path(args.out))
     lm = load_model(args.model, device=args.device, dtype=args.dtype)
     engine = Engine(lm, block_size=args.block_size, num_blocks=args.num_blocks,
                     enable_prefix_caching=not args.no_prefix_caching, max_num_seqs=args.max_num_seqs,
-                    max_num_batched_tokens=args.max_num_batched_tokens, record_blocks=False)
+                    max_num_batched_tokens=args.max_num_batched_tokens)
     # with --seed, prompt i samples with seed + i: reproducible, and not every prompt alike
     params = [SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, top_k=args.top_k,
                              top_p=args.top_p, seed=None if args.seed is None else args.seed + i,
@@ -63,18 +105,17 @@ def cmd_generate(args) -> int:
     outputs = engine.generate(prompts, params, progress=progress)
     elapsed = time.perf_counter() - start
     bar.close()
-    with open(args.out, "w", encoding="utf-8") as out:
-        for prompt, output in zip(prompts, outputs):
-            out.write(json.dumps({"prompt": prompt, "text": output.text, "token_ids": output.token_ids,
-                                  "finish_reason": output.finish_reason,
-                                  "num_cached_tokens": output.num_cached_tokens}) + "\n")
+    write_atomically(Path(args.out), [
+        json.dumps({"prompt": prompt, "text": output.text, "token_ids": output.token_ids,
+                    "finish_reason": output.finish_reason, "num_cached_tokens": output.num_cached_tokens}) + "\n"
+        for prompt, output in zip(prompts, outputs)])
     stats = engine.stats
     generated = sum(len(o.token_ids) for o in outputs)
     prompt_tokens = sum(len(o.prompt_token_ids) for o in outputs)
     summary = {
         "requests": len(outputs), "prompt_tokens": prompt_tokens, "generated_tokens": generated,
         "seconds": round(elapsed, 3), "output_tokens_per_s": round(generated / elapsed, 1),
-        "peak_blocks_in_use": stats["peak_blocks"], "num_blocks": engine.num_blocks,
+        "peak_blocks_in_use": stats["peak_blocks"], "num_blocks": engine.num_blocks, "block_size": engine.block_size,
         "preemptions": engine.scheduler.num_preemptions,
         "prefix_cache_hit_rate": round(stats["cached_tokens"] / max(prompt_tokens, 1), 4),
     }
@@ -99,13 +140,16 @@ def build_parser() -> argparse.ArgumentParser:
     generate.add_argument("--seed", type=int, default=None)
     generate.add_argument("--ignore-eos", action="store_true")
     generate.add_argument("--out", default="outputs.jsonl")
-    generate.add_argument("--block-size", type=int, default=16)
-    generate.add_argument("--num-blocks", type=int, default=None)
-    generate.add_argument("--max-num-seqs", type=int, default=64)
-    generate.add_argument("--max-num-batched-tokens", type=int, default=2048)
+    from kvviz.engine.config import DEFAULTS
+    generate.add_argument("--block-size", type=int, default=DEFAULTS.block_size)
+    generate.add_argument("--num-blocks", type=int, default=DEFAULTS.num_blocks)
+    generate.add_argument("--max-num-seqs", type=int, default=DEFAULTS.max_num_seqs)
+    generate.add_argument("--max-num-batched-tokens", type=int, default=DEFAULTS.max_num_batched_tokens)
     generate.add_argument("--no-prefix-caching", action="store_true")
     generate.add_argument("--device", default=None, help="cuda | cpu (default: cuda when present)")
     generate.add_argument("--dtype", default=None, help="float32 | bfloat16 | float16")
+    from kvviz.vllm_backend import add_generate_arguments
+    add_generate_arguments(generate)  # --backend vllm and vLLM's parallel settings
     generate.set_defaults(func=cmd_generate)
 
     from kvviz.bench import add_bench_arguments, run_bench
@@ -116,7 +160,10 @@ def build_parser() -> argparse.ArgumentParser:
     from kvviz.memory_cli import add_bill_arguments, run_bill
     bill = commands.add_parser("bill", help="the KV-cache memory bill of a model")
     add_bill_arguments(bill)
-    bill.set_defaults(func=lambda args: print(run_bill(args)) or 0)
+    from kvviz import vllm_backend
+    vllm_backend.add_bill_arguments(bill)  # --against-vllm
+    bill.set_defaults(func=lambda args: print(vllm_backend.bill_against_vllm(args) if args.against_vllm
+                                              else run_bill(args)) or 0)
     return parser
 
 

@@ -40,10 +40,33 @@ class DecodeTiming:
     uncached_s: float  # median forward time of a step that recomputes all context tokens
     cache_bytes: int  # measured by the engine after the decode step: bytes that hold tokens' K and V
     formula_bytes: int  # kvviz.memory.kv_cache_bytes for the same tokens
+    cached_spread_s: tuple[float, float] = (0.0, 0.0)  # fastest and slowest of the timed steps
+    uncached_spread_s: tuple[float, float] = (0.0, 0.0)
+    repeats: int = 1  # warm steps timed, each way
 
     @property
     def speedup(self) -> float:
         return self.uncached_s / self.cached_s if self.cached_s > 0 else float("nan")
+
+    @property
+    def tokens_run(self) -> tuple[int, int]:
+        """Tokens through the model for this step: (with the cache, without it). Counts, not times."""
+        return 1, self.context
+
+    def median_text(self, cached: bool) -> str:
+        """'140 ms' or '12.3 ms': the median step of one side, three figures or so."""
+        return format_ms(self.cached_s if cached else self.uncached_s)
+
+    def spread(self, cached: bool) -> str:
+        """'12.3 ms median of 5, spread 11.9-13.0 ms' for one side: the median and how far the steps scattered."""
+        low, high = self.cached_spread_s if cached else self.uncached_spread_s
+        return (f"{self.median_text(cached)} median of {self.repeats}, "
+                f"spread {format_ms(low).removesuffix(' ms')}-{format_ms(high)}")
+
+
+def format_ms(seconds: float) -> str:
+    milliseconds = seconds * 1e3
+    return f"{milliseconds:,.0f} ms" if milliseconds >= 100 else f"{milliseconds:.1f} ms"
 
 
 @dataclass(slots=True)
@@ -62,8 +85,10 @@ class LabResult:
 
     def rows(self) -> list[dict]:
         """The timings as table rows, in milliseconds and bytes."""
-        return [{"context": t.context, "with cache (ms)": round(t.cached_s * 1e3, 3),
-                 "without cache (ms)": round(t.uncached_s * 1e3, 3), "speed-up": round(t.speedup, 1),
+        return [{"context": t.context, "tokens run (with / without cache)": f"1 / {t.context}",
+                 "with cache": t.spread(cached=True).replace(" median of", ", median of"),
+                 "without cache": t.spread(cached=False).replace(" median of", ", median of"),
+                 "ratio of medians": round(t.speedup, 1),
                  "cache bytes (measured)": t.cache_bytes, "cache bytes (formula)": t.formula_bytes}
                 for t in self.timings]
 
@@ -158,8 +183,9 @@ def measure(lm: LoadedModel, contexts: list[int], repeats: int = 3, seed: int = 
 
 def measure_decode_times(lm: LoadedModel, contexts: list[int], repeats: int = 3,
                          seed: int = 0) -> list[DecodeTiming]:
-    """For each context c: the median forward time of `repeats` decode steps with c tokens in
-    context, with the cache (one new token) and without (all c tokens again), and the cache bytes."""
+    """For each context c: the median forward time of `repeats` warm decode steps with c tokens in
+    context, with the cache (one new token) and without (all c tokens again), their spread, and the
+    cache bytes. Near the end of the context each repeat takes a fresh pair of engines."""
     if not contexts:
         raise ValueError("Give at least one context length to measure.")
     if min(contexts) < 2 or max(contexts) > lm.max_context - 2:
@@ -175,26 +201,28 @@ def measure_decode_times(lm: LoadedModel, contexts: list[int], repeats: int = 3,
     timings = []
     for context in contexts:
         prompt = [rng.randrange(vocab_size) for _ in range(context - 1)]
-        # a step that fills the model's context ends the request and frees its blocks: stop before
-        num_decodes = min(repeats, lm.max_context - 1 - context)
-        # with the cache: the prefill writes c - 1 tokens, then each decode step runs one token;
-        # without it: the first step runs c - 1 tokens, each later one all tokens again, from c up
-        cached = _one_request_engine(lm, prompt, num_decodes, use_cache=True)
-        uncached = _one_request_engine(lm, prompt, num_decodes, use_cache=False)
-        cached.step()  # prefill: all c - 1 prompt tokens in one forward pass
-        uncached.step()
-        decode_records, recompute_records = [], []
-        for _ in range(num_decodes):  # alternate, so that a busy moment of the machine slows both alike
-            decode_records.append(cached.step())
-            recompute_records.append(uncached.step())
-        assert all(r.num_tokens_run == 1 for r in decode_records)
-        assert recompute_records[0].num_tokens_run == context
+        cached_s, uncached_s, cache_bytes = [], [], 0
+        while len(cached_s) < repeats:
+            # a step that fills the model's context ends the request and frees its blocks: stop
+            # before, and start a fresh pair of engines for the remaining repeats
+            num_decodes = min(repeats - len(cached_s), lm.max_context - 1 - context)
+            # with the cache: the prefill writes c - 1 tokens, then each decode step runs one token;
+            # without it: the first step runs c - 1 tokens, each later one all tokens again, from c up
+            cached = _one_request_engine(lm, prompt, num_decodes, use_cache=True)
+            uncached = _one_request_engine(lm, prompt, num_decodes, use_cache=False)
+            cached.step()  # prefill: all c - 1 prompt tokens in one forward pass
+            uncached.step()
+            for index in range(num_decodes):  # alternate, so that a busy moment slows both alike
+                decode, recompute = cached.step(), uncached.step()
+                assert decode.num_tokens_run == 1 and recompute.num_tokens_run == context + index
+                cache_bytes = cache_bytes or decode.memory.token_bytes  # c tokens: the prompt and the newest
+                cached_s.append(decode.forward_s)
+                uncached_s.append(recompute.forward_s)
         timings.append(DecodeTiming(
-            context=context,
-            cached_s=statistics.median(r.forward_s for r in decode_records),
-            uncached_s=statistics.median(r.forward_s for r in recompute_records),
-            cache_bytes=decode_records[0].memory.token_bytes,  # c tokens: the prompt and the newest
-            formula_bytes=kv_cache_bytes(shape, context, 1, dtype_bytes)))
+            context=context, cached_s=statistics.median(cached_s), uncached_s=statistics.median(uncached_s),
+            cache_bytes=cache_bytes, formula_bytes=kv_cache_bytes(shape, context, 1, dtype_bytes),
+            cached_spread_s=(min(cached_s), max(cached_s)), uncached_spread_s=(min(uncached_s), max(uncached_s)),
+            repeats=repeats))
     return timings
 
 

@@ -7,15 +7,16 @@ lesson can show the work the cache saves and that caching changes no logit.
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from kvviz.engine import Engine, SamplingParams, StepRecord
+from kvviz.engine import Engine, EngineError, SamplingParams, StepRecord
+from kvviz.engine.records import TraceRecord
 from kvviz.memory import ModelShape, bill_breakdown
 
-MAX_RECORDS = 400  # a lesson longer than this keeps its first and latest steps only
+MAX_LESSON_TOKENS = 256  # the longest lesson a page, a link or a file may ask for
+MAX_TRIANGLE_TOKENS = 128  # prompts up to this long keep the prefill's whole attention matrix
 
 
 @dataclass
@@ -34,6 +35,18 @@ class LessonSettings:
 
 
 @dataclass
+class StepTrace:
+    """What one step added to the traced request, kept compact: the history is rebuilt on demand."""
+
+    new_keys: np.ndarray  # (layers, new_tokens, kv_heads, head_dim): rows written this step
+    new_values: np.ndarray  # (layers, new_tokens, kv_heads, head_dim)
+    attention: np.ndarray  # (layers, heads, tokens): the newest token's attention weights
+    changed_rows: int  # earlier positions whose K or V differ from the step before (0: the cache works)
+    logit_difference: float | None  # largest |logit with cache - logit without| at this step
+    prompt_attention: np.ndarray | None = None  # (layers, heads, T, T): the prefill's causal triangle
+
+
+@dataclass
 class Lesson:
     """One request stepped through the cached engine and its no-cache twin."""
 
@@ -43,20 +56,26 @@ class Lesson:
     twin_records: list[StepRecord] = field(default_factory=list)
     prompt_token_ids: list[int] = field(default_factory=list)
     token_texts: list[str] = field(default_factory=list)  # every token so far, as text
-    notes: list[str] = field(default_factory=list)
+    traces: list[StepTrace] = field(default_factory=list)
     engine: Engine | None = None
     twin: Engine | None = None
     tokenizer: object | None = None
     replay: bool = False  # loaded from a file: no model, steps come from the records
     replay_position: int = 0  # in a replay, the last step revealed so far
+    released: bool = False  # freed after its session ended
 
     @classmethod
     def start(cls, lm, settings: LessonSettings) -> "Lesson":
         """Check the prompt and build the engines; nothing runs until `prefill`."""
-        engine = Engine(lm, block_size=settings.block_size, max_num_seqs=1,
-                        num_blocks=-(-lm.max_context // settings.block_size) + 1)
+        if not 1 <= settings.max_tokens <= MAX_LESSON_TOKENS:
+            raise EngineError(f"A lesson generates 1 to {MAX_LESSON_TOKENS} tokens, not {settings.max_tokens}.")
         twin = Engine(lm, use_cache=False, max_num_seqs=1, max_num_batched_tokens=lm.max_context)
-        prompt_ids = engine.check_request(settings.prompt, settings.sampling())
+        prompt_ids = twin.check_request(settings.prompt, settings.sampling())
+        # the pool holds what this lesson can use, not the model's whole context
+        most_tokens = min(len(prompt_ids) + settings.max_tokens, lm.max_context)
+        engine = Engine(lm, block_size=settings.block_size, max_num_seqs=1,
+                        num_blocks=-(-most_tokens // settings.block_size))
+        engine.check_request(prompt_ids, settings.sampling())
         lesson = cls(settings, lm.describe(), engine=engine, twin=twin, tokenizer=lm.tokenizer)
         lesson.prompt_token_ids = prompt_ids
         lesson.token_texts = [lesson.token_text(t) for t in prompt_ids]
@@ -103,27 +122,53 @@ class Lesson:
         return self._step()
 
     def _step(self) -> StepRecord:
-        record = self.engine.step()
-        self.twin_records.append(self.twin.step())
+        record, twin_record = self.engine.step(), self.twin.step()
+        self.traces.append(self._compact(record.trace, twin_record.trace))
+        record.trace = twin_record.trace = None  # the full read-back grows with every step
         self.records.append(record)
+        self.twin_records.append(twin_record)
         for _, token in record.sampled:
             self.token_texts.append(self.token_text(token))
-        if len(self.records) > MAX_RECORDS:  # keep memory per session bounded
-            self._drop_trace(len(self.records) - MAX_RECORDS - 1)
         return record
 
-    def _drop_trace(self, index: int) -> None:
-        if index > 0 and self.records[index].trace is not None:
-            self.records[index].trace = None
-            self.twin_records[index].trace = None
-            if not self.notes:
-                self.notes.append(f"Only the latest {MAX_RECORDS} steps keep their keys and values.")
+    def _compact(self, cached: TraceRecord, fresh: TraceRecord) -> StepTrace:
+        """Keep only this step's new K/V rows; check the older rows against what was kept."""
+        before = self.num_tokens_at(len(self.traces) - 1) if self.traces else 0
+        changed = 0
+        if before:
+            old = self.trace(len(self.traces) - 1)
+            moved = np.maximum(np.abs(cached.keys[:, :before] - old.keys).max(axis=(0, 2, 3)),
+                               np.abs(cached.values[:, :before] - old.values).max(axis=(0, 2, 3)))  # (tokens,)
+            changed = int((moved > 0).sum())
+        difference = None
+        if cached.logits is not None and fresh.logits is not None:
+            difference = float(np.abs(cached.logits - fresh.logits).max())
+        triangle = None  # kept for prompts short enough that it stays small (T^2 per head and layer)
+        if not before and cached.prompt_attention is not None and cached.keys.shape[1] <= MAX_TRIANGLE_TOKENS:
+            triangle = cached.prompt_attention.copy()
+        return StepTrace(cached.keys[:, before:].copy(), cached.values[:, before:].copy(),
+                         cached.attention.copy(), changed, difference, triangle)
+
+    def release(self) -> None:
+        """Drop the engines and traces (the session that owned this lesson has ended)."""
+        self.engine = self.twin = None
+        self.traces.clear()
+        self.records.clear()
+        self.twin_records.clear()
+        self.released = True
 
     # ---- what the views show -------------------------------------------------------------
     def num_tokens_at(self, step: int) -> int:
         """Tokens in the cache after `step` (0 is prefill)."""
-        return self.records[step].trace.keys.shape[1] if self.records[step].trace is not None \
-            else len(self.prompt_token_ids) + step
+        return sum(t.new_keys.shape[1] for t in self.traces[:step + 1])
+
+    def trace(self, step: int) -> TraceRecord:
+        """The traced request after `step`: every cached K/V row so far and this step's attention."""
+        kept = self.traces[:step + 1]
+        return TraceRecord(request_id=0,
+                           keys=np.concatenate([t.new_keys for t in kept], axis=1),  # (layers, tokens, kv, hd)
+                           values=np.concatenate([t.new_values for t in kept], axis=1),
+                           attention=kept[-1].attention, logits=None)
 
     def entered_step(self, step: int) -> list[int]:
         """For each token position after `step`: the step at which it entered the cache."""
@@ -132,13 +177,10 @@ class Lesson:
 
     def logit_difference(self, step: int) -> float | None:
         """Largest |logit with cache - logit without| at `step`: the proof caching changes nothing."""
-        cached, fresh = self.records[step].trace, self.twin_records[step].trace
-        if cached is None or fresh is None or cached.logits is None or fresh.logits is None:
-            return None
-        return float(np.abs(cached.logits - fresh.logits).max())
+        return self.traces[step].logit_difference
 
     def work(self) -> list[dict]:
-        """Per step: tokens run and seconds taken, with and without the cache."""
+        """Per step: tokens run through the model, with and without the cache (counts, not times)."""
         rows, with_total, without_total = [], 0, 0
         for step, (cached, fresh) in enumerate(zip(self.visible_records, self.twin_records)):
             with_total += cached.num_tokens_run
@@ -146,7 +188,6 @@ class Lesson:
             rows.append({"step": step, "with_cache_tokens": cached.num_tokens_run,
                          "without_cache_tokens": fresh.num_tokens_run,
                          "with_cache_total": with_total, "without_cache_total": without_total,
-                         "with_cache_ms": 1000 * cached.forward_s, "without_cache_ms": 1000 * fresh.forward_s,
                          "max_logit_difference": self.logit_difference(step)})
         return rows
 
@@ -162,54 +203,3 @@ class Lesson:
                 "token_bytes": record.memory.token_bytes, "block_bytes": record.memory.used_block_bytes,
                 "slack_bytes": record.memory.slack_bytes, "pool_bytes": record.memory.allocated_bytes,
                 "bytes_per_token": record.memory.bytes_per_token}
-
-
-# ---- export and replay -----------------------------------------------------------------------
-LESSON_FORMAT = "kvviz-lesson/1"
-MAX_LESSON_BYTES = 50 * 2**20
-
-
-class LessonFileError(ValueError):
-    """An uploaded lesson file that kvviz will not replay; the message says why."""
-
-
-def export_lesson(lesson: Lesson) -> str:
-    """The lesson as JSON: settings, model summary and every step record. No code, no pickle."""
-    return json.dumps({
-        "format": LESSON_FORMAT, "model": lesson.model_info, "settings": asdict(lesson.settings),
-        "prompt_token_ids": lesson.prompt_token_ids, "token_texts": lesson.token_texts,
-        "records": [r.to_dict() for r in lesson.records],
-        "twin_records": [r.to_dict() for r in lesson.twin_records],
-    })
-
-
-def import_lesson(data: bytes | str) -> Lesson:
-    """Rebuild a lesson for replay from `export_lesson` output, checking everything first."""
-    if len(data) > MAX_LESSON_BYTES:
-        raise LessonFileError(f"The file is {len(data) / 2**20:.1f} MiB, over the "
-                              f"{MAX_LESSON_BYTES // 2**20} MiB limit; export a shorter lesson.")
-    try:
-        text = data.decode("utf-8") if isinstance(data, bytes) else data
-        payload = json.loads(text)
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        raise LessonFileError("This is not a kvviz lesson file (not JSON text); "
-                              "upload a file saved with “Export lesson”.") from None
-    if not isinstance(payload, dict) or payload.get("format") != LESSON_FORMAT:
-        raise LessonFileError("This JSON is not a kvviz lesson (its format field is missing or unknown); "
-                              "upload a file saved with “Export lesson”.")
-    try:
-        settings = LessonSettings(**payload["settings"])
-        records = [StepRecord.from_dict(r) for r in payload["records"]]
-        twin_records = [StepRecord.from_dict(r) for r in payload["twin_records"]]
-        prompt_ids = [int(t) for t in payload["prompt_token_ids"]]
-        texts = [str(t) for t in payload["token_texts"]]
-        model = dict(payload["model"])
-        for key in ("name", "layers", "heads", "kv_heads", "head_dim", "dtype_bytes"):
-            model[key]  # noqa: B018 - a KeyError means a damaged file
-    except (KeyError, TypeError, ValueError) as error:
-        raise LessonFileError(f"The lesson file is damaged ({type(error).__name__}: {str(error)[:80]}); "
-                              "export it again from kvviz.") from None
-    if not records or len(records) != len(twin_records):
-        raise LessonFileError("The lesson file holds no steps; export a lesson after pressing Prefill.")
-    return Lesson(settings, model, records=records, twin_records=twin_records,
-                  prompt_token_ids=prompt_ids, token_texts=texts, replay=True)

@@ -292,7 +292,7 @@ def memory_bytes(spec: str | int) -> int:
         number = text.lower().removesuffix(suffix).strip()
         try:
             size = round(float(number) * unit)
-        except ValueError:
+        except (ValueError, OverflowError):  # not a number, or inf / nan
             continue
         if size > 0:
             return size

@@ -12,12 +12,15 @@ what to do instead.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 
 BUNDLED_DIR = Path(__file__).resolve().parent / "bundled_model"
+MAX_SOURCE_CHARS = 500
+MAX_LAYERS = 1024  # the largest real decoders have about 160
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
@@ -86,9 +89,20 @@ class LoadedModel:
 
 
 def pick_device(device: str | torch.device | None = None) -> torch.device:
-    if device is not None:
-        return torch.device(device)
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    """The device asked for (CUDA when present by default); a sentence for one this machine lacks."""
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise ModelLoadError(f"Unknown device {str(device)[:40]!r}; use cpu, cuda or mps.") from None
+    if device.type not in ("cpu", "cuda", "mps"):
+        raise ModelLoadError(f"kvviz does not run on {device.type!r} devices; use cpu, cuda or mps.")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ModelLoadError("CUDA was asked for but PyTorch sees no CUDA GPU on this machine; use cpu.")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise ModelLoadError("MPS was asked for but this machine has no Apple GPU; use cpu.")
+    return device
 
 
 def pick_dtype(device: torch.device, dtype: str | torch.dtype | None = None) -> torch.dtype:
@@ -126,10 +140,13 @@ def load_model(source: str = "bundled", *, shape: CustomShape | None = None,
     if shape is not None:
         return _build_custom(shape, device, dtype)
     source = (source or "bundled").strip()
+    if len(source) > MAX_SOURCE_CHARS:
+        raise ModelLoadError(f"A model name of {len(source):,} characters is too long; give 'bundled', "
+                             "a Hugging Face id or a folder path.")
     if source == "bundled":
         return _load_pretrained(str(BUNDLED_DIR), "bundled", "bundled", device, dtype)
     if Path(source).expanduser().is_dir():
-        folder = str(Path(source).expanduser())
+        folder = os.path.realpath(Path(source).expanduser())
         return _load_pretrained(folder, Path(folder).name, "folder", device, dtype)
     if source.startswith((".", "/", "~")):
         raise ModelLoadError(f"There is no folder at {source!r}; give a folder that holds "
@@ -169,12 +186,33 @@ def check_causal_decoder(config) -> None:
 
 
 def estimate_weight_bytes(config, dtype: torch.dtype) -> int:
-    """Weights' size before anything is allocated: build the model on the meta device and count."""
-    from transformers import AutoModelForCausalLM
-
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config, trust_remote_code=False)
-    return sum(p.numel() for p in model.parameters()) * torch.empty((), dtype=dtype).element_size()
+    """Weights' size from the config's numbers alone, before anything is built (a Llama-style count:
+    embeddings, attention, a gated MLP per expert, norms); refuses sizes no real model has."""
+    text_config = config.get_text_config()
+    sizes = {}
+    for name in ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size"):
+        sizes[name] = getattr(text_config, name, None)
+        if isinstance(sizes[name], bool) or not isinstance(sizes[name], int) or sizes[name] <= 0:
+            raise ModelLoadError(f"The config's {name} is {sizes[name]!r}; a checkpoint's sizes are whole "
+                                 "numbers above zero, so this config is damaged.")
+    if sizes["num_hidden_layers"] > MAX_LAYERS:
+        raise ModelLoadError(f"The config asks for {sizes['num_hidden_layers']:,} layers, more than the "
+                             f"{MAX_LAYERS:,} kvviz loads; check the checkpoint's config.json.")
+    hidden, layers, heads = sizes["hidden_size"], sizes["num_hidden_layers"], sizes["num_attention_heads"]
+    kv_heads = getattr(text_config, "num_key_value_heads", None) or heads
+    head_dim = getattr(text_config, "head_dim", None) or hidden // heads
+    intermediate = getattr(text_config, "intermediate_size", None) or 4 * hidden
+    experts = getattr(text_config, "num_local_experts", None) or getattr(text_config, "num_experts", None) or 1
+    for name, value in (("num_key_value_heads", kv_heads), ("head_dim", head_dim),
+                        ("intermediate_size", intermediate), ("experts", experts)):
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ModelLoadError(f"The config's {name} is {value!r}; a checkpoint's sizes are whole "
+                                 "numbers above zero, so this config is damaged.")
+    attention = hidden * heads * head_dim * 2 + hidden * kv_heads * head_dim * 2  # q, o, k, v
+    mlp = 3 * hidden * intermediate * experts
+    embeddings = sizes["vocab_size"] * hidden * (1 if getattr(config, "tie_word_embeddings", True) else 2)
+    params = embeddings + layers * (attention + mlp + 2 * hidden) + hidden
+    return params * torch.empty((), dtype=dtype).element_size()
 
 
 def check_fits(weight_bytes: int, device: torch.device, what: str) -> None:
@@ -201,11 +239,15 @@ def _load_pretrained(where: str, name: str, source: str, device, dtype) -> Loade
     check_causal_decoder(config)
     check_fits(estimate_weight_bytes(config, dtype), device, name)
     try:
-        model = AutoModelForCausalLM.from_pretrained(
-            where, local_files_only=True, trust_remote_code=False, dtype=dtype)
+        model, loading = AutoModelForCausalLM.from_pretrained(
+            where, local_files_only=True, trust_remote_code=False, dtype=dtype, output_loading_info=True)
     except Exception as error:
         raise ModelLoadError(f"The weights of {name!r} could not be loaded ({type(error).__name__}: "
                              f"{str(error).splitlines()[0][:120]}); check that the checkpoint is complete.") from error
+    missing = sorted(loading.get("missing_keys") or [])
+    if missing:  # transformers would fill them with random values and run anyway
+        raise ModelLoadError(f"The checkpoint {name!r} lacks {len(missing):,} weights ({missing[0]}, ...), so "
+                             "parts of it would run on random numbers; download or copy it again in full.")
     try:
         tokenizer = AutoTokenizer.from_pretrained(where, local_files_only=True, trust_remote_code=False)
     except Exception:  # a checkpoint without tokenizer still runs on token ids
@@ -253,3 +295,49 @@ def _build_custom(shape: CustomShape, device, dtype) -> LoadedModel:
     if shape.vocab_size and shape.vocab_size < len(tokenizer):
         tokenizer = None  # the bundled tokenizer would produce ids outside this vocabulary
     return LoadedModel(model, tokenizer, device, dtype, name, "custom", shape.max_context)
+
+
+# ---- what students may load on a shared server -------------------------------------------------
+ALLOWED_MODELS_ENV = "KVVIZ_MODELS"
+DEFAULT_ALLOWED = "bundled,hf-cache"
+
+
+def allowed_source(source: str, policy: str | None = None) -> str:
+    """The canonical name of `source` if the server's policy lets a student load it.
+
+    policy: comma-separated rules from KVVIZ_MODELS (default "bundled,hf-cache"): "bundled";
+    "hf-cache" (any id already in the local Hugging Face cache); "folders" (any folder); or a
+    folder path or hub id allowed by name. A refused folder gets the same sentence whether it
+    exists or not, so the field cannot probe the disk. Folders come back as their real path, so
+    one folder spelled several ways is one cache entry.
+    """
+    policy = os.environ.get(ALLOWED_MODELS_ENV, DEFAULT_ALLOWED) if policy is None else policy
+    rules = [rule.strip() for rule in policy.split(",") if rule.strip()]
+    source = (source or "bundled").strip()
+    if len(source) > MAX_SOURCE_CHARS:
+        raise ModelLoadError(f"A model name of {len(source):,} characters is too long; give 'bundled', "
+                             "a Hugging Face id or a folder path.")
+    if source == "bundled" and "bundled" in rules:
+        return source
+    named_folders = {os.path.realpath(os.path.expanduser(r)) for r in rules if r.startswith(("/", ".", "~"))}
+    if source.startswith(("/", ".", "~")):
+        folder = os.path.realpath(os.path.expanduser(source))
+        if "folders" in rules or folder in named_folders:
+            return folder
+    elif source in rules or ("hf-cache" in rules and _in_hf_cache(source)):
+        return source
+    allowed = ", ".join(rules) or "nothing"
+    raise ModelLoadError(f"This server lets students load only these models ({allowed}); pick one of them, "
+                         f"or ask the teacher to allow more with {ALLOWED_MODELS_ENV}.")
+
+
+def _in_hf_cache(repo_id: str) -> bool:
+    """True when the id is a well-formed hub id whose config is in the local cache (never downloads)."""
+    from huggingface_hub import try_to_load_from_cache
+
+    if not re.fullmatch(r"[\w.-]{1,96}(/[\w.-]{1,96})?", repo_id) or ".." in repo_id:
+        return False
+    try:
+        return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
+    except Exception:  # a malformed id: not in the cache
+        return False

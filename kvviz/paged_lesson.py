@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kvviz.engine import Engine, EngineError, SamplingParams, StepRecord
+from kvviz.engine.records import BlockRecord, pool_blocks
 
 SYSTEM_PROMPT = "A hall in the castle. Enter the court, with lords and attendants.\n\n"
 DEFAULT_REQUESTS = [
@@ -79,22 +80,35 @@ class PagedLesson:
         return f"R{index + 1}"
 
     # ---- comparisons drawn from the records ----------------------------------------------
+    def pool_blocks(self, step: int) -> list[BlockRecord]:
+        """Every physical block after `step`, rebuilt from the events of the records so far."""
+        return pool_blocks(self.records[:step + 1], self.engine.num_blocks)
+
     def reservation_comparison(self, step: int) -> dict:
-        """Paged blocks against a contiguous reservation of the whole context per request."""
+        """Paged blocks against a contiguous reservation of the whole context per request.
+
+        A contiguous reservation holds a private copy of every request's tokens; the paged pool
+        holds a shared prefix block once, so its waste counts distinct filled slots."""
         record = self.records[step]
         live = [r for r in record.requests if r.status == "running" and r.num_computed_tokens]
         tokens = sum(r.num_computed_tokens for r in live)
         block_size = self.engine.block_size
-        paged_blocks = len({b for r in live for b in r.block_table})
+        filled: dict[int, int] = {}  # physical block -> slots holding a token
+        for r in live:
+            for index, block_id in enumerate(r.block_table):
+                in_block = min(block_size, max(0, r.num_computed_tokens - index * block_size))
+                filled[block_id] = max(filled.get(block_id, 0), in_block)
+        distinct_tokens = sum(filled.values())
         reserved_tokens = len(live) * self.max_context
-        paged_slots = paged_blocks * block_size
+        paged_slots = len(filled) * block_size
         per_token = record.memory.bytes_per_token
         return {
-            "requests": len(live), "tokens": tokens,
+            "requests": len(live), "tokens": tokens, "distinct_tokens": distinct_tokens,
+            "paged_blocks": len(filled), "paged_slots": paged_slots,
             "contiguous_bytes": reserved_tokens * per_token,
             "contiguous_waste": 1 - tokens / reserved_tokens if reserved_tokens else 0.0,
             "paged_bytes": paged_slots * per_token,
-            "paged_waste": max(0.0, 1 - tokens / paged_slots) if paged_slots else 0.0,
+            "paged_waste": 1 - distinct_tokens / paged_slots if paged_slots else 0.0,
         }
 
     def prefix_stats(self, step: int) -> dict:

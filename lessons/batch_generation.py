@@ -2,9 +2,10 @@
 
 import streamlit as st
 
-from kvviz.batch_job import MAX_UPLOAD_BYTES, run_batch
+from kvviz.batch_job import UPLOAD_LIMITS, run_batch
 from kvviz.engine.engine import Engine
 from kvviz.engine.scheduler import Scheduler
+from kvviz.throughput import DEFINITION, throughput_text
 from kvviz.ui import batch_state as bs
 from kvviz.ui.common import current_model, show_code
 from kvviz.viz import batch_figures as figures
@@ -26,7 +27,7 @@ with workload_col:
     upload_problem = None
     if source == bs.UPLOAD:
         st.file_uploader(f"A .txt file (one prompt per line) or a .jsonl file (one {{\"prompt\": ...}} per line), "
-                         f"at most {MAX_UPLOAD_BYTES // 2**20} MiB", key="batch_upload")
+                         f"{UPLOAD_LIMITS}", key="batch_upload")
         summary, upload_problem = bs.upload_summary()
         if not hasattr(st.session_state.get("batch_upload"), "getvalue"):
             st.caption("Nothing uploaded yet.")
@@ -56,6 +57,7 @@ with settings_col:
     b.number_input("Token budget per step", 1, 65_536, bs.DEFAULTS["batch_max_batched_tokens"],
                    key="batch_max_batched_tokens", help="Prompt and generated tokens one forward pass may run; "
                                                         "longer prompts are prefilled in chunks.")
+    a, b = st.columns([2, 3])  # the toggles' labels need the room
     a.toggle("Prefix caching", value=bs.DEFAULTS["batch_prefix_caching"], key="batch_prefix_caching")
     b.toggle("Ignore end-of-text", value=True, key="batch_ignore_eos",
              help="Run every request to its length, even past the model's end-of-text token.")
@@ -82,14 +84,17 @@ if done is None:
 
 st.subheader(f"{len(done.workload)} requests in {done.seconds:.2f} s on {done.model_name}")
 m = st.columns(5)
-m[0].metric("Generated tokens/s", f"{done.engine_tokens_per_s:,.0f}",
-            help=f"Generated tokens over the engine's own time ({done.engine_seconds:.2f} s of steps). The wall "
-                 f"time, {done.seconds:.2f} s, also holds drawing the live charts: {done.tokens_per_s:,.0f} tokens/s.")
+m[0].metric("Output tokens/s", f"{done.engine_tokens_per_s:,.0f}",
+            help=f"{DEFINITION}: here the seconds are the engine's own steps; the wall time, "
+                 f"{done.seconds:.2f} s, also holds drawing the live charts.")
 m[1].metric("Generated tokens", f"{done.output_tokens:,}")
 m[2].metric("Peak blocks in use", f"{done.stats['peak_blocks']} of {done.num_blocks}")
 m[3].metric("Preemptions", done.preemptions)
-m[4].metric("Prefix-cache hit rate", f"{done.hit_rate:.0%}", f"{done.prefix_hit_tokens:,} tokens reused",
-            delta_color="off", help="Share of prompt tokens whose keys and values were already in the pool.")
+m[4].metric("Prefix hit rate", f"{done.hit_rate:.0%}", f"{done.prefix_hit_tokens:,} tokens reused",
+            delta_color="off", delta_arrow="off",
+            help="Share of prompt tokens whose keys and values were already in the pool.")
+st.caption(f"Tokens/s = {throughput_text(done.output_tokens, done.engine_seconds, 'in engine steps')} "
+           "(drawing left out). The first run after loading a model also pays one-off warm-up costs.")
 over_time, lanes_tab, results_tab, compare_tab = st.tabs(
     ["Over time", "Requests", "Results", "Against transformers generate"])
 with over_time:
@@ -118,7 +123,11 @@ with compare_tab:
         used = compared.kvviz.details
         st.caption(f"kvviz ran with its settings above: at most {done.settings.max_num_seqs} requests at once, "
                    f"{done.settings.max_num_batched_tokens} tokens per step, {used['num_blocks']} blocks of "
-                   f"{done.settings.block_size}. Tokens per second count the requested tokens only.")
+                   f"{done.settings.block_size}. This is a new run of the same prompts, timed end to end "
+                   f"without live charts, so it can differ from the run above. {DEFINITION.capitalize()}: "
+                   + "; ".join(f"{side} {throughput_text(run.output_tokens, run.seconds, 'of generate')}"
+                               for side, run in (("kvviz", compared.kvviz), ("transformers", compared.transformers)))
+                   + " (the tokens transformers generated past a request's length not counted).")
         c = st.columns(3)
         c[0].metric("kvviz is", f"{compared.speedup:.2f}× as fast", help="Output tokens per second, kvviz over "
                                                                         "transformers.")

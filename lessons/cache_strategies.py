@@ -4,7 +4,7 @@ import streamlit as st
 
 from kvviz.memory import format_bytes
 from kvviz.strategies import QuantizedKV, SlidingWindowKV, StaticKV, compare_strategies
-from kvviz.ui import strategy_state as ss
+from kvviz.ui import eviction_state, strategy_state as ss
 from kvviz.ui.common import current_model, show_code
 from kvviz.gqa import mean_pool_heads
 from kvviz.viz import strategy_figures as figures
@@ -37,8 +37,8 @@ if "strategies_error" in st.session_state:
     st.error(st.session_state["strategies_error"])
 
 lesson = ss.strategies()
-memory_tab, time_tab, text_tab, error_tab, bill_tab, table_tab, gqa_tab = st.tabs(
-    ["Memory", "Time", "Texts", "Error and KL", "Measured vs formula", "Table", "GQA and MQA"])
+memory_tab, time_tab, text_tab, error_tab, bill_tab, table_tab, gqa_tab, eviction_tab = st.tabs(
+    ["Memory", "Time", "Texts", "Error and KL", "Measured vs formula", "Table", "GQA and MQA", "Eviction lab"])
 
 if lesson is None:
     for tab in (memory_tab, time_tab, text_tab, error_tab, bill_tab, table_tab):
@@ -58,9 +58,12 @@ else:
                    "engine takes whole blocks; no cache holds nothing.")
     with time_tab:
         st.plotly_chart(figures.time_per_step(results), width="stretch")
-        st.caption("Step 0 runs the whole prompt. After it, a cached step runs one token; without a "
-                   "cache every step runs the whole sequence again, so its steps grow longer and its total "
-                   "bends upwards. On a small model and a busy CPU, fixed costs and noise can hide part of it.")
+        st.caption("Left, the work, which is the same on every run: step 0 runs the whole prompt; after it "
+                   "a cached step runs one token, while without a cache every step runs the whole sequence "
+                   "again. Right, the time, measured: each bar is the median over the timed runs of the mean "
+                   "decode step, the whiskers the fastest and slowest run. On a small model and a CPU, a step's "
+                   "fixed costs (and, for the quantized caches, packing and unpacking) can outweigh the "
+                   "tokens saved, so the bars need not follow the token counts.")
     with text_tab:
         st.markdown(figures.divergence_html(lesson["texts"]), unsafe_allow_html=True)
         st.caption("Greedy decoding, each strategy on its own. Red from the first token that differs "
@@ -101,7 +104,7 @@ else:
                                     "max KL (nats)": st.column_config.NumberColumn(format="%.2e"),
                                     "max |K error|": st.column_config.NumberColumn(format="%.2e"),
                                     "max |V error|": st.column_config.NumberColumn(format="%.2e"),
-                                    "mean step (ms)": st.column_config.NumberColumn(format="%.1f")})
+                                    "decode step (ms, median)": st.column_config.NumberColumn(format="%.1f")})
 
 with gqa_tab:
     st.markdown(
@@ -136,6 +139,9 @@ with gqa_tab:
         st.caption(f"Measured on {report.num_windows} windows of {report.window} tokens of held-out text. "
                    f"kvviz.memory's formula predicts {format_bytes(report.predicted_bytes_per_token_after)} "
                    "per token after the merge.")
+
+with eviction_tab:
+    eviction_state.render()
 
 show_code(compare_strategies, StaticKV.update, SlidingWindowKV.update, QuantizedKV.update, mean_pool_heads,
           caption="The comparison that ran, the caches' update methods, and the mean-pooling of KV heads.")

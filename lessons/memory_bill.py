@@ -212,12 +212,13 @@ with results:
     a, b, c = st.columns(3)
     a.metric("Requests that fit", f"{requests:,}", help=f"Requests of {context:,} tokens each, at once.")
     b.metric("Longest context", f"{longest:,}",
-             help=f"Tokens each of {batch:,} request(s) can hold"
+             help=(f"Tokens each of {batch:,} requests can hold" if batch > 1 else "Tokens one request can hold")
                   + (", capped at the model's own context length." if longest == model_limit else "."))
     c.metric("Token slots", f"{slots:,}",
              help=f"{format_bytes(room)} left for the cache ÷ {format_bytes(per_token)} per token.")
     st.caption(f"**The reverse questions.** On {device_name}, {requests:,} requests of {context:,} tokens fit "
-               f"at once; {batch:,} request{'s' if batch > 1 else ''} can each hold up to {longest:,} tokens"
+               f"at once; {f'{batch:,} requests can each' if batch > 1 else 'one request can'} hold up to "
+               f"{longest:,} tokens"
                + (" (the model's own limit)" if longest == model_limit else "")
                + f"; the cache has room for {slots:,} tokens in all.")
 

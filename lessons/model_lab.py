@@ -41,6 +41,7 @@ def _measure() -> None:
         return
     st.session_state.pop("lab_error", None)
     st.session_state["lab_result"] = result
+    st.session_state["lab_result_shape"] = _shape()
 
 
 st.title("Model lab")
@@ -78,12 +79,18 @@ def show_summary(result: lab.LabResult) -> None:
     a.metric("Parameters", f"{result.num_params / 1e6:,.2f}M")
     b.metric("Weights", format_bytes(result.weight_bytes), help="The sum of every parameter tensor's bytes.")
     c.metric("Cache per token", format_bytes(result.bytes_per_token), help="K and V, every layer, every KV head.")
+    with_cache, without = longest.tokens_run
     a, b, c = st.columns(3)
-    a.metric(f"Step at {longest.context} tokens", f"{longest.cached_s * 1e3:.1f} ms",
-             help="One decode step with the cache: only the newest token runs through the model.")
-    b.metric("Without the cache", f"{longest.uncached_s * 1e3:.1f} ms",
-             help=f"All {longest.context} tokens run through the model again.")
-    c.metric("Slower without", f"{longest.speedup:.1f}×")
+    a.metric("Tokens run", f"{with_cache} vs {without:,}",
+             help=f"For the step at {longest.context} tokens: with the cache only the newest token runs through "
+                  "the model; without it, every token in the context runs again. Counts do not vary between runs.")
+    b.metric("With the cache", longest.median_text(cached=True),
+             help="Warm decode steps that run only the newest token, timed on this machine: the median.")
+    c.metric("Without the cache", longest.median_text(cached=False),
+             help=f"Warm steps that run all {longest.context} tokens again, timed on this machine: the median.")
+    st.caption(f"At {longest.context} tokens. With the cache: {longest.spread(cached=True)}; without: "
+               f"{longest.spread(cached=False)}; the ratio of the medians is {longest.speedup:.1f}×. Times move "
+               "with the machine's load; the token counts do not.")
     st.code(result.formula, language=None, wrap_lines=True)
     agree = "the same as" if longest.cache_bytes == longest.formula_bytes else "unlike"
     st.caption(f"The engine's cache held {longest.cache_bytes:,} bytes after that step, {agree} the formula.")
@@ -109,6 +116,9 @@ with results:
     else:
         if problem:
             st.caption("The results below are from the last model that was measured.")
+        elif st.session_state.get("lab_result_shape") != _shape():
+            st.warning("The sliders have changed since this measurement: the results below are from the "
+                       "previous shape. Press **Measure** to measure this one.", icon=":material/history:")
         show_summary(result)
 
 if result is not None:

@@ -5,6 +5,7 @@ import streamlit as st
 
 from kvviz import predict
 from kvviz.engine.block_pool import BlockPool
+from kvviz.engine.kv_manager import KVCacheManager
 from kvviz.engine.scheduler import Scheduler
 from kvviz.memory import format_bytes
 from kvviz.ui import paged_state as ps
@@ -24,8 +25,10 @@ paging_explained()
 
 st.data_editor(pd.DataFrame(ps.DEFAULT_TABLE), num_rows="dynamic", width="stretch", key="paged_editor",
                column_config={"prompt": st.column_config.TextColumn(width="large"),
-                              "arrives at step": st.column_config.NumberColumn(min_value=0, max_value=50),
-                              "max tokens": st.column_config.NumberColumn(min_value=1, max_value=200)})
+                              "arrives at step": st.column_config.NumberColumn(min_value=0, max_value=50,
+                                                                               width="small"),
+                              "max tokens": st.column_config.NumberColumn(min_value=1, max_value=200,
+                                                                          width="small")})
 edited = st.session_state.get("paged_editor", {})
 table = pd.DataFrame(ps.DEFAULT_TABLE)
 for row, changes in edited.get("edited_rows", {}).items():
@@ -62,45 +65,57 @@ labels = {rid: lesson.label(rid) for rid in lesson.request_ids.values()}
 
 comparison = lesson.reservation_comparison(step)
 prefix = lesson.prefix_stats(step)
-m = st.columns(5)
+m = st.columns(3)  # two rows, so that no label or value is cut off on a projector
 m[0].metric("Running requests", comparison["requests"])
-m[1].metric("Contiguous reservation", format_bytes(comparison["contiguous_bytes"]),
-            f"{comparison['contiguous_waste']:.0%} wasted", delta_color="off",
-            help=f"Each request reserves the model's whole context ({lesson.max_context} tokens) up front.")
-m[2].metric("Paged blocks", format_bytes(comparison["paged_bytes"]), f"{comparison['paged_waste']:.0%} wasted",
-            delta_color="off", help="Only the last block of each request has empty slots.")
-m[3].metric("Prefix-cache hit rate", f"{prefix['hit_rate']:.0%}",
-            f"{prefix['blocks_saved']} blocks not recomputed", delta_color="off")
-m[4].metric("Preemptions so far", lesson.engine.scheduler.num_preemptions if step == last else
+m[1].metric("Preemptions so far", lesson.engine.scheduler.num_preemptions if step == last else
             sum(e.kind == "preempt" for r in lesson.records[:step + 1] for e in r.events))
+m[2].metric("Prefix-cache hit rate", f"{prefix['hit_rate']:.0%}", f"{prefix['blocks_saved']} blocks reused",
+            delta_color="off", delta_arrow="off",
+            help="Prompt blocks found in the prefix cache, so not computed again.")
+m = st.columns(3)
+m[0].metric("Contiguous reservation", format_bytes(comparison["contiguous_bytes"]),
+            f"{comparison['contiguous_waste']:.0%} wasted", delta_color="off", delta_arrow="off",
+            help=f"Each request reserves the model's whole context ({lesson.max_context} tokens) up front.")
+m[1].metric("Paged blocks", format_bytes(comparison["paged_bytes"]), f"{comparison['paged_waste']:.0%} wasted",
+            delta_color="off", delta_arrow="off",
+            help=f"{comparison['paged_blocks']} blocks hold {comparison['paged_slots']} slots "
+                 f"for {comparison['distinct_tokens']} distinct tokens: a block shared by "
+                 "several requests counts once, and only last blocks have empty slots.")
 
 left, right = st.columns([3, 2])
 with left:
     st.plotly_chart(figures.block_tables(record, labels, lesson.engine.block_size), width="stretch")
-    st.plotly_chart(figures.pool_grid(record, labels), width="stretch")
+    st.plotly_chart(figures.pool_grid(lesson.pool_blocks(step), labels), width="stretch")
 with right:
     st.plotly_chart(figures.schedule_timeline(lesson.records[:step + 1][-12:], labels), width="stretch")
     st.markdown("**Events this step**")
     events = [{"event": e.kind, "request": labels.get(e.request_id, "—"), "blocks": ", ".join(map(str, e.block_ids))}
               for e in record.events]
-    st.dataframe(events or [{"event": "—", "request": "", "blocks": ""}], hide_index=True, width="stretch")
+    # st.table wraps long cells; a dataframe would cut block lists and texts off at the column's edge
+    st.table(pd.DataFrame(events or [{"event": "—", "request": "", "blocks": ""}]).set_index("event"))
     texts = {labels[r.request_id]: lesson.engine.tokenizer.decode(r.output_token_ids)
              for r in record.requests if r.request_id in labels and lesson.engine.tokenizer is not None}
     if texts:
         st.markdown("**Generated so far**")
-        st.dataframe([{"request": k, "text": v} for k, v in texts.items()], hide_index=True, width="stretch")
+        st.table(pd.DataFrame([{"request": k, "text": v} for k, v in texts.items()]).set_index("request"))
 
 with st.expander("Predict, then reveal: which block comes next?",
                  expanded=bool(st.session_state.get("paged_questions"))):
     questions = st.session_state.setdefault("paged_questions", [])
     running = [r for r in lesson.records[-1].requests if r.status == "running" and r.request_id in labels]
+    choices = [r.request_id for r in running]
+    if st.session_state.get("paged_question_request") not in choices:  # a new run, or that request ended
+        st.session_state.pop("paged_question_request", None)
     q1, q2, q3 = st.columns([2, 2, 1])
-    who = q1.selectbox("Request", [r.request_id for r in running], format_func=lambda rid: labels[rid],
-                       key="paged_question_request")
+    who = q1.selectbox("Request", choices, format_func=lambda rid: labels[rid], key="paged_question_request")
     guess = q2.number_input("Your guess (physical block id)", 0, lesson.engine.num_blocks - 1,
                             key="paged_question_guess")
     if q3.button("Commit", key="paged_question_commit", disabled=who is None or lesson.finished):
         questions.append(predict.BlockQuestion(who, labels[who], len(lesson.records) - 1, int(guess)))
+    if lesson.finished:
+        st.caption("Every request has finished, so no block comes next: press **Start** to run again.")
+    elif who is None:
+        st.caption("No request is running at the latest step; press **Step** until one is.")
     for question in questions:
         predict.reveal_block(question, lesson.records)
     for question in reversed(questions[-4:]):
@@ -113,5 +128,6 @@ with st.expander("Predict, then reveal: which block comes next?",
     answered = [q for q in questions if q.revealed]
     st.caption(f"Score: {sum(q.correct for q in answered)} / {len(answered)}")
 
-show_code(Scheduler.schedule, BlockPool.find_cached_prefix, BlockPool.allocate, BlockPool.free,
-          caption="The scheduler that chose this step's work, and the block pool it asked for blocks.")
+show_code(Scheduler.schedule, KVCacheManager.allocate_slots, BlockPool.find_cached_prefix, BlockPool.allocate,
+          BlockPool.free, caption="The scheduler that chose this step's tokens, the KV manager that found "
+                                  "their blocks, and the block pool it took them from.")

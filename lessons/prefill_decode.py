@@ -2,7 +2,6 @@
 
 import time
 
-import numpy as np
 import streamlit as st
 
 from kvviz.engine.engine import Engine
@@ -23,10 +22,11 @@ st.title("Prefill and decode")
 # ---- the prompt and the controls -----------------------------------------------------------
 left, right = st.columns([3, 2])
 with left:
-    st.selectbox("Example prompts", ls.EXAMPLE_PROMPTS, key="lesson_example", on_change=ls.on_example)
-    st.text_area("Prompt", key="lesson_prompt", height=90)
+    st.selectbox("Example prompts", ls.EXAMPLE_PROMPTS, key="lesson_example", on_change=ls.on_example, index=None,
+                 placeholder="Your own prompt", format_func=lambda prompt: prompt.replace("\n", " ⏎ "))
+    st.text_area("Prompt", key="lesson_prompt", height=90, on_change=ls.on_prompt_edit)
 with right:
-    st.slider("Tokens to generate", 1, 256, key="lesson_max_tokens")
+    st.slider("Tokens to generate", 1, ls.MAX_LESSON_TOKENS, key="lesson_max_tokens")
     with st.expander("Sampling"):
         st.toggle("Greedy (always the most likely token)", key="lesson_greedy")
         greedy = st.session_state["lesson_greedy"]
@@ -37,14 +37,13 @@ with right:
 
 lesson = ls.lesson()
 playing = st.session_state.get("lesson_playing", False)
-buttons = st.columns([1, 1, 1, 2, 1])
+buttons = st.columns([1, 1.5, 1, 1.5, 1], vertical_alignment="bottom")  # "Next token" fits in presenter type
 buttons[0].button("Prefill", type="primary", on_click=ls.on_prefill, width="stretch")
 buttons[1].button("Next token", on_click=ls.on_next_token, width="stretch", shortcut="Right",
                   disabled=lesson is None or lesson.finished)
 buttons[2].button("Pause" if playing else "Play", on_click=ls.on_toggle_play, width="stretch", shortcut="P",
                   disabled=lesson is None or lesson.finished)
-buttons[3].select_slider("Speed", ["slow", "normal", "fast"], value="normal", key="lesson_speed",
-                         label_visibility="collapsed")
+buttons[3].select_slider("Play speed", ["slow", "normal", "fast"], value="normal", key="lesson_speed")
 buttons[4].button("Reset", on_click=ls.on_reset, width="stretch")
 if "lesson_error" in st.session_state:
     st.error(st.session_state["lesson_error"])
@@ -74,9 +73,10 @@ last_step = len(lesson.visible_records) - 1
 if lesson.replay:
     st.info(f"Replaying a recorded lesson ({lesson.model_info['name']}, {len(lesson.records)} steps): "
             "every view is drawn from the file; no model runs. Press Next token to reveal the next step.")
+step = ls.view_step(last_step, playing)
 if last_step > 0:
-    st.slider("Look back at step (0 = prefill)", 0, last_step, key="lesson_view_step")
-step = min(st.session_state.get("lesson_view_step", last_step), last_step)
+    st.slider("Look back at step (0 = prefill)", 0, last_step, key="lesson_view_step", disabled=playing,
+              help="Pause to look back; while playing, the view follows the newest step.")
 sync_query_params(lesson.settings.prompt, step)
 record, info = lesson.records[step], lesson.model_info
 num_tokens = lesson.num_tokens_at(step)
@@ -92,7 +92,8 @@ elif not lesson.finished or step < last_step:
                f"{num_tokens} cached positions. The rows cached earlier were read, not recomputed.")
 else:
     st.success(f"**Done.** {len(lesson.records) - 1} decode steps, each running one token against the "
-               f"growing cache. The table below adds up what recomputing everything would have cost.")
+               f"growing cache. The **Work saved** view adds up what recomputing everything would have cost. "
+               + (ls.stop_note(lesson) or ""))
 st.markdown(token_chips(lesson.token_texts[:num_tokens + (1 if record.sampled else 0)],
                         entered + ([step + 1] if record.sampled else []), step), unsafe_allow_html=True)
 st.caption("Blue: prompt (prefill). Orange: generated, one per decode step. Outlined: added this step; "
@@ -113,18 +114,12 @@ if view == "Cache per layer":
 
 @st.fragment
 def kv_inspector():
-    trace = lesson.records[step].trace
-    if trace is None:
-        st.info("This step's keys and values were dropped to bound memory; look at a later step.")
-        return
+    trace = lesson.trace(step)
     a, b = st.columns(2)
     layer = a.selectbox("Layer", range(info["layers"]), key="lesson_kv_layer")
     kv_head = b.selectbox("KV head", range(info["kv_heads"]), key="lesson_kv_head")
     new_rows = num_tokens if step == 0 else 1
-    changed = 0
-    if step > 0 and lesson.records[step - 1].trace is not None:
-        before = lesson.records[step - 1].trace.keys
-        changed = int((np.abs(trace.keys[:, :before.shape[1]] - before).max(axis=(0, 2, 3)) > 0).sum())
+    changed = lesson.traces[step].changed_rows  # checked against the step before when it ran
     k_col, v_col = st.columns(2)
     texts = lesson.token_texts[:num_tokens]
     k_col.plotly_chart(figures.kv_heatmap(trace.keys[layer, :, kv_head], "K", layer, kv_head, new_rows, changed,
@@ -138,10 +133,7 @@ def kv_inspector():
 
 @st.fragment
 def attention_view():
-    trace = lesson.records[step].trace
-    if trace is None:
-        st.info("This step's attention weights were dropped to bound memory; look at a later step.")
-        return
+    trace = lesson.trace(step)
     layer = st.selectbox("Layer", range(info["layers"]), key="lesson_attention_layer")
     st.plotly_chart(figures.attention_by_head(trace.attention[layer], info["kv_heads"],
                                               lesson.token_texts, layer), width="stretch")
@@ -170,11 +162,13 @@ if view == "Work saved":
              help="Between the cached run and a run that recomputes everything, over all steps so far.")
     st.caption(logit_difference_note(max(diffs) if diffs else None, info["dtype"]))
     st.dataframe(rows, width="stretch", hide_index=True)
+    st.caption("Tokens run are counts: they come out the same on every run and every machine. How long a "
+               "step takes is measured in the Model lab, as the median of several warm runs.")
 if view == "Memory bill":
     bill = lesson.bill(step, info["dtype_bytes"])
     st.markdown("**The formula** for this request's tokens:")
     for line in bill["formula"]:
-        st.code(line, language=None)
+        st.code(line, language=None, wrap_lines=True)
     a, b, c, d = st.columns(4)
     a.metric("Formula", format_bytes(bill["formula_bytes"]))
     b.metric("Bytes holding tokens (measured)", format_bytes(bill["token_bytes"]))
@@ -188,6 +182,6 @@ if view == "Memory bill":
 with st.expander("Predict, then reveal", expanded=bool(st.session_state.get("lesson_questions"))):
     predict_panel(lesson)
 
-show_code(Engine.step, Scheduler.schedule, paged_attention,
+show_code(Engine.step, Engine._run, Scheduler.schedule, paged_attention,
           caption="The engine code that ran this step: schedule, one forward pass, and the attention "
                   "function every layer calls, which writes new keys and values into the paged cache.")

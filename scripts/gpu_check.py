@@ -14,18 +14,14 @@ Finishes in a few minutes on one GPU; every number is printed as it comes.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from kvviz.bench import (compare_outputs, count_params, hf_copy, measure_matmul_peak,  # noqa: E402
+from kvviz.bench import (compare_outputs, count_params, hf_copy, measure_matmul_peak,
                          mixed_workload, model_flops, run_hf_generate, run_hf_generate_batch, run_kvviz)
-from kvviz.bench import build_random_llama  # noqa: E402
-from kvviz.models import CustomShape  # noqa: E402
+from kvviz.bench import build_random_llama
+from kvviz.models import CustomShape
 
 # Llama-3.2-1B's body with a 32k vocabulary: about 1.1B parameters
 GPU_SHAPE = CustomShape(num_layers=16, hidden_size=2048, num_heads=32, num_kv_heads=8,

@@ -11,5 +11,9 @@ if [ ! -x /usr/bin/chromium ]; then  # Debian's Chromium drives the browser test
 fi
 [ -d .venv ] || python3 -m venv .venv
 . .venv/bin/activate
-pip install -q --disable-pip-version-check -r requirements-dev.txt
+pip install -q --disable-pip-version-check -r requirements-dev.txt -e .
+# vLLM's own environment, for tests/test_vllm.py (about N minutes the first time; skipped if made)
+if [ -z "${KVVIZ_VLLM_PYTHON:-}" ] && [ "${KVVIZ_SKIP_VLLM:-0}" != 1 ]; then
+  bash scripts/setup_vllm.sh || echo "vLLM's environment could not be made; tests/test_vllm.py will be skipped"
+fi
 python -m pytest -q "$@"

@@ -8,12 +8,10 @@ checkpoint in the repository actually writes.
 
 import json
 import platform
-import sys
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from anywhere, no install
 
 from kvviz import Engine, SamplingParams, load_model
 from kvviz.models import BUNDLED_DIR

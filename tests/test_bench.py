@@ -27,7 +27,8 @@ def test_quick_bench_agrees_with_hf_generate(quick_run, capsys):
 
 def test_quick_bench_reports_every_figure(quick_run):
     _, results = quick_run
-    assert set(results) >= {"model", "settings", "mixed", "flops", "memory", "shared_prefix", "tight_pool"}
+    assert set(results) >= {"model", "settings", "mixed", "flops", "memory", "shared_prefix", "tight_pool",
+                            "pool_sizes"}
     systems = results["mixed"]["systems"]
     assert set(systems) == {"kvviz", "hf_generate", "hf_generate_batch"}
     for name in ("kvviz", "hf_generate"):
@@ -40,6 +41,10 @@ def test_quick_bench_reports_every_figure(quick_run):
     assert 0 <= results["memory"]["kvviz_slack_fraction"] < 1
     prefix = results["shared_prefix"]
     assert prefix["prefix_len"] > 0 and prefix["speedup"] > 0 and 0 <= prefix["hit_rate"] <= 1
+    assert systems["kvviz"]["details"]["settings"] == {}  # the headline is Engine(model) as a user writes it
+    pool_sizes = results["pool_sizes"]
+    assert [row["num_blocks"] for row in pool_sizes] == [128, 1024]
+    assert all(0 < row["outside_forward_ms"] < row["step_ms"] and row["preemptions"] == 0 for row in pool_sizes)
     tight = results["tight_pool"]
     assert tight["num_blocks"] < tight["demand_blocks"]
     assert tight["outputs_equal"] == tight["requests"]
@@ -64,3 +69,11 @@ def test_model_flops_count_prompt_outputs_and_attention():
     body = bench.count_params(model) - 2 * 128 * 64
     attention = 4 * 4 * 16 * 1 * (4 * 5 / 2)
     assert bench.model_flops(model, one) == 2 * body * 4 + 2 * 128 * 64 * 2 + attention
+
+
+def test_engine_flags_are_reported_as_tuned(capsys):
+    parser = bench.add_bench_arguments(argparse.ArgumentParser())
+    args = parser.parse_args(["--quick", "--skip-hf", "--max-num-batched-tokens", "64", "--pool-sizes", ""])
+    assert bench.run_bench(args) == 0
+    out = capsys.readouterr().out
+    assert "kvviz Engine(model)" in out and "kvviz tuned sets max_num_batched_tokens=64" in out

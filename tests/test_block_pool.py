@@ -1,17 +1,20 @@
-"""Property tests of the block pool: random allocate / append / free / prefix-hit sequences."""
+"""Property tests of the block pool and its KV manager: random start / append / free sequences."""
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvviz.engine.block_pool import BlockPool
+from kvviz.engine.kv_manager import KVCacheManager
+from kvviz.engine.request import Request
+from kvviz.engine.sampling import SamplingParams
 
 BLOCK = 4
 
 
-def owners_by_block(tables: dict[int, list[int]]) -> dict[int, set[int]]:
+def owners_by_block(requests: dict[int, Request]) -> dict[int, set[int]]:
     owners: dict[int, set[int]] = {}
-    for owner, table in tables.items():
-        for block_id in table:
+    for owner, request in requests.items():
+        for block_id in request.block_table:
             owners.setdefault(block_id, set()).add(owner)
     return owners
 
@@ -24,51 +27,43 @@ operations = st.lists(st.tuples(st.sampled_from(["start", "append", "free"]),
 @given(operations, st.integers(4, 24), st.booleans())
 def test_random_operations_keep_the_invariants(ops, num_blocks, prefix_caching):
     pool = BlockPool(num_blocks, BLOCK, prefix_caching)
-    tables: dict[int, list[int]] = {}
-    tokens: dict[int, list[int]] = {}
-    hashes: dict[int, list[int]] = {}
+    kv = KVCacheManager(pool)
+    live: dict[int, Request] = {}
     next_owner = 0
     for op, which, length in ops:
-        live = sorted(tables)
+        owners = sorted(live)
         if op == "start":
             # prompts drawn from a few shared shapes, so prefixes repeat
             prompt = [which % 3] * BLOCK * (length // BLOCK) + list(range(length % BLOCK + 1))
-            hit, hit_hashes = pool.find_cached_prefix(prompt)
-            assert len(hit) * BLOCK < len(prompt)  # never the last token
-            fresh = -(-len(prompt) // BLOCK) - len(hit)
-            reused_free = sum(pool.blocks[b].ref_cnt == 0 for b in hit)
-            if not pool.can_allocate(fresh + reused_free):
+            request = Request(next_owner, prompt, SamplingParams(), arrival=0)
+            hit = kv.find_prefix(request)
+            assert hit.num_tokens < len(prompt)  # never the last token
+            free_before, events_before = pool.num_free_blocks, len(pool.events)
+            if not kv.allocate_slots(request, len(prompt) - hit.num_tokens, hit):
+                # refused: nothing changed
+                assert (request.block_table, pool.num_free_blocks, len(pool.events)) == ([], free_before, events_before)
                 continue
-            owner, next_owner = next_owner, next_owner + 1
-            if hit:
-                pool.touch(hit, owner)
-            tables[owner] = hit + pool.allocate(fresh, owner)
-            tokens[owner], hashes[owner] = prompt, list(hit_hashes)
-        elif op == "append" and live:
-            owner = live[which % len(live)]
-            tokens[owner].append(length)
-            if len(tokens[owner]) > len(tables[owner]) * BLOCK:
-                if not pool.can_allocate(1):
-                    continue
-                tables[owner] += pool.allocate(1, owner)
-        elif op == "free" and live:
-            owner = live[which % len(live)]
-            pool.free(tables.pop(owner), owner)
+            assert request.block_table[:len(hit.block_ids)] == hit.block_ids
+            live[next_owner], next_owner = request, next_owner + 1
+        elif op == "append" and owners:
+            request = live[owners[which % len(owners)]]
+            request.output_token_ids.append(length)
+            if not kv.allocate_slots(request, request.num_tokens - request.num_computed_tokens):
+                request.output_token_ids.pop()  # it waits, as a preempted request would
+                continue
+        elif op == "free" and owners:
+            kv.free(live.pop(owners[which % len(owners)]))
             continue
         else:
             continue
-        # register every full block the owner has, as the engine does after a forward pass
-        for owner in tables:
-            full = len(tokens[owner]) // BLOCK
-            for i in range(len(hashes[owner]), full):
-                parent = hashes[owner][-1] if hashes[owner] else None
-                hashes[owner].append(pool.cache_full_block(
-                    tables[owner][i], parent, tuple(tokens[owner][i * BLOCK:(i + 1) * BLOCK])))
-        pool.check_invariants(owners_by_block(tables))
-        used = {b for table in tables.values() for b in table}
+        request.num_computed_tokens = request.num_tokens  # the forward pass ran
+        assert len(request.block_table) * BLOCK >= request.num_tokens
+        assert len(request.block_hashes) == request.num_tokens // BLOCK  # its full blocks, all registered
+        pool.check_invariants(owners_by_block(live))
+        used = {b for r in live.values() for b in r.block_table}
         assert pool.num_free_blocks + len(used) == pool.num_blocks
-    for owner in list(tables):
-        pool.free(tables.pop(owner), owner)
+    for owner in list(live):
+        kv.free(live.pop(owner))
     pool.check_invariants({})
     assert pool.num_free_blocks == num_blocks
 

@@ -2,12 +2,14 @@
 
 import json
 
+import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
 from conftest import ROOT, open_lesson
 from kvviz import predict
-from kvviz.lesson import Lesson, LessonFileError, LessonSettings, export_lesson, import_lesson
+from kvviz.lesson import Lesson, LessonSettings
+from kvviz.lesson_file import LESSON_FORMAT, LessonFileError, export_lesson, import_lesson
 
 
 @pytest.fixture(scope="module")
@@ -37,26 +39,75 @@ def test_questions_are_answered_by_the_engine(lesson):
             lesson.next_token()
 
 
-def test_export_then_replay_gives_the_same_records(lesson):
-    text = export_lesson(lesson)
-    replay = import_lesson(text.encode())
+def assert_replays_exactly(replay, lesson):
     assert replay.replay and replay.engine is None
-    assert json.loads(json.dumps([r.to_dict() for r in replay.records])) == json.loads(text)["records"]
+    as_json = lambda lessons: json.loads(json.dumps([r.to_dict() for r in lessons]))  # noqa: E731
+    assert as_json(replay.records) == as_json(lesson.records)
+    assert [r.sampled for r in replay.records] == [r.sampled for r in lesson.records]
     assert replay.visible_records == replay.records[:1]
     while replay.next_token() is not None:
         pass
     assert replay.finished and len(replay.visible_records) == len(lesson.records)
     assert replay.work() == json.loads(json.dumps(lesson.work()))
-    step = len(lesson.records) - 2
-    assert replay.bill(step, 4) == lesson.bill(step, 4)
+    assert replay.token_texts == lesson.token_texts
+    for step in range(len(lesson.records)):
+        original, replayed = lesson.trace(step), replay.trace(step)
+        for name in ("keys", "values", "attention"):
+            assert np.array_equal(getattr(original, name), getattr(replayed, name))
+        assert replay.bill(step, 4) == lesson.bill(step, 4)
+        assert replay.traces[step].changed_rows == lesson.traces[step].changed_rows == 0
+
+
+def test_export_then_replay_gives_the_same_records(lesson):
+    assert_replays_exactly(import_lesson(export_lesson(lesson).encode()), lesson)
+
+
+def test_a_default_length_lesson_exports_small_and_replays_exactly(bundled):
+    """Issue 12 item 7: 48 tokens used to export 69 MiB (every step's whole cache) and not replay."""
+    from kvviz.ui.lesson_state import DEFAULTS, EXAMPLE_PROMPTS
+
+    run = Lesson.start(bundled, LessonSettings(prompt=EXAMPLE_PROMPTS[0], max_tokens=DEFAULTS["lesson_max_tokens"]))
+    run.prefill()
+    while run.next_token() is not None:
+        pass
+    assert len(run.records) == 48
+    text = export_lesson(run)
+    assert len(text) < 5 * 2**20
+    assert_replays_exactly(import_lesson(text), run)
+
+
+def damage(lesson, change):
+    data = json.loads(export_lesson(lesson))
+    change(data)
+    return json.dumps(data)
+
+
+@pytest.mark.parametrize("change, field", [
+    (lambda d: d["model"].update(kv_heads=0), "model.kv_heads"),
+    (lambda d: d["model"].update(layers="four"), "model.layers"),
+    (lambda d: d["model"].update(layers=200_000), "model.layers"),
+    (lambda d: d["model"].update(layers=5), r"traces\[0\].new_keys"),  # shapes disagree with the model
+    (lambda d: d["traces"][1].update(attention=d["traces"][0]["attention"]), r"traces\[1\].attention"),
+    (lambda d: d.update(prompt_token_ids=[]), "prompt_token_ids"),
+    (lambda d: d["settings"].update(max_tokens=10**9), "settings.max_tokens"),
+    (lambda d: d["records"][0]["memory"].update(token_bytes=-5), r"records\[0\].memory.token_bytes"),
+    (lambda d: d["records"][1].update(sampled=[[0, "x"]]), r"records\[1\].sampled\[0\]\[1\]"),
+    (lambda d: d["token_texts"].pop(), "token_texts"),
+    (lambda d: d["twin_records"].pop(), "twin_records"),
+])
+def test_damaged_fields_are_named_at_import(lesson, change, field):
+    with pytest.raises(LessonFileError, match=f"field {field} "):
+        import_lesson(damage(lesson, change))
 
 
 @pytest.mark.parametrize("payload, message", [
     (b"\x80\x04\x95pickle", "not JSON"),
     (b"{\"format\": \"something-else\"}", "not a kvviz lesson"),
     (b"[1, 2, 3]", "not a kvviz lesson"),
-    (json.dumps({"format": "kvviz-lesson/1", "settings": {"prompt": "x", "evil": 1}}).encode(), "damaged"),
-    (b" " * (51 * 2**20), "over the"),
+    (b"{\"format\": \"kvviz-lesson/1\"}", "not a kvviz lesson"),
+    (json.dumps({"format": LESSON_FORMAT, "settings": {"prompt": "x", "evil": 1}}).encode(), "field model is missing"),
+    (b" " * (21 * 2**20), "over the"),
+    (b"[" * 100_000 + b"]" * 100_000, "nests lists or objects too deeply"),
 ])
 def test_bad_lesson_files_are_refused(payload, message):
     with pytest.raises(LessonFileError, match=message):
@@ -66,7 +117,7 @@ def test_bad_lesson_files_are_refused(payload, message):
 def test_hostile_record_fields_are_refused(lesson):
     data = json.loads(export_lesson(lesson))
     data["records"][0]["__class__"] = "os.system"
-    with pytest.raises(LessonFileError, match="damaged"):
+    with pytest.raises(LessonFileError, match=r"field records\[0\].__class__ is not one kvviz writes"):
         import_lesson(json.dumps(data))
 
 
@@ -118,3 +169,38 @@ def test_which_block_comes_next_is_answered_by_the_pool(bundled):
     table = paged.records[question.answered_at].request(rid).block_table
     assert question.answer == table[-1]  # the block the request really received
     assert question.answer == 2 and question.correct  # fresh pool: blocks go out in order
+
+
+def open_link(params: dict):
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
+    for key, value in params.items():
+        at.query_params[key] = value
+    at.run()
+    at.switch_page("lessons/prefill_decode.py").run()
+    return at
+
+
+def long_prompt(bundled, tokens: int) -> str:
+    """A prompt of exactly `tokens` tokens, so a lesson fills the 512-token context in a few steps."""
+    ids = bundled.tokenizer("ROMEO:\n" + "But soft, what light through yonder window breaks? " * 80)["input_ids"]
+    text = bundled.tokenizer.decode(ids[:tokens])
+    assert len(bundled.tokenizer(text)["input_ids"]) == tokens
+    return text
+
+
+@pytest.mark.parametrize("step", ["256", "600", "100000000"])
+def test_a_link_step_is_clamped_and_costs_bounded_steps(bundled, step):
+    """Issue 16 item 1: ?step=100000000 used to call Next token 10^8 times and lift max_tokens past the slider."""
+    at = open_link({"prompt": long_prompt(bundled, 500), "step": step})
+    assert not at.exception  # no StreamlitValueAboveMaxError from the slider
+    lesson = at.session_state["lesson"]
+    assert at.session_state["lesson_max_tokens"] <= at.slider(key="lesson_max_tokens").max
+    assert lesson.finished and lesson.records[-1].requests[0].finish_reason == "context_full"
+    assert lesson.engine.step_index == len(lesson.records) <= 256  # steps really run by the engine
+    assert f"The link's step {int(step):,} is past the last step" in at.error[0].value
+
+
+def test_a_link_step_that_is_not_a_number_keeps_its_message():
+    at = open_link({"prompt": "JULIET:\nAy me", "step": "abc"})
+    assert not at.exception and len(at.session_state["lesson"].records) == 1
+    assert [e.value for e in at.error] == ["The link's step is not a number; showing the lesson from prefill."]

@@ -100,6 +100,9 @@ def test_no_cache_mode_recomputes_everything_and_holds_nothing(llama):
     ([1, VOCAB + 5], SamplingParams(), "outside the vocabulary"),
     ([1, -1], SamplingParams(), "outside the vocabulary"),
     ([1, 2], SamplingParams(temperature=-1), "temperature"),
+    ([1, 2], SamplingParams(temperature=float("nan")), "temperature"),
+    ([1, 2], SamplingParams(temperature=1e-40), "temperature"),
+    ([1, 2], SamplingParams(temperature=float("inf")), "temperature"),
     ("text", SamplingParams(), "no tokenizer"),
 ])
 def test_bad_requests_are_refused_and_the_engine_keeps_working(llama, prompt, params, message):

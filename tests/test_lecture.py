@@ -84,12 +84,12 @@ def test_prefill_attention_is_the_causal_triangle_and_matches_decode_rows(lesson
     at = lesson_app
     lesson = at.session_state["lesson"]
     prompt = len(lesson.prompt_token_ids)
-    triangle = lesson.records[0].trace.prompt_attention  # (layers, heads, T, T)
+    triangle = lesson.traces[0].prompt_attention  # (layers, heads, T, T)
     assert triangle.shape[-2:] == (prompt, prompt)
     assert np.allclose(triangle.sum(-1), 1.0, atol=1e-5)
     assert np.all(np.triu(triangle, k=1) == 0)  # nothing above the diagonal: causal
     # its last row is the newest-token row the engine records at prefill
-    assert np.allclose(triangle[:, :, -1], lesson.records[0].trace.attention, atol=1e-6)
+    assert np.allclose(triangle[:, :, -1], lesson.traces[0].attention, atol=1e-6)
     # a prefill of the whole text so far gives, at the generated positions, the decode steps' rows
     text_ids = lesson.prompt_token_ids + [t for r in lesson.records[:3] for _, t in r.sampled]
     engine = Engine(bundled, max_num_seqs=1)
@@ -97,7 +97,7 @@ def test_prefill_attention_is_the_causal_triangle_and_matches_decode_rows(lesson
     full = engine.step().trace.prompt_attention
     for step in (1, 2, 3):
         position = prompt + step - 1  # decode step s runs the token at this position
-        decode_row = lesson.records[step].trace.attention  # (layers, heads, position + 1)
+        decode_row = lesson.traces[step].attention  # (layers, heads, position + 1)
         assert np.allclose(full[:, :, position, :position + 1], decode_row, atol=1e-4)
 
 

@@ -26,7 +26,7 @@ def test_prefill_then_three_decode_steps(app):
     for step, record in enumerate(lesson.records):
         state = record.requests[0]
         assert state.num_computed_tokens == prompt_tokens + step  # the cache grows by one a step
-        assert record.trace.keys.shape[1] == prompt_tokens + step
+        assert lesson.trace(step).keys.shape[1] == prompt_tokens + step
         assert len(state.block_table) == -(-state.num_computed_tokens // 16)
     assert any("Decode step 3" in m.value for m in app.success)
     # the work table: one token per decode step with the cache, all of them without
@@ -50,7 +50,7 @@ def test_step_slider_and_inspectors_redraw_from_records(app):
     app.selectbox(key="lesson_attention_layer").set_value(3).run()
     assert not app.exception
     lesson = app.session_state["lesson"]
-    assert np.allclose(lesson.records[2].trace.attention.sum(-1), 1.0, atol=1e-4)
+    assert np.allclose(lesson.trace(2).attention.sum(-1), 1.0, atol=1e-4)
 
 
 def test_memory_bill_matches_the_measured_bytes(app):

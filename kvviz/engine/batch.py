@@ -21,7 +21,7 @@ def build_step_batch(chunks: list[ScheduledChunk], cache, block_size: int, devic
     for chunk in chunks:
         request = chunk.request
         offsets.append(len(input_ids))
-        input_ids += request.all_token_ids[chunk.start:chunk.end]
+        input_ids += request.token_slice(chunk.start, chunk.end)
         positions += range(chunk.start, chunk.end)
         if cache is not None:
             slots += slots_for(request.block_table, chunk.start, chunk.end, block_size)
@@ -57,7 +57,6 @@ def build_step_batch(chunks: list[ScheduledChunk], cache, block_size: int, devic
 
 def _group(chunks, members, offsets, cached: bool, block_size: int, device) -> AttentionGroup:
     """Pad the member chunks to a common query length Tq and key length Lk."""
-    rows = len(members)
     max_queries = max(chunks[i].num_tokens for i in members)
     max_keys = max(chunks[i].end if cached else chunks[i].num_tokens for i in members)
     query_span = torch.arange(max_queries)  # (Tq,)
@@ -73,18 +72,17 @@ def _group(chunks, members, offsets, cached: bool, block_size: int, device) -> A
     if cached:
         num_keys = starts + lengths  # (B,) the whole context so far
         max_blocks = -(-max_keys // block_size)
-        tables = torch.zeros(rows, max_blocks, dtype=torch.long)  # (B, max_blocks); padding: block 0
-        for row, i in enumerate(members):
-            table = chunks[i].request.block_table[:max_blocks]
-            tables[row, :len(table)] = torch.tensor(table)
+        tables = [chunks[i].request.block_table[:max_blocks] for i in members]
+        tables = torch.tensor([t + [0] * (max_blocks - len(t)) for t in tables])  # (B, max_blocks); pad: block 0
         key_index = tables  # whole blocks are read at once; the masked tail of the last is slack
         block_span = torch.arange(max_blocks * block_size)  # (Lk,) with Lk rounded up to blocks
         key_pos = torch.where(block_span[None, :] < num_keys[:, None], block_span[None, :], -1)  # (B, Lk)
     else:
         key_index = flat_start[:, None] + torch.minimum(key_span[None, :], lengths[:, None] - 1)
         key_pos = torch.where(key_span[None, :] < lengths[:, None], key_span[None, :], -1)
+    in_order = max_queries == 1 and members == list(range(len(chunks)))  # all decodes, nothing else
     return AttentionGroup(
-        query_index=query_index.to(device), query_pos=query_pos.to(device),
+        in_order=in_order, query_index=query_index.to(device), query_pos=query_pos.to(device),
         key_index=key_index.to(device), key_pos=key_pos.to(device),
         out_select=real_query.flatten().nonzero().squeeze(1).to(device),
         out_index=query_index[real_query].to(device),

@@ -144,11 +144,22 @@ class BlockPool:
         self.num_evictions += 1
         self.events.append(PoolEvent("evict", None, [block.block_id]))
 
+    def uncache(self, block_ids: list[int]) -> None:
+        """Take blocks out of the prefix cache (their contents can no longer be trusted)."""
+        for block_id in block_ids:
+            block = self.blocks[block_id]
+            if block.block_hash is not None and self.cached_blocks.get(block.block_hash) == block_id:
+                self._evict(block)
+
     def reset_prefix_cache(self) -> None:
         """Forget every cached hash (used blocks keep their contents)."""
         for block in self.blocks:
             block.block_hash = block.parent_hash = block.token_ids = None
         self.cached_blocks.clear()
+
+    def note(self, kind: str, request_id: int | None, block_ids: list[int]) -> None:
+        """Record why blocks are about to change hands (a "preempt" or "finish" before a free)."""
+        self.events.append(PoolEvent(kind, request_id, list(block_ids)))
 
     def drain_events(self) -> list[PoolEvent]:
         events, self.events = self.events, []

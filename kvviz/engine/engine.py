@@ -16,13 +16,15 @@ import torch
 
 from kvviz.engine.batch import build_step_batch
 from kvviz.engine.block_pool import BlockPool
+from kvviz.engine.config import EngineConfig
 from kvviz.engine.kv_cache import CacheShape, PagedKVCache
+from kvviz.engine.kv_manager import KVCacheManager, blocks_needed
 from kvviz.engine.records import (BlockRecord, ChunkRecord, EventRecord, MemoryRecord,
                                   RequestRecord, StepRecord, TraceRecord)
 from kvviz.engine.request import Request
 from kvviz.engine.runner import install, run_forward
 from kvviz.engine.sampling import SamplingParams, sample
-from kvviz.engine.scheduler import Scheduler, blocks_needed
+from kvviz.engine.scheduler import Scheduler
 
 
 class EngineError(ValueError):
@@ -41,44 +43,48 @@ class RequestOutput:
 
 
 class Engine:
-    def __init__(self, lm, block_size: int = 16, num_blocks: int | None = None,
-                 enable_prefix_caching: bool = True, max_num_seqs: int = 64,
-                 max_num_batched_tokens: int = 2048, *, use_cache: bool = True,
-                 enable_chunked_prefill: bool = True, record_blocks: bool = True,
-                 memory_fraction: float = 0.9):
+    """Engine(lm, config=None, **overrides): settings from an EngineConfig, defaults included.
+
+    Engine(lm, block_size=16, num_blocks=None, enable_prefix_caching=True, max_num_seqs=64,
+    max_num_batched_tokens=2048) works as before: keywords override the config's fields.
+    """
+
+    def __init__(self, lm, config: EngineConfig | None = None, **overrides):
+        try:
+            config = (config or EngineConfig()).with_overrides(**overrides)
+            config.validate()
+        except (ValueError, TypeError) as error:
+            raise EngineError(str(error)) from None
+        self.config = config
         if not isinstance(lm, torch.nn.Module):  # a LoadedModel from kvviz.load_model
             self.model, self.tokenizer, self.max_context = lm.model, lm.tokenizer, lm.max_context
         else:  # a bare PreTrainedModel: prompts must be token ids
             self.model, self.tokenizer = lm, None
-            config = lm.config.get_text_config()
-            self.max_context = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", 2048)
-        if block_size < 1 or max_num_seqs < 1 or max_num_batched_tokens < 1:
-            raise EngineError("block_size, max_num_seqs and max_num_batched_tokens must all be at least 1.")
+            text_config = lm.config.get_text_config()
+            self.max_context = (getattr(text_config, "max_position_embeddings", None)
+                                or getattr(text_config, "n_positions", 2048))
         self.device = next(self.model.parameters()).device
-        self.config = self.model.config.get_text_config()
+        self.hf_config = self.model.config.get_text_config()
         self.vocab_size = self.model.get_output_embeddings().weight.shape[0]
         self.eos_token_ids = self._eos_ids()
-        self.block_size = block_size
-        self.use_cache = use_cache
-        self.record_blocks = record_blocks
+        self.block_size = config.block_size
+        self.use_cache = config.use_cache
+        self.record_blocks = config.record_blocks
         install(self.model)
         self.cache_shape = CacheShape.from_model(self.model)
-        if use_cache:
-            if num_blocks is None:
-                num_blocks = self._blocks_that_fit(max_num_seqs, memory_fraction)
-            if num_blocks < 1:
-                raise EngineError(f"The pool needs at least one block, not {num_blocks}.")
-            self.pool = BlockPool(num_blocks, block_size, enable_prefix_caching)
-            self.cache = PagedKVCache(self.cache_shape, num_blocks, block_size, self.device)
-        else:
-            self.pool, self.cache = None, None
-        self.num_blocks = num_blocks if use_cache else 0
-        self.scheduler = Scheduler(self.pool, max_num_seqs, max_num_batched_tokens,
-                                   use_cache, enable_chunked_prefill)
+        self.pool, self.cache, self.kv, self.num_blocks = None, None, None, 0
+        if config.use_cache:
+            self.num_blocks = config.num_blocks or self._blocks_that_fit(config.max_num_seqs, config.memory_fraction)
+            self.pool = BlockPool(self.num_blocks, config.block_size, config.enable_prefix_caching)
+            self.kv = KVCacheManager(self.pool)
+            self.cache = PagedKVCache(self.cache_shape, self.num_blocks, config.block_size, self.device)
+        self.scheduler = Scheduler(self.kv, config.max_num_seqs, config.max_num_batched_tokens,
+                                   config.enable_chunked_prefill)
         self.requests: dict[int, Request] = {}
         self.trace_request_id: int | None = None
         self.step_index = 0
         self._next_id = 0
+        self._finished_now: list[Request] = []  # finished since the last record
         self.stats = {"prompt_tokens": 0, "generated_tokens": 0, "cached_tokens": 0,
                       "peak_blocks": 0, "forward_s": 0.0}
 
@@ -99,14 +105,20 @@ class Engine:
 
     def check_request(self, prompt: str | list[int], params: SamplingParams) -> list[int]:
         """Tokenize and validate a request without queueing it; raises EngineError."""
+        if isinstance(params.max_tokens, bool) or not isinstance(params.max_tokens, int):
+            raise EngineError(f"max_tokens must be a whole number of tokens, not {params.max_tokens!r}.")
         try:
             params.validate()
-        except ValueError as error:
+        except (TypeError, ValueError) as error:  # TypeError: a setting of the wrong type, such as None
             raise EngineError(str(error)) from None
         token_ids = self._tokenize(prompt)
         if len(token_ids) >= self.max_context:
             raise EngineError(f"The prompt has {len(token_ids)} tokens but the model's context holds "
                               f"{self.max_context}; shorten the prompt so there is room to generate.")
+        budget = self.config.max_num_batched_tokens
+        if self.use_cache and not self.config.enable_chunked_prefill and len(token_ids) > budget:
+            raise EngineError(f"The prompt has {len(token_ids)} tokens but a step runs at most {budget} and "
+                              "chunked prefill is off; raise max_num_batched_tokens or turn chunked prefill on.")
         if self.use_cache:
             most_tokens = min(len(token_ids) + params.max_tokens, self.max_context)
             needed = blocks_needed(most_tokens, self.block_size)
@@ -119,47 +131,77 @@ class Engine:
     def has_unfinished(self) -> bool:
         return self.scheduler.has_unfinished()
 
+    def abort(self, request_id: int, reason: str = "abort") -> None:
+        """Stop a request now and free its blocks; its output so far stays readable."""
+        request = self.requests[request_id]
+        if not request.is_finished:
+            self._finish(request, reason)
+
     # ---- one step ------------------------------------------------------------------------
     def step(self) -> StepRecord:
-        """Schedule, run one forward pass, sample, and report what happened."""
+        """Schedule, run one forward pass, sample, and report what happened.
+
+        If anything in the step raises, the requests it ran are finished with finish_reason
+        "error" and their blocks freed, so the engine stays usable; the error is raised as an
+        EngineError.
+        """
         start = time.perf_counter()
-        chunks = self.scheduler.schedule()
-        forward_s, sampled = 0.0, []
-        trace = None
-        if chunks:
-            batch = build_step_batch(chunks, self.cache, self.block_size, self.device,
-                                     self.trace_request_id)
-            logits, forward_s = run_forward(self.model, batch)
-            self.stats["forward_s"] += forward_s
-            sampling_chunks = [c for c in chunks if c.samples]
-            tokens = sample(logits, [c.request.params for c in sampling_chunks],
-                            [c.request.generator for c in sampling_chunks])
-            for chunk in chunks:
-                if self.use_cache:
-                    chunk.request.num_computed_tokens = chunk.end
-            if batch.trace is not None:
-                trace = self._trace_record(batch.trace, logits, sampling_chunks)
-            for chunk, token in zip(sampling_chunks, tokens):
-                sampled.append((chunk.request.request_id, token))
-                self._append_token(chunk.request, token)
+        chunks: list = []
+        try:
+            chunks = self.scheduler.schedule()
+            forward_s, sampled, trace = self._run(chunks)
+        except Exception as error:
+            failed = [c.request for c in chunks] or list(self.scheduler.running)
+            for request in failed:
+                if not request.is_finished:
+                    if self.kv is not None:
+                        self.kv.uncache_unwritten(request)
+                    self._finish(request, "error")
+            self.step_index += 1
+            raise EngineError(f"Step {self.step_index - 1} failed ({type(error).__name__}: {error}); its "
+                              f"{len(failed)} requests were finished with finish_reason 'error' and their "
+                              "blocks freed, and the engine can take new requests.") from error
         if self.use_cache:
             self.stats["peak_blocks"] = max(self.stats["peak_blocks"], self.pool.num_used_blocks)
         record = self._record(chunks, sampled, forward_s, time.perf_counter() - start, trace)
         self.step_index += 1
         return record
 
+    def _run(self, chunks):
+        """The forward pass and sampling of one step: (forward seconds, sampled pairs, trace)."""
+        if not chunks:
+            return 0.0, [], None
+        batch = build_step_batch(chunks, self.cache, self.block_size, self.device, self.trace_request_id)
+        logits, forward_s = run_forward(self.model, batch)
+        self.stats["forward_s"] += forward_s
+        sampling_chunks = [c for c in chunks if c.samples]
+        tokens = sample(logits, [c.request.params for c in sampling_chunks],
+                        [c.request.generator for c in sampling_chunks])
+        if self.use_cache:
+            for chunk in chunks:
+                chunk.request.num_computed_tokens = chunk.end
+        trace = self._trace_record(batch.trace, logits, sampling_chunks) if batch.trace is not None else None
+        sampled = []
+        for chunk, token in zip(sampling_chunks, tokens):
+            sampled.append((chunk.request.request_id, token))
+            self._append_token(chunk.request, token)
+        return forward_s, sampled, trace
+
     def _append_token(self, request: Request, token: int) -> None:
         request.output_token_ids.append(token)
         self.stats["generated_tokens"] += 1
         params = request.params
         if token in params.stop_token_ids or (not params.ignore_eos and token in self.eos_token_ids):
-            self.scheduler.finish(request, "stop")
+            self._finish(request, "stop")
         elif len(request.output_token_ids) >= params.max_tokens:
-            self.scheduler.finish(request, "length")
+            self._finish(request, "length")
         elif request.num_tokens >= self.max_context:
-            self.scheduler.finish(request, "context_full")
-        if request.is_finished:
-            self.stats["cached_tokens"] += request.num_cached_tokens
+            self._finish(request, "context_full")
+
+    def _finish(self, request: Request, reason: str) -> None:
+        self.scheduler.finish(request, reason)
+        self.stats["cached_tokens"] += request.num_cached_tokens
+        self._finished_now.append(request)
 
     # ---- generate ------------------------------------------------------------------------
     def generate(self, prompts: list[str] | list[list[int]],
@@ -178,11 +220,16 @@ class Engine:
             self.check_request(prompt, sampling)
         ids = [self.add_request(p, sp) for p, sp in zip(prompts, per_prompt)]
         finished = 0
-        while self.has_unfinished():
-            record = self.step()
-            finished += sum(r.status == "finished" for r in record.requests)
-            if progress is not None:
-                progress(finished, len(ids), record)
+        try:
+            while self.has_unfinished():
+                record = self.step()
+                finished += sum(r.status == "finished" for r in record.requests)
+                if progress is not None:
+                    progress(finished, len(ids), record)
+        except BaseException:  # a failed step or Ctrl-C: leave nothing of this call queued
+            for request_id in ids:
+                self.abort(request_id)
+            raise
         return [self.output(i) for i in ids]
 
     def output(self, request_id: int) -> RequestOutput:
@@ -212,27 +259,37 @@ class Engine:
 
     # ---- records -------------------------------------------------------------------------
     def _record(self, chunks, sampled, forward_s, step_s, trace) -> StepRecord:
-        touched = {c.request.request_id for c in chunks}
-        requests = [r for r in self.requests.values()
-                    if not r.is_finished or r.request_id in touched]
+        """What this step did. Its cost follows the live requests and the events, not the pool."""
+        finished, self._finished_now = self._finished_now, []
+        live = self.scheduler.running + [r for r in finished if r not in self.scheduler.running]
+        requests = [self._request_record(r) for r in live] + [self._waiting_record(r) for r in self.scheduler.waiting]
+        requests.sort(key=lambda r: r.request_id)
         events = self.pool.drain_events() if self.pool is not None else []
         blocks = None
-        if self.record_blocks and self.pool is not None:
+        if self.record_blocks and self.pool is not None:  # the whole pool: O(num_blocks), off by default
             blocks = [BlockRecord(b.block_id, b.ref_cnt, sorted(b.owners), b.block_hash is not None,
                                   b.ref_cnt == 0) for b in self.pool.blocks]
         return StepRecord(
             step=self.step_index,
             chunks=[ChunkRecord(c.request.request_id, c.kind, c.start, c.num_tokens,
-                                c.request.all_token_ids[c.start:c.end]) for c in chunks],
-            sampled=sampled,
-            requests=[RequestRecord(r.request_id, r.status.value, r.num_prompt_tokens,
-                                    r.num_computed_tokens if self.use_cache else 0,
-                                    r.num_cached_tokens, list(r.block_table), list(r.output_token_ids),
-                                    r.num_preemptions, r.finish_reason) for r in requests],
+                                c.request.token_slice(c.start, c.end)) for c in chunks],
+            sampled=sampled, requests=requests,
             events=[EventRecord(e.kind, e.request_id, e.block_ids) for e in events],
             num_free_blocks=self.pool.num_free_blocks if self.pool else 0,
             num_cached_blocks=len(self.pool.cached_blocks) if self.pool else 0,
             memory=self.memory(), blocks=blocks, forward_s=forward_s, step_s=step_s, trace=trace)
+
+    def _request_record(self, r: Request) -> RequestRecord:
+        return RequestRecord(r.request_id, r.status.value, r.num_prompt_tokens,
+                             r.num_computed_tokens if self.use_cache else 0, r.num_cached_tokens,
+                             list(r.block_table), list(r.output_token_ids), r.num_preemptions, r.finish_reason)
+
+    def _waiting_record(self, r: Request) -> RequestRecord:
+        """A waiting request changes only when it is preempted: reuse its record until then."""
+        key = (r.num_preemptions, len(r.output_token_ids))
+        if getattr(r, "record_key", None) != key:
+            r.record_key, r.last_record = key, self._request_record(r)
+        return r.last_record
 
     def _trace_record(self, trace, logits, sampling_chunks) -> TraceRecord:
         row = next((i for i, c in enumerate(sampling_chunks)
@@ -254,7 +311,10 @@ class Engine:
                 raise EngineError("This model has no tokenizer; give the prompt as a list of token ids.")
             token_ids = self.tokenizer(prompt)["input_ids"]
         else:
-            token_ids = [int(t) for t in prompt]
+            token_ids = prompt.tolist() if hasattr(prompt, "tolist") else list(prompt)  # a tensor or array too
+            if not all(isinstance(t, (int, np.integer)) and not isinstance(t, bool) for t in token_ids):
+                raise EngineError("Token ids must be whole numbers; give the prompt as text or a list of ints.")
+            token_ids = [int(t) for t in token_ids]
         if not token_ids:
             raise EngineError("The prompt is empty; give at least one token.")
         bad = [t for t in token_ids if not 0 <= t < self.vocab_size]
@@ -266,7 +326,7 @@ class Engine:
     def _eos_ids(self) -> set[int]:
         eos = getattr(self.model.generation_config, "eos_token_id", None)
         if eos is None:
-            eos = getattr(self.config, "eos_token_id", None)
+            eos = getattr(self.hf_config, "eos_token_id", None)
         if eos is None:
             return set()
         return set(eos) if isinstance(eos, (list, tuple)) else {int(eos)}

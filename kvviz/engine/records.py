@@ -69,8 +69,7 @@ class TraceRecord:
     values: np.ndarray  # (layers, tokens, kv_heads, head_dim)
     attention: np.ndarray  # (layers, heads, tokens): the newest token's attention weights
     logits: np.ndarray | None  # (vocab,) at the newest token, when it sampled
-    # (layers, heads, tokens, tokens) at a prefill from position 0; not exported (it grows with T²)
-    prompt_attention: np.ndarray | None = None
+    prompt_attention: np.ndarray | None = None  # (layers, heads, tokens, tokens) at a prefill from 0
 
 
 @dataclass(slots=True)
@@ -83,7 +82,7 @@ class StepRecord:
     num_free_blocks: int
     num_cached_blocks: int
     memory: MemoryRecord
-    blocks: list[BlockRecord] | None  # per physical block; None when pool recording is off
+    blocks: list[BlockRecord] | None  # every block, only with record_blocks; else see pool_blocks()
     forward_s: float
     step_s: float
     trace: TraceRecord | None = None
@@ -100,7 +99,8 @@ class StepRecord:
         data = asdict(self)
         if self.trace is not None:
             data["trace"] = {name: _to_list(getattr(self.trace, name)) for name in
-                             ("request_id", "keys", "values", "attention", "logits")}
+                             ("request_id", "keys", "values", "attention", "logits",
+                                                                 "prompt_attention")}
         return data
 
     @classmethod
@@ -125,8 +125,30 @@ class StepRecord:
                 keys=np.asarray(trace["keys"], dtype=np.float32),
                 values=np.asarray(trace["values"], dtype=np.float32),
                 attention=np.asarray(trace["attention"], dtype=np.float32),
-                logits=None if trace["logits"] is None else np.asarray(trace["logits"], dtype=np.float32))
+                logits=None if trace["logits"] is None else np.asarray(trace["logits"], dtype=np.float32),
+                prompt_attention=None if trace.get("prompt_attention") is None
+                else np.asarray(trace["prompt_attention"], dtype=np.float32))
         return cls(**data)
+
+
+def pool_blocks(records: list[StepRecord], num_blocks: int) -> list[BlockRecord]:
+    """Every block of the pool after the last of `records`, rebuilt from their events.
+
+    `records` must start at the engine's first step. The engine does not list its whole pool
+    each step (that would cost in proportion to the pool); a page that draws the pool asks this.
+    """
+    owners: list[set[int]] = [set() for _ in range(num_blocks)]
+    cached = [False] * num_blocks
+    for record in records:
+        for event in record.events:
+            for block_id in event.block_ids:
+                if event.kind in ("allocate", "prefix_hit"):
+                    owners[block_id].add(event.request_id)
+                elif event.kind == "free":
+                    owners[block_id].discard(event.request_id)
+                elif event.kind in ("cache", "evict"):
+                    cached[block_id] = event.kind == "cache"
+    return [BlockRecord(i, len(owners[i]), sorted(owners[i]), cached[i], not owners[i]) for i in range(num_blocks)]
 
 
 def _to_list(value):

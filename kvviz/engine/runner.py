@@ -33,9 +33,11 @@ class AttentionGroup:
     key_pos: torch.Tensor  # (B, Lk) position of each key; -1 marks padding
     out_select: torch.Tensor  # (M,) which of the B*Tq padded queries are real
     out_index: torch.Tensor  # (M,) their flat token index
-    masks: dict = field(default_factory=dict)  # sliding window -> (B, 1, Tq, Lk) bool
+    in_order: bool = False  # one query per row, rows in flat order: the group is the whole step
+    masks: dict = field(default_factory=dict)  # built once per step, shared by every layer
 
     def mask(self, window: int | None) -> torch.Tensor:
+        """(B, 1, Tq, Lk) bool: may query t see key l?"""
         if window not in self.masks:
             key_pos, query_pos = self.key_pos[:, None, :], self.query_pos[:, :, None]
             allowed = (key_pos >= 0) & (key_pos <= query_pos)  # (B, Tq, Lk)
@@ -43,6 +45,19 @@ class AttentionGroup:
                 allowed &= key_pos > query_pos - window
             self.masks[window] = allowed[:, None]  # (B, 1, Tq, Lk)
         return self.masks[window]
+
+    def packed_mask(self, window: int | None, group_size: int, dtype: torch.dtype | None) -> torch.Tensor:
+        """The mask for attend(): repeated for the G query heads sharing a KV head, and as an
+        additive bias (0 or -inf) of `dtype` when dtype is given, so SDPA need not convert it."""
+        key = (window, group_size, dtype)
+        if key not in self.masks:
+            mask = self.mask(window)
+            B, _, Tq, Lk = mask.shape
+            packed = mask[:, :, None].expand(B, 1, group_size, Tq, Lk).reshape(B, 1, group_size * Tq, Lk)
+            if dtype is not None:
+                packed = torch.zeros(packed.shape, dtype=dtype, device=packed.device).masked_fill_(~packed, float("-inf"))
+            self.masks[key] = packed  # (B, 1, G*Tq, Lk)
+        return self.masks[key]
 
 
 @dataclass
@@ -73,12 +88,13 @@ class StepBatch:
     trace: Trace | None = None
 
 
-def attend(query, key, value, mask, scaling, softcap=None) -> torch.Tensor:
+def attend(query, key, value, packed_mask, scaling, softcap=None) -> torch.Tensor:
     """Grouped-query attention without copying KV heads.
 
-    query: (B, Tq, H, D); key, value: (B, Lk, KVH, D); mask: (B, 1, Tq, Lk) bool.
-    Returns (B, Tq, H, D). The G = H / KVH query heads that share a KV head are stacked along
-    the query axis, so each KV head is read once.
+    query: (B, Tq, H, D); key, value: (B, Lk, KVH, D); packed_mask: (B, 1, G*Tq, Lk), bool, or
+    an additive bias without softcap (AttentionGroup.packed_mask). Returns (B, Tq, H, D). The
+    G = H / KVH query heads that share a KV head are stacked along the query axis, so each KV
+    head is read once.
     """
     B, Tq, H, D = query.shape
     kv_heads = key.shape[2]
@@ -86,8 +102,6 @@ def attend(query, key, value, mask, scaling, softcap=None) -> torch.Tensor:
     q = query.transpose(1, 2).reshape(B, kv_heads, group_size * Tq, D)  # (B, KVH, G*Tq, D)
     k = key.transpose(1, 2)  # (B, KVH, Lk, D)
     v = value.transpose(1, 2)  # (B, KVH, Lk, Dv)
-    packed_mask = mask[:, :, None].expand(B, 1, group_size, Tq, mask.shape[-1]).reshape(
-        B, 1, group_size * Tq, mask.shape[-1])  # (B, 1, G*Tq, Lk)
     if softcap is None:
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=packed_mask, scale=scaling)
     else:  # Gemma-2 caps its logits with tanh; SDPA cannot, so do it by hand
@@ -118,20 +132,27 @@ def paged_attention(module, query, key, value, attention_mask, scaling=None, dro
     v_new = value[0].transpose(0, 1)  # (N, KVH, Dv)
     if batch.cache is not None:
         batch.cache.write(layer, k_new, v_new, batch.slot_mapping)
-    out = q.new_empty(q.shape[0], q.shape[1], v_new.shape[-1])  # (N, H, Dv)
+    group_size = q.shape[1] // k_new.shape[1]
+    out = None
     for group_id, group in enumerate(batch.groups):  # at most two: decodes, prefill chunks
         if batch.cache is not None:
             k, v = batch.cache.gather_blocks(layer, group.key_index)  # (B, Lk, KVH, D)
         else:
             k, v = k_new[group.key_index], v_new[group.key_index]  # (B, Lk, KVH, D)
-        mask = group.mask(window)
-        group_out = attend(q[group.query_index], k, v, mask, scaling, softcap)  # (B, Tq, H, Dv)
-        out[group.out_index] = group_out.flatten(0, 1)[group.out_select]
+        mask = group.packed_mask(window, group_size, None if softcap is not None else q.dtype)
+        queries = q[:, None] if group.in_order else q[group.query_index]  # (B, Tq, H, D)
+        group_out = attend(queries, k, v, mask, scaling, softcap)  # (B, Tq, H, Dv)
+        if group.in_order:  # every token of the step, in order: no scatter needed
+            out = group_out.flatten(0, 1)
+        else:
+            if out is None:
+                out = q.new_empty(q.shape[0], q.shape[1], v_new.shape[-1])  # (N, H, Dv)
+            out[group.out_index] = group_out.flatten(0, 1)[group.out_select]
         trace = batch.trace
         if trace is not None and trace.group == group_id:
             rows = slice(0, trace.query + 1) if trace.all_queries else slice(trace.query, trace.query + 1)
-            _trace_layer(trace, q[group.query_index[trace.row, rows]], k[trace.row],
-                         v[trace.row], mask[trace.row, 0, rows], scaling, softcap)
+            _trace_layer(trace, q[group.query_index[trace.row, rows]], k[trace.row], v[trace.row],
+                         group.mask(window)[trace.row, 0, rows], scaling, softcap)
     return out.unsqueeze(0), None
 
 

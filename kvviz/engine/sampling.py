@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import torch
+
+# far below this, logits / temperature overflow float32; 0 means greedy (vLLM cuts at 1e-5 too)
+MIN_TEMPERATURE = 1e-5
 
 
 @dataclass(slots=True)
@@ -26,8 +30,9 @@ class SamplingParams:
     def validate(self) -> None:
         if self.max_tokens < 1:
             raise ValueError(f"max_tokens must be at least 1, not {self.max_tokens}; ask for one token or more.")
-        if self.temperature < 0:
-            raise ValueError(f"temperature must be 0 (greedy) or positive, not {self.temperature}.")
+        if not (self.temperature == 0 or MIN_TEMPERATURE <= self.temperature < math.inf):
+            raise ValueError(f"temperature must be 0 (greedy) or a number from {MIN_TEMPERATURE} up, "
+                             f"not {self.temperature}.")
         if self.top_k < 0:
             raise ValueError(f"top_k must be 0 (off) or positive, not {self.top_k}.")
         if not 0.0 < self.top_p <= 1.0:

@@ -5,6 +5,7 @@ first: a decode costs one token, an unfinished prompt a chunk of what is left (c
 Then waiting requests join while budget, sequence slots and blocks last, starting from the
 longest cached prefix of their prompt. When a running request needs a block and none is free,
 the newest running request is preempted: its blocks are freed and it waits to be recomputed.
+Which blocks a request holds is the KV manager's business (kv_manager.py), not the scheduler's.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from kvviz.engine.block_pool import BlockPool, PoolEvent
+from kvviz.engine.kv_manager import KVCacheManager, blocks_needed  # noqa: F401 (blocks_needed re-exported)
 from kvviz.engine.request import Request, Status
 
 
@@ -39,17 +40,12 @@ class ScheduledChunk:
         return "decode" if is_decode else "prefill"
 
 
-def blocks_needed(num_tokens: int, block_size: int) -> int:
-    return -(-num_tokens // block_size)
-
-
 class Scheduler:
-    def __init__(self, pool: BlockPool | None, max_num_seqs: int, max_num_batched_tokens: int,
-                 use_cache: bool = True, enable_chunked_prefill: bool = True):
-        self.pool = pool
+    def __init__(self, kv: KVCacheManager | None, max_num_seqs: int, max_num_batched_tokens: int,
+                 enable_chunked_prefill: bool = True):
+        self.kv = kv  # None: no cache, every step recomputes every token
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
-        self.use_cache = use_cache
         self.enable_chunked_prefill = enable_chunked_prefill
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
@@ -62,7 +58,7 @@ class Scheduler:
         return bool(self.waiting or self.running)
 
     def schedule(self) -> list[ScheduledChunk]:
-        if not self.use_cache:
+        if self.kv is None:
             return self._schedule_without_cache()
         budget = self.max_num_batched_tokens
         chunks: list[ScheduledChunk] = []
@@ -71,7 +67,7 @@ class Scheduler:
         while index < len(self.running) and budget > 0:
             request = self.running[index]
             num_new = min(request.num_tokens - request.num_computed_tokens, budget)
-            while not self._reserve(request, request.num_computed_tokens + num_new):
+            while not self.kv.allocate_slots(request, num_new):
                 victim = self.running.pop()  # the newest request gives its blocks back
                 self.preempt(victim)
                 preempted = True
@@ -79,73 +75,33 @@ class Scheduler:
                     break
             else:
                 chunks.append(ScheduledChunk(request, request.num_computed_tokens, num_new))
-                self._cache_full_blocks(request, request.num_computed_tokens + num_new)
                 budget -= num_new
                 index += 1
                 continue
             break
         # new requests join only when nothing had to be preempted this step
-        while (self.waiting and budget > 0 and not preempted
-               and len(self.running) < self.max_num_seqs):
-            chunk = self._admit(self.waiting[0], budget)
-            if chunk is None:
+        while self.waiting and budget > 0 and not preempted and len(self.running) < self.max_num_seqs:
+            request = self.waiting[0]
+            hit = self.kv.find_prefix(request)
+            needed = request.num_tokens - hit.num_tokens
+            num_new = min(needed, budget)
+            # without chunked prefill a prompt waits for a step with room for all of it; only a
+            # recompute after preemption too long for any step runs in chunks
+            if num_new < needed <= self.max_num_batched_tokens and not self.enable_chunked_prefill:
+                break
+            if not self.kv.allocate_slots(request, num_new, hit):
                 break
             self.waiting.popleft()
-            chunks.append(chunk)
-            budget -= chunk.num_tokens
+            request.num_computed_tokens = request.num_cached_tokens = hit.num_tokens
+            request.status = Status.RUNNING
+            self.running.append(request)
+            chunks.append(ScheduledChunk(request, hit.num_tokens, num_new))
+            budget -= num_new
         return chunks
-
-    def _admit(self, request: Request, budget: int) -> ScheduledChunk | None:
-        """Start `request` from its longest cached prefix, if its first chunk's blocks fit."""
-        pool = self.pool
-        hit_blocks, hit_hashes = pool.find_cached_prefix(request.all_token_ids)
-        num_cached = len(hit_blocks) * pool.block_size
-        num_new = min(request.num_tokens - num_cached, budget)
-        if num_new < request.num_tokens - num_cached and not self.enable_chunked_prefill:
-            return None
-        num_fresh = blocks_needed(num_cached + num_new, pool.block_size) - len(hit_blocks)
-        reused_free = sum(pool.blocks[b].ref_cnt == 0 for b in hit_blocks)  # leave the free queue
-        if not pool.can_allocate(num_fresh + reused_free):
-            return None
-        if hit_blocks:
-            pool.touch(hit_blocks, request.request_id)
-        request.block_table = hit_blocks + pool.allocate(num_fresh, request.request_id)
-        request.block_hashes = hit_hashes
-        request.num_computed_tokens = request.num_cached_tokens = num_cached
-        request.status = Status.RUNNING
-        self.running.append(request)
-        self._cache_full_blocks(request, num_cached + num_new)
-        return ScheduledChunk(request, num_cached, num_new)
-
-    def _cache_full_blocks(self, request: Request, num_tokens: int) -> None:
-        """Register the blocks this step fills, before the forward pass runs.
-
-        A request admitted later in the same step can then hit them: in every layer the forward
-        pass writes all new keys and values before any request reads its context, so the
-        blocks hold their keys and values by the time the second request attends to them.
-        """
-        tokens = request.all_token_ids
-        block_size = self.pool.block_size
-        for i in range(len(request.block_hashes), num_tokens // block_size):
-            parent = request.block_hashes[-1] if request.block_hashes else None
-            block_tokens = tuple(tokens[i * block_size:(i + 1) * block_size])
-            request.block_hashes.append(self.pool.cache_full_block(request.block_table[i], parent, block_tokens))
-
-    def _reserve(self, request: Request, num_tokens: int) -> bool:
-        """Make sure `request` has blocks for its first `num_tokens` tokens."""
-        missing = blocks_needed(num_tokens, self.pool.block_size) - len(request.block_table)
-        if missing <= 0:
-            return True
-        if not self.pool.can_allocate(missing):
-            return False
-        request.block_table += self.pool.allocate(missing, request.request_id)
-        return True
 
     def preempt(self, request: Request) -> None:
         """Free a running request's blocks; it will recompute its tokens when it runs again."""
-        self.pool.events.append(PoolEvent("preempt", request.request_id, list(request.block_table)))
-        self.pool.free(request.block_table, request.request_id)
-        request.block_table, request.block_hashes = [], []
+        self.kv.free(request, "preempt")
         request.num_computed_tokens = 0
         request.status = Status.WAITING
         request.num_preemptions += 1
@@ -157,9 +113,10 @@ class Scheduler:
         request.finish_reason = reason
         if request in self.running:
             self.running.remove(request)
-        if self.pool is not None:
-            self.pool.events.append(PoolEvent("finish", request.request_id, list(request.block_table)))
-            self.pool.free(request.block_table, request.request_id)
+        elif request in self.waiting:
+            self.waiting.remove(request)
+        if self.kv is not None:
+            self.kv.free(request, "finish")
         request.block_table = []
 
     def _schedule_without_cache(self) -> list[ScheduledChunk]:

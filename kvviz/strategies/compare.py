@@ -45,9 +45,15 @@ class StrategyComparison:
     first_argmax_change: int | None  # teacher-forced: first step whose top token differs; None: never
     held_bytes: list[int]  # per step, measured: sum of the cache tensors' nbytes
     predicted_bytes: list[int]  # per step, kvviz.memory's formula with the strategy's options
-    forward_s: list[float]  # per step, seconds of the forward pass
+    forward_s: list[float]  # per step, seconds of the forward pass (one run: noisy)
+    tokens_run: list[int]  # per step, tokens through the model: counts that do not vary
+    decode_ms: list[float]  # per timed run, the mean decode step in ms; show their median and spread
     final_bill: ByteBill  # the last step: measured, per layer, beside the formula, differences named
     formula: str
+
+    @property
+    def decode_ms_median(self) -> float:
+        return float(np.median(self.decode_ms))
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -63,9 +69,19 @@ def first_difference(a: list[int], b: list[int]) -> int | None:
     return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
 
 
+def mean_decode_ms(run) -> float:
+    """Mean forward time of a run's decode steps (the prefill left out), in milliseconds."""
+    decode = [s.forward_s for s in run.steps if s.kind == "decode"] or [s.forward_s for s in run.steps]
+    return 1000 * float(np.mean(decode))
+
+
 def compare_strategies(lm, prompt: str | list[int], max_tokens: int = 32,
-                       strategies=DEFAULT_STRATEGIES) -> list[StrategyComparison]:
-    """Run each strategy (a name, a (name, options) pair or a StrategySpec) against the full cache."""
+                       strategies=DEFAULT_STRATEGIES, timing_runs: int = 1) -> list[StrategyComparison]:
+    """Run each strategy (a name, a (name, options) pair or a StrategySpec) against the full cache.
+
+    timing_runs: free runs timed per strategy (the first is the free run itself, which follows a
+    teacher-forced run of the same strategy, so it is warm); the extra ones go round the
+    strategies in turn, so that a busy moment of the machine slows them alike."""
     specs = [StrategySpec.of(s) for s in strategies]
     full = run_strategy(lm, prompt, "dynamic", max_tokens)  # the reference: keeps every token exactly
     results = []
@@ -82,12 +98,16 @@ def compare_strategies(lm, prompt: str | list[int], max_tokens: int = 32,
             first_argmax_change=first_difference(forced.token_ids, full.token_ids),
             held_bytes=[s.bill.measured_bytes for s in free.steps],
             predicted_bytes=[s.bill.predicted_bytes for s in free.steps],
-            forward_s=[s.forward_s for s in free.steps], final_bill=free.steps[-1].bill, formula=free.formula))
+            forward_s=[s.forward_s for s in free.steps], tokens_run=[s.num_tokens_run for s in free.steps],
+            decode_ms=[mean_decode_ms(free)], final_bill=free.steps[-1].bill, formula=free.formula))
+    for _ in range(timing_runs - 1):
+        for spec, result in zip(specs, results):
+            result.decode_ms.append(mean_decode_ms(run_strategy(lm, full.prompt_token_ids, spec, max_tokens)))
     return results
 
 
 def comparison_table(results: list[StrategyComparison]) -> list[dict]:
-    """One row per strategy for a table: final bytes, worst errors, divergence, mean step time."""
+    """One row per strategy for a table: final bytes, worst errors, divergence, tokens run, step time."""
     return [{
         "strategy": r.label,
         "bytes held": r.held_bytes[-1],
@@ -96,6 +116,8 @@ def comparison_table(results: list[StrategyComparison]) -> list[dict]:
         "max |K error|": max((e for e in r.max_key_error if e is not None), default=None),
         "max |V error|": max((e for e in r.max_value_error if e is not None), default=None),
         "first divergence": r.first_divergence,
-        "mean step (ms)": 1000 * float(np.mean(r.forward_s)),
+        "tokens run": sum(r.tokens_run),
+        "decode step (ms, median)": r.decode_ms_median,
+        "spread (ms)": f"{min(r.decode_ms):.1f}-{max(r.decode_ms):.1f} over {len(r.decode_ms)} runs",
         "text": r.text,
     } for r in results]

@@ -134,7 +134,8 @@ def run(progress_slot, live_slot) -> None:
 def draw_live(points, num_blocks: int, num_requests: int) -> None:
     now = live_summary(points)
     m = st.columns(4)
-    m[0].metric("Tokens/s so far", f"{now['tokens_per_s']:,.0f}")
+    m[0].metric("Output tokens/s so far", f"{now['tokens_per_s']:,.0f}",
+                help="Output tokens ÷ seconds since the run started, drawing these charts included.")
     m[1].metric("Running / waiting", f"{now['running']} / {now['waiting']}")
     m[2].metric("Blocks in use", f"{now['blocks_used']} of {num_blocks}")
     m[3].metric("Preemptions", now["preemptions"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from kvviz import predict
-from kvviz.lesson import LessonFileError, export_lesson, import_lesson
+from kvviz.lesson_file import MAX_LESSON_BYTES, LessonFileError, export_lesson, import_lesson
 
 
 def sync_query_params(prompt: str, step: int | None) -> None:
@@ -50,19 +50,27 @@ def predict_panel(lesson) -> None:
 def export_and_replay(lesson) -> None:
     a, b = st.columns(2)
     if lesson is not None and lesson.started:
-        # built only when clicked: serialising every step's keys and values takes a while
         a.download_button("Export lesson (JSON)", lambda: export_lesson(lesson), file_name="kvviz-lesson.json",
                           mime="application/json", width="stretch")
-    upload = b.file_uploader("Replay a lesson file", type=["json"], key="lesson_upload",
-                             help="Replays every view from the recorded steps, with no model.")
-    if upload is not None and st.session_state.get("lesson_upload_seen") != upload.file_id:
-        st.session_state["lesson_upload_seen"] = upload.file_id
-        try:
-            replay = import_lesson(upload.getvalue())
-        except LessonFileError as error:
-            st.session_state["lesson_error"] = str(error)
-        else:
-            st.session_state["lesson"] = replay
-            st.session_state["lesson_view_step"] = 0
-            st.session_state.pop("lesson_error", None)
-            st.rerun()
+    b.file_uploader("Replay a lesson file", type=["json"], key="lesson_upload", on_change=_on_upload,
+                    max_upload_size=MAX_LESSON_BYTES // 2**20,
+                    help=f"Replays every view from the recorded steps, with no model. Files up to "
+                         f"{MAX_LESSON_BYTES // 2**20} MiB.")
+    if "lesson_upload_error" in st.session_state:  # shown once: the next action clears it
+        b.error(st.session_state.pop("lesson_upload_error"))
+
+
+def _on_upload() -> None:
+    """Check an uploaded lesson file as it arrives; a bad one leaves the current lesson as it was."""
+    upload = st.session_state.get("lesson_upload")
+    if upload is None:
+        return
+    try:
+        replay = import_lesson(upload.getvalue())
+    except LessonFileError as error:
+        st.session_state["lesson_upload_error"] = str(error)
+        return
+    st.session_state["lesson"] = replay
+    st.session_state["lesson_view_step"] = 0
+    st.session_state["lesson_questions"] = []
+    st.session_state.pop("lesson_error", None)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import html
 import inspect
+import re
 
 import streamlit as st
 
-from kvviz.models import ModelLoadError, load_model
+from kvviz.models import ModelLoadError, allowed_source, load_model
 from kvviz.viz.colors import PHASE
 
 DEFAULT_SOURCE = "bundled"
@@ -25,8 +26,9 @@ def current_model():
 
 
 def _load_requested_model() -> None:
-    wanted = st.session_state.get("model_request", "").strip() or DEFAULT_SOURCE
+    """Load what the field names, if this server's KVVIZ_MODELS allows it (kvviz.models.allowed_source)."""
     try:
+        wanted = allowed_source(st.session_state.get("model_request", ""))  # canonical: one cache entry per model
         shared_model(wanted)
     except ModelLoadError as error:
         st.session_state["model_error"] = str(error)
@@ -44,11 +46,16 @@ def model_sidebar() -> None:
                       placeholder="bundled", on_change=_load_requested_model)
         st.button("Load model", on_click=_load_requested_model, width="stretch")
         if "model_error" in st.session_state:
-            st.error(st.session_state["model_error"])
+            st.error(plain(st.session_state["model_error"]))  # it quotes what was typed: show it as text
         info = current_model().describe()
         st.caption(f"**{info['name']}** · {info['parameters'] / 1e6:.1f}M parameters · {info['layers']} layers · "
                    f"{info['heads']} query heads / {info['kv_heads']} KV heads · head size {info['head_dim']} · "
                    f"context {info['max_context']} · {info['dtype']} on {info['device']}")
+
+
+def plain(text: str) -> str:
+    """Text that Streamlit's markdown shows as typed: no links, images, emphasis or emoji codes."""
+    return re.sub(r"([\\`*_{}\[\]()<>#+\-.!|~:$])", r"\\\1", text)
 
 
 def token_chips(tokens: list[str], entered_step: list[int], latest_step: int) -> str:

@@ -10,6 +10,7 @@ import numpy as np
 import streamlit as st
 
 from kvviz import explain, roofline
+from kvviz.lesson import MAX_TRIANGLE_TOKENS
 from kvviz.memory import PRESETS, ModelShape, format_bytes
 from kvviz.viz import explain_figures as figures
 
@@ -22,12 +23,8 @@ def lesson_shape(info: dict) -> ModelShape:
 
 
 def decode_rows(lesson, step: int, layer: int, head: int) -> list[np.ndarray]:
-    """Each decode step's single attention row (layer, head) up to `step`; missing traces are skipped."""
-    rows = []
-    for record in lesson.records[1:step + 1]:
-        if record.trace is not None:
-            rows.append(record.trace.attention[layer, head])  # (positions,)
-    return rows
+    """Each decode step's single attention row (layer, head) up to `step`."""
+    return [trace.attention[layer, head] for trace in lesson.traces[1:step + 1]]  # each (positions,)
 
 
 @st.fragment
@@ -54,18 +51,17 @@ def inside_attention(lesson, step: int) -> None:
     if projection is None:
         st.info("Recomputing q, k and v needs the model and a Llama-style layer; a replayed lesson has no model.")
     else:
-        trace = lesson.records[step].trace
+        trace = lesson.trace(step)  # every cached K/V row after this step
         kv_head = head // (heads // kv_heads)
         shapes = ", ".join(f"{name} {rows}×{cols}" for name, (rows, cols) in projection.w_shapes.items())
-        if trace is not None:
-            cached_k = trace.keys[layer, projection.position]  # (kv_heads, head_dim)
-            cached_v = trace.values[layer, projection.position]
-            k_gap = float(np.abs(cached_k - projection.k).max())
-            v_gap = float(np.abs(cached_v - projection.v).max())
-            st.markdown(f"Recomputed here from the weights ({shapes}) for the newest token, position "
-                        f"{projection.position}: its k after RoPE differs from the cached row by at most "
-                        f"**{k_gap:.1e}** and its v by **{v_gap:.1e}** (rounding only), while k before RoPE "
-                        f"differs by {float(np.abs(cached_k - projection.k_before_rope).max()):.2f}.")
+        cached_k = trace.keys[layer, projection.position]  # (kv_heads, head_dim)
+        cached_v = trace.values[layer, projection.position]
+        k_gap = float(np.abs(cached_k - projection.k).max())
+        v_gap = float(np.abs(cached_v - projection.v).max())
+        st.markdown(f"Recomputed here from the weights ({shapes}) for the newest token, position "
+                    f"{projection.position}: its k after RoPE differs from the cached row by at most "
+                    f"**{k_gap:.1e}** and its v by **{v_gap:.1e}** (rounding only), while k before RoPE "
+                    f"differs by {float(np.abs(cached_k - projection.k_before_rope).max()):.2f}.")
         st.plotly_chart(figures.qkv_vectors(projection.q, projection.k_before_rope, projection.k, projection.v,
                                             kv_head, heads // kv_heads), width="stretch")
 
@@ -81,13 +77,13 @@ def inside_attention(lesson, step: int) -> None:
         "value. That is what makes them safe to store and reuse. Below, the prefill step's whole "
         "attention matrix for the prompt is a triangle (nothing above the diagonal); each decode step "
         "adds one row, the newest query against every cached key.")
-    trace0 = lesson.records[0].trace
-    if trace0 is None or trace0.prompt_attention is None:
-        st.info("A replayed lesson has no prefill attention matrix: export files leave it out, because it "
-                "grows with the square of the prompt. Run the lesson live to see it.")
+    triangle = lesson.traces[0].prompt_attention if lesson.traces else None
+    if triangle is None:
+        st.info(f"The prefill's whole attention matrix is kept for prompts of up to {MAX_TRIANGLE_TOKENS} "
+                "tokens; shorten the prompt to see the triangle.")
     else:
         texts = lesson.token_texts
-        st.plotly_chart(figures.causal_attention(trace0.prompt_attention[layer, head],
+        st.plotly_chart(figures.causal_attention(triangle[layer, head],
                                                  decode_rows(lesson, step, layer, head), texts, layer, head),
                         width="stretch")
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 import streamlit as st
 
 from kvviz.engine import EngineError
-from kvviz.lesson import Lesson, LessonSettings
+from kvviz.lesson import MAX_LESSON_TOKENS, Lesson, LessonSettings
+from kvviz.ui import live_lessons
 from kvviz.ui.common import current_model
 
 EXAMPLE_PROMPTS = [
@@ -20,7 +21,8 @@ EXAMPLE_PROMPTS = [
 ]
 
 
-DEFAULTS = {"lesson_prompt": EXAMPLE_PROMPTS[0], "lesson_max_tokens": 48, "lesson_greedy": True,
+DEFAULTS = {"lesson_prompt": EXAMPLE_PROMPTS[0], "lesson_example": EXAMPLE_PROMPTS[0],
+            "lesson_max_tokens": 48, "lesson_greedy": True,
             "lesson_temperature": 0.8, "lesson_top_k": 40, "lesson_top_p": 0.95, "lesson_seed": 0}
 
 
@@ -31,7 +33,11 @@ def set_defaults() -> None:
 
 
 def lesson() -> Lesson | None:
-    return st.session_state.get("lesson")
+    current = st.session_state.get("lesson")
+    if current is not None and current.released:  # freed while this session was away
+        st.session_state.pop("lesson")
+        return None
+    return current
 
 
 def _settings() -> LessonSettings:
@@ -55,6 +61,10 @@ def on_prefill() -> None:
     except EngineError as error:
         st.session_state["lesson_error"] = str(error)  # the previous lesson stays as it was
         return
+    refusal = live_lessons.admit(new)
+    if refusal is not None:
+        st.session_state["lesson_error"] = refusal
+        return
     new.prefill()
     st.session_state["lesson"] = new
     st.session_state["lesson_view_step"] = 0
@@ -76,6 +86,17 @@ def on_toggle_play() -> None:
     st.session_state["lesson_playing"] = not st.session_state.get("lesson_playing", False)
 
 
+def view_step(last_step: int, playing: bool) -> int:
+    """The step the views show: the newest while playing, else the one chosen (Pause keeps it).
+
+    Written back before the slider is drawn: the slider's maximum grows with every step, which
+    gives it a new identity, and Streamlit would otherwise reset it to step 0."""
+    chosen = st.session_state.get("lesson_view_step", last_step)
+    step = last_step if playing else min(int(chosen), last_step)
+    st.session_state["lesson_view_step"] = step
+    return step
+
+
 def on_reset() -> None:
     for key in ("lesson", "lesson_view_step", "lesson_playing", "lesson_error", "lesson_questions"):
         st.session_state.pop(key, None)
@@ -90,18 +111,46 @@ def restore_from_query() -> None:
     if "prompt" not in params:
         return
     st.session_state["lesson_prompt"] = params["prompt"]
+    on_prompt_edit()
     if "step" not in params:
         return
+    note = None
     try:
         target = max(0, int(params["step"]))
     except ValueError:
-        st.session_state["lesson_error"] = "The link's step is not a number; showing the lesson from prefill."
-        target = 0
-    st.session_state["lesson_max_tokens"] = max(st.session_state.get("lesson_max_tokens", 48), target + 1)
+        note, target = "The link's step is not a number; showing the lesson from prefill.", 0
+    last = MAX_LESSON_TOKENS - 1  # a lesson of the slider's most tokens ends at this step
+    if target > last:
+        note, target = f"The link's step {target:,} is past the last step a lesson reaches; showing step {last}.", last
+    st.session_state["lesson_max_tokens"] = min(max(st.session_state.get("lesson_max_tokens", 48), target + 1),
+                                                MAX_LESSON_TOKENS)
     on_prefill()
-    for _ in range(target):
+    for _ in range(target):  # at most one real step per step asked for
+        current = lesson()
+        if current is None or current.finished:
+            break
         on_next_token()
+    if note is not None and "lesson_error" not in st.session_state:
+        st.session_state["lesson_error"] = note
 
 
 def on_example() -> None:
-    st.session_state["lesson_prompt"] = st.session_state["lesson_example"]
+    if st.session_state.get("lesson_example") is not None:
+        st.session_state["lesson_prompt"] = st.session_state["lesson_example"]
+
+
+def on_prompt_edit() -> None:
+    """The example box names the prompt in the text box, or none when it is not one of them."""
+    prompt = st.session_state.get("lesson_prompt")
+    st.session_state["lesson_example"] = prompt if prompt in EXAMPLE_PROMPTS else None
+
+
+def stop_note(lesson: Lesson) -> str | None:
+    """Why a finished lesson generated fewer tokens than asked, in one sentence; None if it did not."""
+    generated = len(lesson.token_texts) - len(lesson.prompt_token_ids)
+    asked, context = lesson.settings.max_tokens, lesson.model_info.get("max_context")
+    if not lesson.finished or generated >= asked or context is None:
+        return None
+    return (f"It stopped after {generated} of the {asked} tokens asked for: the prompt's "
+            f"{len(lesson.prompt_token_ids)} tokens and the generated ones filled the model's context of "
+            f"{context} tokens. Use a shorter prompt to generate more.")

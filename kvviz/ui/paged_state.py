@@ -39,6 +39,7 @@ def on_start() -> None:
     lesson.step()
     st.session_state["lesson_paged"] = lesson
     st.session_state["paged_view_step"] = 0
+    st.session_state["paged_questions"] = []  # they asked about the previous run's steps
 
 
 def on_step(count: int = 1) -> None:
@@ -53,5 +54,5 @@ def on_step(count: int = 1) -> None:
 
 
 def on_reset() -> None:
-    for key in ("lesson_paged", "paged_view_step", "paged_error"):
+    for key in ("lesson_paged", "paged_view_step", "paged_error", "paged_questions"):
         st.session_state.pop(key, None)

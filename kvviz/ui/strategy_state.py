@@ -19,6 +19,7 @@ DEFAULTS = {"strategies_prompt": EXAMPLE_PROMPT, "strategies_max_tokens": 32, "s
             "strategies_group_size": 32, "strategies_residual": 0}
 
 
+TIMING_RUNS = 3  # free runs timed per strategy: the Time tab shows their median and spread
 STATIC_MOST_TOKENS = 4096  # a full-size model's whole context (128k tokens) would not fit in memory
 
 
@@ -65,7 +66,7 @@ def on_run() -> None:
     specs = lesson_specs(int(setting("strategies_window")), int(setting("strategies_group_size")),
                          int(setting("strategies_residual")), lm.max_context)
     try:
-        results = compare_strategies(lm, prompt, int(setting("strategies_max_tokens")), specs)
+        results = compare_strategies(lm, prompt, int(setting("strategies_max_tokens")), specs, TIMING_RUNS)
     except ValueError as error:  # EngineError is a ValueError too
         st.session_state["strategies_error"] = str(error)
         return

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from kvviz.engine.records import StepRecord
+from kvviz.engine.records import BlockRecord, StepRecord
 from kvviz.viz.colors import BLOCK_STATE, FONT, request_color
 
 
@@ -14,10 +14,10 @@ def _layout(fig: go.Figure, title: str, height: int) -> go.Figure:
     return fig
 
 
-def pool_grid(record: StepRecord, labels: dict[int, str], columns: int = 16) -> go.Figure:
+def pool_grid(blocks: list[BlockRecord], labels: dict[int, str], columns: int = 16) -> go.Figure:
     """Every physical block as a square: coloured by owner, shared ones with their reference count."""
     xs, ys, colors, texts, hovers = [], [], [], [], []
-    for block in record.blocks or []:
+    for block in blocks:
         xs.append(block.block_id % columns)
         ys.append(block.block_id // columns)
         if block.free:
@@ -42,8 +42,8 @@ def pool_grid(record: StepRecord, labels: dict[int, str], columns: int = 16) -> 
     fig.update_xaxes(visible=False, range=[-0.7, columns - 0.3])
     fig.update_yaxes(autorange="reversed", title="block id ÷ 16", tickmode="linear", dtick=1,
                      range=[rows - 0.4, -0.6], showgrid=False, zeroline=False)
-    used = sum(1 for b in record.blocks or [] if not b.free)
-    title = (f"Physical pool: {used} of {len(record.blocks or [])} blocks in use<br>"
+    used = sum(1 for b in blocks if not b.free)
+    title = (f"Physical pool: {used} of {len(blocks)} blocks in use<br>"
              f"<sup><span style='color:{BLOCK_STATE['shared']}'>■ shared (×refs)</span> · "
              f"<span style='color:#10B981'>■ free but cached</span> · ■ colour = owner</sup>")
     return _layout(fig, title, height=110 + 44 * rows)
@@ -87,5 +87,6 @@ def schedule_timeline(records: list[StepRecord], labels: dict[int, str]) -> go.F
                           f"from position {chunk.start}", hoverinfo="text"))
     fig.update_layout(barmode="stack")
     fig.update_yaxes(autorange="reversed")
-    fig.update_xaxes(title="tokens run in the step (hatched = prefill chunk)")
-    return _layout(fig, "Scheduler decisions per step", height=120 + 28 * max(len(records), 1))
+    fig.update_xaxes(title="tokens run in the step")
+    return _layout(fig, "Scheduler decisions per step<br><sup>hatched: a prefill chunk; plain: one decode</sup>",
+                   height=140 + 28 * max(len(records), 1))

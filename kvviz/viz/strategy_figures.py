@@ -108,23 +108,28 @@ def _short_bytes(num_bytes: int) -> str:
 
 
 def time_per_step(results) -> go.Figure:
-    """Milliseconds of each step's forward pass (left) and their running total (right)."""
-    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.1,
-                        subplot_titles=("Each step", "Total so far: the sum of the steps"))
+    """Left: tokens through the model per step (counts, the same on every run). Right: the mean
+    decode step of each strategy, median of its timed runs, with their spread as error bars."""
+    runs = len(results[0].decode_ms)
+    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.12, column_widths=[0.55, 0.45],
+                        subplot_titles=("Tokens through the model, per step",
+                                        f"One decode step (ms): median of {runs} run{'s' * (runs > 1)}"))
     for r, (color, dash) in zip(results, _styles(results)):
-        steps = list(range(len(r.forward_s)))
-        each = [1000 * s for s in r.forward_s]
-        total = [sum(each[:i + 1]) for i in steps]
-        for col, values in ((1, each), (2, total)):
-            fig.add_trace(go.Scatter(
-                x=steps, y=values, name=r.label, legendgroup=r.label, showlegend=col == 1, mode="lines",
-                line=dict(color=color, width=3 if col == 1 else 4, dash=dash), hovertemplate="%{y:.1f} ms"),
-                row=1, col=col)
-    fig.update_xaxes(title="step (0 = prefill)")
-    fig.update_yaxes(title="milliseconds", rangemode="tozero", row=1, col=1)
-    fig.update_yaxes(rangemode="tozero", row=1, col=2)
+        fig.add_trace(go.Scatter(
+            x=list(range(len(r.tokens_run))), y=r.tokens_run, name=r.label, legendgroup=r.label, mode="lines",
+            line=dict(color=color, width=3, dash=dash), hovertemplate="%{y} tokens"), row=1, col=1)
+        median = r.decode_ms_median
+        fig.add_trace(go.Bar(
+            x=[r.label], y=[median], name=r.label, legendgroup=r.label, showlegend=False, marker_color=color,
+            error_y=dict(type="data", symmetric=False, array=[max(r.decode_ms) - median],
+                         arrayminus=[median - min(r.decode_ms)], color="black"),
+            hovertemplate=f"median %{{y:.2f}} ms, spread {min(r.decode_ms):.2f}-{max(r.decode_ms):.2f}<extra></extra>"),
+            row=1, col=2)
+    fig.update_xaxes(title="step (0 = prefill)", row=1, col=1)
+    fig.update_yaxes(title="tokens run", rangemode="tozero", row=1, col=1)
+    fig.update_yaxes(title="milliseconds", rangemode="tozero", row=1, col=2)
     fig.update_annotations(font=dict(size=17))
-    return _layout(fig, "Time of the forward passes, measured on this machine")
+    return _layout(fig, "Work per step, then the time it took on this machine")
 
 
 EXACT = ("dynamic", "static", "paged", "no_cache")  # keep every token exactly: only float rounding differs

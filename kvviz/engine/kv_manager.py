@@ -1,0 +1,81 @@
+"""The KV cache manager: which blocks each request holds. The scheduler decides tokens, this
+decides blocks (vLLM's KVCacheManager, nano-vllm's BlockManager).
+
+    hit = kv.find_prefix(request)                  # cached full blocks that start its prompt
+    kv.allocate_slots(request, num_new, hit)       # blocks for num_new more tokens, or False
+    kv.free(request, "finish")                     # give its blocks back ("preempt" alike)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvviz.engine.block_pool import BlockPool
+from kvviz.engine.request import Request
+
+
+def blocks_needed(num_tokens: int, block_size: int) -> int:
+    return -(-num_tokens // block_size)
+
+
+@dataclass(slots=True)
+class PrefixHit:
+    """The cached full blocks that start a prompt, and their chained hashes."""
+
+    block_ids: list[int]
+    block_hashes: list[int]
+    num_tokens: int
+
+
+class KVCacheManager:
+    def __init__(self, pool: BlockPool):
+        self.pool = pool
+        self.block_size = pool.block_size
+
+    def find_prefix(self, request: Request) -> PrefixHit:
+        block_ids, hashes = self.pool.find_cached_prefix(request.all_token_ids)
+        return PrefixHit(block_ids, hashes, len(block_ids) * self.block_size)
+
+    def allocate_slots(self, request: Request, num_new_tokens: int, hit: PrefixHit | None = None) -> bool:
+        """Give `request` blocks for `num_new_tokens` tokens after its computed ones (after the
+        prefix hit, when it is being admitted). False, and nothing changed, if they do not fit."""
+        pool = self.pool
+        start = hit.num_tokens if hit is not None else request.num_computed_tokens
+        held = hit.block_ids if hit is not None else request.block_table
+        missing = max(0, blocks_needed(start + num_new_tokens, self.block_size) - len(held))
+        reused_free = sum(pool.blocks[b].ref_cnt == 0 for b in hit.block_ids) if hit else 0  # leave the free queue
+        if not pool.can_allocate(missing + reused_free):
+            return False
+        if hit is not None:
+            if hit.block_ids:
+                pool.touch(hit.block_ids, request.request_id)
+            request.block_table, request.block_hashes = list(hit.block_ids), list(hit.block_hashes)
+        if missing:
+            request.block_table += pool.allocate(missing, request.request_id)
+        self.cache_full_blocks(request, start + num_new_tokens)
+        return True
+
+    def cache_full_blocks(self, request: Request, num_tokens: int) -> None:
+        """Register the blocks this step fills, before the forward pass runs.
+
+        A request admitted later in the same step can then hit them: in every layer the forward
+        pass writes all new keys and values before any request reads its context, so the
+        blocks hold their keys and values by the time the second request attends to them.
+        """
+        size = self.block_size
+        for i in range(len(request.block_hashes), num_tokens // size):
+            parent = request.block_hashes[-1] if request.block_hashes else None
+            block_tokens = tuple(request.token_slice(i * size, (i + 1) * size))
+            request.block_hashes.append(self.pool.cache_full_block(request.block_table[i], parent, block_tokens))
+
+    def uncache_unwritten(self, request: Request) -> None:
+        """A step that ran `request` failed: the blocks it was filling may hold partial keys and
+        values, so they leave the prefix cache (the blocks before them were written earlier)."""
+        self.pool.uncache(request.block_table[request.num_computed_tokens // self.block_size:])
+
+    def free(self, request: Request, reason: str = "finish") -> None:
+        """Drop the request's blocks (reason: "finish" or "preempt", kept as an event)."""
+        if request.block_table:
+            self.pool.note(reason, request.request_id, request.block_table)
+            self.pool.free(request.block_table, request.request_id)
+        request.block_table, request.block_hashes = [], []

@@ -1,0 +1,77 @@
+"""Live lessons on this server: a budget, and freeing the lesson of a session that has ended.
+
+Streamlit keeps a closed tab's session (and its session_state) until it reaps it lazily, so
+each lesson is registered under its session id and freed as soon as the runtime no longer
+lists that session as active. The budget is KVVIZ_MAX_LESSONS (default 60) lessons at once.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import weakref
+
+from streamlit.runtime import Runtime
+from streamlit.runtime.scriptrunner_utils.script_run_context import get_script_run_ctx
+
+DEFAULT_MAX_LESSONS = 60
+SWEEP_EVERY_S = 10.0
+_lock = threading.Lock()
+_live: dict[str, weakref.ref] = {}  # session id -> that session's running lesson
+_sweeper: threading.Thread | None = None
+
+
+def max_lessons() -> int:
+    try:
+        return max(1, int(os.environ.get("KVVIZ_MAX_LESSONS", DEFAULT_MAX_LESSONS)))
+    except ValueError:
+        return DEFAULT_MAX_LESSONS
+
+
+def _session_ended(session_id: str) -> bool:
+    return Runtime.exists() and not Runtime.instance().is_active_session(session_id)
+
+
+def sweep() -> int:
+    """Free the lessons of sessions that ended; return how many lessons stay live."""
+    with _lock:
+        for session_id, ref in list(_live.items()):
+            lesson = ref()
+            if lesson is None or lesson.released:
+                del _live[session_id]
+            elif _session_ended(session_id):
+                lesson.release()  # drops its engines, pool and traces even while Streamlit keeps the session
+                del _live[session_id]
+        return len(_live)
+
+
+def admit(lesson) -> str | None:
+    """Register this session's new lesson; a sentence instead when the server's budget is full."""
+    ctx = get_script_run_ctx(suppress_warning=True)
+    session_id = ctx.session_id if ctx is not None else "no-session"
+    sweep()
+    with _lock:
+        others = sum(1 for sid in _live if sid != session_id)
+        if others >= max_lessons():
+            return (f"This server is running its limit of {max_lessons()} live lessons; try again when a "
+                    "classmate closes their tab, or replay a lesson file, which runs no model.")
+        _live[session_id] = weakref.ref(lesson)
+    _start_sweeper()
+    return None
+
+
+def _start_sweeper() -> None:
+    """A background sweep, so a class that leaves frees its memory without anyone pressing a button."""
+    global _sweeper
+    with _lock:
+        if _sweeper is not None or not Runtime.exists():
+            return
+        _sweeper = threading.Thread(target=_sweep_forever, name="kvviz-lesson-sweeper", daemon=True)
+    _sweeper.start()
+
+
+def _sweep_forever() -> None:
+    while True:
+        time.sleep(SWEEP_EVERY_S)
+        sweep()

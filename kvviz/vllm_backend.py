@@ -1,0 +1,310 @@
+"""vLLM beside kvviz: hand the same job to vLLM, which runs in its own virtual environment.
+
+vLLM pins transformers and numpy versions that differ from kvviz's, so `scripts/setup_vllm.sh`
+makes it a venv of its own (.venv-vllm/) and kvviz runs kvviz/vllm_worker.py with that
+interpreter, exchanging JSON files. Prompts cross as token ids from kvviz's tokenizer, so both
+engines see exactly the same input.
+
+    python -m kvviz generate --backend vllm --prompts p.txt      # the same job, on vLLM
+    python -m kvviz bench --against vllm                         # vLLM's tokens/s beside kvviz's
+    python -m kvviz bill --against-vllm --model FOLDER           # the bill against vLLM's allocation
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+WORKER = Path(__file__).with_name("vllm_worker.py")
+DEFAULT_PYTHON = REPO_ROOT / ".venv-vllm" / "bin" / "python"
+
+
+# ---- finding and running vLLM ------------------------------------------------------------
+def find_python(explicit: str | None = None) -> Path | None:
+    """vLLM's interpreter: --vllm-python, else $KVVIZ_VLLM_PYTHON, else .venv-vllm/bin/python."""
+    path = Path(explicit or os.environ.get("KVVIZ_VLLM_PYTHON") or DEFAULT_PYTHON).expanduser()
+    return path if path.is_file() and os.access(path, os.X_OK) else None
+
+
+def missing_message(explicit: str | None = None) -> str | None:
+    """None when vLLM's interpreter is there, else the sentence that says how to make it."""
+    if find_python(explicit) is not None:
+        return None
+    where = explicit or os.environ.get("KVVIZ_VLLM_PYTHON") or DEFAULT_PYTHON
+    return (f"vLLM's Python is not at {str(where)!r}; make its environment with "
+            "`bash scripts/setup_vllm.sh` (or point --vllm-python or KVVIZ_VLLM_PYTHON at one).")
+
+
+def require_python(explicit: str | None = None) -> Path:
+    problem = missing_message(explicit)
+    if problem:
+        raise ValueError(problem)
+    return find_python(explicit)
+
+
+def run_jobs(jobs: list[dict], python: str | Path | None = None, timeout: float = 3600) -> list[dict]:
+    """Run jobs in one vLLM worker process (its start-up is paid once); one result per job."""
+    python = require_python(python)
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONNOUSERSITE="1")
+    env.pop("PYTHONPATH", None)  # kvviz's own packages must not leak into vLLM's interpreter
+    with tempfile.TemporaryDirectory(prefix="kvviz-vllm-") as tmp:
+        jobs_path, results_path = Path(tmp, "jobs.json"), Path(tmp, "results.json")
+        jobs_path.write_text(json.dumps(jobs))
+        # -P: the worker's folder (kvviz/) is not put on vLLM's import path
+        done = subprocess.run([str(python), "-P", str(WORKER), str(jobs_path), str(results_path)],
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True, env=env,
+                              timeout=timeout, cwd=tmp)
+        if done.returncode != 0 or not results_path.is_file():
+            last = (done.stderr.strip().splitlines() or ["no output"])[-1][:300]
+            raise ValueError(f"vLLM's worker stopped before finishing ({last}); check that "
+                             f"`{python} -c 'import vllm'` works, or remake it with `bash scripts/setup_vllm.sh`.")
+        return json.loads(results_path.read_text())
+
+
+def model_folder(source: str) -> str:
+    """The folder vLLM loads: 'bundled', a folder, or a Hugging Face id already in the local cache."""
+    from kvviz.models import BUNDLED_DIR
+
+    source = (source or "bundled").strip()
+    if source == "bundled":
+        return str(BUNDLED_DIR)
+    if Path(source).expanduser().is_dir():
+        return str(Path(source).expanduser().resolve())
+    try:
+        from huggingface_hub import snapshot_download
+
+        return snapshot_download(source, local_files_only=True)
+    except Exception:
+        raise ValueError(f"{source!r} is neither a folder nor a model in the local Hugging Face cache; "
+                         "give vLLM a folder with config.json and the weights, or 'bundled'.") from None
+
+
+def llm_options(args, dtype: str) -> dict:
+    """LLM(...) settings from the command line; None means vLLM's own default."""
+    return {"dtype": dtype, "seed": 0,
+            "tensor_parallel_size": getattr(args, "tensor_parallel_size", None),
+            "pipeline_parallel_size": getattr(args, "pipeline_parallel_size", None),
+            "distributed_executor_backend": getattr(args, "distributed_executor_backend", None),
+            "enforce_eager": getattr(args, "enforce_eager", None) or None,
+            "kv_cache_memory_bytes": getattr(args, "kv_cache_bytes", None)}
+
+
+def check_result(result: dict, model: str) -> dict:
+    if "error" in result:
+        raise ValueError(f"vLLM could not run {model!r} ({result['error'][:300]}); "
+                         "check that the folder holds a complete checkpoint of an architecture vLLM supports.")
+    return result
+
+
+# ---- generate ----------------------------------------------------------------------------
+def add_generate_arguments(parser) -> None:
+    """The --backend choice and vLLM's pass-through settings, on `generate`'s parser."""
+    add = parser.add_argument
+    add("--backend", choices=("kvviz", "vllm"), default="kvviz", help="which engine runs the job")
+    add("--vllm-python", default=None, help="vLLM's interpreter (default: $KVVIZ_VLLM_PYTHON or .venv-vllm/bin/python)")
+    add("--tensor-parallel-size", type=int, default=None, help="vLLM: GPUs that split each layer")
+    add("--pipeline-parallel-size", type=int, default=None, help="vLLM: GPUs (or machines) that split the layers")
+    add("--distributed-executor-backend", choices=("mp", "ray"), default=None,
+        help="vLLM: worker processes on this machine (mp) or a Ray cluster (ray)")
+    add("--kv-cache-bytes", type=int, default=None, help="vLLM: bytes for the KV cache (default: vLLM's own)")
+    add("--enforce-eager", action="store_true", help="vLLM: skip torch.compile (starts much sooner)")
+
+
+def eos_token_ids(folder: str) -> list[int]:
+    """The ids that end a request, as kvviz's engine reads them (generation config, then config)."""
+    from transformers import AutoConfig, GenerationConfig
+
+    try:
+        eos = GenerationConfig.from_pretrained(folder, local_files_only=True).eos_token_id
+    except Exception:
+        eos = None
+    if eos is None:
+        eos = getattr(AutoConfig.from_pretrained(folder, local_files_only=True).get_text_config(), "eos_token_id", None)
+    return [] if eos is None else [int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos])]
+
+
+def sampling(args, num_prompts: int, stop_ids: list[int]) -> list[dict]:
+    """kvviz's sampling flags as vLLM SamplingParams fields; with --seed, prompt i uses seed + i."""
+    return [{"max_tokens": args.max_tokens, "temperature": args.temperature, "top_k": args.top_k or 0,
+             "top_p": args.top_p, "seed": None if args.seed is None else args.seed + i,
+             "ignore_eos": args.ignore_eos, "stop_token_ids": [] if args.ignore_eos else stop_ids}
+            for i in range(num_prompts)]
+
+
+def generate_cli(args) -> int:
+    """`generate --backend vllm`: the same prompts, flags, JSONL and summary as the kvviz backend."""
+    from transformers import AutoTokenizer
+
+    from kvviz.cli import read_prompts
+    from kvviz.models import pick_device, pick_dtype
+
+    prompts = read_prompts(Path(args.prompts))
+    python = require_python(args.vllm_python)
+    folder = model_folder(args.model)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    except Exception:
+        raise ValueError(f"{args.model!r} has no tokenizer kvviz can read, so text prompts cannot become "
+                         "token ids; give a model folder that holds its tokenizer files.") from None
+    prompt_ids = [tokenizer(p)["input_ids"] for p in prompts]
+    dtype = str(pick_dtype(pick_device(args.device), args.dtype)).removeprefix("torch.")
+    job = {"kind": "generate", "model": folder, "llm": llm_options(args, dtype), "prompts": prompt_ids,
+           "sampling": sampling(args, len(prompts), eos_token_ids(folder))}
+    print(f"starting vLLM ({python}) on {folder} ...", file=sys.stderr)
+    result = check_result(run_jobs([job], python)[0], args.model)
+    records = [{"prompt": prompt, "text": tokenizer.decode(out["token_ids"]), "token_ids": out["token_ids"],
+                "finish_reason": out["finish_reason"], "num_cached_tokens": out["num_cached_tokens"]}
+               for prompt, out in zip(prompts, result["outputs"])]
+    write_jsonl(args.out, records)
+    generated = sum(len(r["token_ids"]) for r in records)
+    summary = {
+        "requests": len(records), "prompt_tokens": sum(map(len, prompt_ids)), "generated_tokens": generated,
+        "seconds": round(result["seconds"], 3), "output_tokens_per_s": round(generated / result["seconds"], 1),
+        "peak_blocks_in_use": round(result["peak_kv_usage"] * result["num_blocks"]),
+        "num_blocks": result["num_blocks"], "block_size": result["block_size"],
+        "preemptions": result["preemptions"],
+        "prefix_cache_hit_rate": round(result["prefix_cache_hits"] / max(result["prefix_cache_queries"], 1), 4),
+    }
+    print_summary(summary, args.out)
+    return 0
+
+
+def write_jsonl(path: str, records: list[dict]) -> None:
+    """Write all records or nothing: a temporary file beside `path`, renamed when complete."""
+    target = Path(path)
+    with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=target.parent or ".", delete=False,
+                                     prefix=f".{target.name}.", suffix=".part") as out:
+        for record in records:
+            out.write(json.dumps(record) + "\n")
+    os.replace(out.name, target)
+
+
+def print_summary(summary: dict, out_path: str) -> None:
+    width = max(map(len, summary))
+    for key, value in summary.items():
+        print(f"{key:<{width}}  {value}")
+    print(f"wrote {out_path}")
+
+
+# ---- bench --against vllm ----------------------------------------------------------------
+def save_model(model, folder: str) -> str:
+    """The bench's model as vLLM loads it: config.json and model.safetensors."""
+    model.save_pretrained(folder, safe_serialization=True)
+    return folder
+
+
+def bench_against_vllm(model, workload, kvviz_run, repeats: int = 1, python=None) -> dict:
+    """vLLM on the same weights and token-id prompts: greedy, ignore_eos, the model's dtype."""
+    from kvviz.bench import compare_outputs
+
+    dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+    with tempfile.TemporaryDirectory(prefix="kvviz-bench-model-") as folder:
+        save_model(model, folder)
+        job = {"kind": "generate", "model": folder, "llm": {"dtype": dtype, "seed": 0},
+               "prompts": workload.prompts, "warmup": True, "repeats": repeats,
+               "sampling": [{"max_tokens": n, "temperature": 0.0, "ignore_eos": True} for n in workload.max_tokens]}
+        start = time.perf_counter()
+        result = check_result(run_jobs([job], python)[0], "the bench model")
+        wall = time.perf_counter() - start
+    outputs = [o["token_ids"][:n] for o, n in zip(result["outputs"], workload.max_tokens)]
+    agreement = compare_outputs(kvviz_run.outputs, outputs)
+    tokens_per_s = workload.num_output_tokens / result["seconds"]
+    entry = {"seconds": result["seconds"], "all_seconds": result["all_seconds"], "output_tokens_per_s": tokens_per_s,
+             "kvviz_over_vllm": kvviz_run.tokens_per_s / tokens_per_s, "outputs_equal": agreement.num_equal,
+             "requests": agreement.num_requests, "vllm_version": result["vllm_version"],
+             "num_blocks": result["num_blocks"], "block_size": result["block_size"], "worker_wall_s": wall}
+    print(f"{'vllm ' + result['vllm_version']:<24}{result['seconds']:>9.2f}{tokens_per_s:>14.1f}"
+          f"{entry['kvviz_over_vllm']:>9.2f}x   {agreement.describe()}")
+    print(f"  vLLM: default settings but dtype {dtype}; its own blocks of {result['block_size']}; "
+          f"{wall:.0f} s with start-up, compilation and warm-up")
+    return entry
+
+
+# ---- bill --against-vllm -----------------------------------------------------------------
+def add_bill_arguments(parser) -> None:
+    parser.add_argument("--against-vllm", action="store_true",
+                        help="start vLLM with --kv-space and compare its allocation with the bill (needs --model)")
+    parser.add_argument("--kv-space", default="256MiB", help="with --against-vllm: KV cache space given to vLLM")
+    parser.add_argument("--vllm-python", default=None, help="vLLM's interpreter (default: $KVVIZ_VLLM_PYTHON or .venv-vllm/bin/python)")
+
+
+def predict_allocation(shape, kv_bytes: int, dtype_bytes: float, block_size: int, context: int) -> dict:
+    """kvviz's bill for a pool of kv_bytes: whole blocks, the tokens they hold, requests of `context`."""
+    from kvviz import memory
+
+    block_bytes = memory.kv_bytes_per_token(shape, dtype_bytes) * block_size  # every layer's slots of one block
+    num_blocks = kv_bytes // block_bytes
+    per_request = math.ceil(memory.kv_cache_bytes(shape, context, 1, dtype_bytes, block_size=block_size) / block_bytes)
+    return {"num_blocks": num_blocks, "kv_cache_tokens": num_blocks * block_size,
+            "max_concurrency": num_blocks / per_request, "blocks_per_request": per_request,
+            "bytes_per_token": block_bytes // block_size}
+
+
+def allocation_job(folder: str, dtype: str, kv_bytes: int, context: int, block_size: int | None = None) -> dict:
+    return {"kind": "allocate", "model": folder,
+            "llm": {"dtype": dtype, "enforce_eager": True, "kv_cache_memory_bytes": kv_bytes,
+                    "max_model_len": context, "block_size": block_size}}
+
+
+def compare_allocation(shape, dtype_bytes: float, kv_bytes: int, context: int, result: dict) -> dict:
+    """vLLM's report beside kvviz's prediction for vLLM's block size, and why they differ."""
+    reported = result["reported"]
+    predicted = predict_allocation(shape, kv_bytes, dtype_bytes, result["block_size"], context)
+    vllm = {"num_blocks": result["num_blocks"], "kv_cache_tokens": reported["kv_cache_tokens"],
+            "max_concurrency": reported["max_concurrency"]}
+    gap = (vllm["kv_cache_tokens"] or 0) - predicted["kv_cache_tokens"]
+    unrounded = kv_bytes // predicted["bytes_per_token"]
+    rounded = result["max_model_len"] % result["block_size"]
+    if gap == 0:
+        why = (f"They agree: {kv_bytes:,} bytes / {predicted['bytes_per_token']:,} bytes per token = {unrounded:,} "
+               f"tokens, rounded down to whole blocks of {result['block_size']}; vLLM keeps one of those blocks "
+               "as its empty 'null' block, so one block fewer is usable.")
+    elif rounded and predicted["num_blocks"] == vllm["num_blocks"]:
+        why = (f"The blocks agree; vLLM counts tokens as whole requests of {context:,} (concurrency × length), "
+               f"so the {result['block_size'] - rounded} unused slots of each request's last block of "
+               f"{result['block_size']} are not in its token count.")
+    else:
+        why = (f"They differ by {gap:+,} tokens ({gap / max(predicted['kv_cache_tokens'], 1):+.1%}): "
+               "the bill counts every layer storing every token; vLLM sizes per layer group "
+               "(sliding-window layers, shared KV layers) and pads pages, which the bill does not.")
+    return {"kvviz": predicted, "vllm": vllm, "token_gap": gap, "explanation": why}
+
+
+def bill_against_vllm(args) -> str:
+    from kvviz import memory
+
+    if not args.model:
+        raise ValueError("--against-vllm needs --model FOLDER (or 'bundled'): vLLM must load the model itself.")
+    python = require_python(args.vllm_python)
+    folder = model_folder(args.model)
+    shape = memory.shape_from_pretrained(folder)
+    dtype_bytes = memory.dtype_bytes(args.dtype)
+    dtype = {4: "float32", 2: "bfloat16" if "bf" in args.dtype else "float16"}.get(dtype_bytes)
+    if dtype is None:
+        raise ValueError(f"vLLM runs this comparison in float32, float16 or bfloat16, not {args.dtype!r}.")
+    kv_bytes = memory.memory_bytes(args.kv_space)
+    context = min(args.tokens, shape.max_context or args.tokens)
+    result = check_result(run_jobs([allocation_job(folder, dtype, kv_bytes, context, args.block_size)], python)[0],
+                          args.model)
+    return format_comparison(shape.name, dtype, kv_bytes, context, result["block_size"],
+                             compare_allocation(shape, dtype_bytes, kv_bytes, context, result))
+
+
+def format_comparison(name: str, dtype: str, kv_bytes: int, context: int, block_size: int, c: dict) -> str:
+    from kvviz.memory import format_bytes
+
+    k, v = c["kvviz"], c["vllm"]
+    rows = [("KV blocks", f"{k['num_blocks']:,}", f"{v['num_blocks']:,}"),
+            ("tokens that fit", f"{k['kv_cache_tokens']:,}", f"{v['kv_cache_tokens']:,}"),
+            (f"requests of {context:,} tokens at once", f"{k['max_concurrency']:.2f}", f"{v['max_concurrency']:.2f}")]
+    lines = [f"{name}, {dtype}, {kv_bytes:,} bytes ({format_bytes(kv_bytes)}) of KV space, blocks of {block_size}",
+             f"{'':<36}{'kvviz bill':>14}{'vLLM':>14}"]
+    lines += [f"{label:<36}{a:>14}{b:>14}" for label, a, b in rows]
+    lines.append(c["explanation"])
+    return "\n".join(lines)

@@ -1,0 +1,93 @@
+"""Issue 16 item 2 and issue 12 item 7 in a real browser: the live-lesson budget, a closed tab's
+lesson freed, and lesson files checked as they are uploaded."""
+
+import os
+import shutil
+
+import pytest
+
+from browser import CHROMIUM, CHROMIUM_ARGS, ROOT, running_app, wait_idle
+
+pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
+                                reason="Debian's chromium is not installed (.ci/run installs it)")
+
+
+@pytest.fixture(scope="module")
+def app_url():
+    (ROOT / "artifacts").mkdir(exist_ok=True)
+    os.environ["KVVIZ_MAX_LESSONS"] = "1"  # the server started below inherits it
+    try:
+        with running_app() as url:
+            yield url
+    finally:
+        del os.environ["KVVIZ_MAX_LESSONS"]
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+def open_lesson(browser, app_url):
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    page.set_default_timeout(120_000)
+    page.goto(f"{app_url}/prefill_decode")
+    page.get_by_role("button", name="Prefill").wait_for()
+    wait_idle(page)
+    return context, page
+
+
+def prefill(page):
+    page.get_by_role("button", name="Prefill").click()
+    wait_idle(page)
+
+
+def test_the_budget_holds_and_a_closed_tab_frees_its_lesson(browser, app_url):
+    first_context, first = open_lesson(browser, app_url)
+    prefill(first)
+    first.get_by_text("Prefill.", exact=False).first.wait_for()
+    second_context, second = open_lesson(browser, app_url)
+    prefill(second)
+    second.get_by_text("running its limit of 1 live lessons").wait_for()  # the budget, in one sentence
+    first_context.close()  # the tab closes: its session ends and its lesson must be freed
+    prefill(second)
+    second.get_by_text("Prefill.", exact=False).first.wait_for()
+    assert second.get_by_text("running its limit").count() == 0
+    second_context.close()
+
+
+def test_a_lesson_file_is_checked_once_at_upload(browser, app_url, bundled):
+    from kvviz.lesson import Lesson, LessonSettings
+    from kvviz.lesson_file import export_lesson
+
+    run = Lesson.start(bundled, LessonSettings(prompt="JULIET:\nAy me", max_tokens=4))
+    run.prefill()
+    while run.next_token() is not None:
+        pass
+    context, page = open_lesson(browser, app_url)
+    page.get_by_text("Export or replay a lesson").click()
+    upload = page.locator("[data-testid='stFileUploaderDropzoneInput']")
+    upload.set_input_files(files=[{"name": "bad.json", "mimeType": "application/json",
+                                   "buffer": b'{"format": "kvviz-lesson/2", "model": 1}'}])
+    wait_idle(page)
+    message = page.get_by_text("The lesson file's field")
+    assert message.count() == 1  # shown as soon as the file arrives, once
+    prefill(page)  # the next action clears it
+    page.get_by_text("Prefill.", exact=False).first.wait_for()
+    assert message.count() == 0
+    upload.set_input_files(files=[{"name": "good.json", "mimeType": "application/json",
+                                   "buffer": export_lesson(run).encode()}])
+    wait_idle(page)
+    page.get_by_text("Replaying a recorded lesson").wait_for()
+    for _ in range(2):
+        page.get_by_role("button", name="Next token").click()
+        wait_idle(page)
+    page.get_by_text("Decode step 2").first.wait_for()  # steps revealed from the file
+    assert page.locator("[data-testid='stException']").count() == 0
+    context.close()

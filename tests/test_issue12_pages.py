@@ -1,0 +1,171 @@
+"""Numbers and controls a teacher found wrong by driving the pages (issue 12), under AppTest."""
+
+from conftest import open_lesson
+
+
+def click(at, label):
+    next(b for b in at.button if b.label == label).click().run()
+
+
+def metric(at, label):
+    return next(m for m in at.metric if m.label == label)
+
+
+def test_paged_waste_counts_a_shared_prefix_block_once():
+    at = open_lesson("lessons/paged_batching.py")
+    click(at, "Start")
+    click(at, "Step")
+    click(at, "Step")
+    lesson = at.session_state["lesson_paged"]
+    record, block_size = lesson.records[-1], lesson.engine.block_size
+    running = [r for r in record.requests if r.status == "running" and r.num_computed_tokens]
+    tables = [r.block_table for r in running]
+    shared = set(tables[0]).intersection(*tables[1:])
+    assert len(running) >= 2 and shared  # R2 reuses R1's system-prompt blocks
+    filled = {}
+    for r in running:
+        for i, block in enumerate(r.block_table):
+            filled[block] = max(filled.get(block, 0), min(block_size, r.num_computed_tokens - i * block_size))
+    slots = len(filled) * block_size
+    expected = 1 - sum(filled.values()) / slots
+    assert expected > 0  # the pool has empty slots, so the page must not say 0%
+    assert metric(at, "Paged blocks").delta == f"{expected:.0%} wasted"
+    assert f"{len(filled)} blocks hold {slots} slots" in metric(at, "Paged blocks").help
+
+
+def test_paged_predict_panel_offers_a_request_after_a_new_start():
+    at = open_lesson("lessons/paged_batching.py")
+    click(at, "Start")
+    at.selectbox(key="paged_question_request").select_index(0).run()
+    click(at, "Run to the end")
+    assert any("Every request has finished" in c.value for c in at.caption)
+    click(at, "Start")
+    box = at.selectbox(key="paged_question_request")
+    assert box.value is not None and box.options
+    commit = next(b for b in at.button if b.label == "Commit")
+    assert not commit.disabled
+    commit.click().run()
+    assert len(at.session_state["paged_questions"]) == 1 and not at.exception
+
+
+def figure(at, index=0) -> dict:
+    import json
+
+    return json.loads(at.get("plotly_chart")[index].proto.spec)
+
+
+def test_work_saved_plots_token_counts_on_titled_nonnegative_axes():
+    at = open_lesson("lessons/prefill_decode.py")
+    click(at, "Prefill")
+    click(at, "Next token")
+    click(at, "Next token")
+    at.radio(key="lesson_view").set_value("Work saved").run()
+    rows = at.session_state["lesson"].work()
+    spec = figure(at)
+    layout = spec["layout"]
+    assert "tokens" in layout["yaxis"]["title"]["text"] and "tokens" in layout["yaxis2"]["title"]["text"]
+    assert layout["yaxis2"]["rangemode"] == layout["yaxis"]["rangemode"] == "nonnegative"
+    # no single cold timing is drawn: every trace is a count of tokens from the lesson's records
+    by_axis = {}
+    for trace in spec["data"]:
+        assert "ms" not in trace["name"]
+        by_axis.setdefault(trace.get("yaxis", "y"), []).append(list(trace["y"]))
+    assert [r["without_cache_tokens"] for r in rows] in by_axis["y"]
+    assert [r["with_cache_total"] for r in rows] in by_axis["y2"]
+    assert all("ms" not in key for key in rows[0])
+    assert not any("table below" in s.value for s in at.success)
+
+
+def test_model_lab_times_are_medians_with_spread_and_stale_results_are_marked():
+    at = open_lesson("lessons/model_lab.py")
+    at.slider(key="lab_layers").set_value(2).run()
+    click(at, "Measure")
+    result = at.session_state["lab_result"]
+    longest = result.timings[-1]
+    assert all(t.repeats == 5 for t in result.timings)  # the longest context too, not one cold step
+    assert longest.cached_spread_s[0] <= longest.cached_s <= longest.cached_spread_s[1]
+    assert metric(at, "With the cache").value == longest.median_text(cached=True)
+    assert metric(at, "Tokens run").value == f"1 vs {longest.context:,}"
+    assert any(f"With the cache: {longest.median_text(cached=True)} median of 5, spread " in c.value
+               for c in at.caption)
+    assert not at.warning[1:]  # only the page's note about random weights
+    at.slider(key="lab_layers").set_value(3).run()
+    assert any("previous shape" in w.value for w in at.warning)
+
+
+def test_strategies_time_tab_leads_with_tokens_and_shows_medians_of_runs():
+    at = open_lesson("lessons/cache_strategies.py")
+    at.slider(key="strategies_max_tokens").set_value(4).run()
+    click(at, "Run every strategy")
+    results = at.session_state["lesson_strategies"]["results"]
+    assert all(len(r.decode_ms) == 3 for r in results)
+    no_cache = next(r for r in results if r.strategy == "no_cache")
+    dynamic = results[0]
+    assert no_cache.tokens_run[1:] == [dynamic.tokens_run[0] + i for i in range(1, len(no_cache.tokens_run))]
+    assert dynamic.tokens_run[1:] == [1] * (len(dynamic.tokens_run) - 1)
+    spec = figure(at, 1)  # memory, then time
+    lines = {t["name"]: t["y"] for t in spec["data"] if t["type"] == "scatter"}
+    bars = {t["x"][0]: t for t in spec["data"] if t["type"] == "bar"}
+    assert lines["no cache"] == no_cache.tokens_run
+    assert bars["no cache"]["y"][0] == no_cache.decode_ms_median
+    assert "median of 3 runs" in spec["layout"]["annotations"][1]["text"]
+    table = at.session_state["lesson_strategies"]["table"]
+    assert table[0]["spread (ms)"].endswith("over 3 runs")
+
+
+def test_batch_tokens_per_second_names_what_it_divides_by():
+    from kvviz.throughput import output_tokens_per_s
+
+    at = open_lesson("lessons/batch_generation.py")
+    at.slider(key="batch_count").set_value(4).run()
+    click(at, "Run the batch")
+    done = at.session_state["lesson_batch"]
+    assert metric(at, "Output tokens/s").value == f"{output_tokens_per_s(done.output_tokens, done.engine_seconds):,.0f}"
+    assert any(f"{done.output_tokens:,} output tokens ÷ {done.engine_seconds:.2f} s in engine steps" in c.value
+               for c in at.caption)
+    click(at, "Run both and compare")
+    compared = at.session_state["lesson_batch_compare"]
+    words = f"{compared.kvviz.output_tokens:,} output tokens ÷ {compared.kvviz.seconds:.2f} s of generate"
+    assert any(words in c.value for c in at.caption) and not at.exception
+
+
+def test_a_link_to_another_prompt_clears_the_example_box():
+    from streamlit.testing.v1 import AppTest
+
+    from conftest import ROOT
+
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
+    at.query_params["prompt"] = "KING:\nWho goes there?"
+    at.query_params["step"] = "1"
+    at.run()
+    at.switch_page("lessons/prefill_decode.py").run()
+    assert at.text_area(key="lesson_prompt").value == "KING:\nWho goes there?"
+    assert at.selectbox(key="lesson_example").value is None  # not ROMEO
+    at.selectbox(key="lesson_example").select_index(1).run()
+    assert at.text_area(key="lesson_prompt").value == at.selectbox(key="lesson_example").value
+    assert at.select_slider(key="lesson_speed").label == "Play speed"
+    assert at.select_slider(key="lesson_speed").proto.label_visibility.value == 0  # visible
+
+
+def test_a_prompt_that_fills_the_context_says_why_it_stopped(bundled):
+    at = open_lesson("lessons/prefill_decode.py")
+    words = "the king "
+    prompt = words * 300
+    ids = bundled.tokenizer(prompt)["input_ids"]
+    room = 6
+    prompt = bundled.tokenizer.decode(ids[:bundled.max_context - room])
+    at.text_area(key="lesson_prompt").set_value(prompt).run()
+    click(at, "Prefill")
+    lesson = at.session_state["lesson"]
+    while not lesson.finished:
+        click(at, "Next token")
+    generated = len(lesson.token_texts) - len(lesson.prompt_token_ids)
+    assert generated < 48
+    done = at.success[0].value
+    assert f"stopped after {generated} of the 48 tokens" in done and f"context of {bundled.max_context}" in done
+
+
+def test_memory_bill_speaks_of_one_request_in_the_singular():
+    at = open_lesson("lessons/memory_bill.py")
+    caption = next(c.value for c in at.caption if "reverse questions" in c.value)
+    assert "one request can hold up to" in caption and "1 request can each" not in caption
