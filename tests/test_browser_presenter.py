@@ -37,6 +37,14 @@ def url_of(app_url, lesson):
     return f"{app_url}/" if name == "home" else f"{app_url}/{name}"
 
 
+def check(page, name, where, cut):
+    """Record text cut anywhere on the page (scrolled through), and keep a screenshot of the first screen."""
+    problems = page.evaluate(CUT_TEXT_JS)
+    if problems:
+        cut[where] = problems
+    page.screenshot(path=str(SHOTS / f"{name}.png"))
+
+
 def test_presenter_mode_on_every_page_at_1280x720(app_url):
     SHOTS.mkdir(parents=True, exist_ok=True)
     cut = {}
@@ -57,10 +65,14 @@ def test_presenter_mode_on_every_page_at_1280x720(app_url):
             if page.locator(".js-plotly-plot").count():
                 size = page.evaluate("() => document.querySelector('.js-plotly-plot').layout.font.size")
                 assert size > 16
-            problems = page.evaluate(CUT_TEXT_JS)
-            if problems:
-                cut[lesson.title] = problems
-            page.screenshot(path=str(SHOTS / f"{index}-{lesson.path.removeprefix('lessons/').removesuffix('.py')}.png"))
+            name = f"{index}-{lesson.path.removeprefix('lessons/').removesuffix('.py')}"
+            check(page, name, lesson.title, cut)
+            if lesson.path.endswith("prefill_decode.py"):  # the two explanation views too
+                for view, short in (("Inside attention", "inside"), ("Why decode is memory-bound", "bound")):
+                    page.get_by_text(view, exact=True).click()
+                    wait_idle(page, settle=1.0)
+                    page.get_by_text(view, exact=True).evaluate("e => e.scrollIntoView({block: 'start'})")
+                    check(page, f"{name}-{short}", f"{lesson.title} / {view}", cut)
         # the way out works: presenter mode off, the sidebar back
         page.get_by_role("button", name="Leave presenter mode").click()
         wait_idle(page)

@@ -161,6 +161,9 @@ def test_presenter_mode_from_the_link_on_every_page():
     assert at.session_state["presenter"] is False
     assert "presenter" not in at.query_params
     assert not any(b.label == "Leave presenter mode" for b in at.button)
+    at.toggle(key="presenter").set_value(True).run()  # the sidebar switch turns it on again
+    assert any(b.label == "Leave presenter mode" for b in at.button)
+    assert at.query_params["presenter"] == "1"
 
 
 def test_presenter_scales_chart_fonts():
@@ -172,3 +175,22 @@ def test_presenter_scales_chart_fonts():
     bigger = scaled_figure(figure, 1.5)
     assert bigger.layout.font.size == 24 and bigger.layout.title.font.size == 30
     assert figure.layout.font.size == 16  # the original is untouched
+
+
+def test_sources_page_credits_each_idea_and_names_real_lessons():
+    from kvviz.sources import SOURCES
+    at = open_lesson("lessons/sources.py")
+    titles = {p["page_name"] for p in registered_pages(at)}
+    text = "\n".join(m.value for m in at.markdown)
+    for needed in ("PagedAttention", "GQA", "MQA", "MLA", "StreamingLLM", "H2O", "KIVI", "transformers"):
+        assert needed in text, needed
+    for source in SOURCES:
+        assert f"]({source.url})" in text
+        assert set(source.lessons) <= titles, source.title
+
+
+def test_paged_page_explains_paging():
+    at = open_lesson("lessons/paged_batching.py")
+    assert any(e.label.startswith("Paging, explained") for e in at.expander)
+    text = "\n".join(m.value for m in at.markdown)
+    assert "page table" in text and "Paging is not caching" in text and "Prefix caching builds on it" in text

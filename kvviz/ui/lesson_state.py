@@ -6,6 +6,8 @@ own engine and records; the model itself is shared read-only.
 
 from __future__ import annotations
 
+import time
+
 import streamlit as st
 
 from kvviz.engine import EngineError
@@ -84,6 +86,8 @@ def on_next_token() -> None:
 
 def on_toggle_play() -> None:
     st.session_state["lesson_playing"] = not st.session_state.get("lesson_playing", False)
+    if st.session_state["lesson_playing"]:  # the first step comes one beat after Play, like the rest
+        st.session_state["lesson_last_tick"] = time.time()
 
 
 def view_step(last_step: int, playing: bool) -> int:

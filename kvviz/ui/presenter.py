@@ -21,7 +21,7 @@ CSS = """
   [data-testid="stExpandSidebarButton"] {display: none;}
   html, body, [data-testid="stAppViewContainer"] {font-size: 20px;}
   [data-testid="stMarkdownContainer"] p, [data-testid="stMarkdownContainer"] li {font-size: 1.2rem;}
-  [data-testid="stMetricValue"] {font-size: 2.2rem;}
+  [data-testid="stMetricValue"], [data-testid="stMetricValue"] p {font-size: 2.2rem !important;}
   [data-testid="stMetricLabel"] p {white-space: normal; overflow: visible;}
   h1 {font-size: 2.6rem !important;}
   .stButton button p, [data-testid="stPageLink"] p {white-space: normal; font-size: 1.05rem;}
