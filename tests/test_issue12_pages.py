@@ -169,3 +169,20 @@ def test_memory_bill_speaks_of_one_request_in_the_singular():
     at = open_lesson("lessons/memory_bill.py")
     caption = next(c.value for c in at.caption if "reverse questions" in c.value)
     assert "one request can hold up to" in caption and "1 request can each" not in caption
+
+
+def test_play_shows_the_newest_step_and_pause_keeps_it():
+    at = open_lesson("lessons/prefill_decode.py")
+    click(at, "Prefill")
+    for _ in range(5):
+        click(at, "Next token")
+    at.slider(key="lesson_view_step").set_value(2).run()
+    assert at.success[0].value.startswith("**Decode step 2.**")
+    click(at, "Play")  # the ticker steps in the browser; here the press alone must show the newest step
+    lesson = at.session_state["lesson"]
+    newest = len(lesson.records) - 1
+    assert at.slider(key="lesson_view_step").value == newest and at.slider(key="lesson_view_step").disabled
+    assert at.success[0].value.startswith(f"**Decode step {newest}.**")
+    click(at, "Pause")
+    assert at.slider(key="lesson_view_step").value == newest and not at.slider(key="lesson_view_step").disabled
+    assert at.success[0].value.startswith(f"**Decode step {newest}.**")

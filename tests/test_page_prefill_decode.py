@@ -62,7 +62,7 @@ def test_memory_bill_matches_the_measured_bytes(app):
     assert bill["formula_bytes"] == bill["token_bytes"]  # formula == bytes holding tokens
     assert bill["token_bytes"] + bill["slack_bytes"] == bill["block_bytes"]
     metrics = {m.label: m.value for m in app.metric}
-    assert "Formula" in metrics and metrics["Formula"] == metrics["Bytes holding tokens (measured)"]
+    assert "Formula" in metrics and metrics["Formula"] == metrics["Measured"]
 
 
 def test_bad_prompts_show_one_sentence_and_keep_the_lesson(app):
