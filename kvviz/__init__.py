@@ -1,7 +1,7 @@
 """kvviz: learn, show and measure how a language model's key-value cache works."""
 
-from kvviz.engine import Engine, EngineError, SamplingParams, StepRecord
+from kvviz.engine import Engine, EngineConfig, EngineError, SamplingParams, StepRecord
 from kvviz.models import CustomShape, LoadedModel, ModelLoadError, load_model
 
-__all__ = ["Engine", "EngineError", "SamplingParams", "StepRecord", "CustomShape", "LoadedModel",
+__all__ = ["Engine", "EngineConfig", "EngineError", "SamplingParams", "StepRecord", "CustomShape", "LoadedModel",
            "ModelLoadError", "load_model"]

@@ -33,7 +33,7 @@ from kvviz.engine import Engine, SamplingParams
 from kvviz.engine.config import DEFAULTS, EngineConfig
 from kvviz.engine.kv_cache import CacheShape
 from kvviz.engine.scheduler import blocks_needed
-from kvviz.models import CustomShape, ModelLoadError, pick_device, pick_dtype
+from kvviz.models import CustomShape, ModelLoadError, available_memory_bytes, pick_device, pick_dtype
 
 # about 25M parameters: 6 x 2.7M in the layers, 2 x 4.2M in the untied embedding and head
 BENCH_SHAPE = CustomShape(num_layers=6, hidden_size=512, num_heads=8, num_kv_heads=2,
@@ -506,6 +506,11 @@ def run_bench(args: argparse.Namespace) -> int:
         from kvviz.vllm_backend import bench_against_vllm
         results["mixed"]["systems"]["vllm"] = bench_against_vllm(model, mixed, runs[0], args.repeats, args.vllm_python)
     sizes = [int(n) for n in args.pool_sizes.split(",") if n.strip()]
+    block_bytes = DEFAULTS.block_size * CacheShape.from_model(model).bytes_per_token
+    too_big = [n for n in sizes if n * block_bytes > available_memory_bytes(device) // 2]
+    if too_big:
+        print(f"\nskipping pools of {too_big} blocks: they would take more than half of the free memory")
+        sizes = [n for n in sizes if n not in too_big]
     results["pool_sizes"] = [step_overhead(model, mixed.head(_fits(mixed, min(sizes))), n) for n in sizes] if sizes else []
     print_pool_sizes(results["pool_sizes"])
 

@@ -77,6 +77,8 @@ def test_engine_config_holds_the_settings_and_keywords_override_them(llama):
     assert custom.cache.key_cache[0].shape[:2] == (20, 8)
     with pytest.raises(EngineError, match="no setting 'blocks'"):
         Engine(llama, blocks=4)
+    with pytest.raises(EngineError, match="by name"):
+        Engine(llama, 16)
     with pytest.raises(EngineError, match="at least 1"):
         Engine(llama, max_num_batched_tokens=0)
 

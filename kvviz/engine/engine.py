@@ -50,6 +50,8 @@ class Engine:
     """
 
     def __init__(self, lm, config: EngineConfig | None = None, **overrides):
+        if config is not None and not isinstance(config, EngineConfig):
+            raise EngineError("Give the engine's settings by name, e.g. Engine(lm, block_size=16), or as an EngineConfig.")
         try:
             config = (config or EngineConfig()).with_overrides(**overrides)
             config.validate()
@@ -150,7 +152,7 @@ class Engine:
         try:
             chunks = self.scheduler.schedule()
             forward_s, sampled, trace = self._run(chunks)
-        except Exception as error:
+        except BaseException as error:  # Ctrl-C too: never leave half-written blocks in the cache
             failed = [c.request for c in chunks] or list(self.scheduler.running)
             for request in failed:
                 if not request.is_finished:
@@ -158,6 +160,8 @@ class Engine:
                         self.kv.uncache_unwritten(request)
                     self._finish(request, "error")
             self.step_index += 1
+            if not isinstance(error, Exception):
+                raise
             raise EngineError(f"Step {self.step_index - 1} failed ({type(error).__name__}: {error}); its "
                               f"{len(failed)} requests were finished with finish_reason 'error' and their "
                               "blocks freed, and the engine can take new requests.") from error
