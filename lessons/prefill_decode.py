@@ -53,13 +53,19 @@ if playing and lesson is not None and not lesson.finished:
 
     @st.fragment(run_every=delay)
     def ticker():
-        last = st.session_state.get("lesson_last_tick", 0.0)
-        if time.time() - last >= delay * 0.9:  # the fragment also runs once on every full rerun
-            st.session_state["lesson_last_tick"] = time.time()
+        # Only the timer's reruns step. Stepping in the inline call too would st.rerun before the page below
+        # is drawn, and when a step takes longer than the beat every full run would step again: the lesson
+        # raced ahead on the server while the page never showed a new step.
+        if st.session_state.get("lesson_ticker_inline") or not st.session_state.get("lesson_playing"):
+            return
+        if time.time() - st.session_state.get("lesson_last_tick", 0.0) >= delay * 0.9:
             ls.on_next_token()
+            st.session_state["lesson_last_tick"] = time.time()  # after the step: a slow step is not a beat
             st.rerun()
 
+    st.session_state["lesson_ticker_inline"] = True
     ticker()
+    st.session_state["lesson_ticker_inline"] = False
 
 with st.expander("Export or replay a lesson"):
     export_and_replay(lesson)
