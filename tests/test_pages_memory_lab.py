@@ -71,7 +71,6 @@ def test_bill_answers_the_reverse_questions(bill):
 
 
 @pytest.mark.parametrize("key, value, words", [
-    ("bill_kv_heads", 0, "num_kv_heads must be a whole number above zero"),
     ("bill_kv_heads", 3, "must divide"),  # 32 query heads cannot share 3 KV heads
     ("bill_window", 200_000, "larger than the context"),
 ])
@@ -81,6 +80,10 @@ def test_bill_bad_settings_give_one_sentence_and_keep_the_page(bill, key, value,
     assert not bill.exception
     assert len(bill.error) == 1 and words in bill.error[0].value
     assert metric(bill, "KV cache") == "1.00 GiB"  # the last settings that made sense are still shown
+
+
+def test_bill_kv_heads_cannot_be_set_below_one(bill):
+    assert bill.slider(key="bill_kv_heads").min == 1  # zero KV heads is not offered, so never billed
 
 
 def test_bill_compares_dtypes_and_handles_mla(bill):
