@@ -74,9 +74,9 @@ class PagedKVCache:
         """
         rows = block_tables.shape[0]
         flat = block_tables.flatten()  # (B * blocks,)
-        kv = self.storage[:, layer].index_select(1, flat)  # (2, B * blocks, block_size, kvh, hd): K and V at once
-        kv = kv.view(2, rows, -1, self.shape.num_kv_heads, self.shape.head_dim)  # (2, B, Lk, kvh, hd)
-        return kv[0], kv[1]
+        k = self.key_cache[layer].index_select(0, flat).view(rows, -1, self.shape.num_kv_heads, self.shape.head_dim)
+        v = self.value_cache[layer].index_select(0, flat).view(rows, -1, self.shape.num_kv_heads, self.shape.head_dim)
+        return k, v  # (B, blocks * block_size, kvh, hd) each
 
     def read_request(self, block_table: list[int], num_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
         """One request's K and V, every layer, read through its block table.
