@@ -21,12 +21,12 @@ def build_step_batch(chunks: list[ScheduledChunk], cache, block_size: int, devic
     for chunk in chunks:
         request = chunk.request
         offsets.append(len(input_ids))
-        input_ids += request.token_slice(chunk.start, chunk.end)
+        input_ids += chunk.token_ids
         positions += range(chunk.start, chunk.end)
         if cache is not None:
             slots += slots_for(request.block_table, chunk.start, chunk.end, block_size)
-        if chunk.samples:
-            logits_index.append(len(input_ids) - 1)
+        if chunk.samples:  # the last token, and every draft: each draft is checked against the logits before it
+            logits_index += range(len(input_ids) - 1 - chunk.num_drafts, len(input_ids))
 
     decodes = [i for i, c in enumerate(chunks) if c.num_tokens == 1]
     prefills = [i for i, c in enumerate(chunks) if c.num_tokens > 1]
@@ -49,7 +49,7 @@ def build_step_batch(chunks: list[ScheduledChunk], cache, block_size: int, devic
         position_ids=torch.tensor([positions], **as_long),  # (1, N)
         slot_mapping=torch.tensor(slots, **as_long) if cache is not None else None,  # (N,)
         groups=groups,
-        logits_index=torch.tensor(logits_index, **as_long),  # (R,)
+        logits_index=torch.tensor(logits_index, **as_long),  # (R,): 1 + drafts per sampling chunk
         cache=cache,
         trace=trace,
     )

@@ -24,6 +24,9 @@ class EngineConfig:
     use_cache: bool = True  # False: recompute every token every step (the lesson's "no cache")
     record_blocks: bool = False  # True: every StepRecord also lists every block of the pool
     memory_fraction: float = 0.9  # of free memory the pool may take when num_blocks is None
+    speculative_tokens: int = 0  # draft tokens a greedy decode proposes by prompt lookup; 0: off
+    prompt_lookup_max: int = 3  # longest n-gram looked up in the context to find drafts
+    prompt_lookup_min: int = 1  # shortest n-gram tried before giving up on drafts
 
     def with_overrides(self, **overrides) -> "EngineConfig":
         """A copy with some settings changed; an unknown name is refused in one sentence."""
@@ -40,6 +43,14 @@ class EngineConfig:
             raise ValueError(f"The pool needs at least one block, not {self.num_blocks}.")
         if not 0 < self.memory_fraction <= 1:
             raise ValueError(f"memory_fraction must be in (0, 1], not {self.memory_fraction}.")
+        if self.speculative_tokens < 0:
+            raise ValueError(f"speculative_tokens must be 0 (off) or more, not {self.speculative_tokens}.")
+        if not 1 <= self.prompt_lookup_min <= self.prompt_lookup_max:
+            raise ValueError("prompt_lookup_min and prompt_lookup_max must satisfy 1 <= min <= max, not "
+                             f"{self.prompt_lookup_min} and {self.prompt_lookup_max}.")
+        if self.speculative_tokens and not self.use_cache:
+            raise ValueError("Speculative decoding writes draft tokens into the KV cache, so it needs "
+                             "use_cache=True; turn the cache on or set speculative_tokens=0.")
 
 
 DEFAULTS = EngineConfig()

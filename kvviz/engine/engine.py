@@ -17,14 +17,15 @@ import torch
 from kvviz.engine.batch import build_step_batch
 from kvviz.engine.block_pool import BlockPool
 from kvviz.engine.config import EngineConfig
-from kvviz.engine.kv_cache import CacheShape, PagedKVCache
+from kvviz.engine.kv_cache import CacheShape, PagedKVCache, slots_for
 from kvviz.engine.kv_manager import KVCacheManager, blocks_needed
-from kvviz.engine.records import (BlockRecord, ChunkRecord, EventRecord, MemoryRecord,
+from kvviz.engine.records import (BlockRecord, ChunkRecord, DraftRecord, EventRecord, MemoryRecord,
                                   RequestRecord, StepRecord, TraceRecord)
 from kvviz.engine.request import Request
 from kvviz.engine.runner import install, run_forward
 from kvviz.engine.sampling import SamplingParams, sample
-from kvviz.engine.scheduler import Scheduler
+from kvviz.engine.scheduler import ScheduledChunk, Scheduler
+from kvviz.engine.speculative import accept, last_rows, set_drafts
 
 
 class EngineError(ValueError):
@@ -88,7 +89,7 @@ class Engine:
         self._next_id = 0
         self._finished_now: list[Request] = []  # finished since the last record
         self.stats = {"prompt_tokens": 0, "generated_tokens": 0, "cached_tokens": 0,
-                      "peak_blocks": 0, "forward_s": 0.0}
+                      "peak_blocks": 0, "forward_s": 0.0, "draft_tokens": 0, "accepted_tokens": 0}
 
     # ---- requests ------------------------------------------------------------------------
     def add_request(self, prompt: str | list[int], params: SamplingParams | None = None,
@@ -150,8 +151,11 @@ class Engine:
         start = time.perf_counter()
         chunks: list = []
         try:
+            if self.config.speculative_tokens:
+                set_drafts(self.scheduler.running, self.config.speculative_tokens, self.config.prompt_lookup_max,
+                           self.config.prompt_lookup_min, self.max_context)
             chunks = self.scheduler.schedule()
-            forward_s, sampled, trace = self._run(chunks)
+            forward_s, sampled, trace, drafts = self._run(chunks)
         except BaseException as error:  # Ctrl-C too: never leave half-written blocks in the cache
             failed = [c.request for c in chunks] or list(self.scheduler.running)
             for request in failed:
@@ -167,29 +171,47 @@ class Engine:
                               "blocks freed, and the engine can take new requests.") from error
         if self.use_cache:
             self.stats["peak_blocks"] = max(self.stats["peak_blocks"], self.pool.num_used_blocks)
-        record = self._record(chunks, sampled, forward_s, time.perf_counter() - start, trace)
+        record = self._record(chunks, sampled, forward_s, time.perf_counter() - start, trace, drafts)
         self.step_index += 1
         return record
 
     def _run(self, chunks):
-        """The forward pass and sampling of one step: (forward seconds, sampled pairs, trace)."""
+        """The forward pass and sampling of one step: (forward seconds, sampled pairs, trace, drafts)."""
         if not chunks:
-            return 0.0, [], None
+            return 0.0, [], None, []
         batch = build_step_batch(chunks, self.cache, self.block_size, self.device, self.trace_request_id)
-        logits, forward_s = run_forward(self.model, batch)
+        logits, forward_s = run_forward(self.model, batch)  # (R, V): 1 + drafts rows per sampling chunk
         self.stats["forward_s"] += forward_s
         sampling_chunks = [c for c in chunks if c.samples]
-        tokens = sample(logits, [c.request.params for c in sampling_chunks],
+        last_logits, rows = last_rows(logits, [c.num_drafts for c in sampling_chunks])  # (S, V)
+        tokens = sample(last_logits, [c.request.params for c in sampling_chunks],
                         [c.request.generator for c in sampling_chunks])
         if self.use_cache:
             for chunk in chunks:
                 chunk.request.num_computed_tokens = chunk.end
-        trace = self._trace_record(batch.trace, logits, sampling_chunks) if batch.trace is not None else None
-        sampled = []
-        for chunk, token in zip(sampling_chunks, tokens):
-            sampled.append((chunk.request.request_id, token))
-            self._append_token(chunk.request, token)
-        return forward_s, sampled, trace
+        trace = self._trace_record(batch.trace, last_logits, sampling_chunks) if batch.trace is not None else None
+        sampled, drafts = [], []
+        for chunk, row, token in zip(sampling_chunks, rows, tokens):
+            request, new_tokens = chunk.request, [token]
+            if chunk.num_drafts:  # greedy: the argmax after the last token and after each draft
+                new_tokens = accept(chunk.draft_token_ids, logits[row - chunk.num_drafts:row + 1].argmax(-1).tolist())
+                drafts.append(self._roll_back(chunk, num_accepted=len(new_tokens) - 1))
+            for token in new_tokens:  # up to a stop token, max_tokens or the end of the context
+                if not request.is_finished:
+                    sampled.append((request.request_id, token))
+                    self._append_token(request, token)
+        return forward_s, sampled, trace, drafts
+
+    def _roll_back(self, chunk: ScheduledChunk, num_accepted: int) -> DraftRecord:
+        """Forget the rejected drafts' keys and values: the request's cache ends after its accepted
+        drafts, and blocks that held only rejected ones go back to the pool."""
+        request = chunk.request
+        kept = chunk.end - chunk.num_drafts + num_accepted  # the old tokens and the accepted drafts
+        rejected_slots = slots_for(request.block_table, kept, chunk.end, self.block_size)
+        freed = self.kv.truncate(request, kept)
+        self.stats["draft_tokens"] += chunk.num_drafts
+        self.stats["accepted_tokens"] += num_accepted
+        return DraftRecord(request.request_id, list(chunk.draft_token_ids), num_accepted, rejected_slots, freed)
 
     def _append_token(self, request: Request, token: int) -> None:
         request.output_token_ids.append(token)
@@ -262,7 +284,7 @@ class Engine:
             layer_used_bytes=[per_layer] * shape.num_layers, bytes_per_token=shape.bytes_per_token)
 
     # ---- records -------------------------------------------------------------------------
-    def _record(self, chunks, sampled, forward_s, step_s, trace) -> StepRecord:
+    def _record(self, chunks, sampled, forward_s, step_s, trace, drafts) -> StepRecord:
         """What this step did. Its cost follows the live requests and the events, not the pool."""
         finished, self._finished_now = self._finished_now, []
         live = self.scheduler.running + [r for r in finished if r not in self.scheduler.running]
@@ -275,13 +297,13 @@ class Engine:
                                   b.ref_cnt == 0) for b in self.pool.blocks]
         return StepRecord(
             step=self.step_index,
-            chunks=[ChunkRecord(c.request.request_id, c.kind, c.start, c.num_tokens,
-                                c.request.token_slice(c.start, c.end)) for c in chunks],
+            chunks=[ChunkRecord(c.request.request_id, c.kind, c.start, c.num_tokens, c.token_ids, c.num_drafts)
+                    for c in chunks],
             sampled=sampled, requests=requests,
             events=[EventRecord(e.kind, e.request_id, e.block_ids) for e in events],
             num_free_blocks=self.pool.num_free_blocks if self.pool else 0,
             num_cached_blocks=len(self.pool.cached_blocks) if self.pool else 0,
-            memory=self.memory(), blocks=blocks, forward_s=forward_s, step_s=step_s, trace=trace)
+            memory=self.memory(), blocks=blocks, forward_s=forward_s, step_s=step_s, trace=trace, drafts=drafts)
 
     def _request_record(self, r: Request) -> RequestRecord:
         return RequestRecord(r.request_id, r.status.value, r.num_prompt_tokens,

@@ -4,6 +4,7 @@ decides blocks (vLLM's KVCacheManager, nano-vllm's BlockManager).
     hit = kv.find_prefix(request)                  # cached full blocks that start its prompt
     kv.allocate_slots(request, num_new, hit)       # blocks for num_new more tokens, or False
     kv.free(request, "finish")                     # give its blocks back ("preempt" alike)
+    kv.truncate(request, num_tokens)               # roll back rejected draft tokens
 """
 
 from __future__ import annotations
@@ -55,6 +56,11 @@ class KVCacheManager:
         self.cache_full_blocks(request, start + num_new_tokens)
         return True
 
+    def can_append(self, request: Request, num_new_tokens: int) -> bool:
+        """Would a running request's allocate_slots(request, num_new_tokens) fit? Changes nothing."""
+        held = len(request.block_table)
+        return self.pool.can_allocate(blocks_needed(request.num_computed_tokens + num_new_tokens, self.block_size) - held)
+
     def cache_full_blocks(self, request: Request, num_tokens: int) -> None:
         """Register the blocks this step fills, before the forward pass runs.
 
@@ -63,6 +69,7 @@ class KVCacheManager:
         blocks hold their keys and values by the time the second request attends to them.
         """
         size = self.block_size
+        num_tokens = min(num_tokens, request.num_tokens)  # never a block that holds draft tokens
         for i in range(len(request.block_hashes), num_tokens // size):
             parent = request.block_hashes[-1] if request.block_hashes else None
             block_tokens = tuple(request.token_slice(i * size, (i + 1) * size))
@@ -72,6 +79,19 @@ class KVCacheManager:
         """A step that ran `request` failed: the blocks it was filling may hold partial keys and
         values, so they leave the prefix cache (the blocks before them were written earlier)."""
         self.pool.uncache(request.block_table[request.num_computed_tokens // self.block_size:])
+
+    def truncate(self, request: Request, num_tokens: int) -> list[int]:
+        """Keep the keys and values of the first `num_tokens` tokens only (a speculative rollback):
+        blocks past them return to the pool. Returns the freed block ids."""
+        keep = blocks_needed(num_tokens, self.block_size)
+        assert len(request.block_hashes) <= keep, "a cached block must never hold draft tokens"
+        freed = request.block_table[keep:]
+        if freed:
+            self.pool.note("rollback", request.request_id, freed)
+            self.pool.free(freed, request.request_id)
+            del request.block_table[keep:]
+        request.num_computed_tokens = num_tokens
+        return freed
 
     def free(self, request: Request, reason: str = "finish") -> None:
         """Drop the request's blocks (reason: "finish" or "preempt", kept as an event)."""

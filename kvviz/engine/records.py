@@ -15,6 +15,7 @@ class ChunkRecord:
     start: int  # position of the first token run
     num_tokens: int
     token_ids: list[int]
+    num_drafts: int = 0  # of those, speculative drafts at the end (see DraftRecord)
 
 
 @dataclass(slots=True)
@@ -30,6 +31,17 @@ class RequestRecord:
     output_token_ids: list[int]
     num_preemptions: int = 0
     finish_reason: str | None = None
+
+
+@dataclass(slots=True)
+class DraftRecord:
+    """One request's speculative decode in a step: the drafts, the model's verdict, the rollback."""
+
+    request_id: int
+    draft_token_ids: list[int]  # proposed by prompt lookup, run after the request's last token
+    num_accepted: int  # how many drafts, from the first, equal the model's own greedy choice
+    rolled_back_slots: list[int]  # cache slots that held the rejected drafts' K and V
+    freed_block_ids: list[int]  # blocks the rollback left empty, back in the pool (a "rollback" event)
 
 
 @dataclass(slots=True)
@@ -87,6 +99,7 @@ class StepRecord:
     step_s: float
     trace: TraceRecord | None = None
     notes: list[str] = field(default_factory=list)
+    drafts: list[DraftRecord] = field(default_factory=list)  # speculative decoding, per request
 
     @property
     def num_tokens_run(self) -> int:
@@ -115,6 +128,7 @@ class StepRecord:
         data["sampled"] = [tuple(pair) for pair in data["sampled"]]
         data["requests"] = [RequestRecord(**r) for r in data["requests"]]
         data["events"] = [EventRecord(**e) for e in data["events"]]
+        data["drafts"] = [DraftRecord(**d) for d in data.get("drafts", [])]
         data["memory"] = MemoryRecord(**data["memory"])
         if data.get("blocks") is not None:
             data["blocks"] = [BlockRecord(**b) for b in data["blocks"]]

@@ -35,6 +35,7 @@ class Request:
         self.num_cached_tokens = 0  # tokens found in the prefix cache at the last scheduling
         self.block_table: list[int] = []
         self.block_hashes: list[int] = []  # chained hashes of the full blocks, in order
+        self.draft_token_ids: list[int] = []  # speculative guesses for this step, not yet tokens
         self.num_preemptions = 0
         self.finish_reason: str | None = None
         self.generator = None

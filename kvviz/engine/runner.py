@@ -83,7 +83,7 @@ class StepBatch:
     position_ids: torch.Tensor  # (1, N)
     slot_mapping: torch.Tensor | None  # (N,) flat cache slot per token; None without a cache
     groups: list[AttentionGroup]
-    logits_index: torch.Tensor  # (R,) flat index of each token whose logits are sampled
+    logits_index: torch.Tensor  # (R,) flat index of each token whose logits are sampled (or check a draft)
     cache: object | None  # PagedKVCache, or None in no-cache mode
     trace: Trace | None = None
 

@@ -11,7 +11,7 @@ Which blocks a request holds is the KV manager's business (kv_manager.py), not t
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kvviz.engine.kv_manager import KVCacheManager, blocks_needed  # noqa: F401 (blocks_needed re-exported)
 from kvviz.engine.request import Request, Status
@@ -23,20 +23,30 @@ class ScheduledChunk:
 
     request: Request
     start: int
-    num_tokens: int
+    num_tokens: int  # the drafts included
+    draft_token_ids: list[int] = field(default_factory=list)  # speculative guesses run after the last token
 
     @property
     def end(self) -> int:
         return self.start + self.num_tokens
 
     @property
+    def num_drafts(self) -> int:
+        return len(self.draft_token_ids)
+
+    @property
+    def token_ids(self) -> list[int]:
+        """The tokens this chunk runs: the request's own, then its drafts."""
+        return self.request.token_slice(self.start, self.end - self.num_drafts) + self.draft_token_ids
+
+    @property
     def samples(self) -> bool:
         """Does this chunk reach the request's last token, so that a new token is sampled?"""
-        return self.end == self.request.num_tokens
+        return self.end - self.num_drafts == self.request.num_tokens
 
     @property
     def kind(self) -> str:
-        is_decode = self.num_tokens == 1 and self.start >= self.request.num_prompt_tokens
+        is_decode = self.num_tokens == 1 + self.num_drafts and self.start >= self.request.num_prompt_tokens
         return "decode" if is_decode else "prefill"
 
 
@@ -67,6 +77,8 @@ class Scheduler:
         while index < len(self.running) and budget > 0:
             request = self.running[index]
             num_new = min(request.num_tokens - request.num_computed_tokens, budget)
+            drafts = self._drafts_that_fit(request, num_new, budget)
+            num_new += len(drafts)
             while not self.kv.allocate_slots(request, num_new):
                 victim = self.running.pop()  # the newest request gives its blocks back
                 self.preempt(victim)
@@ -74,7 +86,7 @@ class Scheduler:
                 if victim is request:
                     break
             else:
-                chunks.append(ScheduledChunk(request, request.num_computed_tokens, num_new))
+                chunks.append(ScheduledChunk(request, request.num_computed_tokens, num_new, drafts))
                 budget -= num_new
                 index += 1
                 continue
@@ -98,6 +110,14 @@ class Scheduler:
             chunks.append(ScheduledChunk(request, hit.num_tokens, num_new))
             budget -= num_new
         return chunks
+
+    def _drafts_that_fit(self, request: Request, num_new: int, budget: int) -> list[int]:
+        """A decode's speculative drafts, when the step's budget and the free blocks hold them:
+        drafts are a bet, so they never cost another request its blocks."""
+        drafts = request.draft_token_ids[:budget - num_new]
+        if drafts and not self.kv.can_append(request, num_new + len(drafts)):
+            return []
+        return drafts
 
     def preempt(self, request: Request) -> None:
         """Free a running request's blocks; it will recompute its tokens when it runs again."""
