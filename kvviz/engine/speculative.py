@@ -26,15 +26,20 @@ from kvviz.engine.request import Request
 
 
 def propose_drafts(token_ids: list[int], num_drafts: int, max_ngram: int = 3, min_ngram: int = 1) -> list[int]:
-    """Prompt lookup: up to `num_drafts` tokens that followed the most recent earlier occurrence
-    of the context's last n tokens, trying n from `max_ngram` down to `min_ngram`; [] if none recurs."""
+    """Prompt lookup: the `num_drafts` tokens that followed the most recent earlier occurrence of
+    the context's last n tokens, trying n from `max_ngram` down to `min_ngram`; [] if none recurs.
+
+    When the occurrence is so recent that fewer tokens follow it, the text is taken to go on
+    repeating with the same period, as an LZ77 copy does: after "la la la" comes "la la".
+    """
     if num_drafts < 1:
         return []
     for n in range(min(max_ngram, len(token_ids) - 1), min_ngram - 1, -1):
         tail = token_ids[-n:]
         for start in range(len(token_ids) - n - 1, -1, -1):  # newest first; the tail itself excluded
             if token_ids[start:start + n] == tail:
-                return token_ids[start + n:start + n + num_drafts]
+                follow = token_ids[start + n:start + n + num_drafts]  # short only if it runs to the end: one period
+                return (follow * -(-num_drafts // len(follow)))[:num_drafts]
     return []
 
 
