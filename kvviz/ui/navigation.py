@@ -33,6 +33,9 @@ LECTURE = [
            "Build a model of any size and time a decode step against context, cache on and off.", 5),
     Lesson("lessons/paged_batching.py", "Paged cache and batching", ":material/grid_view:",
            "Blocks, block tables and prefix sharing: how several requests share one pool without waste.", 8),
+    Lesson("lessons/speculative.py", "Speculative decoding", ":material/fast_forward:",
+           "Guess the next tokens from earlier text, check them all in one forward pass, and roll back "
+           "the cache slots of the wrong guesses.", 6),
     Lesson("lessons/cache_strategies.py", "Cache strategies", ":material/compare_arrows:",
            "Dynamic, static, sliding-window and quantized caches side by side: bytes, time and output.", 6),
     Lesson("lessons/batch_generation.py", "Batch generation", ":material/dynamic_feed:",

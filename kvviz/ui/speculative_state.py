@@ -1,0 +1,67 @@
+"""Session state, callbacks and token chips of the "Speculative decoding" lesson."""
+
+from __future__ import annotations
+
+import html
+
+import streamlit as st
+
+from kvviz.engine import EngineError
+from kvviz.speculative_lesson import DEFAULT_PROMPT, DraftStep, SpeculativeLesson
+from kvviz.ui.common import current_model
+from kvviz.viz.speculative_figures import ACCEPTED, MODEL, REJECTED
+
+KEY = "lesson_speculative"  # "lesson…" keys are dropped when another model loads
+
+
+def lesson() -> SpeculativeLesson | None:
+    return st.session_state.get(KEY)
+
+
+def on_start() -> None:
+    state = st.session_state
+    state.pop("spec_error", None)
+    try:
+        new = SpeculativeLesson.start(current_model(), state.get("spec_prompt", DEFAULT_PROMPT),
+                                      int(state.get("spec_k", 4)), int(state.get("spec_max_tokens", 48)),
+                                      int(state.get("spec_block_size", 4)))
+    except EngineError as error:
+        state["spec_error"] = str(error)
+        return
+    new.step()  # the prefill: the first token, no drafts yet
+    state[KEY] = new
+    state["spec_view_step"] = 0
+
+
+def on_step(count: int = 1) -> None:
+    current = lesson()
+    if current is None:
+        on_start()
+        return
+    for _ in range(count):
+        if not current.step():
+            break
+    st.session_state["spec_view_step"] = len(current.records) - 1
+
+
+def on_reset() -> None:
+    for key in (KEY, "spec_view_step", "spec_error"):
+        st.session_state.pop(key, None)
+
+
+def _chip(text: str, color: str, title: str, struck: bool = False) -> str:
+    label = html.escape(text).replace("\n", "⏎").replace(" ", "&nbsp;") or "&nbsp;"
+    line = "text-decoration:line-through;" if struck else ""
+    return (f"<span title='{title}' style='background:{color};color:white;border-radius:6px;padding:2px 6px;"
+            f"margin:2px;display:inline-block;font-family:monospace;font-size:1.15rem;{line}'>{label}</span>")
+
+
+def draft_chips(row: DraftStep, decode, context: list[int]) -> str:
+    """The end of the context (grey), the accepted drafts (green), the token the model chose
+    itself (blue), then the rejected drafts (red, struck: rolled back)."""
+    chips = [_chip(decode([t]), "#9CA3AF", "context") for t in context[-6:]]
+    chips += [_chip(decode([t]), ACCEPTED, "draft accepted") for t in row.draft_token_ids[:row.num_accepted]]
+    chips += [_chip(decode([t]), MODEL, "the model's own token") for t in row.added_token_ids[row.num_accepted:]]
+    chips += [_chip(decode([t]), REJECTED, "draft rejected: rolled back", struck=True)
+              for t in row.draft_token_ids[row.num_accepted:]]
+    return "<div style='line-height:2.2'>" + "".join(chips) + "</div>"

@@ -1,0 +1,109 @@
+"""Lesson: speculative decoding without a draft model (prompt lookup), step by step."""
+
+import pandas as pd
+import streamlit as st
+
+from kvviz.engine.engine import Engine
+from kvviz.engine.kv_manager import KVCacheManager
+from kvviz.engine.speculative import accept, propose_drafts
+from kvviz.speculative_lesson import DEFAULT_PROMPT
+from kvviz.ui import speculative_state as ss
+from kvviz.ui.common import show_code
+from kvviz.viz import speculative_figures as figures
+
+st.title("Speculative decoding")
+st.markdown(
+    "A decode step reads every weight and the whole cache to produce **one** token. Running a few "
+    "more tokens through the same pass costs little more, so: guess the next tokens, and let the "
+    "model check the guesses. Here the guesses are free. When the last few tokens appeared earlier "
+    "in the text, the tokens that came after them then are the **drafts** (prompt lookup). One "
+    "forward pass gives the model's choice after each draft. Drafts are **accepted** while they "
+    "match that choice, and the model's own next token comes on top. **Rejected** drafts already wrote "
+    "their keys and values into the cache, so they are **rolled back**. The text is exactly what "
+    "plain greedy decoding gives; only the number of forward passes changes.")
+
+st.text_area("Prompt (a line that comes back gives the lookup something to copy)", value=DEFAULT_PROMPT,
+             key="spec_prompt", height=130)
+a, b, c = st.columns(3)
+a.slider("Draft tokens per step (k)", 1, 8, 4, key="spec_k")
+b.slider("Tokens to generate", 8, 128, 48, key="spec_max_tokens")
+c.slider("Block size (tokens)", 2, 16, 4, key="spec_block_size")
+
+lesson = ss.lesson()
+buttons = st.columns(4)
+buttons[0].button("Start", type="primary", on_click=ss.on_start, width="stretch", key="spec_start")
+buttons[1].button("Step", on_click=ss.on_step, width="stretch", key="spec_step",
+                  disabled=lesson is None or lesson.finished)
+buttons[2].button("Run to the end", on_click=ss.on_step, args=(500,), width="stretch", key="spec_run",
+                  disabled=lesson is None or lesson.finished)
+buttons[3].button("Reset", on_click=ss.on_reset, width="stretch", key="spec_reset")
+if "spec_error" in st.session_state:
+    st.error(st.session_state["spec_error"])
+if lesson is None:
+    st.info("Press **Start**: the prompt is prefilled, then each **Step** is one forward pass of two "
+            "engines, one with drafts and one without.")
+    st.stop()
+
+last = len(lesson.records) - 1
+if last > 0:
+    st.slider("Look back at forward pass", 0, last, key="spec_view_step")
+step = min(st.session_state.get("spec_view_step", last), last)
+rows = lesson.draft_steps()[:step + 1]
+row = rows[-1]
+summary = lesson.summary(step)
+decode = lesson.engine.tokenizer.decode
+
+m = st.columns(4)
+m[0].metric("Forward passes", summary["passes"], help="Each pass runs the last token and the drafts together.")
+m[1].metric("Tokens generated", summary["tokens"],
+            f"{summary['tokens'] - summary['plain_tokens']:+d} against plain decoding",
+            delta_color="off", delta_arrow="off",
+            help=f"Plain decoding has {summary['plain_tokens']} tokens after {summary['plain_passes']} passes.")
+m[2].metric("Tokens per forward pass", f"{summary['tokens_per_pass']:.2f}", help="Plain decoding: 1.00.")
+m[3].metric("Drafts accepted", f"{summary['accepted']} of {summary['proposed']}",
+            f"{summary['acceptance']:.0%}", delta_color="off", delta_arrow="off")
+
+st.markdown(f"**Forward pass {row.step}**: the drafts, and the model's verdict")
+context = lesson.prompt_token_ids + lesson.output(step - 1) if step else lesson.prompt_token_ids
+st.markdown(ss.draft_chips(row, decode, context), unsafe_allow_html=True)
+if step == 0:
+    st.caption("The prefill pass: the whole prompt runs and gives the first token. Drafts start at the next pass.")
+elif not row.draft_token_ids:
+    st.caption("The last tokens never appeared before in the text: no drafts, a plain one-token decode.")
+else:
+    rollback = (f"{len(row.rolled_back_slots)} cache slot(s) rolled back ({', '.join(map(str, row.rolled_back_slots))})"
+                if row.rolled_back_slots else "nothing to roll back")
+    freed = (f"; block(s) {', '.join(map(str, row.freed_block_ids))} went back to the pool"
+             if row.freed_block_ids else "")
+    st.caption(f"{len(row.draft_token_ids)} drafts, {row.num_accepted} accepted, {len(row.added_token_ids)} "
+               f"token(s) kept from one pass; {rollback}{freed}.")
+
+plain_until = len(lesson.plain_records) - 1 if lesson.finished and step == last else step
+left, right = st.columns(2)
+left.plotly_chart(figures.tokens_per_pass(rows), width="stretch")
+right.plotly_chart(figures.race(lesson.tokens_by_pass(step), lesson.tokens_by_pass(plain_until, plain=True)),
+                   width="stretch")
+
+if lesson.finished:
+    totals = lesson.totals()
+    same = "the same tokens" if totals["same_tokens"] else "different tokens (a float tie broke the other way)"
+    st.success(f"Both finished: {totals['passes']} forward passes with drafts against "
+               f"{totals['plain_passes']} without, for {same}.")
+elif not lesson.engine.has_unfinished():
+    st.info(f"Speculative decoding finished after {len(lesson.records)} passes; plain decoding is still going. "
+            "Press **Run to the end** to see how many passes it needs.")
+
+with st.expander("Every pass: drafts, verdicts, rollbacks", expanded=False):
+    st.table(pd.DataFrame([{
+        "pass": r.step, "drafts": decode(r.draft_token_ids).replace("\n", "⏎") or "—",
+        "accepted": r.num_accepted, "kept": decode(r.added_token_ids).replace("\n", "⏎"),
+        "slots rolled back": len(r.rolled_back_slots),
+        "blocks freed": ", ".join(map(str, r.freed_block_ids)) or "—"} for r in rows]).set_index("pass"))
+
+st.markdown("**Generated so far**")
+texts = pd.DataFrame([{"decoding": "with drafts", "text": decode(lesson.output(step))},
+                      {"decoding": "plain", "text": decode(lesson.output(step, plain=True))}]).set_index("decoding")
+st.table(texts)
+
+show_code(propose_drafts, accept, Engine._roll_back, KVCacheManager.truncate,
+          caption="Prompt lookup, greedy verification, and the rollback of the rejected drafts' cache slots.")
