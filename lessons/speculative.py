@@ -56,10 +56,10 @@ decode = lesson.engine.tokenizer.decode
 m = st.columns(4)
 m[0].metric("Forward passes", summary["passes"], help="Each pass runs the last token and the drafts together.")
 m[1].metric("Tokens generated", summary["tokens"],
-            f"{summary['tokens'] - summary['plain_tokens']:+d} against plain decoding",
+            f"{summary['tokens'] - summary['plain_tokens']:+d} vs plain",
             delta_color="off", delta_arrow="off",
             help=f"Plain decoding has {summary['plain_tokens']} tokens after {summary['plain_passes']} passes.")
-m[2].metric("Tokens per forward pass", f"{summary['tokens_per_pass']:.2f}", help="Plain decoding: 1.00.")
+m[2].metric("Tokens per pass", f"{summary['tokens_per_pass']:.2f}", help="Plain decoding: 1.00.")
 m[3].metric("Drafts accepted", f"{summary['accepted']} of {summary['proposed']}",
             f"{summary['acceptance']:.0%}", delta_color="off", delta_arrow="off")
 

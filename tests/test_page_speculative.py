@@ -30,7 +30,7 @@ def test_steps_show_the_records_numbers(app):
     metrics = {m.label: m.value for m in app.metric}
     assert metrics["Forward passes"] == "7"
     assert metrics["Tokens generated"] == str(tokens) and tokens > 7  # more than one token per pass
-    assert metrics["Tokens per forward pass"] == f"{tokens / 7:.2f}"
+    assert metrics["Tokens per pass"] == f"{tokens / 7:.2f}"
     assert metrics["Drafts accepted"] == f"{records_accepted} of {records_proposed}"
     # the chips of the latest pass: accepted drafts in green, rejected ones struck in red
     chips = next(m.value for m in app.markdown if "draft accepted" in m.value or "draft rejected" in m.value)

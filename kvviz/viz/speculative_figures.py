@@ -33,7 +33,7 @@ def tokens_per_pass(rows) -> go.Figure:
     fig.update_yaxes(title="tokens", rangemode="tozero")
     kept = sum(len(r.added_token_ids) for r in rows)
     average = kept / len(rows) if rows else 0.0
-    return _layout(fig, f"Tokens per forward pass: {average:.2f} kept on average")
+    return _layout(fig, f"Tokens per forward pass<br><sup>{average:.2f} kept on average</sup>")
 
 
 def race(tokens_by_pass: list[int], plain_tokens_by_pass: list[int]) -> go.Figure:
