@@ -58,8 +58,8 @@ class KVCacheManager:
 
     def can_append(self, request: Request, num_new_tokens: int) -> bool:
         """Would a running request's allocate_slots(request, num_new_tokens) fit? Changes nothing."""
-        held = len(request.block_table)
-        return self.pool.can_allocate(blocks_needed(request.num_computed_tokens + num_new_tokens, self.block_size) - held)
+        needed = blocks_needed(request.num_computed_tokens + num_new_tokens, self.block_size)
+        return self.pool.can_allocate(needed - len(request.block_table))
 
     def cache_full_blocks(self, request: Request, num_tokens: int) -> None:
         """Register the blocks this step fills, before the forward pass runs.
