@@ -1,6 +1,7 @@
 """Presenter mode on every page at 1280x720 (a classroom projector): no text cut, a screenshot each.
 
-The screenshots go to docs/presenter/ for the notes.
+The screenshots go to screenshots/presenter/ (ignored by git, so a test run never changes the
+tree); copy them to docs/presenter/ by hand to refresh the pictures the docs show.
 """
 
 import shutil
@@ -13,7 +14,7 @@ from kvviz.ui.navigation import LECTURE
 
 pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
                                 reason="Debian's chromium is not installed (.ci/run installs it)")
-SHOTS = ROOT / "docs" / "presenter"
+SHOTS = ROOT / "screenshots" / "presenter"
 
 # Text elements whose content is wider than their box while the box clips it (hidden, clip, ellipsis).
 CUT_TEXT_JS = """() => [...document.querySelectorAll('[data-testid="stMain"] *')].filter(e => {
