@@ -24,6 +24,7 @@ from time import perf_counter
 from kvviz import bench
 from kvviz.cli import parse_prompts
 from kvviz.engine import Engine, SamplingParams
+from kvviz.engine.model_parts import model_parts
 from kvviz.engine.scheduler import blocks_needed
 from kvviz.throughput import output_tokens_per_s
 
@@ -182,7 +183,7 @@ def auto_pool_blocks(lm, workload: BatchWorkload, block_size: int, memory_fracti
     from kvviz.engine.kv_cache import CacheShape
     from kvviz.models import available_memory_bytes
 
-    model = getattr(lm, "model", lm)
+    model = model_parts(lm).model
     block_bytes = block_size * CacheShape.from_model(model).bytes_per_token
     fit = int(available_memory_bytes(next(model.parameters()).device) * memory_fraction) // block_bytes
     return max(1, min(workload.blocks_needed(block_size), fit))
@@ -349,7 +350,7 @@ def compare_with_transformers(lm, workload: BatchWorkload, settings: BatchSettin
         raise BatchJobError("There are no prompts to run; upload a file or make a synthetic workload.")
     if hf_batch_size < 1:
         raise BatchJobError(f"The transformers batch size must be at least 1, not {hf_batch_size}.")
-    model = getattr(lm, "model", lm)
+    model = model_parts(lm).model
     work = workload.to_bench()
     kvviz = bench.run_kvviz(model, work, block_size=settings.block_size, num_blocks=settings.pool_blocks(lm, workload),
                             enable_prefix_caching=settings.enable_prefix_caching,

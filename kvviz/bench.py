@@ -34,6 +34,7 @@ from kvviz.engine.config import DEFAULTS, EngineConfig
 from kvviz.engine.kv_cache import CacheShape
 from kvviz.engine.scheduler import blocks_needed
 from kvviz.models import CustomShape, ModelLoadError, available_memory_bytes, pick_device, pick_dtype
+from kvviz.shapes import ModelShape
 
 # about 25M parameters: 6 x 2.7M in the layers, 2 x 4.2M in the untied embedding and head
 BENCH_SHAPE = CustomShape(num_layers=6, hidden_size=512, num_heads=8, num_kv_heads=2,
@@ -343,13 +344,12 @@ def model_flops(model, workload: Workload) -> float:
     (n = prompt + output - 1 tokens), and gets logits for each output. A matmul with a weight of
     P parameters costs 2P per token; attention costs 4 * heads * head_dim per query-key pair.
     """
-    config = model.config.get_text_config()
+    shape = ModelShape.of_model(model)
     embedding = model.get_input_embeddings().weight
     head = model.get_output_embeddings().weight
     shared = head.data_ptr() == embedding.data_ptr()
     body = count_params(model) - embedding.numel() - (0 if shared else head.numel())
-    head_dim = CacheShape.from_model(model).head_dim
-    per_pair = 4 * config.num_attention_heads * head_dim * config.num_hidden_layers
+    per_pair = 4 * shape.num_heads * shape.head_dim * shape.num_layers
     total = 0.0
     for prompt, want in zip(workload.prompts, workload.max_tokens):
         n = len(prompt) + want - 1

@@ -161,7 +161,7 @@ def lab_contexts(max_context: int, start: int = 16) -> list[int]:
 
 def cache_shape_of(lm: LoadedModel) -> ModelShape:
     """The model as the memory bill sees it (layers, KV heads, head size)."""
-    return ModelShape.from_hf_config(lm.config, name=lm.name)
+    return lm.shape
 
 
 def measure(lm: LoadedModel, contexts: list[int], repeats: int = 3, seed: int = 0,

@@ -256,8 +256,9 @@ def batch_on_vllm(lm, workload, settings, kvviz_outputs: list[list[int]], python
     """The Batch generation page's job on vLLM: same prompts, sampling, limits and KV bytes."""
     from kvviz.bench import compare_outputs
     from kvviz.engine.kv_cache import CacheShape
+    from kvviz.engine.model_parts import model_parts
 
-    model = getattr(lm, "model", lm)
+    model = model_parts(lm).model
     eos = getattr(model.generation_config, "eos_token_id", None) or getattr(model.config, "eos_token_id", None)
     stop = [] if settings.ignore_eos or eos is None else list(eos) if isinstance(eos, (list, tuple)) else [int(eos)]
     sampling = [{"max_tokens": n, "temperature": settings.temperature, "top_k": settings.top_k, "top_p": settings.top_p,
