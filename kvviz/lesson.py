@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kvviz.engine import Engine, EngineError, SamplingParams, StepRecord
+from kvviz.engine.config import DEFAULTS
 from kvviz.engine.records import TraceRecord
 from kvviz.memory import bill_breakdown
 from kvviz.models import summary_shape
@@ -28,7 +29,7 @@ class LessonSettings:
     top_k: int = 0
     top_p: float = 1.0
     seed: int | None = 0
-    block_size: int = 16
+    block_size: int = DEFAULTS.block_size
 
     def sampling(self) -> SamplingParams:
         return SamplingParams(max_tokens=self.max_tokens, temperature=self.temperature, top_k=self.top_k,

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from kvviz.engine.config import DEFAULTS
 from kvviz.shapes import DEFAULT_CONTEXT, ModelShape
 from kvviz.strategies.base import StrategyCache
 from kvviz.strategies.dynamic import DynamicKV
@@ -19,7 +20,7 @@ STRATEGIES: dict[str, dict] = {
     "static": {"capacity": None},  # None: the model's whole context, as a server sizing for the worst case
     "sliding_window": {"window": 16},
     "quantized": {"bits": 8, "group_size": None, "residual": 0},  # group None: min(32, head_dim)
-    "paged": {"block_size": 16, "num_blocks": None},  # None: just enough blocks for this request
+    "paged": {"block_size": DEFAULTS.block_size, "num_blocks": None},  # None: just enough blocks for this request
     "no_cache": {},
 }
 ENGINE_STRATEGIES = ("paged", "no_cache")  # run by kvviz's Engine; the others through transformers
