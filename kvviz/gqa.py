@@ -21,6 +21,7 @@ import torch
 
 from kvviz.engine.model_parts import model_parts
 from kvviz.memory import ModelShape, kv_bytes_per_token
+from kvviz.models import default_heldout_text
 
 KV_PROJECTIONS = ("k_proj.weight", "k_proj.bias", "v_proj.weight", "v_proj.bias")
 
@@ -62,12 +63,6 @@ def convert_kv_heads(lm, num_kv_heads: int):
         return converted
     kind = "MQA" if num_kv_heads == 1 else f"GQA-{num_kv_heads}"
     return replace(lm, model=converted, name=f"{lm.name} ({kind}, mean-pooled)")
-
-
-def default_heldout_text() -> str:
-    from kvviz.models import BUNDLED_DIR
-
-    return (BUNDLED_DIR / "heldout.txt").read_text(encoding="utf-8")
 
 
 def heldout_windows(tokenizer, text: str | None = None, window: int = 256, num_windows: int = 8) -> torch.Tensor:

@@ -98,6 +98,11 @@ def summary_shape(info: dict) -> ModelShape:
                       head_dim=info["head_dim"])
 
 
+def default_heldout_text() -> str:
+    """The bundled model's held-out text (kvviz/bundled_model/heldout.txt), never seen in its training."""
+    return (BUNDLED_DIR / "heldout.txt").read_text(encoding="utf-8")
+
+
 def pick_device(device: str | torch.device | None = None) -> torch.device:
     """The device asked for (CUDA when present by default); a sentence for one this machine lacks."""
     if device is None:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from kvviz.engine.kv_manager import blocks_needed
 from kvviz.engine.sampling import SamplingParams
+from kvviz.models import default_heldout_text
 
 MAX_UPLOAD_BYTES = 2 * 1024 * 1024  # a classroom's prompt file, not a dataset
 MAX_UPLOAD_PROMPTS = 1024  # prompts in one uploaded file
@@ -114,8 +115,6 @@ def synthetic_workload(tokenizer, vocab_size: int, count: int = 16, prompt_len: 
         raise WorkloadError(f"The shared prefix must be 0 or more tokens, not {shared_prefix}.")
     rng = random.Random(seed)
     if tokenizer is not None:
-        from kvviz.gqa import default_heldout_text
-
         corpus = tokenizer(text if text is not None else default_heldout_text(), verbose=False)["input_ids"]
     else:
         corpus = [rng.randrange(vocab_size) for _ in range(20_000)]

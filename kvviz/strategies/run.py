@@ -72,6 +72,9 @@ class StrategyRun:
         return data
 
 
+unpack = model_parts  # the old name, kept for one release
+
+
 def tokenize(prompt, tokenizer) -> list[int]:
     if isinstance(prompt, str):
         if tokenizer is None:
