@@ -79,11 +79,16 @@ def cmd_generate(args) -> int:
         "preemptions": engine.scheduler.num_preemptions,
         "prefix_cache_hit_rate": round(stats["cached_tokens"] / max(prompt_tokens, 1), 4),
     }
+    print_summary(summary, args.out)
+    return 0
+
+
+def print_summary(summary: dict, out_path: str) -> None:
+    """The job's figures, one a line, as both backends of `generate` print them."""
     width = max(map(len, summary))
     for key, value in summary.items():
         print(f"{key:<{width}}  {value}")
-    print(f"wrote {args.out}")
-    return 0
+    print(f"wrote {out_path}")
 
 
 def sampling_params(args) -> SamplingParams:

@@ -146,6 +146,15 @@ def available_memory_bytes(device: torch.device) -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
 
 
+def clean_source(source: str | None) -> str:
+    """The model name as typed, stripped ('bundled' when empty); refuses a name no model has."""
+    source = (source or "bundled").strip()
+    if len(source) > MAX_SOURCE_CHARS:
+        raise ModelLoadError(f"A model name of {len(source):,} characters is too long; give 'bundled', "
+                             "a Hugging Face id or a folder path.")
+    return source
+
+
 def load_model(source: str = "bundled", *, shape: CustomShape | None = None,
                device: str | torch.device | None = None,
                dtype: str | torch.dtype | None = None) -> LoadedModel:
@@ -154,10 +163,7 @@ def load_model(source: str = "bundled", *, shape: CustomShape | None = None,
     dtype = pick_dtype(device, dtype)
     if shape is not None:
         return _build_custom(shape, device, dtype)
-    source = (source or "bundled").strip()
-    if len(source) > MAX_SOURCE_CHARS:
-        raise ModelLoadError(f"A model name of {len(source):,} characters is too long; give 'bundled', "
-                             "a Hugging Face id or a folder path.")
+    source = clean_source(source)
     if source == "bundled":
         return _load_pretrained(str(BUNDLED_DIR), "bundled", "bundled", device, dtype)
     if Path(source).expanduser().is_dir():
@@ -327,10 +333,7 @@ def allowed_source(source: str, policy: str | None = None) -> str:
     """
     policy = os.environ.get(ALLOWED_MODELS_ENV, DEFAULT_ALLOWED) if policy is None else policy
     rules = [rule.strip() for rule in policy.split(",") if rule.strip()]
-    source = (source or "bundled").strip()
-    if len(source) > MAX_SOURCE_CHARS:
-        raise ModelLoadError(f"A model name of {len(source):,} characters is too long; give 'bundled', "
-                             "a Hugging Face id or a folder path.")
+    source = clean_source(source)
     if source == "bundled" and "bundled" in rules:
         return source
     named_folders = {os.path.realpath(os.path.expanduser(r)) for r in rules if r.startswith(("/", ".", "~"))}

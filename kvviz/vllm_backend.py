@@ -164,6 +164,7 @@ def generate_cli(args) -> int:
     """`generate --backend vllm`: the same prompts, flags, JSONL and summary as the kvviz backend."""
     from transformers import AutoTokenizer
 
+    from kvviz.cli import print_summary, write_atomically
     from kvviz.models import pick_device, pick_dtype
     from kvviz.workloads import read_prompts
 
@@ -184,7 +185,7 @@ def generate_cli(args) -> int:
     records = [{"prompt": prompt, "text": tokenizer.decode(out["token_ids"]), "token_ids": out["token_ids"],
                 "finish_reason": out["finish_reason"], "num_cached_tokens": out["num_cached_tokens"]}
                for prompt, out in zip(prompts, result["outputs"])]
-    write_jsonl(args.out, records)
+    write_atomically(Path(args.out), [json.dumps(record) + "\n" for record in records])
     generated = sum(len(r["token_ids"]) for r in records)
     summary = {
         "requests": len(records), "prompt_tokens": sum(map(len, prompt_ids)), "generated_tokens": generated,
@@ -196,23 +197,6 @@ def generate_cli(args) -> int:
     }
     print_summary(summary, args.out)
     return 0
-
-
-def write_jsonl(path: str, records: list[dict]) -> None:
-    """Write all records or nothing: a temporary file beside `path`, renamed when complete."""
-    target = Path(path)
-    with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=target.parent or ".", delete=False,
-                                     prefix=f".{target.name}.", suffix=".part") as out:
-        for record in records:
-            out.write(json.dumps(record) + "\n")
-    os.replace(out.name, target)
-
-
-def print_summary(summary: dict, out_path: str) -> None:
-    width = max(map(len, summary))
-    for key, value in summary.items():
-        print(f"{key:<{width}}  {value}")
-    print(f"wrote {out_path}")
 
 
 # ---- bench --against vllm ----------------------------------------------------------------

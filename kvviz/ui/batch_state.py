@@ -151,20 +151,24 @@ def draw_live(points, num_blocks: int, num_requests: int) -> None:
                     key=f"batch_live_{len(points)}")
 
 
-def on_compare() -> None:
-    """Run the last batch's prompts through kvviz and transformers generate, greedy, and time both."""
-    st.session_state.pop("batch_compare_error", None)
+def _on_last_batch(run, result_key: str, error_key: str, no_batch: str) -> None:
+    """run(the last batch's result): keep what it returns under result_key, or one sentence under error_key."""
+    st.session_state.pop(error_key, None)
     done = result()
     if done is None:
-        st.session_state["batch_compare_error"] = "Run the batch first; the comparison uses its prompts."
+        st.session_state[error_key] = no_batch
         return
     try:
-        outcome = compare_with_transformers(current_model(), done.workload, done.settings,
-                                            int(setting("batch_hf_batch_size")))
+        st.session_state[result_key] = run(done)
     except ValueError as problem:
-        st.session_state["batch_compare_error"] = str(problem)
-        return
-    st.session_state["lesson_batch_compare"] = outcome
+        st.session_state[error_key] = str(problem)
+
+
+def on_compare() -> None:
+    """Run the last batch's prompts through kvviz and transformers generate, greedy, and time both."""
+    _on_last_batch(lambda done: compare_with_transformers(current_model(), done.workload, done.settings,
+                                                          int(setting("batch_hf_batch_size"))),
+                   "lesson_batch_compare", "batch_compare_error", "Run the batch first; the comparison uses its prompts.")
 
 
 def vllm_available() -> bool:
@@ -181,14 +185,6 @@ def on_vllm() -> None:
     """Run the last batch's prompts, sampling and limits on vLLM, and compare the outputs."""
     from kvviz.vllm_backend import batch_on_vllm
 
-    st.session_state.pop("batch_vllm_error", None)
-    done = result()
-    if done is None:
-        st.session_state["batch_vllm_error"] = "Run the batch first; vLLM runs its prompts."
-        return
-    try:
-        outcome = batch_on_vllm(current_model(), done.workload, done.settings, [o.token_ids for o in done.outputs])
-    except ValueError as problem:
-        st.session_state["batch_vllm_error"] = str(problem)
-        return
-    st.session_state["lesson_batch_vllm"] = outcome
+    _on_last_batch(lambda done: batch_on_vllm(current_model(), done.workload, done.settings,
+                                              [o.token_ids for o in done.outputs]),
+                   "lesson_batch_vllm", "batch_vllm_error", "Run the batch first; vLLM runs its prompts.")
