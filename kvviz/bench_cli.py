@@ -16,15 +16,13 @@ import torch
 
 from kvviz.bench import (BENCH_SHAPE, SystemRun, bench_hf, bench_kvviz, bench_shared_prefix,
                          bench_tight_pool, build_random_llama, compare_outputs, count_params, flops_results,
-                         mixed_results, step_overhead, targets, requests_that_fit, system_key)
+                         mixed_results, requests_that_fit, step_overhead, system_key, targets)
 from kvviz.engine.config import DEFAULTS
 from kvviz.engine.kv_cache import CacheShape
 from kvviz.models import ModelLoadError, available_memory_bytes
 from kvviz.workloads import mixed_workload, shared_prefix_workload
 
 ENGINE_FLAGS = ("block_size", "num_blocks", "max_num_seqs", "max_num_batched_tokens")  # EngineConfig fields
-
-
 QUICK = dict(requests=8, min_len=8, max_len=32, min_out=8, max_out=32, prefix_requests=8,
              prefix_len=32, suffix_len=8, prefix_out=8, peak_size=512, peak_seconds=0.3,
              pool_sizes="128,1024")
