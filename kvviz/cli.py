@@ -3,50 +3,17 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from kvviz.engine.config import DEFAULTS, EngineConfig
+from kvviz.engine.sampling import SamplingParams
+from kvviz.workloads import jsonl_lines, parse_prompts, read_prompts, request_sampling  # noqa: F401 (parse_prompts: its old home)
 
-def read_prompts(path: Path) -> list[str]:
-    """A .txt file gives one prompt per non-empty line; a .jsonl file one {"prompt": ...} per line."""
-    if not path.is_file():
-        raise ValueError(f"There is no prompts file at {str(path)!r}; give a .txt or .jsonl file.")
-    return parse_prompts(path.read_text(encoding="utf-8", errors="strict"), path.name)
-
-
-def parse_prompts(text: str, name: str) -> list[str]:
-    """The prompts in the text of a file called `name` (.jsonl: JSON lines; anything else: lines).
-
-    Lines end at \\n (or \\r\\n) only: a form feed or U+2028 inside a prompt stays in that prompt.
-    """
-    lines = [line.removesuffix("\r") for line in text.removeprefix("\ufeff").split("\n")]
-    if name.lower().endswith(".jsonl"):
-        prompts = []
-        for number, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                item = json.loads(line)
-            except json.JSONDecodeError:
-                raise ValueError(f"Line {number} of {name} is not valid JSON; "
-                                 "write one object like {\"prompt\": \"...\"} per line.") from None
-            except RecursionError:
-                raise ValueError(f"Line {number} of {name} nests lists or objects too deeply to read; "
-                                 "write one object like {\"prompt\": \"...\"} per line.") from None
-            prompt = item.get("prompt") if isinstance(item, dict) else item if isinstance(item, str) else None
-            if not isinstance(prompt, str):
-                raise ValueError(f"Line {number} of {name} has no \"prompt\" string; "
-                                 "write one object like {\"prompt\": \"...\"} per line.")
-            prompts.append(prompt)
-    else:
-        prompts = [line for line in lines if line.strip()]
-    if not prompts:
-        raise ValueError(f"{name} holds no prompts; write at least one non-empty line.")
-    return prompts
+SAMPLING_DEFAULTS = SamplingParams()
 
 
 def check_output_path(path: Path) -> None:
@@ -84,18 +51,14 @@ def cmd_generate(args) -> int:
         return generate_cli(args)
     from tqdm import tqdm
 
-    from kvviz import Engine, SamplingParams, load_model
+    from kvviz import Engine, load_model
 
     prompts = read_prompts(Path(args.prompts))
     check_output_path(Path(args.out))
     lm = load_model(args.model, device=args.device, dtype=args.dtype)
-    engine = Engine(lm, block_size=args.block_size, num_blocks=args.num_blocks,
-                    enable_prefix_caching=not args.no_prefix_caching, max_num_seqs=args.max_num_seqs,
-                    max_num_batched_tokens=args.max_num_batched_tokens)
+    engine = Engine(lm, engine_config(args))
     # with --seed, prompt i samples with seed + i: reproducible, and not every prompt alike
-    params = [SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, top_k=args.top_k,
-                             top_p=args.top_p, seed=None if args.seed is None else args.seed + i,
-                             ignore_eos=args.ignore_eos) for i in range(len(prompts))]
+    params = [request_sampling(sampling_params(args), i) for i in range(len(prompts))]
     bar = tqdm(total=len(prompts), unit="req", desc=f"{lm.name} on {lm.device}", file=sys.stderr)
 
     def progress(done, total, record):
@@ -105,10 +68,7 @@ def cmd_generate(args) -> int:
     outputs = engine.generate(prompts, params, progress=progress)
     elapsed = time.perf_counter() - start
     bar.close()
-    write_atomically(Path(args.out), [
-        json.dumps({"prompt": prompt, "text": output.text, "token_ids": output.token_ids,
-                    "finish_reason": output.finish_reason, "num_cached_tokens": output.num_cached_tokens}) + "\n"
-        for prompt, output in zip(prompts, outputs)])
+    write_atomically(Path(args.out), jsonl_lines(prompts, outputs))
     stats = engine.stats
     generated = sum(len(o.token_ids) for o in outputs)
     prompt_tokens = sum(len(o.prompt_token_ids) for o in outputs)
@@ -119,11 +79,29 @@ def cmd_generate(args) -> int:
         "preemptions": engine.scheduler.num_preemptions,
         "prefix_cache_hit_rate": round(stats["cached_tokens"] / max(prompt_tokens, 1), 4),
     }
+    print_summary(summary, args.out)
+    return 0
+
+
+def print_summary(summary: dict, out_path: str) -> None:
+    """The job's figures, one a line, as both backends of `generate` print them."""
     width = max(map(len, summary))
     for key, value in summary.items():
         print(f"{key:<{width}}  {value}")
-    print(f"wrote {args.out}")
-    return 0
+    print(f"wrote {out_path}")
+
+
+def sampling_params(args) -> SamplingParams:
+    """The sampling flags of `generate` (both backends) as one SamplingParams."""
+    return SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, top_k=args.top_k,
+                          top_p=args.top_p, seed=args.seed, ignore_eos=args.ignore_eos)
+
+
+def engine_config(args) -> EngineConfig:
+    """The engine flags of `generate` as an EngineConfig."""
+    return EngineConfig(block_size=args.block_size, num_blocks=args.num_blocks,
+                        enable_prefix_caching=not args.no_prefix_caching, max_num_seqs=args.max_num_seqs,
+                        max_num_batched_tokens=args.max_num_batched_tokens)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -133,14 +111,13 @@ def build_parser() -> argparse.ArgumentParser:
     generate = commands.add_parser("generate", help="generate text for a file of prompts")
     generate.add_argument("--model", default="bundled", help="bundled | a Hugging Face id (local cache) | a folder")
     generate.add_argument("--prompts", required=True, help=".txt (a prompt per line) or .jsonl ({\"prompt\": ...})")
-    generate.add_argument("--max-tokens", type=int, default=64)
-    generate.add_argument("--temperature", type=float, default=0.0)
-    generate.add_argument("--top-k", type=int, default=0)
-    generate.add_argument("--top-p", type=float, default=1.0)
-    generate.add_argument("--seed", type=int, default=None)
+    generate.add_argument("--max-tokens", type=int, default=64)  # more than SamplingParams' 32: a job, not a demo
+    generate.add_argument("--temperature", type=float, default=SAMPLING_DEFAULTS.temperature)
+    generate.add_argument("--top-k", type=int, default=SAMPLING_DEFAULTS.top_k)
+    generate.add_argument("--top-p", type=float, default=SAMPLING_DEFAULTS.top_p)
+    generate.add_argument("--seed", type=int, default=SAMPLING_DEFAULTS.seed)
     generate.add_argument("--ignore-eos", action="store_true")
     generate.add_argument("--out", default="outputs.jsonl")
-    from kvviz.engine.config import DEFAULTS
     generate.add_argument("--block-size", type=int, default=DEFAULTS.block_size)
     generate.add_argument("--num-blocks", type=int, default=DEFAULTS.num_blocks)
     generate.add_argument("--max-num-seqs", type=int, default=DEFAULTS.max_num_seqs)
@@ -152,7 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_generate_arguments(generate)  # --backend vllm and vLLM's parallel settings
     generate.set_defaults(func=cmd_generate)
 
-    from kvviz.bench import add_bench_arguments, run_bench
+    from kvviz.bench_cli import add_bench_arguments, run_bench
     bench = commands.add_parser("bench", help="kvviz against transformers generate and generate_batch")
     add_bench_arguments(bench)
     bench.set_defaults(func=run_bench)

@@ -19,19 +19,11 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from kvviz.engine.model_parts import model_parts
 from kvviz.memory import ModelShape, kv_bytes_per_token
+from kvviz.models import default_heldout_text
 
 KV_PROJECTIONS = ("k_proj.weight", "k_proj.bias", "v_proj.weight", "v_proj.bias")
-
-
-def _kv_heads(config) -> int:
-    config = config.get_text_config()
-    return getattr(config, "num_key_value_heads", None) or config.num_attention_heads
-
-
-def _head_dim(config) -> int:
-    config = config.get_text_config()
-    return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
 
 
 def mean_pool_heads(weight: torch.Tensor, num_heads: int, num_groups: int) -> torch.Tensor:
@@ -48,8 +40,8 @@ def convert_kv_heads(lm, num_kv_heads: int):
     lm: a kvviz LoadedModel (a LoadedModel comes back) or a transformers model (a model comes back).
     Llama-style attention only: separate k_proj and v_proj per layer. Raises ValueError.
     """
-    model = lm if isinstance(lm, torch.nn.Module) else lm.model
-    old = _kv_heads(model.config)
+    model = model_parts(lm).model
+    old = ModelShape.of_model(model).num_kv_heads
     if not isinstance(num_kv_heads, int) or isinstance(num_kv_heads, bool) or num_kv_heads < 1:
         raise ValueError(f"num_kv_heads must be a whole number above zero, not {num_kv_heads!r}.")
     if num_kv_heads > old or old % num_kv_heads:
@@ -67,16 +59,10 @@ def convert_kv_heads(lm, num_kv_heads: int):
     parameter = next(model.parameters())
     converted = type(model)(config).to(device=parameter.device, dtype=parameter.dtype).eval()
     converted.load_state_dict(state)  # strict: every other weight is copied unchanged
-    if isinstance(lm, torch.nn.Module):
+    if lm is model:  # a bare model in, a bare model out
         return converted
     kind = "MQA" if num_kv_heads == 1 else f"GQA-{num_kv_heads}"
     return replace(lm, model=converted, name=f"{lm.name} ({kind}, mean-pooled)")
-
-
-def default_heldout_text() -> str:
-    from kvviz.models import BUNDLED_DIR
-
-    return (BUNDLED_DIR / "heldout.txt").read_text(encoding="utf-8")
 
 
 def heldout_windows(tokenizer, text: str | None = None, window: int = 256, num_windows: int = 8) -> torch.Tensor:
@@ -98,11 +84,11 @@ def heldout_loss(lm, tokenizer=None, text: str | None = None, *, window: int = 2
     lm: a LoadedModel, or a transformers model with `tokenizer`. text: default, the bundled
     model's held-out text (kvviz/bundled_model/heldout.txt), never seen in its training.
     """
-    model = lm if isinstance(lm, torch.nn.Module) else lm.model
-    tokenizer = tokenizer or getattr(lm, "tokenizer", None)
+    model, own_tokenizer, max_context = model_parts(lm)
+    tokenizer = tokenizer or own_tokenizer
     if tokenizer is None:
         raise ValueError("Measuring held-out loss needs a tokenizer; pass one with the model.")
-    window = min(window, getattr(lm, "max_context", None) or window)
+    window = min(window, max_context)
     input_ids = heldout_windows(tokenizer, text, window, num_windows).to(next(model.parameters()).device)
     logits = model(input_ids=input_ids, use_cache=False).logits  # (windows, window, vocab)
     return torch.nn.functional.cross_entropy(
@@ -114,7 +100,7 @@ def measured_bytes_per_token(model, num_tokens: int = 8) -> int:
     """Run `num_tokens` tokens through the model with kvviz's dynamic cache; bytes it holds per token."""
     from kvviz.strategies import DynamicKV, StrategyCache
 
-    cache = StrategyCache([DynamicKV() for _ in range(model.config.get_text_config().num_hidden_layers)])
+    cache = StrategyCache([DynamicKV() for _ in range(ModelShape.of_model(model).num_layers)])
     input_ids = torch.zeros(1, num_tokens, dtype=torch.long, device=next(model.parameters()).device)
     model(input_ids=input_ids, cache=cache, use_cache=True)
     assert cache.nbytes % num_tokens == 0
@@ -147,17 +133,16 @@ def gqa_report(lm, num_kv_heads: int, *, window: int = 256, num_windows: int = 8
     """Convert `lm` to `num_kv_heads` KV heads; measure the cache per token and the held-out loss, before and after."""
     start = time.perf_counter()
     converted = convert_kv_heads(lm, num_kv_heads)
-    dtype_bytes = torch.empty((), dtype=lm.dtype).element_size()
     before, after = {}, {}
     for side, candidate in ((before, lm), (after, converted)):
-        model = candidate.model
+        model, shape = candidate.model, candidate.shape
         side["measured"] = measured_bytes_per_token(model)
-        side["predicted"] = kv_bytes_per_token(ModelShape.from_hf_config(model.config), dtype_bytes)
+        side["predicted"] = kv_bytes_per_token(shape, shape.dtype_bytes)
+        side["kv_heads"], side["num_heads"] = shape.num_kv_heads, shape.num_heads
         side["parameters"] = sum(p.numel() for p in model.parameters())
         side["loss"] = heldout_loss(candidate, text=text, window=window, num_windows=num_windows)
-    config = lm.model.config.get_text_config()
     return GQAReport(
-        lm.name, config.num_attention_heads, _kv_heads(lm.model.config), num_kv_heads,
+        lm.name, before["num_heads"], before["kv_heads"], after["kv_heads"],
         before["measured"], after["measured"], before["predicted"], after["predicted"],
         1 - after["measured"] / before["measured"], before["parameters"], after["parameters"],
         before["loss"], after["loss"], after["loss"] - before["loss"], num_windows,

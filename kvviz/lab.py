@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from kvviz.engine import Engine, SamplingParams
+from kvviz.engine.config import DEFAULTS
 from kvviz.engine.scheduler import blocks_needed
 from kvviz.memory import ModelShape, bill_breakdown, kv_cache_bytes
 from kvviz.models import (BUNDLED_DIR, CustomShape, LoadedModel, ModelLoadError, load_model, pick_device,
@@ -161,7 +162,7 @@ def lab_contexts(max_context: int, start: int = 16) -> list[int]:
 
 def cache_shape_of(lm: LoadedModel) -> ModelShape:
     """The model as the memory bill sees it (layers, KV heads, head size)."""
-    return ModelShape.from_hf_config(lm.config, name=lm.name)
+    return lm.shape
 
 
 def measure(lm: LoadedModel, contexts: list[int], repeats: int = 3, seed: int = 0,
@@ -229,7 +230,7 @@ def measure_decode_times(lm: LoadedModel, contexts: list[int], repeats: int = 3,
 def _one_request_engine(lm: LoadedModel, prompt: list[int], num_decodes: int, use_cache: bool) -> Engine:
     """An engine holding just this request, with blocks for it and a budget for its whole prompt."""
     most_tokens = len(prompt) + num_decodes + 2
-    engine = Engine(lm, max_num_seqs=1, num_blocks=blocks_needed(most_tokens, 16), block_size=16,
+    engine = Engine(lm, max_num_seqs=1, num_blocks=blocks_needed(most_tokens, DEFAULTS.block_size),
                     max_num_batched_tokens=most_tokens, enable_prefix_caching=False,
                     record_blocks=False, use_cache=use_cache)
     # more tokens than the steps we run, so the request is still in the cache when we look

@@ -12,8 +12,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kvviz.engine import Engine, EngineError, SamplingParams, StepRecord
+from kvviz.engine.config import DEFAULTS
 from kvviz.engine.records import TraceRecord
-from kvviz.memory import ModelShape, bill_breakdown
+from kvviz.memory import bill_breakdown
+from kvviz.models import summary_shape
 
 MAX_LESSON_TOKENS = 256  # the longest lesson a page, a link or a file may ask for
 MAX_TRIANGLE_TOKENS = 128  # prompts up to this long keep the prefill's whole attention matrix
@@ -27,7 +29,7 @@ class LessonSettings:
     top_k: int = 0
     top_p: float = 1.0
     seed: int | None = 0
-    block_size: int = 16
+    block_size: int = DEFAULTS.block_size
 
     def sampling(self) -> SamplingParams:
         return SamplingParams(max_tokens=self.max_tokens, temperature=self.temperature, top_k=self.top_k,
@@ -194,8 +196,7 @@ class Lesson:
     def bill(self, step: int, dtype_bytes: int) -> dict:
         """The formula for this request's tokens beside the bytes the engine's blocks hold."""
         record = self.records[step]
-        shape = ModelShape(name=self.model_info["name"], num_layers=self.model_info["layers"],
-                           num_kv_heads=self.model_info["kv_heads"], head_dim=self.model_info["head_dim"])
+        shape = summary_shape(self.model_info)  # a replayed lesson has the summary, not the model
         tokens = self.num_tokens_at(step)
         lines = bill_breakdown(shape, tokens=tokens, batch=1, dtype_bytes=dtype_bytes)
         return {"tokens": tokens, "formula": [line.formula for line in lines],

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import torch
 
+from kvviz.shapes import DEFAULT_CONTEXT, ModelShape
+
 BUNDLED_DIR = Path(__file__).resolve().parent / "bundled_model"
 MAX_SOURCE_CHARS = 500
 MAX_LAYERS = 1024  # the largest real decoders have about 160
@@ -72,20 +74,33 @@ class LoadedModel:
     def config(self):
         return self.model.config
 
+    @property
+    def shape(self) -> ModelShape:
+        """Layers, heads, KV heads, head size, windows and dtype, read once from the config."""
+        return ModelShape.of_model(self.model, name=self.name)
+
     def describe(self) -> dict:
-        """A short summary for the sidebar and for exported lessons."""
-        config = self.model.config.get_text_config()
-        heads = config.num_attention_heads
+        """A short summary for the sidebar and for exported lessons (plain JSON values)."""
+        shape = self.shape
         return {
             "name": self.name, "source": self.source, "device": str(self.device),
             "dtype": str(self.dtype).removeprefix("torch."),
             "parameters": sum(p.numel() for p in self.model.parameters()),
-            "layers": config.num_hidden_layers, "heads": heads,
-            "kv_heads": getattr(config, "num_key_value_heads", None) or heads,
-            "head_dim": getattr(config, "head_dim", None) or config.hidden_size // heads,
-            "hidden_size": config.hidden_size, "dtype_bytes": torch.empty((), dtype=self.dtype).element_size(),
+            "layers": shape.num_layers, "heads": shape.num_heads, "kv_heads": shape.num_kv_heads,
+            "head_dim": shape.head_dim, "hidden_size": shape.hidden_size, "dtype_bytes": shape.dtype_bytes,
             "max_context": self.max_context,
         }
+
+
+def summary_shape(info: dict) -> ModelShape:
+    """The cache's shape back from a `LoadedModel.describe()` summary: for a lesson replayed without a model."""
+    return ModelShape(name=info["name"], num_layers=info["layers"], num_kv_heads=info["kv_heads"],
+                      head_dim=info["head_dim"])
+
+
+def default_heldout_text() -> str:
+    """The bundled model's held-out text (kvviz/bundled_model/heldout.txt), never seen in its training."""
+    return (BUNDLED_DIR / "heldout.txt").read_text(encoding="utf-8")
 
 
 def pick_device(device: str | torch.device | None = None) -> torch.device:
@@ -131,6 +146,15 @@ def available_memory_bytes(device: torch.device) -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
 
 
+def clean_source(source: str | None) -> str:
+    """The model name as typed, stripped ('bundled' when empty); refuses a name no model has."""
+    source = (source or "bundled").strip()
+    if len(source) > MAX_SOURCE_CHARS:
+        raise ModelLoadError(f"A model name of {len(source):,} characters is too long; give 'bundled', "
+                             "a Hugging Face id or a folder path.")
+    return source
+
+
 def load_model(source: str = "bundled", *, shape: CustomShape | None = None,
                device: str | torch.device | None = None,
                dtype: str | torch.dtype | None = None) -> LoadedModel:
@@ -139,10 +163,7 @@ def load_model(source: str = "bundled", *, shape: CustomShape | None = None,
     dtype = pick_dtype(device, dtype)
     if shape is not None:
         return _build_custom(shape, device, dtype)
-    source = (source or "bundled").strip()
-    if len(source) > MAX_SOURCE_CHARS:
-        raise ModelLoadError(f"A model name of {len(source):,} characters is too long; give 'bundled', "
-                             "a Hugging Face id or a folder path.")
+    source = clean_source(source)
     if source == "bundled":
         return _load_pretrained(str(BUNDLED_DIR), "bundled", "bundled", device, dtype)
     if Path(source).expanduser().is_dir():
@@ -225,11 +246,10 @@ def check_fits(weight_bytes: int, device: torch.device, what: str) -> None:
 
 
 def _max_context(config) -> int:
-    text_config = config.get_text_config()
-    for name in ("max_position_embeddings", "n_positions", "n_ctx"):
-        if getattr(text_config, name, None):
-            return int(getattr(text_config, name))
-    return 2048
+    try:
+        return ModelShape.from_hf_config(config).max_context or DEFAULT_CONTEXT
+    except ValueError as error:  # a config the memory bill cannot describe
+        raise ModelLoadError(str(error)) from None
 
 
 def _load_pretrained(where: str, name: str, source: str, device, dtype) -> LoadedModel:
@@ -313,10 +333,7 @@ def allowed_source(source: str, policy: str | None = None) -> str:
     """
     policy = os.environ.get(ALLOWED_MODELS_ENV, DEFAULT_ALLOWED) if policy is None else policy
     rules = [rule.strip() for rule in policy.split(",") if rule.strip()]
-    source = (source or "bundled").strip()
-    if len(source) > MAX_SOURCE_CHARS:
-        raise ModelLoadError(f"A model name of {len(source):,} characters is too long; give 'bundled', "
-                             "a Hugging Face id or a folder path.")
+    source = clean_source(source)
     if source == "bundled" and "bundled" in rules:
         return source
     named_folders = {os.path.realpath(os.path.expanduser(r)) for r in rules if r.startswith(("/", ".", "~"))}

@@ -1,8 +1,10 @@
 """What a model looks like to its KV cache: ModelShape, reading it from a config, and presets.
 
 A shape holds only the numbers the memory bill needs (kvviz.memory does the arithmetic), so a
-lesson can describe a 405B model without loading a byte of it. Pure Python: transformers and
-huggingface_hub are imported only inside the functions that read a checkpoint.
+lesson can describe a 405B model without loading a byte of it. `ModelShape.from_hf_config` is
+the one place kvviz reads a Hugging Face config's layers, heads and sizes; the engine's cache,
+the bill, the lessons and the strategies all start from it. Pure Python: transformers,
+huggingface_hub and torch are imported only inside the functions that read a checkpoint.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from dataclasses import dataclass, replace
 # (sliding), or one compressed latent per token (MLA). The first two are transformers' names.
 FULL, SLIDING, MLA = "full_attention", "sliding_attention", "mla"
 KIND_LABELS = {FULL: "full attention", SLIDING: "sliding window", MLA: "MLA latent"}
+DEFAULT_CONTEXT = 2048  # for a config that states no context length (rare)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -33,6 +36,7 @@ class ModelShape:
     qk_rope_head_dim: int | None = None  # MLA: the decoupled RoPE key stored beside the latent
     max_context: int | None = None       # the longest context the model was built for
     vocab_size: int | None = None
+    dtype: torch.dtype | None = None     # the weights' (and so the cache's) dtype; None: not loaded
 
     def __post_init__(self):
         for field in ("num_layers", "num_kv_heads", "head_dim", "num_heads", "hidden_size",
@@ -66,9 +70,21 @@ class ModelShape:
             return self.layer_types
         return ((SLIDING if self.sliding_window else FULL),) * self.num_layers
 
+    @property
+    def dtype_bytes(self) -> int | None:
+        """Bytes of one cached value in the model's dtype (None when the dtype is not known)."""
+        return None if self.dtype is None else self.dtype.itemsize
+
     @classmethod
-    def from_hf_config(cls, config, name: str | None = None) -> ModelShape:
-        """Read a shape from a transformers config (GPT-2, Llama, Mistral, Qwen2, Gemma-2/3, DeepSeek)."""
+    def of_model(cls, model, name: str | None = None) -> ModelShape:
+        """The shape of a loaded transformers model: its config, and the dtype of its weights."""
+        return cls.from_hf_config(model.config, name=name, dtype=next(model.parameters()).dtype)
+
+    @classmethod
+    def from_hf_config(cls, config, name: str | None = None, dtype=None) -> ModelShape:
+        """Read a shape from a transformers config (GPT-2, Llama, Mistral, Qwen2, Gemma-2/3, DeepSeek).
+
+        dtype: the torch dtype the weights are in, when a model is loaded (see `of_model`)."""
         text = config.get_text_config() if hasattr(config, "get_text_config") else config  # Gemma-3 nests it
 
         def first(*names):
@@ -106,7 +122,7 @@ class ModelShape:
                    num_layers=num_layers, num_kv_heads=num_kv_heads, head_dim=head_dim, num_heads=num_heads,
                    hidden_size=hidden_size, layer_types=layer_types, sliding_window=window,
                    kv_lora_rank=kv_lora_rank, qk_rope_head_dim=qk_rope_head_dim,
-                   max_context=max_context, vocab_size=first("vocab_size"))
+                   max_context=max_context, vocab_size=first("vocab_size"), dtype=dtype)
 
 
 def check_positive(what: str, value, optional: bool = False):

@@ -146,18 +146,27 @@ def eos_token_ids(folder: str) -> list[int]:
 
 def sampling(args, num_prompts: int, stop_ids: list[int]) -> list[dict]:
     """kvviz's sampling flags as vLLM SamplingParams fields; with --seed, prompt i uses seed + i."""
-    return [{"max_tokens": args.max_tokens, "temperature": args.temperature, "top_k": args.top_k or 0,
-             "top_p": args.top_p, "seed": None if args.seed is None else args.seed + i,
-             "ignore_eos": args.ignore_eos, "stop_token_ids": [] if args.ignore_eos else stop_ids}
-            for i in range(num_prompts)]
+    from kvviz.cli import sampling_params
+    from kvviz.workloads import request_sampling
+
+    params = sampling_params(args)
+    return [vllm_sampling(request_sampling(params, i), stop_ids) for i in range(num_prompts)]
+
+
+def vllm_sampling(params, stop_ids: list[int]) -> dict:
+    """A kvviz SamplingParams as vLLM SamplingParams fields (EOS ids as stop ids unless ignored)."""
+    return {"max_tokens": params.max_tokens, "temperature": params.temperature, "top_k": params.top_k,
+            "top_p": params.top_p, "seed": params.seed, "ignore_eos": params.ignore_eos,
+            "stop_token_ids": [] if params.ignore_eos else list(stop_ids)}
 
 
 def generate_cli(args) -> int:
     """`generate --backend vllm`: the same prompts, flags, JSONL and summary as the kvviz backend."""
     from transformers import AutoTokenizer
 
-    from kvviz.cli import read_prompts
+    from kvviz.cli import print_summary, write_atomically
     from kvviz.models import pick_device, pick_dtype
+    from kvviz.workloads import read_prompts
 
     prompts = read_prompts(Path(args.prompts))
     python = require_python(args.vllm_python)
@@ -176,7 +185,7 @@ def generate_cli(args) -> int:
     records = [{"prompt": prompt, "text": tokenizer.decode(out["token_ids"]), "token_ids": out["token_ids"],
                 "finish_reason": out["finish_reason"], "num_cached_tokens": out["num_cached_tokens"]}
                for prompt, out in zip(prompts, result["outputs"])]
-    write_jsonl(args.out, records)
+    write_atomically(Path(args.out), [json.dumps(record) + "\n" for record in records])
     generated = sum(len(r["token_ids"]) for r in records)
     summary = {
         "requests": len(records), "prompt_tokens": sum(map(len, prompt_ids)), "generated_tokens": generated,
@@ -188,23 +197,6 @@ def generate_cli(args) -> int:
     }
     print_summary(summary, args.out)
     return 0
-
-
-def write_jsonl(path: str, records: list[dict]) -> None:
-    """Write all records or nothing: a temporary file beside `path`, renamed when complete."""
-    target = Path(path)
-    with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=target.parent or ".", delete=False,
-                                     prefix=f".{target.name}.", suffix=".part") as out:
-        for record in records:
-            out.write(json.dumps(record) + "\n")
-    os.replace(out.name, target)
-
-
-def print_summary(summary: dict, out_path: str) -> None:
-    width = max(map(len, summary))
-    for key, value in summary.items():
-        print(f"{key:<{width}}  {value}")
-    print(f"wrote {out_path}")
 
 
 # ---- bench --against vllm ----------------------------------------------------------------
@@ -256,21 +248,21 @@ def batch_on_vllm(lm, workload, settings, kvviz_outputs: list[list[int]], python
     """The Batch generation page's job on vLLM: same prompts, sampling, limits and KV bytes."""
     from kvviz.bench import compare_outputs
     from kvviz.engine.kv_cache import CacheShape
+    from kvviz.engine.model_parts import model_parts
 
-    model = getattr(lm, "model", lm)
+    model = model_parts(lm).model
     eos = getattr(model.generation_config, "eos_token_id", None) or getattr(model.config, "eos_token_id", None)
-    stop = [] if settings.ignore_eos or eos is None else list(eos) if isinstance(eos, (list, tuple)) else [int(eos)]
-    sampling = [{"max_tokens": n, "temperature": settings.temperature, "top_k": settings.top_k, "top_p": settings.top_p,
-                 "seed": settings.seed + i, "ignore_eos": settings.ignore_eos, "stop_token_ids": stop}
-                for i, n in enumerate(workload.max_tokens)]
+    stop = [] if eos is None else list(eos) if isinstance(eos, (list, tuple)) else [int(eos)]
+    sampling = [vllm_sampling(settings.sampling(n, i), stop) for i, n in enumerate(workload.max_tokens)]
     longest = max(len(p) + n for p, n in zip(workload.prompts, workload.max_tokens))
     per_token = CacheShape.from_model(model).bytes_per_token
     # kvviz's pool in bytes, but never less than the longest request plus vLLM's reserved null block
     # in blocks of up to 128 (vLLM's CPU size): with less, vLLM could not run the longest request at all
     least = (math.ceil(longest / 128) + 1) * 128 * per_token
-    kv_bytes = max(settings.pool_blocks(lm, workload) * settings.block_size * per_token, least)
-    llm = {"enforce_eager": True, "enable_prefix_caching": settings.enable_prefix_caching,
-           "max_num_seqs": settings.max_num_seqs, "max_num_batched_tokens": max(settings.max_num_batched_tokens, longest),
+    config = settings.engine
+    kv_bytes = max(settings.pool_blocks(lm, workload) * config.block_size * per_token, least)
+    llm = {"enforce_eager": True, "enable_prefix_caching": config.enable_prefix_caching,
+           "max_num_seqs": config.max_num_seqs, "max_num_batched_tokens": max(config.max_num_batched_tokens, longest),
            "max_model_len": longest, "kv_cache_memory_bytes": kv_bytes}
     result = run_model_on_vllm(model, workload.prompts, sampling, llm, python=python)
     outputs = [o["token_ids"] for o in result["outputs"]]

@@ -121,9 +121,9 @@ with compare_tab:
     compared = bs.comparison()
     if compared is not None:
         used = compared.kvviz.details
-        st.caption(f"kvviz ran with its settings above: at most {done.settings.max_num_seqs} requests at once, "
-                   f"{done.settings.max_num_batched_tokens} tokens per step, {used['num_blocks']} blocks of "
-                   f"{done.settings.block_size}. This is a new run of the same prompts, timed end to end "
+        st.caption(f"kvviz ran with its settings above: at most {done.settings.engine.max_num_seqs} requests at once, "
+                   f"{done.settings.engine.max_num_batched_tokens} tokens per step, {used['num_blocks']} blocks of "
+                   f"{done.settings.engine.block_size}. This is a new run of the same prompts, timed end to end "
                    f"without live charts, so it can differ from the run above. {DEFINITION.capitalize()}: "
                    + "; ".join(f"{side} {throughput_text(run.output_tokens, run.seconds, 'of generate')}"
                                for side, run in (("kvviz", compared.kvviz), ("transformers", compared.transformers)))

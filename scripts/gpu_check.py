@@ -18,10 +18,11 @@ import time
 
 import torch
 
-from kvviz.bench import (compare_outputs, count_params, hf_copy, measure_matmul_peak,
-                         mixed_workload, model_flops, run_hf_generate, run_hf_generate_batch, run_kvviz)
+from kvviz.bench import (compare_outputs, count_params, hf_copy, measure_matmul_peak, model_flops,
+                         run_hf_generate, run_hf_generate_batch, run_kvviz)
 from kvviz.bench import build_random_llama
 from kvviz.models import CustomShape
+from kvviz.workloads import mixed_workload
 
 # Llama-3.2-1B's body with a 32k vocabulary: about 1.1B parameters
 GPU_SHAPE = CustomShape(num_layers=16, hidden_size=2048, num_heads=32, num_kv_heads=8,

@@ -16,12 +16,10 @@ import argparse
 import asyncio
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from browser import CHROMIUM, CHROMIUM_ARGS, running_app  # noqa: E402
+from kvviz.app_server import CHROMIUM, CHROMIUM_ARGS, running_app
 
 BUSY_JS = ("() => document.querySelectorAll('[data-stale=\"true\"], [data-testid=\"stSkeleton\"], "
            "[data-testid=\"stStatusWidget\"]').length")

@@ -17,12 +17,9 @@ import sys
 import threading
 import time
 import urllib.parse
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from browser import CHROMIUM, CHROMIUM_ARGS, running_app  # noqa: E402
-from load_test import server_rss_bytes, wait_idle  # noqa: E402
+from kvviz.app_server import CHROMIUM, CHROMIUM_ARGS, running_app
+from load_test import server_rss_bytes, wait_idle  # scripts/ is on the path: this script's own folder
 
 PROMPT = "ROMEO:\nBut soft, what light through yonder window breaks?"  # the lesson's default prompt
 DEFAULT_TOKENS = 48

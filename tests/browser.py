@@ -1,60 +1,14 @@
-"""Start the real app with `streamlit run` and drive it with Playwright in Debian's Chromium."""
+"""Drive the real app (kvviz.app_server starts it) with Playwright in Debian's Chromium."""
 
 from __future__ import annotations
 
 import contextlib
-import os
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-CHROMIUM = os.environ.get("KVVIZ_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+from kvviz.app_server import CHROMIUM, CHROMIUM_ARGS, ROOT, free_port, running_app  # noqa: F401 (tests import them here)
+
 SCREENSHOTS = ROOT / "artifacts" / "screenshots"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@contextlib.contextmanager
-def running_app(timeout: float = 90.0):
-    """Yield the base URL of a freshly started app; stop it afterwards."""
-    port = free_port()
-    log = open(ROOT / "artifacts" / f"streamlit-{port}.log", "w") if (ROOT / "artifacts").is_dir() \
-        else subprocess.DEVNULL
-    process = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"), "--server.port", str(port),
-         "--server.address", "127.0.0.1", "--server.headless", "true",
-         "--server.fileWatcherType", "none"],
-        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + timeout
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.time() > deadline or process.poll() is not None:
-                raise RuntimeError("the app did not start; see artifacts/streamlit-*.log")
-            time.sleep(0.5)
-        yield url
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
 
 
 @contextlib.contextmanager

@@ -19,6 +19,7 @@ from kvviz.engine.block_pool import BlockPool
 from kvviz.engine.config import EngineConfig
 from kvviz.engine.kv_cache import CacheShape, PagedKVCache, slots_for
 from kvviz.engine.kv_manager import KVCacheManager, blocks_needed
+from kvviz.engine.model_parts import model_parts
 from kvviz.engine.records import (BlockRecord, ChunkRecord, DraftRecord, EventRecord, MemoryRecord,
                                   RequestRecord, StepRecord, TraceRecord)
 from kvviz.engine.request import Request
@@ -59,13 +60,7 @@ class Engine:
         except (ValueError, TypeError) as error:
             raise EngineError(str(error)) from None
         self.config = config
-        if not isinstance(lm, torch.nn.Module):  # a LoadedModel from kvviz.load_model
-            self.model, self.tokenizer, self.max_context = lm.model, lm.tokenizer, lm.max_context
-        else:  # a bare PreTrainedModel: prompts must be token ids
-            self.model, self.tokenizer = lm, None
-            text_config = lm.config.get_text_config()
-            self.max_context = (getattr(text_config, "max_position_embeddings", None)
-                                or getattr(text_config, "n_positions", 2048))
+        self.model, self.tokenizer, self.max_context = model_parts(lm)  # a LoadedModel or a bare model
         self.device = next(self.model.parameters()).device
         self.hf_config = self.model.config.get_text_config()
         self.vocab_size = self.model.get_output_embeddings().weight.shape[0]

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import torch
 
+from kvviz.shapes import ModelShape
+
 
 @dataclass(slots=True)
 class CacheShape:
@@ -26,13 +28,13 @@ class CacheShape:
         return 2 * self.num_layers * self.num_kv_heads * self.head_dim * element
 
     @classmethod
+    def from_shape(cls, shape: ModelShape) -> "CacheShape":
+        """The cache's numbers out of the model's shape (kvviz.shapes, read once from the config)."""
+        return cls(shape.num_layers, shape.num_kv_heads, shape.head_dim, shape.dtype)
+
+    @classmethod
     def from_model(cls, model: torch.nn.Module) -> "CacheShape":
-        config = model.config.get_text_config()
-        num_heads = config.num_attention_heads
-        head_dim = getattr(config, "head_dim", None) or config.hidden_size // num_heads
-        num_kv_heads = getattr(config, "num_key_value_heads", None) or num_heads
-        dtype = next(model.parameters()).dtype
-        return cls(config.num_hidden_layers, num_kv_heads, head_dim, dtype)
+        return cls.from_shape(ModelShape.of_model(model))
 
 
 class PagedKVCache:

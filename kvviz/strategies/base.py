@@ -68,6 +68,21 @@ class KVLayer(CacheLayerMixin):
         return sum(t.nbytes for t in self.held_tensors().values())
 
 
+class PlainKV(KVLayer):
+    """A layer that keeps keys and values as they came, (batch, kv_heads, held, head_dim) each:
+    what the dynamic, sliding-window and budget caches share (they differ in what they drop)."""
+
+    def __init__(self):
+        super().__init__()
+        self.keys = self.values = None  # None before the first step
+
+    def num_held_tokens(self) -> int:
+        return 0 if self.keys is None else self.keys.shape[-2]
+
+    def held_tensors(self) -> dict[str, torch.Tensor]:
+        return {} if self.keys is None else {"keys": self.keys, "values": self.values}
+
+
 class StrategyCache(Cache):
     """A transformers `Cache` made of kvviz layers, one per model layer."""
 

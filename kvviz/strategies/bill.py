@@ -41,7 +41,7 @@ class ByteBill:
 
 def full_attention_shape(model) -> ModelShape:
     """The model's shape for the formula, every layer keeping every token (as our caches store them)."""
-    shape = ModelShape.from_hf_config(model.config)
+    shape = ModelShape.of_model(model)
     return replace(shape, sliding_window=None, layer_types=None)
 
 

@@ -14,15 +14,14 @@ from __future__ import annotations
 
 import torch
 
-from kvviz.strategies.base import KVLayer, append_tokens
+from kvviz.strategies.base import PlainKV, append_tokens
 
 
-class BudgetKV(KVLayer):
+class BudgetKV(PlainKV):
     def __init__(self, budget: int):
-        super().__init__()
+        super().__init__()  # keys, values: (batch, kv_heads, held <= budget, head_dim) between steps
         assert budget >= 1, "a budget holds at least one token"
         self.budget = budget
-        self.keys = self.values = None  # (batch, kv_heads, held <= budget, head_dim) between steps
         self.positions = None  # (batch, kv_heads, held): the sequence position of each kept key
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
@@ -56,12 +55,6 @@ class BudgetKV(KVLayer):
         self.positions = self.positions.gather(-1, index)  # (B, KVH, kept)
         self.keys = self.keys.gather(2, index[..., None].expand(-1, -1, -1, self.keys.shape[-1]))  # (B, KVH, kept, D)
         self.values = self.values.gather(2, index[..., None].expand(-1, -1, -1, self.values.shape[-1]))
-
-    def num_held_tokens(self) -> int:
-        return 0 if self.keys is None else self.keys.shape[-2]
-
-    def held_tensors(self) -> dict[str, torch.Tensor]:
-        return {} if self.keys is None else {"keys": self.keys, "values": self.values}
 
     def read(self):
         if self.keys is None:

@@ -4,15 +4,11 @@ from __future__ import annotations
 
 import torch
 
-from kvviz.strategies.base import KVLayer, append_tokens
+from kvviz.strategies.base import PlainKV, append_tokens
 
 
-class DynamicKV(KVLayer):
+class DynamicKV(PlainKV):
     """Keys and values of every token so far, as (batch, kv_heads, tokens, head_dim)."""
-
-    def __init__(self):
-        super().__init__()
-        self.keys = self.values = None
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         """key_states, value_states: (batch, kv_heads, new_tokens, head_dim). Returns all tokens' K, V."""
@@ -22,9 +18,6 @@ class DynamicKV(KVLayer):
         self.keys, self.values = append_tokens(self.keys, self.values, key_states, value_states)  # (B, KVH, T, D)
         self.num_seen += key_states.shape[-2]
         return self.keys, self.values
-
-    def held_tensors(self) -> dict[str, torch.Tensor]:
-        return {} if self.keys is None else {"keys": self.keys, "values": self.values}
 
     def read(self):
         if self.keys is None:

@@ -29,12 +29,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from kvviz.engine.model_parts import model_parts
 from kvviz.strategies.base import StrategyCache
 from kvviz.strategies.compare import first_difference, kl_divergence
 from kvviz.strategies.dynamic import DynamicKV
 from kvviz.strategies.heavy_hitters import HeavyHitterKV
 from kvviz.strategies.options import ModelFacts
-from kvviz.strategies.run import tokenize, unpack
+from kvviz.strategies.run import tokenize
 from kvviz.strategies.sinks import SinkWindowKV
 from kvviz.strategies.sliding import SlidingWindowKV
 
@@ -142,7 +143,7 @@ def causal_mask(held: int, num_new: int, dtype: torch.dtype, device) -> torch.Te
 def run_policy(lm, prompt_ids: list[int], policy: str, max_tokens: int, budget: int, sinks: int = 0,
                recent: int = 0, forced_tokens: list[int] | None = None) -> PolicyTrace:
     """Greedy decoding under one policy; `forced_tokens` (the full cache's picks) feeds those instead."""
-    model, _, _ = unpack(lm)
+    model = model_parts(lm).model
     facts = ModelFacts.of(model)
     twin = scoring_twin(model)
     cache = StrategyCache([policy_layer(policy, budget, sinks, recent) for _ in range(facts.num_layers)])
@@ -193,10 +194,10 @@ def check_settings(num_prompt: int, max_tokens: int, budget: int, sinks: int, ma
 def eviction_lab(lm, prompt: str | list[int], max_tokens: int = 32, budget: int = 16, sinks: int = 4,
                  recent: int | None = None, policies=POLICIES[1:]) -> EvictionLab:
     """The full cache and each policy on one prompt. recent: H2O's recent window (default budget // 2)."""
-    model, tokenizer, max_context = unpack(lm)
+    model, tokenizer, max_context = model_parts(lm)
     prompt_ids = tokenize(prompt, tokenizer)
     recent = budget // 2 if recent is None else recent
-    check_settings(len(prompt_ids), max_tokens, budget, sinks, max_context or ModelFacts.of(model).max_context)
+    check_settings(len(prompt_ids), max_tokens, budget, sinks, max_context)
     if not isinstance(recent, int) or not 0 <= recent < budget:
         raise ValueError(f"H2O's recent window must be 0 to {budget - 1} tokens, not {recent!r}.")
     settings = dict(budget=budget, sinks=sinks, recent=recent)

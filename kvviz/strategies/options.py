@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from kvviz.engine.config import DEFAULTS
+from kvviz.shapes import DEFAULT_CONTEXT, ModelShape
 from kvviz.strategies.base import StrategyCache
 from kvviz.strategies.dynamic import DynamicKV
 from kvviz.strategies.quantized import QuantizedKV
@@ -18,7 +20,7 @@ STRATEGIES: dict[str, dict] = {
     "static": {"capacity": None},  # None: the model's whole context, as a server sizing for the worst case
     "sliding_window": {"window": 16},
     "quantized": {"bits": 8, "group_size": None, "residual": 0},  # group None: min(32, head_dim)
-    "paged": {"block_size": 16, "num_blocks": None},  # None: just enough blocks for this request
+    "paged": {"block_size": DEFAULTS.block_size, "num_blocks": None},  # None: just enough blocks for this request
     "no_cache": {},
 }
 ENGINE_STRATEGIES = ("paged", "no_cache")  # run by kvviz's Engine; the others through transformers
@@ -69,13 +71,9 @@ class ModelFacts:
 
     @classmethod
     def of(cls, model: torch.nn.Module, max_context: int | None = None) -> "ModelFacts":
-        config = model.config.get_text_config()
-        num_heads = config.num_attention_heads
-        parameter = next(model.parameters())
-        context = max_context or getattr(config, "max_position_embeddings", None) or 2048
-        return cls(config.num_hidden_layers, getattr(config, "num_key_value_heads", None) or num_heads,
-                   getattr(config, "head_dim", None) or config.hidden_size // num_heads,
-                   parameter.dtype, parameter.device, context)
+        shape = ModelShape.of_model(model)
+        return cls(shape.num_layers, shape.num_kv_heads, shape.head_dim, shape.dtype,
+                   next(model.parameters()).device, max_context or shape.max_context or DEFAULT_CONTEXT)
 
 
 def resolve_options(name: str, options: dict, facts: ModelFacts, num_tokens: int) -> dict:

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import torch
 
+from kvviz.engine.model_parts import model_parts
 from kvviz.strategies.bill import ByteBill, cache_bill, engine_bill, formula_text, full_attention_shape
 from kvviz.strategies.options import ENGINE_STRATEGIES, ModelFacts, StrategySpec, make_cache, resolve_options
 
@@ -71,11 +72,7 @@ class StrategyRun:
         return data
 
 
-def unpack(lm):
-    """(model, tokenizer, max_context) from a kvviz LoadedModel or a bare transformers model."""
-    if isinstance(lm, torch.nn.Module):
-        return lm, None, None
-    return lm.model, lm.tokenizer, lm.max_context
+unpack = model_parts  # the old name, kept for one release
 
 
 def tokenize(prompt, tokenizer) -> list[int]:
@@ -101,7 +98,7 @@ def run_strategy(lm, prompt: str | list[int], strategy: str | StrategySpec, max_
     """
     spec = StrategySpec.of(strategy)
     spec = StrategySpec(spec.name, {**spec.options, **options})
-    model, tokenizer, max_context = unpack(lm)
+    model, tokenizer, max_context = model_parts(lm)
     facts = ModelFacts.of(model, max_context)
     prompt_ids = tokenize(prompt, tokenizer)
     if not isinstance(max_tokens, int) or max_tokens < 1:

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import torch
 
-from kvviz.strategies.base import KVLayer, append_tokens
+from kvviz.strategies.base import PlainKV, append_tokens
 
 
-class SlidingWindowKV(KVLayer):
+class SlidingWindowKV(PlainKV):
     def __init__(self, window: int):
-        super().__init__()
+        super().__init__()  # keys, values: (batch, kv_heads, <= window, head_dim)
         self.window = window
-        self.keys = self.values = None  # (batch, kv_heads, <= window, head_dim)
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         """Attend to the kept tokens plus this step's; keep only the last `window` afterwards."""
@@ -29,12 +28,6 @@ class SlidingWindowKV(KVLayer):
         self.keys = keys[:, :, -self.window:].clone()  # (B, KVH, min(T, window), D)
         self.values = values[:, :, -self.window:].clone()
         return keys, values
-
-    def num_held_tokens(self) -> int:
-        return 0 if self.keys is None else self.keys.shape[-2]
-
-    def held_tensors(self) -> dict[str, torch.Tensor]:
-        return {} if self.keys is None else {"keys": self.keys, "values": self.values}
 
     def read(self):
         if self.keys is None:

@@ -13,17 +13,23 @@ from dataclasses import replace
 
 import streamlit as st
 
-from kvviz.batch_job import (BatchJobError, BatchResult, BatchSettings, BatchWorkload, compare_with_transformers,
-                             live_summary, run_batch, synthetic_workload, upload_workload)
+from kvviz.batch_job import BatchResult, BatchSettings, compare_with_transformers, live_summary, run_batch
+from kvviz.engine import EngineConfig, SamplingParams
 from kvviz.ui.common import current_model
 from kvviz.viz import batch_figures as figures
+from kvviz.workloads import Workload, WorkloadError, synthetic_workload, upload_workload
 
 SYNTHETIC, UPLOAD = "Synthetic workload", "Upload a file"
+# the engine's own defaults, but a small running set and token budget, so a class sees requests wait
+PAGE_ENGINE = EngineConfig(max_num_seqs=16, max_num_batched_tokens=256)
+PAGE_SAMPLING = SamplingParams(temperature=0.8, top_k=40, top_p=0.95, seed=0, ignore_eos=True)  # when not greedy
 DEFAULTS = {"batch_source": SYNTHETIC, "batch_count": 16, "batch_prompt_len": (8, 32), "batch_output_len": (16, 32),
-            "batch_prefix": 32, "batch_seed": 0, "batch_greedy": True, "batch_temperature": 0.8, "batch_top_k": 40,
-            "batch_top_p": 0.95, "batch_ignore_eos": True, "batch_block_size": 16, "batch_num_blocks": 0,
-            "batch_prefix_caching": True, "batch_max_num_seqs": 16, "batch_max_batched_tokens": 256,
-            "batch_hf_batch_size": 16}
+            "batch_prefix": 32, "batch_seed": PAGE_SAMPLING.seed, "batch_greedy": True,
+            "batch_temperature": PAGE_SAMPLING.temperature, "batch_top_k": PAGE_SAMPLING.top_k,
+            "batch_top_p": PAGE_SAMPLING.top_p, "batch_ignore_eos": PAGE_SAMPLING.ignore_eos,
+            "batch_block_size": PAGE_ENGINE.block_size, "batch_num_blocks": 0,  # 0: room for every request
+            "batch_prefix_caching": PAGE_ENGINE.enable_prefix_caching, "batch_max_num_seqs": PAGE_ENGINE.max_num_seqs,
+            "batch_max_batched_tokens": PAGE_ENGINE.max_num_batched_tokens, "batch_hf_batch_size": 16}
 LIVE_EVERY_S = 0.5  # redraw the live charts this often
 BAR_EVERY_S = 0.1  # and move the progress bar at most this often
 
@@ -45,25 +51,27 @@ def error() -> str | None:
 
 
 def settings() -> BatchSettings:
-    greedy = bool(setting("batch_greedy"))
-    return BatchSettings(
-        block_size=int(setting("batch_block_size")), num_blocks=int(setting("batch_num_blocks")),
-        enable_prefix_caching=bool(setting("batch_prefix_caching")),
-        max_num_seqs=int(setting("batch_max_num_seqs")),
-        max_num_batched_tokens=int(setting("batch_max_batched_tokens")),
-        temperature=0.0 if greedy else float(setting("batch_temperature")),
-        top_k=0 if greedy else int(setting("batch_top_k")), top_p=1.0 if greedy else float(setting("batch_top_p")),
-        seed=int(setting("batch_seed")), ignore_eos=bool(setting("batch_ignore_eos")))
+    """The page's controls as an EngineConfig and a SamplingParams."""
+    engine = replace(PAGE_ENGINE, block_size=int(setting("batch_block_size")),
+                     num_blocks=int(setting("batch_num_blocks")) or None,
+                     enable_prefix_caching=bool(setting("batch_prefix_caching")),
+                     max_num_seqs=int(setting("batch_max_num_seqs")),
+                     max_num_batched_tokens=int(setting("batch_max_batched_tokens")))
+    sampling = SamplingParams(seed=int(setting("batch_seed")), ignore_eos=bool(setting("batch_ignore_eos")))
+    if not setting("batch_greedy"):  # greedy: SamplingParams' own temperature 0, no top-k or top-p cut
+        sampling = replace(sampling, temperature=float(setting("batch_temperature")),
+                           top_k=int(setting("batch_top_k")), top_p=float(setting("batch_top_p")))
+    return BatchSettings(engine, sampling)
 
 
-def workload() -> BatchWorkload:
-    """The workload the controls describe; raises BatchJobError with one sentence."""
+def workload() -> Workload:
+    """The workload the controls describe; raises WorkloadError with one sentence."""
     lm = current_model()
     output_len = tuple(setting("batch_output_len"))
     if setting("batch_source") == UPLOAD:
         upload = st.session_state.get("batch_upload")
         if upload is None or not hasattr(upload, "getvalue"):  # nothing, or a file just removed
-            raise BatchJobError("No file is uploaded yet; upload a .txt or .jsonl file of prompts, "
+            raise WorkloadError("No file is uploaded yet; upload a .txt or .jsonl file of prompts, "
                                 "or switch to a synthetic workload.")
         # parse and tokenize a file once, not on every rerun of the page
         key = (upload.file_id, output_len, int(setting("batch_seed")), lm.name)
@@ -71,11 +79,11 @@ def workload() -> BatchWorkload:
         if cached is None or cached[0] != key:
             try:
                 parsed = upload_workload(lm.tokenizer, upload.name, upload.getvalue(), output_len, key[2])
-            except BatchJobError as problem:
+            except WorkloadError as problem:
                 parsed = problem
             cached = (key, parsed)
             st.session_state["batch_upload_parsed"] = cached
-        if isinstance(cached[1], BatchJobError):
+        if isinstance(cached[1], WorkloadError):
             raise cached[1]
         return cached[1]
     vocab_size = lm.model.get_output_embeddings().weight.shape[0]
@@ -87,9 +95,9 @@ def upload_summary() -> tuple[str | None, str | None]:
     """(what the uploaded file holds, or the sentence saying why it cannot be used)."""
     try:
         work = workload()
-    except BatchJobError as problem:
+    except WorkloadError as problem:
         return None, str(problem)
-    return f"{work.source}: {len(work)} prompts, {sum(map(len, work.prompts)):,} prompt tokens.", None
+    return f"{work.name}: {len(work)} prompts, {sum(map(len, work.prompts)):,} prompt tokens.", None
 
 
 def run(progress_slot, live_slot) -> None:
@@ -98,11 +106,11 @@ def run(progress_slot, live_slot) -> None:
     lm = current_model()
     try:
         work, chosen = workload(), settings()
-    except BatchJobError as problem:
+    except WorkloadError as problem:
         st.session_state["batch_error"] = str(problem)
         return
     num_blocks = chosen.pool_blocks(lm, work)
-    chosen = replace(chosen, num_blocks=num_blocks)  # sized once: the live view and the engine agree
+    chosen = replace(chosen, engine=replace(chosen.engine, num_blocks=num_blocks))  # sized once: the live view and the engine agree
     bar = progress_slot.progress(0.0, text=f"Starting {len(work)} requests…")
     last_bar, last_draw = [0.0], [0.0]
 
@@ -120,7 +128,7 @@ def run(progress_slot, live_slot) -> None:
 
     try:
         outcome = run_batch(lm, work, chosen, progress=on_step)
-    except ValueError as problem:  # BatchJobError, EngineError
+    except ValueError as problem:  # WorkloadError, EngineError
         st.session_state["batch_error"] = str(problem)
         progress_slot.empty()
         live_slot.empty()
@@ -143,20 +151,24 @@ def draw_live(points, num_blocks: int, num_requests: int) -> None:
                     key=f"batch_live_{len(points)}")
 
 
-def on_compare() -> None:
-    """Run the last batch's prompts through kvviz and transformers generate, greedy, and time both."""
-    st.session_state.pop("batch_compare_error", None)
+def _on_last_batch(run, result_key: str, error_key: str, no_batch: str) -> None:
+    """run(the last batch's result): keep what it returns under result_key, or one sentence under error_key."""
+    st.session_state.pop(error_key, None)
     done = result()
     if done is None:
-        st.session_state["batch_compare_error"] = "Run the batch first; the comparison uses its prompts."
+        st.session_state[error_key] = no_batch
         return
     try:
-        outcome = compare_with_transformers(current_model(), done.workload, done.settings,
-                                            int(setting("batch_hf_batch_size")))
+        st.session_state[result_key] = run(done)
     except ValueError as problem:
-        st.session_state["batch_compare_error"] = str(problem)
-        return
-    st.session_state["lesson_batch_compare"] = outcome
+        st.session_state[error_key] = str(problem)
+
+
+def on_compare() -> None:
+    """Run the last batch's prompts through kvviz and transformers generate, greedy, and time both."""
+    _on_last_batch(lambda done: compare_with_transformers(current_model(), done.workload, done.settings,
+                                                          int(setting("batch_hf_batch_size"))),
+                   "lesson_batch_compare", "batch_compare_error", "Run the batch first; the comparison uses its prompts.")
 
 
 def vllm_available() -> bool:
@@ -173,14 +185,6 @@ def on_vllm() -> None:
     """Run the last batch's prompts, sampling and limits on vLLM, and compare the outputs."""
     from kvviz.vllm_backend import batch_on_vllm
 
-    st.session_state.pop("batch_vllm_error", None)
-    done = result()
-    if done is None:
-        st.session_state["batch_vllm_error"] = "Run the batch first; vLLM runs its prompts."
-        return
-    try:
-        outcome = batch_on_vllm(current_model(), done.workload, done.settings, [o.token_ids for o in done.outputs])
-    except ValueError as problem:
-        st.session_state["batch_vllm_error"] = str(problem)
-        return
-    st.session_state["lesson_batch_vllm"] = outcome
+    _on_last_batch(lambda done: batch_on_vllm(current_model(), done.workload, done.settings,
+                                              [o.token_ids for o in done.outputs]),
+                   "lesson_batch_vllm", "batch_vllm_error", "Run the batch first; vLLM runs its prompts.")
