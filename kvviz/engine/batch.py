@@ -13,8 +13,6 @@ def build_step_batch(chunks: list[ScheduledChunk], cache, block_size: int, devic
                      trace_request_id: int | None = None) -> StepBatch:
     """Flatten the chunks into one row of N tokens and describe each request's attention.
 
-    Decodes are grouped by context length (by_context_length) and prefill chunks form one group.
-
     With a cache (cached mode), a chunk's keys are every token of its request up to the chunk's
     end, read from cache slots; without one (cache=None), only the chunk's own tokens.
     """
@@ -32,9 +30,8 @@ def build_step_batch(chunks: list[ScheduledChunk], cache, block_size: int, devic
 
     decodes = [i for i, c in enumerate(chunks) if c.num_tokens == 1]
     prefills = [i for i, c in enumerate(chunks) if c.num_tokens > 1]
-    decode_groups = by_context_length(chunks, decodes) if cache is not None else [decodes]
     groups, trace = [], None
-    for members in decode_groups + [prefills]:
+    for members in (decodes, prefills):
         if not members:
             continue
         group = _group(chunks, members, offsets, cache is not None, block_size, device)
@@ -56,30 +53,6 @@ def build_step_batch(chunks: list[ScheduledChunk], cache, block_size: int, devic
         cache=cache,
         trace=trace,
     )
-
-
-def by_context_length(chunks: list[ScheduledChunk], members: list[int]) -> list[list[int]]:
-    """Split decodes into groups whose contexts are within a factor of two of each other.
-
-    Attention pads every row of a group to the group's longest context, so one group for a
-    batch whose contexts run from 20 to 400 tokens reads and scores about twice the keys it
-    needs; groups of similar lengths waste at most half of each row, a quarter on average.
-    A group smaller than MIN_GROUP joins the one before it: each group costs a kernel call.
-    """
-    order = sorted(members, key=lambda i: chunks[i].end, reverse=True)  # longest context first
-    groups: list[list[int]] = []
-    for i in order:
-        if groups and (2 * chunks[i].end > chunks[groups[-1][0]].end or len(groups[-1]) < MIN_GROUP):
-            groups[-1].append(i)
-        else:
-            groups.append([i])
-    if len(groups) > 1 and len(groups[-1]) < MIN_GROUP:
-        last = groups.pop()
-        groups[-1] += last
-    return [sorted(group) for group in groups]  # flat order inside a group: one group needs no scatter
-
-
-MIN_GROUP = 8  # rows; fewer would cost more in extra kernel calls than their padding
 
 
 def _group(chunks, members, offsets, cached: bool, block_size: int, device) -> AttentionGroup:
