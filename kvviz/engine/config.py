@@ -24,6 +24,8 @@ class EngineConfig:
     use_cache: bool = True  # False: recompute every token every step (the lesson's "no cache")
     record_blocks: bool = False  # True: every StepRecord also lists every block of the pool
     memory_fraction: float = 0.9  # of free memory the pool may take when num_blocks is None
+    preemption_mode: str = "recompute"  # or "swap": a victim's blocks wait in CPU memory
+    swap_space_blocks: int | None = None  # CPU slots for "swap"; None: as many as the pool has blocks
 
     def with_overrides(self, **overrides) -> "EngineConfig":
         """A copy with some settings changed; an unknown name is refused in one sentence."""
@@ -38,6 +40,10 @@ class EngineConfig:
             raise ValueError("block_size, max_num_seqs and max_num_batched_tokens must all be at least 1.")
         if self.num_blocks is not None and self.num_blocks < 1:
             raise ValueError(f"The pool needs at least one block, not {self.num_blocks}.")
+        if self.preemption_mode not in ("recompute", "swap"):
+            raise ValueError(f"preemption_mode must be 'recompute' or 'swap', not {self.preemption_mode!r}.")
+        if self.swap_space_blocks is not None and self.swap_space_blocks < 1:
+            raise ValueError(f"The swap space needs at least one block, not {self.swap_space_blocks}.")
         if not 0 < self.memory_fraction <= 1:
             raise ValueError(f"memory_fraction must be in (0, 1], not {self.memory_fraction}.")
 
