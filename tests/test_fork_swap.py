@@ -197,3 +197,24 @@ def test_no_block_or_swap_slot_leaks_over_random_workloads(llama):
             assert engine.kv.swap.num_free_slots == engine.kv.swap.num_slots
         for request in engine.requests.values():
             assert len(request.output_token_ids) == request.params.max_tokens
+
+
+def test_memory_counts_a_shared_partial_block_once(llama):
+    engine = Engine(llama, block_size=4)
+    engine.add_request(list(range(1, 11)), SamplingParams(max_tokens=4, seed=0, n=3, **SAMPLED))
+    memory = engine.step().memory  # after the fork: 3 blocks shared by 3 samples, 10 tokens
+    assert memory.used_block_bytes == 3 * engine.cache.bytes_per_block
+    assert memory.token_bytes == 10 * memory.bytes_per_token and memory.slack_bytes == 2 * memory.bytes_per_token
+
+
+def test_the_lesson_comparison_times_only_warm_runs(llama):
+    from kvviz import swap_lesson
+
+    prompts, _ = tight_workload()
+    timed = swap_lesson.run_mode(llama, prompts, "swap", block_size=4, num_blocks=24, max_tokens=24, runs=2)
+    untimed = swap_lesson.run_mode(llama, [[1, 2, 3]], "swap", block_size=4, num_blocks=24, max_tokens=2, runs=1)
+    assert timed.timed and len(timed.seconds) == 1 and not untimed.timed
+    assert timed.bytes_out == timed.bytes_in > 0 and untimed.bytes_out == 0
+    events = swap_lesson.swap_events(timed)
+    assert {e["event"] for e in events} == {"swap_out", "swap_in"}
+    assert sum(e["bytes"] for e in events if e["event"] == "swap_out") == timed.bytes_out

@@ -268,9 +268,11 @@ class Engine:
         block_bytes = self.cache.bytes_per_block
         used_blocks = self.pool.num_used_blocks
         running = self.scheduler.running
-        # shared prefix blocks count once: bytes holding tokens = used blocks minus empty slots
-        slack_slots = sum(len(r.block_table) * self.block_size - r.num_computed_tokens for r in running
-                          if r.block_table and self.pool.blocks[r.block_table[-1]].ref_cnt == 1)
+        # shared blocks count once: bytes holding tokens = used blocks minus the empty slots of
+        # each distinct last block (forked samples share theirs until one writes)
+        slack_by_block = {r.block_table[-1]: len(r.block_table) * self.block_size - r.num_computed_tokens
+                          for r in running if r.block_table}
+        slack_slots = sum(slack_by_block.values())
         used_bytes = used_blocks * block_bytes
         per_layer = used_blocks * block_bytes // shape.num_layers
         return MemoryRecord(
