@@ -11,7 +11,7 @@ import statistics
 import time
 from dataclasses import dataclass
 
-from kvviz.engine import Engine, SamplingParams, StepRecord
+from kvviz.engine import Engine, EngineError, SamplingParams, StepRecord
 
 MODES = ("recompute", "swap")
 
@@ -66,6 +66,8 @@ def run_mode(lm, prompts: list, mode: str, block_size: int, num_blocks: int, max
 
 def compare(lm, prompts: list, block_size: int = 8, num_blocks: int = 12, max_tokens: int = 32,
             runs: int = 3) -> dict[str, ModeRun]:
+    if not prompts:
+        raise EngineError("There are no requests to compare; add at least one prompt to the table.")
     return {mode: run_mode(lm, prompts, mode, block_size, num_blocks, max_tokens, runs) for mode in MODES}
 
 

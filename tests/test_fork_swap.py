@@ -218,3 +218,10 @@ def test_the_lesson_comparison_times_only_warm_runs(llama):
     events = swap_lesson.swap_events(timed)
     assert {e["event"] for e in events} == {"swap_out", "swap_in"}
     assert sum(e["bytes"] for e in events if e["event"] == "swap_out") == timed.bytes_out
+
+
+def test_the_lesson_comparison_refuses_an_empty_table(llama):
+    from kvviz import swap_lesson
+
+    with pytest.raises(EngineError, match="no requests to compare"):
+        swap_lesson.compare(llama, [])
