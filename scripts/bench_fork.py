@@ -7,7 +7,8 @@
    prefix cache on and off: peak blocks held, generated tokens per second, outputs equal.
 2. A pool too small for the batch, preemption_mode "recompute" against "swap" (greedy): bytes
    moved to and from CPU memory, tokens recomputed, generated tokens per second, outputs equal.
-Every figure is the median of --runs runs (after one warm-up), with min and max beside it.
+Every figure is the median of --runs runs (after one warm-up), with min and max beside it;
+the cases of a comparison take turns, so a shared machine's load falls on each alike.
 """
 
 from __future__ import annotations
@@ -30,15 +31,17 @@ QUICK_SHAPE = CustomShape(num_layers=2, hidden_size=128, num_heads=4, num_kv_hea
                           max_context=512)
 
 
-def timed(run, runs: int) -> tuple[dict, list[float]]:
-    """Warm up once, then time `runs` calls of run() -> (facts, seconds); facts of the last call."""
-    run()
-    seconds = []
+def timed(cases: dict, runs: int) -> dict[str, tuple[dict, list[float]]]:
+    """Warm each case up once, then time `runs` rounds, the cases taking turns within a round
+    (so that a shared machine's load falls on all of them alike): name -> (facts, seconds)."""
+    facts = {name: run() for name, run in cases.items()}
+    seconds = {name: [] for name in cases}
     for _ in range(runs):
-        start = time.perf_counter()
-        facts = run()
-        seconds.append(time.perf_counter() - start)
-    return facts, seconds
+        for name, run in cases.items():
+            start = time.perf_counter()
+            facts[name] = run()
+            seconds[name].append(time.perf_counter() - start)
+    return {name: (facts[name], seconds[name]) for name in cases}
 
 
 def spread(values: list[float]) -> dict:
@@ -61,9 +64,8 @@ def fork_case(model, prompt: list[int], n: int, max_tokens: int, runs: int) -> d
         return run
 
     result = {"prompt_tokens": len(prompt), "n": n, "max_tokens": max_tokens}
-    for name, run in (("fork", fork), ("separate, prefix cache on", separate(True)),
-                      ("separate, prefix cache off", separate(False))):
-        facts, seconds = timed(run, runs)
+    cases = {"fork": fork, "separate, prefix cache on": separate(True), "separate, prefix cache off": separate(False)}
+    for name, (facts, seconds) in timed(cases, runs).items():
         result[name] = {"peak_blocks": facts["peak_blocks"],
                         "tokens_per_s": spread([n * max_tokens / s for s in seconds]), "samples": facts["samples"]}
     result["outputs_equal"] = all(result[k]["samples"] == result["fork"]["samples"] for k in result if k.startswith("sep"))
@@ -76,7 +78,8 @@ def swap_case(model, prompts: list[list[int]], max_tokens: int, num_blocks: int,
     greedy = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
     result = {"requests": len(prompts), "num_blocks": num_blocks, "block_size": 16}
     outputs = {}
-    for mode in ("recompute", "swap"):
+
+    def case(mode: str):
         def run():
             engine = Engine(model, block_size=16, num_blocks=num_blocks, preemption_mode=mode)
             ids = [engine.add_request(p, greedy) for p in prompts]
@@ -89,7 +92,9 @@ def swap_case(model, prompts: list[list[int]], max_tokens: int, num_blocks: int,
                     "bytes_out": sum(e.num_bytes for e in events if e.kind == "swap_out"),
                     "bytes_in": sum(e.num_bytes for e in events if e.kind == "swap_in"),
                     "swap_full": sum(e.kind == "swap_full" for e in events)}
-        facts, seconds = timed(run, runs)
+        return run
+
+    for mode, (facts, seconds) in timed({mode: case(mode) for mode in ("recompute", "swap")}, runs).items():
         outputs[mode] = facts.pop("outputs")
         result[mode] = dict(facts, tokens_per_s=spread([len(prompts) * max_tokens / s for s in seconds]))
     result["outputs_equal"] = outputs["swap"] == outputs["recompute"]
@@ -100,15 +105,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--max-tokens", type=int, default=None, help="per sample / request (default 64; quick 16/32)")
     args = parser.parse_args()
     model = bench.build_random_llama(QUICK_SHAPE if args.quick else bench.BENCH_SHAPE)
     vocab = model.config.vocab_size
     rng = random.Random(0)
     prompt = [rng.randrange(1, vocab) for _ in range(40 if args.quick else 200)]
-    fork = fork_case(model, prompt, n=8, max_tokens=16 if args.quick else 64, runs=args.runs)
+    fork = fork_case(model, prompt, n=8, max_tokens=args.max_tokens or (16 if args.quick else 64), runs=args.runs)
     print(json.dumps({"parallel_sampling": fork}, indent=1), flush=True)
     prompts = [[rng.randrange(1, vocab) for _ in range(rng.randint(32, 96))] for _ in range(12 if args.quick else 16)]
-    max_tokens = 32 if args.quick else 64
+    max_tokens = args.max_tokens or (32 if args.quick else 64)
     # a pool for about a third of the batch at full length: preemption is certain
     per_request = -(-(96 + max_tokens) // 16)
     swap = swap_case(model, prompts, max_tokens, num_blocks=per_request * len(prompts) // 3, runs=args.runs)
