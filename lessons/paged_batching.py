@@ -10,7 +10,9 @@ from kvviz.engine.scheduler import Scheduler
 from kvviz.memory import format_bytes
 from kvviz.ui import paged_state as ps
 from kvviz.ui.common import show_code
+from kvviz.ui.fork_view import fork_view
 from kvviz.ui.paging_note import paging_explained
+from kvviz.ui.swap_view import swap_view
 from kvviz.viz import paged_figures as figures
 
 st.title("Paged cache and batching")
@@ -22,6 +24,16 @@ st.markdown(
     "tokens share those blocks (**prefix caching**). When the pool runs out, the newest request is "
     "**preempted**: its blocks are freed and it is recomputed later.")
 paging_explained()
+
+
+def beyond_the_article() -> None:
+    st.divider()
+    fork_tab, swap_tab = st.tabs(["Parallel sampling: one prompt, n samples", "Preemption: swap or recompute"])
+    with fork_tab:
+        fork_view()
+    with swap_tab:
+        swap_view()
+
 
 st.data_editor(pd.DataFrame(ps.DEFAULT_TABLE), num_rows="dynamic", width="stretch", key="paged_editor",
                column_config={"prompt": st.column_config.TextColumn(width="large"),
@@ -54,6 +66,7 @@ if "paged_error" in st.session_state:
     st.error(st.session_state["paged_error"])
 if lesson is None:
     st.info("Press **Start**: the engine admits the requests that arrive at step 0 and runs one step.")
+    beyond_the_article()
     st.stop()
 
 last = len(lesson.records) - 1
@@ -131,3 +144,5 @@ with st.expander("Predict, then reveal: which block comes next?",
 show_code(Scheduler.schedule, KVCacheManager.allocate_slots, BlockPool.find_cached_prefix, BlockPool.allocate,
           BlockPool.free, caption="The scheduler that chose this step's tokens, the KV manager that found "
                                   "their blocks, and the block pool it took them from.")
+
+beyond_the_article()

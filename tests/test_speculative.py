@@ -215,3 +215,26 @@ def test_bad_settings_are_refused_in_one_sentence():
         Engine(model, speculative_tokens=3, use_cache=False)
     with pytest.raises(EngineError, match="1 <= min <= max"):
         Engine(model, speculative_tokens=3, prompt_lookup_min=4)
+
+
+def test_speculation_with_forked_samples_and_swap_preemption():
+    """Drafts meet the other cache features: greedy samples forked from one prompt (their shared
+    last block copied on write before drafts go into it) and preemption by swapping."""
+    model = tiny_model("llama")
+    prompts = workload()
+    params = SamplingParams(max_tokens=20, ignore_eos=True)
+    plain, _ = run_checked(Engine(model, block_size=4), prompts, params)
+    forked = Engine(model, block_size=4, speculative_tokens=3)
+    request_id = forked.add_request(prompts[0], SamplingParams(max_tokens=20, ignore_eos=True, n=3))
+    while forked.has_unfinished():
+        record = forked.step()
+        check_pool(forked)
+    assert forked.output(request_id).samples == [plain[0]] * 3
+    assert forked.stats["accepted_tokens"] > 0
+    assert forked.pool.num_free_blocks == forked.num_blocks
+    swapped = Engine(model, block_size=4, num_blocks=14, speculative_tokens=3, preemption_mode="swap")
+    outputs, records = run_checked(swapped, prompts, params)
+    assert outputs == plain
+    assert any(e.kind == "swap_out" for r in records for e in r.events)
+    assert swapped.pool.num_free_blocks == swapped.num_blocks
+    assert record.requests  # the last record still lists the finished samples

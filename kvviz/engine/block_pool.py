@@ -32,8 +32,11 @@ class Block:
 @dataclass(slots=True)
 class PoolEvent:
     kind: str  # "allocate" | "free" | "prefix_hit" | "evict" | "cache" | "preempt" | "finish"
+    #          | "fork" | "copy" | "swap_out" | "swap_in" | "swap_full"
     request_id: int | None
     block_ids: list[int]
+    num_bytes: int = 0  # K/V bytes moved ("copy", "swap_out", "swap_in")
+    cpu_slots: list[int] = field(default_factory=list)  # swap space slots ("swap_out", "swap_in")
 
 
 class BlockPool:
@@ -110,6 +113,15 @@ class BlockPool:
             block.owners.add(owner)
         self.events.append(PoolEvent("prefix_hit", owner, list(block_ids)))
 
+    def share(self, block_ids: list[int], owner: int) -> None:
+        """A forked sample takes a reference to its parent's blocks (no copy until it writes)."""
+        for block_id in block_ids:
+            block = self.blocks[block_id]
+            assert block.ref_cnt > 0, "only held blocks are shared"
+            block.ref_cnt += 1
+            block.owners.add(owner)
+        self.events.append(PoolEvent("fork", owner, list(block_ids)))
+
     def free(self, block_ids: list[int], owner: int) -> None:
         """Drop `owner`'s references, last block first.
 
@@ -157,9 +169,10 @@ class BlockPool:
             block.block_hash = block.parent_hash = block.token_ids = None
         self.cached_blocks.clear()
 
-    def note(self, kind: str, request_id: int | None, block_ids: list[int]) -> None:
-        """Record why blocks are about to change hands (a "preempt" or "finish" before a free)."""
-        self.events.append(PoolEvent(kind, request_id, list(block_ids)))
+    def note(self, kind: str, request_id: int | None, block_ids: list[int], num_bytes: int = 0,
+             cpu_slots: list[int] | None = None) -> None:
+        """Record why blocks change hands or move (a "preempt" or "finish" before a free, a "copy")."""
+        self.events.append(PoolEvent(kind, request_id, list(block_ids), num_bytes, list(cpu_slots or [])))
 
     def drain_events(self) -> list[PoolEvent]:
         events, self.events = self.events, []

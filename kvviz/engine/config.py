@@ -27,6 +27,8 @@ class EngineConfig:
     speculative_tokens: int = 0  # draft tokens a greedy decode proposes by prompt lookup; 0: off
     prompt_lookup_max: int = 3  # longest n-gram looked up in the context to find drafts
     prompt_lookup_min: int = 1  # shortest n-gram tried before giving up on drafts
+    preemption_mode: str = "recompute"  # or "swap": a victim's blocks wait in CPU memory
+    swap_space_blocks: int | None = None  # CPU slots for "swap"; None: as many as the pool has blocks
 
     def with_overrides(self, **overrides) -> "EngineConfig":
         """A copy with some settings changed; an unknown name is refused in one sentence."""
@@ -41,6 +43,10 @@ class EngineConfig:
             raise ValueError("block_size, max_num_seqs and max_num_batched_tokens must all be at least 1.")
         if self.num_blocks is not None and self.num_blocks < 1:
             raise ValueError(f"The pool needs at least one block, not {self.num_blocks}.")
+        if self.preemption_mode not in ("recompute", "swap"):
+            raise ValueError(f"preemption_mode must be 'recompute' or 'swap', not {self.preemption_mode!r}.")
+        if self.swap_space_blocks is not None and self.swap_space_blocks < 1:
+            raise ValueError(f"The swap space needs at least one block, not {self.swap_space_blocks}.")
         if not 0 < self.memory_fraction <= 1:
             raise ValueError(f"memory_fraction must be in (0, 1], not {self.memory_fraction}.")
         if self.speculative_tokens < 0:

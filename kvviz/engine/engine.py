@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -17,6 +17,7 @@ import torch
 from kvviz.engine.batch import build_step_batch
 from kvviz.engine.block_pool import BlockPool
 from kvviz.engine.config import EngineConfig
+from kvviz.engine.fork import fork_samples
 from kvviz.engine.kv_cache import CacheShape, PagedKVCache, slots_for
 from kvviz.engine.kv_manager import KVCacheManager, blocks_needed
 from kvviz.engine.model_parts import model_parts
@@ -27,6 +28,7 @@ from kvviz.engine.runner import install, run_forward
 from kvviz.engine.sampling import SamplingParams, sample
 from kvviz.engine.scheduler import ScheduledChunk, Scheduler
 from kvviz.engine.speculative import accept, last_rows, set_drafts
+from kvviz.engine.swap import SwapSpace
 
 
 class EngineError(ValueError):
@@ -35,6 +37,9 @@ class EngineError(ValueError):
 
 @dataclass(slots=True)
 class RequestOutput:
+    """One prompt's result. With SamplingParams(n=k), `samples` holds all k samples' generated
+    ids (sample i drew with seed + i) and `token_ids`, `text`, `finish_reason` are sample 0's."""
+
     request_id: int
     prompt_token_ids: list[int]
     token_ids: list[int]  # generated tokens only
@@ -42,6 +47,8 @@ class RequestOutput:
     finish_reason: str | None
     num_cached_tokens: int
     num_preemptions: int
+    samples: list[list[int]] = field(default_factory=list)  # every sample's generated ids; [token_ids] for n=1
+    texts: list[str] | None = None  # every sample's text (None without a tokenizer)
 
 
 class Engine:
@@ -74,8 +81,11 @@ class Engine:
         if config.use_cache:
             self.num_blocks = config.num_blocks or self._blocks_that_fit(config.max_num_seqs, config.memory_fraction)
             self.pool = BlockPool(self.num_blocks, config.block_size, config.enable_prefix_caching)
-            self.kv = KVCacheManager(self.pool)
             self.cache = PagedKVCache(self.cache_shape, self.num_blocks, config.block_size, self.device)
+            swap = None
+            if config.preemption_mode == "swap":
+                swap = SwapSpace(self.cache_shape, config.swap_space_blocks or self.num_blocks, config.block_size)
+            self.kv = KVCacheManager(self.pool, self.cache, swap)
         self.scheduler = Scheduler(self.kv, config.max_num_seqs, config.max_num_batched_tokens,
                                    config.enable_chunked_prefill)
         self.requests: dict[int, Request] = {}
@@ -132,6 +142,8 @@ class Engine:
     def abort(self, request_id: int, reason: str = "abort") -> None:
         """Stop a request now and free its blocks; its output so far stays readable."""
         request = self.requests[request_id]
+        for sample_id in request.sample_ids:  # its forked samples too
+            self.abort(sample_id, reason)
         if not request.is_finished:
             self._finish(request, reason)
 
@@ -179,11 +191,12 @@ class Engine:
         self.stats["forward_s"] += forward_s
         sampling_chunks = [c for c in chunks if c.samples]
         last_logits, rows = last_rows(logits, [c.num_drafts for c in sampling_chunks])  # (S, V)
+        sampling_chunks, last_logits, rows = fork_samples(self, sampling_chunks, last_logits, rows)  # n > 1
         tokens = sample(last_logits, [c.request.params for c in sampling_chunks],
                         [c.request.generator for c in sampling_chunks])
         if self.use_cache:
             for chunk in chunks:
-                chunk.request.num_computed_tokens = chunk.end
+                chunk.request.advance(chunk.end)
         trace = self._trace_record(batch.trace, last_logits, sampling_chunks) if batch.trace is not None else None
         sampled, drafts = [], []
         for chunk, row, token in zip(sampling_chunks, rows, tokens):
@@ -228,7 +241,10 @@ class Engine:
     def generate(self, prompts: list[str] | list[list[int]],
                  params: SamplingParams | list[SamplingParams] | None = None,
                  progress=None) -> list[RequestOutput]:
-        """Run prompts to completion; outputs come back in the prompts' order.
+        """Run prompts to completion; outputs come back in the prompts' order, one per prompt.
+
+        A prompt with SamplingParams(n=k) is prefilled once and forks into k samples; its one
+        RequestOutput lists them all in `.samples` / `.texts` (`.token_ids` is sample 0's).
 
         progress: an optional callable(num_finished, num_total, record) called after each step.
         """
@@ -244,7 +260,7 @@ class Engine:
         try:
             while self.has_unfinished():
                 record = self.step()
-                finished += sum(r.status == "finished" for r in record.requests)
+                finished += sum(r.status == "finished" and r.parent_id is None for r in record.requests)
                 if progress is not None:
                     progress(finished, len(ids), record)
         except BaseException:  # a failed step or Ctrl-C: leave nothing of this call queued
@@ -255,9 +271,11 @@ class Engine:
 
     def output(self, request_id: int) -> RequestOutput:
         request = self.requests[request_id]
-        text = self.tokenizer.decode(request.output_token_ids) if self.tokenizer is not None else None
-        return RequestOutput(request_id, request.prompt_token_ids, list(request.output_token_ids), text,
-                             request.finish_reason, request.num_cached_tokens, request.num_preemptions)
+        samples = [list(r.output_token_ids) for r in [request] + [self.requests[i] for i in request.sample_ids]]
+        texts = [self.tokenizer.decode(ids) for ids in samples] if self.tokenizer is not None else None
+        return RequestOutput(request_id, request.prompt_token_ids, samples[0], texts[0] if texts else None,
+                             request.finish_reason, request.num_cached_tokens, request.num_preemptions,
+                             samples, texts)
 
     # ---- memory --------------------------------------------------------------------------
     def memory(self) -> MemoryRecord:
@@ -267,9 +285,11 @@ class Engine:
         block_bytes = self.cache.bytes_per_block
         used_blocks = self.pool.num_used_blocks
         running = self.scheduler.running
-        # shared prefix blocks count once: bytes holding tokens = used blocks minus empty slots
-        slack_slots = sum(len(r.block_table) * self.block_size - r.num_computed_tokens for r in running
-                          if r.block_table and self.pool.blocks[r.block_table[-1]].ref_cnt == 1)
+        # shared blocks count once: bytes holding tokens = used blocks minus the empty slots of
+        # each distinct last block (forked samples share theirs until one writes)
+        slack_by_block = {r.block_table[-1]: len(r.block_table) * self.block_size - r.num_computed_tokens
+                          for r in running if r.block_table}
+        slack_slots = sum(slack_by_block.values())
         used_bytes = used_blocks * block_bytes
         per_layer = used_blocks * block_bytes // shape.num_layers
         return MemoryRecord(
@@ -295,15 +315,17 @@ class Engine:
             chunks=[ChunkRecord(c.request.request_id, c.kind, c.start, c.num_tokens, c.token_ids, c.num_drafts)
                     for c in chunks],
             sampled=sampled, requests=requests,
-            events=[EventRecord(e.kind, e.request_id, e.block_ids) for e in events],
+            events=[EventRecord(e.kind, e.request_id, e.block_ids, e.num_bytes, e.cpu_slots) for e in events],
             num_free_blocks=self.pool.num_free_blocks if self.pool else 0,
             num_cached_blocks=len(self.pool.cached_blocks) if self.pool else 0,
-            memory=self.memory(), blocks=blocks, forward_s=forward_s, step_s=step_s, trace=trace, drafts=drafts)
+            memory=self.memory(), blocks=blocks, forward_s=forward_s, step_s=step_s, trace=trace, drafts=drafts,
+            num_free_swap_slots=self.kv.swap.num_free_slots if self.kv and self.kv.swap else 0)
 
     def _request_record(self, r: Request) -> RequestRecord:
         return RequestRecord(r.request_id, r.status.value, r.num_prompt_tokens,
                              r.num_computed_tokens if self.use_cache else 0, r.num_cached_tokens,
-                             list(r.block_table), list(r.output_token_ids), r.num_preemptions, r.finish_reason)
+                             list(r.block_table), list(r.output_token_ids), r.num_preemptions, r.finish_reason,
+                             r.parent_id, r.num_recomputed_tokens, self.kv is not None and self.kv.is_swapped(r))
 
     def _waiting_record(self, r: Request) -> RequestRecord:
         """A waiting request changes only when it is preempted: reuse its record until then."""

@@ -5,6 +5,10 @@ decides blocks (vLLM's KVCacheManager, nano-vllm's BlockManager).
     kv.allocate_slots(request, num_new, hit)       # blocks for num_new more tokens, or False
     kv.free(request, "finish")                     # give its blocks back ("preempt" alike)
     kv.truncate(request, num_tokens)               # roll back rejected draft tokens
+    kv.fork(parent, child)                         # parallel sampling: share every block
+    kv.swap_out(request); kv.swap_in(request, n)   # preemption mode "swap": blocks to CPU and back
+
+A block shared by forked samples is copied before one of them writes into it (copy-on-write).
 """
 
 from __future__ import annotations
@@ -12,7 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvviz.engine.block_pool import BlockPool
+from kvviz.engine.kv_cache import PagedKVCache
 from kvviz.engine.request import Request
+from kvviz.engine.swap import SwapSpace
 
 
 def blocks_needed(num_tokens: int, block_size: int) -> int:
@@ -29,9 +35,12 @@ class PrefixHit:
 
 
 class KVCacheManager:
-    def __init__(self, pool: BlockPool):
+    def __init__(self, pool: BlockPool, cache: PagedKVCache | None = None, swap: SwapSpace | None = None):
         self.pool = pool
         self.block_size = pool.block_size
+        self.cache = cache  # the device cache: copy-on-write and swapping move its blocks
+        self.swap = swap  # None: preemption recomputes
+        self.swapped: dict[int, list[int]] = {}  # request id -> swap slots holding its blocks
 
     def find_prefix(self, request: Request) -> PrefixHit:
         block_ids, hashes = self.pool.find_cached_prefix(request.all_token_ids)
@@ -45,12 +54,15 @@ class KVCacheManager:
         held = hit.block_ids if hit is not None else request.block_table
         missing = max(0, blocks_needed(start + num_new_tokens, self.block_size) - len(held))
         reused_free = sum(pool.blocks[b].ref_cnt == 0 for b in hit.block_ids) if hit else 0  # leave the free queue
-        if not pool.can_allocate(missing + reused_free):
+        shared = self._shared_block(request, start) if hit is None else None
+        if not pool.can_allocate(missing + reused_free + (shared is not None)):
             return False
         if hit is not None:
             if hit.block_ids:
                 pool.touch(hit.block_ids, request.request_id)
             request.block_table, request.block_hashes = list(hit.block_ids), list(hit.block_hashes)
+        if shared is not None:
+            self._copy_on_write(request, shared)
         if missing:
             request.block_table += pool.allocate(missing, request.request_id)
         self.cache_full_blocks(request, start + num_new_tokens)
@@ -60,6 +72,64 @@ class KVCacheManager:
         """Would a running request's allocate_slots(request, num_new_tokens) fit? Changes nothing."""
         needed = blocks_needed(request.num_computed_tokens + num_new_tokens, self.block_size)
         return self.pool.can_allocate(needed - len(request.block_table))
+
+    def _shared_block(self, request: Request, start: int) -> int | None:
+        """Index of the block that token `start` goes into, if other samples share it."""
+        index = start // self.block_size
+        if index < len(request.block_table) and self.pool.blocks[request.block_table[index]].ref_cnt > 1:
+            return index
+        return None
+
+    def _copy_on_write(self, request: Request, index: int) -> None:
+        """Give `request` its own copy of a shared block before it writes into it."""
+        shared = request.block_table[index]
+        (own,) = self.pool.allocate(1, request.request_id)
+        num_bytes = self.cache.copy_blocks([shared], [own]) if self.cache is not None else 0
+        self.pool.note("copy", request.request_id, [shared, own], num_bytes)
+        self.pool.free([shared], request.request_id)
+        request.block_table[index] = own
+
+    def fork(self, parent: Request, child: Request) -> None:
+        """The child sample shares every block of its parent: ref counts go up, nothing is copied."""
+        self.pool.share(parent.block_table, child.request_id)
+        child.block_table, child.block_hashes = list(parent.block_table), list(parent.block_hashes)
+
+    def is_swapped(self, request: Request) -> bool:
+        return request.request_id in self.swapped
+
+    def swap_out(self, request: Request) -> bool:
+        """Copy a preempted request's blocks to the swap space and free them here. False (and
+        a "swap_full" event) if there is no swap space or not enough of it: then recompute."""
+        blocks = request.block_table
+        if self.swap is None or not blocks:
+            return False
+        if not self.swap.can_hold(len(blocks)):
+            self.pool.note("swap_full", request.request_id, blocks)
+            return False
+        slots = self.swap.swap_out(self.cache, blocks)
+        self.pool.note("preempt", request.request_id, blocks)
+        self.pool.note("swap_out", request.request_id, blocks, len(blocks) * self.swap.bytes_per_block, slots)
+        self.pool.free(blocks, request.request_id)
+        self.swapped[request.request_id] = slots
+        request.block_table, request.block_hashes = [], []
+        return True
+
+    def swap_in(self, request: Request, num_new_tokens: int) -> bool:
+        """Fresh blocks for a swapped-out request's computed tokens plus `num_new_tokens`, its
+        blocks copied back into them. False, and nothing changed, if they do not fit."""
+        slots = self.swapped[request.request_id]
+        num_tokens = request.num_computed_tokens + num_new_tokens
+        needed = blocks_needed(num_tokens, self.block_size)
+        if not self.pool.can_allocate(needed):
+            return False
+        block_ids = self.pool.allocate(needed, request.request_id)
+        self.swap.swap_in(self.cache, slots, block_ids[:len(slots)])
+        self.pool.note("swap_in", request.request_id, block_ids[:len(slots)],
+                       len(slots) * self.swap.bytes_per_block, slots)
+        del self.swapped[request.request_id]
+        request.block_table, request.block_hashes = block_ids, []
+        self.cache_full_blocks(request, num_tokens)
+        return True
 
     def cache_full_blocks(self, request: Request, num_tokens: int) -> None:
         """Register the blocks this step fills, before the forward pass runs.
@@ -91,6 +161,7 @@ class KVCacheManager:
             self.pool.free(freed, request.request_id)
             del request.block_table[keep:]
         request.num_computed_tokens = num_tokens
+        request.high_water = min(request.high_water, num_tokens)  # rejected drafts are not "recomputed" later
         return freed
 
     def free(self, request: Request, reason: str = "finish") -> None:
@@ -98,4 +169,6 @@ class KVCacheManager:
         if request.block_table:
             self.pool.note(reason, request.request_id, request.block_table)
             self.pool.free(request.block_table, request.request_id)
+        if request.request_id in self.swapped:  # finished (aborted) while swapped out
+            self.swap.free(self.swapped.pop(request.request_id))
         request.block_table, request.block_hashes = [], []

@@ -31,6 +31,9 @@ class RequestRecord:
     output_token_ids: list[int]
     num_preemptions: int = 0
     finish_reason: str | None = None
+    parent_id: int | None = None  # the request this sample forked from (SamplingParams.n > 1)
+    num_recomputed_tokens: int = 0  # tokens run again after a recompute preemption
+    swapped: bool = False  # its blocks wait in the swap space (preemption mode "swap")
 
 
 @dataclass(slots=True)
@@ -56,8 +59,11 @@ class BlockRecord:
 @dataclass(slots=True)
 class EventRecord:
     kind: str  # allocate | free | prefix_hit | cache | evict | preempt | finish
+    #            | fork | copy ([shared, own]) | swap_out | swap_in | swap_full (recompute instead)
     request_id: int | None
     block_ids: list[int]
+    num_bytes: int = 0  # K/V bytes moved by a copy, swap_out or swap_in
+    cpu_slots: list[int] = field(default_factory=list)  # swap space slots of a swap_out or swap_in
 
 
 @dataclass(slots=True)
@@ -100,6 +106,7 @@ class StepRecord:
     trace: TraceRecord | None = None
     notes: list[str] = field(default_factory=list)
     drafts: list[DraftRecord] = field(default_factory=list)  # speculative decoding, per request
+    num_free_swap_slots: int = 0  # preemption mode "swap": free slots of the CPU swap space
 
     @property
     def num_tokens_run(self) -> int:
@@ -156,7 +163,7 @@ def pool_blocks(records: list[StepRecord], num_blocks: int) -> list[BlockRecord]
     for record in records:
         for event in record.events:
             for block_id in event.block_ids:
-                if event.kind in ("allocate", "prefix_hit"):
+                if event.kind in ("allocate", "prefix_hit", "fork"):
                     owners[block_id].add(event.request_id)
                 elif event.kind == "free":
                     owners[block_id].discard(event.request_id)

@@ -37,10 +37,30 @@ class Request:
         self.block_hashes: list[int] = []  # chained hashes of the full blocks, in order
         self.draft_token_ids: list[int] = []  # speculative guesses for this step, not yet tokens
         self.num_preemptions = 0
+        self.num_recomputed_tokens = 0  # tokens run again because a preemption dropped their K/V
+        self.high_water = 0  # most tokens ever computed: tokens below it that run again are recomputed
+        self.parent_id: int | None = None  # the request this sample forked from (parallel sampling)
+        self.sample_ids: list[int] = []  # the samples forked from this request, itself excluded
         self.finish_reason: str | None = None
         self.generator = None
         if params.seed is not None:
             self.generator = torch.Generator().manual_seed(params.seed)
+
+    def advance(self, end: int) -> None:
+        """The forward pass computed tokens num_computed_tokens..end-1."""
+        self.num_recomputed_tokens += max(0, min(end, self.high_water) - self.num_computed_tokens)
+        self.high_water = max(self.high_water, end)
+        self.num_computed_tokens = end
+
+    @property
+    def wants_fork(self) -> bool:
+        """Parallel sampling: fork into n samples when the prompt's first token is sampled."""
+        return self.params.n > 1 and not self.output_token_ids and not self.sample_ids
+
+    @property
+    def num_seqs(self) -> int:
+        """Sequences this request will run as once admitted (n before its fork, else 1)."""
+        return self.params.n if self.wants_fork else 1
 
     @property
     def all_token_ids(self) -> list[int]:

@@ -17,6 +17,9 @@ class SamplingParams:
 
     temperature 0 is greedy (argmax). With `seed` set, sampling is reproducible: the request
     draws from its own generator, whatever else shares the batch.
+
+    n > 1 is parallel sampling: the prompt is prefilled once, then forks into n sequences that
+    share its blocks. Sample i draws with seed + i, so it equals a lone request with that seed.
     """
 
     max_tokens: int = 32
@@ -26,6 +29,7 @@ class SamplingParams:
     seed: int | None = None
     stop_token_ids: list[int] = field(default_factory=list)
     ignore_eos: bool = False
+    n: int = 1  # samples of the one prompt
 
     def validate(self) -> None:
         if self.max_tokens < 1:
@@ -33,6 +37,8 @@ class SamplingParams:
         if not (self.temperature == 0 or MIN_TEMPERATURE <= self.temperature < math.inf):
             raise ValueError(f"temperature must be 0 (greedy) or a number from {MIN_TEMPERATURE} up, "
                              f"not {self.temperature}.")
+        if isinstance(self.n, bool) or not isinstance(self.n, int) or self.n < 1:
+            raise ValueError(f"n (samples per prompt) must be a whole number from 1 up, not {self.n!r}.")
         if self.top_k < 0:
             raise ValueError(f"top_k must be 0 (off) or positive, not {self.top_k}.")
         if not 0.0 < self.top_p <= 1.0:

@@ -4,7 +4,8 @@ Every step has a token budget (`max_num_batched_tokens`). Running requests go fi
 first: a decode costs one token, an unfinished prompt a chunk of what is left (chunked prefill).
 Then waiting requests join while budget, sequence slots and blocks last, starting from the
 longest cached prefix of their prompt. When a running request needs a block and none is free,
-the newest running request is preempted: its blocks are freed and it waits to be recomputed.
+the newest running request is preempted: its blocks are freed and it waits to be recomputed
+(or, in preemption mode "swap", its blocks are copied to CPU memory and back when it resumes).
 Which blocks a request holds is the KV manager's business (kv_manager.py), not the scheduler's.
 """
 
@@ -94,20 +95,25 @@ class Scheduler:
         # new requests join only when nothing had to be preempted this step
         while self.waiting and budget > 0 and not preempted and len(self.running) < self.max_num_seqs:
             request = self.waiting[0]
-            hit = self.kv.find_prefix(request)
-            needed = request.num_tokens - hit.num_tokens
+            if len(self.running) + request.num_seqs > self.max_num_seqs and self.running:
+                break  # n parallel samples need n sequence slots once they fork
+            swapped = self.kv.is_swapped(request)  # its blocks wait in CPU memory: no prefix lookup
+            hit = None if swapped else self.kv.find_prefix(request)
+            start = request.num_computed_tokens if swapped else hit.num_tokens
+            needed = request.num_tokens - start
             num_new = min(needed, budget)
             # without chunked prefill a prompt waits for a step with room for all of it; only a
             # recompute after preemption too long for any step runs in chunks
             if num_new < needed <= self.max_num_batched_tokens and not self.enable_chunked_prefill:
                 break
-            if not self.kv.allocate_slots(request, num_new, hit):
+            if not (self.kv.swap_in(request, num_new) if swapped else self.kv.allocate_slots(request, num_new, hit)):
                 break
             self.waiting.popleft()
-            request.num_computed_tokens = request.num_cached_tokens = hit.num_tokens
+            if not swapped:
+                request.num_computed_tokens = request.num_cached_tokens = hit.num_tokens
             request.status = Status.RUNNING
             self.running.append(request)
-            chunks.append(ScheduledChunk(request, hit.num_tokens, num_new))
+            chunks.append(ScheduledChunk(request, start, num_new))
             budget -= num_new
         return chunks
 
@@ -120,9 +126,11 @@ class Scheduler:
         return drafts
 
     def preempt(self, request: Request) -> None:
-        """Free a running request's blocks; it will recompute its tokens when it runs again."""
-        self.kv.free(request, "preempt")
-        request.num_computed_tokens = 0
+        """Take a running request's blocks back: swapped out to CPU memory (preemption mode
+        "swap", while the swap space has room), else freed, to be recomputed when it runs again."""
+        if not self.kv.swap_out(request):
+            self.kv.free(request, "preempt")
+            request.num_computed_tokens = 0
         request.status = Status.WAITING
         request.num_preemptions += 1
         self.num_preemptions += 1

@@ -15,7 +15,7 @@ def paged() -> PagedLesson | None:
     return st.session_state.get("lesson_paged")
 
 
-def _specs() -> list[RequestSpec]:
+def request_specs() -> list[RequestSpec]:
     rows = st.session_state.get("paged_requests_table", DEFAULT_TABLE)
     specs = []
     for row in rows:
@@ -31,7 +31,7 @@ def on_start() -> None:
     st.session_state.pop("paged_error", None)
     state = st.session_state
     try:
-        lesson = PagedLesson.start(current_model(), _specs(), int(state.get("paged_block_size", 8)),
+        lesson = PagedLesson.start(current_model(), request_specs(), int(state.get("paged_block_size", 8)),
                                    int(state.get("paged_num_blocks", 40)), bool(state.get("paged_prefix", True)))
     except EngineError as error:
         st.session_state["paged_error"] = str(error)
