@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextvars
 import time
+import types
 from dataclasses import dataclass, field
 
 import torch
@@ -182,8 +183,33 @@ def _no_dense_mask(*args, **kwargs):
     return sdpa_mask(*args, **kwargs)
 
 
+FEW_ROWS = 256  # tokens in a step at or below which the CPU LM head computes (W @ x^T)^T
+
+
+def lm_head_for_steps(module: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    """The LM head's nn.Linear.forward, turned around for the engine's CPU decode steps.
+
+    x: (..., hidden) -> (..., vocab). A decode step multiplies a few rows of activations (N,
+    hidden) by the widest weight of the model (vocab, hidden). On this project's CPUs the matrix
+    library runs that product 1.2-1.5 times faster as W @ x^T, many rows times a few columns,
+    than as x @ W^T; the sums are the same and in float32 came out bit for bit equal. (For the
+    narrower layers it was faster with two threads and slower with one, so they keep F.linear.)
+    Prefill steps (many rows), GPUs and every caller outside the engine keep the plain product.
+    """
+    rows = x.numel() // x.shape[-1]
+    if rows > FEW_ROWS or x.device.type != "cpu" or not _IN_ENGINE_FORWARD.get():
+        return F.linear(x, module.weight, module.bias)
+    flat = x.reshape(rows, x.shape[-1])  # (N, hidden)
+    if module.bias is None:
+        out = torch.mm(module.weight, flat.T)  # (vocab, N)
+    else:
+        out = torch.addmm(module.bias[:, None], module.weight, flat.T)  # (vocab, N)
+    return out.T.contiguous().view(*x.shape[:-1], -1)  # (..., vocab)
+
+
 def install(model: torch.nn.Module) -> None:
-    """Route the model's attention through kvviz (idempotent; other callers fall back to SDPA)."""
+    """Route the model's attention through kvviz (idempotent; other callers fall back to SDPA),
+    and give its LM head the few-rows product for decode steps (lm_head_for_steps)."""
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface
 
@@ -191,6 +217,9 @@ def install(model: torch.nn.Module) -> None:
     AttentionMaskInterface.register(ATTENTION_NAME, _no_dense_mask)
     if getattr(model.config, "_attn_implementation", None) != ATTENTION_NAME:
         model.set_attn_implementation(ATTENTION_NAME)
+    head = model.get_output_embeddings()
+    if type(head) is torch.nn.Linear and "forward" not in vars(head):
+        head.forward = types.MethodType(lm_head_for_steps, head)
 
 
 @torch.inference_mode()
