@@ -11,6 +11,7 @@ from pathlib import Path
 
 from kvviz.engine.config import DEFAULTS, EngineConfig
 from kvviz.engine.sampling import SamplingParams
+from kvviz.throughput import output_tokens_per_s
 from kvviz.workloads import jsonl_lines, parse_prompts, read_prompts, request_sampling  # noqa: F401 (parse_prompts: its old home)
 
 SAMPLING_DEFAULTS = SamplingParams()
@@ -46,6 +47,11 @@ def write_atomically(path: Path, lines: list[str]) -> None:
 
 
 def cmd_generate(args) -> int:
+    kvviz_only = [flag for flag, used in (("--n", args.n != 1), ("--speculative-tokens", args.speculative_tokens),
+                                          ("--preemption-mode swap", args.preemption_mode != "recompute")) if used]
+    if args.backend == "vllm" and kvviz_only:
+        raise ValueError(f"{kvviz_only[0]} is a setting of kvviz's engine, not passed to vLLM; "
+                         "drop it or run without --backend vllm.")
     if args.backend == "vllm":  # the same job on vLLM, in its own environment
         from kvviz.vllm_backend import generate_cli
         return generate_cli(args)
@@ -70,15 +76,17 @@ def cmd_generate(args) -> int:
     bar.close()
     write_atomically(Path(args.out), jsonl_lines(prompts, outputs))
     stats = engine.stats
-    generated = sum(len(o.token_ids) for o in outputs)
+    generated = sum(len(sample) for o in outputs for sample in o.samples)
     prompt_tokens = sum(len(o.prompt_token_ids) for o in outputs)
     summary = {
         "requests": len(outputs), "prompt_tokens": prompt_tokens, "generated_tokens": generated,
-        "seconds": round(elapsed, 3), "output_tokens_per_s": round(generated / elapsed, 1),
+        "seconds": round(elapsed, 3), "output_tokens_per_s": round(output_tokens_per_s(generated, elapsed), 1),
         "peak_blocks_in_use": stats["peak_blocks"], "num_blocks": engine.num_blocks, "block_size": engine.block_size,
         "preemptions": engine.scheduler.num_preemptions,
         "prefix_cache_hit_rate": round(stats["cached_tokens"] / max(prompt_tokens, 1), 4),
     }
+    if engine.config.speculative_tokens:
+        summary["draft_tokens_accepted"] = f"{stats['accepted_tokens']} of {stats['draft_tokens']}"
     print_summary(summary, args.out)
     return 0
 
@@ -94,14 +102,16 @@ def print_summary(summary: dict, out_path: str) -> None:
 def sampling_params(args) -> SamplingParams:
     """The sampling flags of `generate` (both backends) as one SamplingParams."""
     return SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, top_k=args.top_k,
-                          top_p=args.top_p, seed=args.seed, ignore_eos=args.ignore_eos)
+                          top_p=args.top_p, seed=args.seed, ignore_eos=args.ignore_eos, n=args.n)
 
 
 def engine_config(args) -> EngineConfig:
     """The engine flags of `generate` as an EngineConfig."""
     return EngineConfig(block_size=args.block_size, num_blocks=args.num_blocks,
                         enable_prefix_caching=not args.no_prefix_caching, max_num_seqs=args.max_num_seqs,
-                        max_num_batched_tokens=args.max_num_batched_tokens)
+                        max_num_batched_tokens=args.max_num_batched_tokens,
+                        speculative_tokens=args.speculative_tokens, preemption_mode=args.preemption_mode,
+                        swap_space_blocks=args.swap_space_blocks)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -117,12 +127,19 @@ def build_parser() -> argparse.ArgumentParser:
     generate.add_argument("--top-p", type=float, default=SAMPLING_DEFAULTS.top_p)
     generate.add_argument("--seed", type=int, default=SAMPLING_DEFAULTS.seed)
     generate.add_argument("--ignore-eos", action="store_true")
+    generate.add_argument("--n", type=int, default=SAMPLING_DEFAULTS.n,
+                          help="samples per prompt; they share the prompt's blocks (parallel sampling)")
     generate.add_argument("--out", default="outputs.jsonl")
     generate.add_argument("--block-size", type=int, default=DEFAULTS.block_size)
     generate.add_argument("--num-blocks", type=int, default=DEFAULTS.num_blocks)
     generate.add_argument("--max-num-seqs", type=int, default=DEFAULTS.max_num_seqs)
     generate.add_argument("--max-num-batched-tokens", type=int, default=DEFAULTS.max_num_batched_tokens)
     generate.add_argument("--no-prefix-caching", action="store_true")
+    generate.add_argument("--speculative-tokens", type=int, default=DEFAULTS.speculative_tokens,
+                          help="draft tokens per greedy decode, by prompt lookup (0: off)")
+    generate.add_argument("--preemption-mode", choices=("recompute", "swap"), default=DEFAULTS.preemption_mode)
+    generate.add_argument("--swap-space-blocks", type=int, default=DEFAULTS.swap_space_blocks,
+                          help="CPU blocks for --preemption-mode swap (default: as many as the pool)")
     generate.add_argument("--device", default=None, help="cuda | cpu (default: cuda when present)")
     generate.add_argument("--dtype", default=None, help="float32 | bfloat16 | float16")
     from kvviz.vllm_backend import add_generate_arguments

@@ -226,6 +226,11 @@ def request_sampling(params: SamplingParams, request_index: int, max_tokens: int
 
 def jsonl_lines(prompts: list[str], outputs: list) -> list[str]:
     """One JSON object a line per request (kvviz.engine.RequestOutput): what `generate --out` writes."""
-    return [json.dumps({"prompt": prompt, "text": out.text, "token_ids": out.token_ids,
-                        "finish_reason": out.finish_reason, "num_cached_tokens": out.num_cached_tokens}) + "\n"
-            for prompt, out in zip(prompts, outputs)]
+    lines = []
+    for prompt, out in zip(prompts, outputs):
+        line = {"prompt": prompt, "text": out.text, "token_ids": out.token_ids,
+                "finish_reason": out.finish_reason, "num_cached_tokens": out.num_cached_tokens}
+        if len(out.samples) > 1:  # SamplingParams(n > 1): every sample, sample 0 first
+            line |= {"samples": out.samples, "texts": out.texts}
+        lines.append(json.dumps(line) + "\n")
+    return lines

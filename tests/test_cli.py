@@ -1,6 +1,7 @@
 """python -m kvviz generate: prompt files in, JSONL out, a summary, and clear refusals."""
 
 import json
+import re
 import subprocess
 import sys
 
@@ -36,3 +37,28 @@ def test_bad_prompt_files_get_one_sentence(tmp_path):
     assert result.returncode == 2 and "Line 2 of bad.jsonl is not valid JSON" in result.stderr
     result = run_cli("generate", "--prompts", str(tmp_path / "missing.txt"))
     assert result.returncode == 2 and "no prompts file" in result.stderr
+
+
+def test_generate_with_samples_drafts_and_swap(tmp_path, bundled):
+    """--n, --speculative-tokens and --preemption-mode reach the engine; the JSONL lists every sample."""
+    from kvviz import Engine, SamplingParams
+
+    txt = tmp_path / "prompts.txt"
+    txt.write_text("ROMEO: I love thee, I love thee, I love thee\n")
+    out = tmp_path / "out.jsonl"
+    result = run_cli("generate", "--prompts", str(txt), "--max-tokens", "12", "--n", "3", "--seed", "5",
+                     "--temperature", "0.8", "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    row = json.loads(out.read_text())
+    expected = Engine(bundled).generate([txt.read_text().strip()],
+                                        SamplingParams(max_tokens=12, n=3, seed=5, temperature=0.8))[0]
+    assert row["samples"] == expected.samples and len(row["samples"]) == 3 and len(row["texts"]) == 3
+    assert re.search(r"^generated_tokens +36$", result.stdout, re.M)  # every sample's tokens count
+    greedy = run_cli("generate", "--prompts", str(txt), "--max-tokens", "12", "--speculative-tokens", "3",
+                     "--preemption-mode", "swap", "--out", str(out))
+    assert greedy.returncode == 0, greedy.stderr
+    plain = Engine(bundled).generate([txt.read_text().strip()], SamplingParams(max_tokens=12))[0]
+    assert json.loads(out.read_text())["token_ids"] == plain.token_ids
+    assert "draft_tokens_accepted" in greedy.stdout
+    refused = run_cli("generate", "--prompts", str(txt), "--n", "2", "--backend", "vllm", "--out", str(out))
+    assert refused.returncode == 2 and "--n is a setting of kvviz's engine" in refused.stderr
