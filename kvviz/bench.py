@@ -335,6 +335,32 @@ def measure_matmul_peak(device=None, dtype=None, size: int = 2048, seconds: floa
     return best
 
 
+def bf16_on_cpu() -> str | None:
+    """None when this CPU computes bfloat16 natively (avx512_bf16 or AMX), else why not, in words.
+
+    Without those instructions torch emulates bfloat16 matmuls in float32 and converts every
+    operand, so a bf16 run there measures the conversion, not the format."""
+    try:
+        with open("/proc/cpuinfo") as info:
+            flags = next((line.split(":", 1)[1].split() for line in info if line.startswith("flags")), [])
+    except OSError:
+        return "this system does not say which instructions its CPU has"
+    if "avx512_bf16" in flags or "amx_bf16" in flags:
+        return None
+    return f"this CPU has neither avx512_bf16 nor AMX (torch sees {torch.backends.cpu.get_cpu_capability()})"
+
+
+def bench_bf16(model, workload, warmup, repeats, fp32: SystemRun) -> dict:
+    """Engine(model) in bfloat16 beside float32 on the CPU, when the CPU has bf16 instructions."""
+    reason = bf16_on_cpu()
+    if reason is not None:
+        return {"skipped": reason}
+    half = copy.deepcopy(model).to(torch.bfloat16)
+    run = bench_kvviz(half, workload, warmup, repeats, {}, "kvviz bf16")
+    return {"tokens_per_s": run.tokens_per_s, "speedup_over_fp32": run.tokens_per_s / fp32.tokens_per_s,
+            "outputs_equal_to_fp32": compare_outputs(fp32.outputs, run.outputs).describe()}
+
+
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)

@@ -14,7 +14,7 @@ import json
 
 import torch
 
-from kvviz.bench import (BENCH_SHAPE, SystemRun, bench_hf, bench_kvviz, bench_shared_prefix,
+from kvviz.bench import (BENCH_SHAPE, SystemRun, bench_bf16, bench_hf, bench_kvviz, bench_shared_prefix,
                          bench_tight_pool, build_random_llama, compare_outputs, count_params, flops_results,
                          mixed_results, requests_that_fit, step_overhead, system_key, targets)
 from kvviz.engine.config import DEFAULTS
@@ -127,6 +127,12 @@ def run_bench(args: argparse.Namespace) -> int:
     if static is not None:
         results["memory"]["static_batch_padding_fraction"] = static.details["padding_fraction"]
     print_mixed(results, runs)
+    if device.type == "cpu" and dtype == torch.float32:  # bf16 beside fp32; vLLM stays fp32 against fp32
+        results["bf16"] = bench_bf16(model, mixed, warmup, args.repeats, runs[0])
+        bf16 = results["bf16"]
+        print(f"bf16: skipped, {bf16['skipped']}" if "skipped" in bf16 else
+              f"kvviz Engine(model) in bf16: {bf16['tokens_per_s']:.1f} output tok/s, "
+              f"{bf16['speedup_over_fp32']:.2f}x fp32; outputs {bf16['outputs_equal_to_fp32']}")
     if args.against == "vllm":  # vLLM on the same weights and prompts, in its own environment
         from kvviz.vllm_backend import bench_against_vllm
         results["mixed"]["systems"]["vllm"] = bench_against_vllm(model, mixed, runs[0], args.repeats, args.vllm_python)

@@ -35,6 +35,12 @@ def test_quick_bench_reports_every_figure(quick_run):
         assert systems[name]["output_tokens_per_s"] > 0, name
     batch = systems["hf_generate_batch"]  # may be unavailable on some machines; then it says why
     assert batch["output_tokens_per_s"] > 0 or batch["error"]
+    from kvviz.bench import bf16_on_cpu
+    bf16 = results["bf16"]  # measured beside fp32 where the CPU has bf16 instructions, else why not
+    if bf16_on_cpu() is None:
+        assert bf16["tokens_per_s"] > 0 and bf16["speedup_over_fp32"] > 0
+    else:
+        assert "avx512_bf16" in bf16["skipped"] or "does not say" in bf16["skipped"]
     flops = results["flops"]
     assert flops["model_flops"] > 0 and flops["matmul_peak_flops_per_s"] > 0
     assert 0 < flops["fraction_of_peak"]
