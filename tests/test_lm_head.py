@@ -18,11 +18,12 @@ def test_turned_product_equals_plain_linear_in_engine_steps():
     try:
         inside = head(x)
         many = head(torch.randn(runner.FEW_ROWS + 1, head.in_features))  # a prefill's many rows
+        none = head(torch.randn(1, 0, head.in_features))  # a step that samples nothing (chunked prefill)
     finally:
         runner._IN_ENGINE_FORWARD.reset(token)
     assert inside.shape == (3, 5, head.out_features) and inside.is_contiguous()
     torch.testing.assert_close(inside, F.linear(x, head.weight, head.bias), rtol=1e-5, atol=1e-5)
-    assert many.shape == (runner.FEW_ROWS + 1, head.out_features)
+    assert many.shape == (runner.FEW_ROWS + 1, head.out_features) and none.shape == (1, 0, head.out_features)
     torch.testing.assert_close(head(x), F.linear(x, head.weight, head.bias), rtol=0, atol=0)  # outside
 
 

@@ -204,7 +204,7 @@ def lm_head_for_steps(module: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
         out = torch.mm(module.weight, flat.T)  # (vocab, N)
     else:
         out = torch.addmm(module.bias[:, None], module.weight, flat.T)  # (vocab, N)
-    return out.T.contiguous().view(*x.shape[:-1], -1)  # (..., vocab)
+    return out.T.contiguous().view(*x.shape[:-1], module.out_features)  # (..., vocab); rows may be 0
 
 
 def install(model: torch.nn.Module) -> None:
