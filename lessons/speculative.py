@@ -45,9 +45,10 @@ if lesson is None:
     st.stop()
 
 last = len(lesson.records) - 1
+step = min(st.session_state.get("spec_view", last), last)
 if last > 0:
-    st.slider("Look back at forward pass", 0, last, key="spec_view_step")
-step = min(st.session_state.get("spec_view_step", last), last)
+    st.session_state["spec_view_step"] = step  # Streamlit forgets a widget's value while its page is away
+    st.slider("Look back at forward pass", 0, last, key="spec_view_step", on_change=ss.on_look_back)
 rows = lesson.draft_steps()[:step + 1]
 row = rows[-1]
 summary = lesson.summary(step)
