@@ -94,7 +94,7 @@ def test_speculative_page_stepped_and_run_matches_the_engine(app_url, lm):
         wait_idle(page)
         assert metric(page, "Forward passes") == str(len(expected.records))  # the latest pass, not pass 0
         shown = page.locator("[data-testid='stSlider']").filter(has_text="Draft tokens per step").inner_text()
-        assert shown.split()[6] == "5", "the setting the run was made with, not the default"  # "Draft … (k) 5 1 8"
+        assert shown.split()[5] == "5", "the setting the run was made with, not the default"  # "Draft … (k) 5 1 8"
         press(page, "Reset")
         assert page.locator("[data-testid='stMetric']").count() == 0
         no_exceptions(page)
