@@ -13,7 +13,7 @@ from pathlib import Path
 import streamlit as st
 
 from kvviz.ui import navigation
-from kvviz.ui.common import model_sidebar
+from kvviz.ui.common import keep_settings, model_sidebar
 from kvviz.ui.presenter import presenter_mode
 
 # a bundled icon: a :material/...: page icon makes the browser fetch it from a font host
@@ -21,6 +21,7 @@ st.set_page_config(page_title="kvviz · the KV cache, live", layout="wide",
                    page_icon=str(Path(__file__).parent / "kvviz" / "ui" / "favicon.png"))
 
 page = st.navigation(navigation.pages())
+keep_settings()
 model_sidebar()
 presenter_mode(page.title)
 footer = navigation.footer_container()  # drawn at the bottom even when a page stops early

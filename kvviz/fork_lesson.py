@@ -32,6 +32,11 @@ class ForkRun:
     def labels(self) -> dict[int, str]:
         return {rid: self.label(rid) for rid in self.sample_ids}
 
+    @property
+    def short_labels(self) -> dict[int, str]:
+        """"s0", "s1", ...: short enough to fit in a pool cell."""
+        return {rid: f"s{index}" for index, rid in enumerate(self.sample_ids)}
+
     def pool_blocks(self, step: int) -> list[BlockRecord]:
         return pool_blocks(self.records[:step + 1], self.num_blocks)
 
@@ -64,8 +69,8 @@ def blocks_held(run: ForkRun, step: int) -> tuple[int, int]:
 def copies(run: ForkRun, up_to_step: int | None = None) -> list[dict]:
     """Every copy-on-write so far: which sample copied which shared block into which new one."""
     last = len(run.records) - 1 if up_to_step is None else up_to_step
-    return [{"step": record.step, "sample": run.label(event.request_id), "shared block": event.block_ids[0],
-             "its own copy": event.block_ids[1], "bytes": event.num_bytes}
+    return [{"step": record.step, "sample": run.label(event.request_id), "shared block id": event.block_ids[0],
+             "copy's block id": event.block_ids[1], "bytes": event.num_bytes}
             for record in run.records[:last + 1] for event in record.events if event.kind == "copy"]
 
 
@@ -73,12 +78,13 @@ def summary(run: ForkRun, step: int) -> dict:
     """The fork at a glance, after `step`: shared blocks, copies, and peak blocks saved so far."""
     shared = [b for b in run.pool_blocks(step) if b.ref_cnt > 1]
     held = [blocks_held(run, s) for s in range(step + 1)]
+    copied = copies(run, step)
     fork_peak, separate_peak = max(h[0] for h in held), max(h[1] for h in held)  # most held at any step so far
     return {
         "n": len(run.sample_ids),
         "shared_blocks": len(shared),
         "max_ref_cnt": max((b.ref_cnt for b in shared), default=1),
-        "copies": len(copies(run, step)),
+        "copies": len(copied), "copied_bytes": sum(c["bytes"] for c in copied),
         "blocks_now": held[step][0], "separate_blocks_now": held[step][1],
         "peak_blocks": fork_peak, "separate_peak_blocks": separate_peak,
         "blocks_saved": separate_peak - fork_peak,

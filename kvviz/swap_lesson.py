@@ -20,6 +20,7 @@ MODES = ("recompute", "swap")
 class ModeRun:
     mode: str
     outputs: list[list[int]]
+    request_ids: list[int]  # in the order of the prompts
     records: list[StepRecord]  # of the last run
     preemptions: int
     recomputed_tokens: int
@@ -56,7 +57,7 @@ def run_mode(lm, prompts: list, mode: str, block_size: int, num_blocks: int, max
         seconds.append(time.perf_counter() - start)
     events = [e for r in records for e in r.events]
     return ModeRun(
-        mode=mode, outputs=[engine.output(i).token_ids for i in ids], records=records,
+        mode=mode, outputs=[engine.output(i).token_ids for i in ids], request_ids=ids, records=records,
         preemptions=engine.scheduler.num_preemptions,
         recomputed_tokens=sum(r.num_recomputed_tokens for r in engine.requests.values()),
         swap_fallbacks=sum(e.kind == "swap_full" for e in events),

@@ -45,9 +45,10 @@ if lesson is None:
     st.stop()
 
 last = len(lesson.records) - 1
+step = min(st.session_state.get("spec_view", last), last)
 if last > 0:
-    st.slider("Look back at forward pass", 0, last, key="spec_view_step")
-step = min(st.session_state.get("spec_view_step", last), last)
+    st.session_state["spec_view_step"] = step  # Streamlit forgets a widget's value while its page is away
+    st.slider("Look back at forward pass", 0, last, key="spec_view_step", on_change=ss.on_look_back)
 rows = lesson.draft_steps()[:step + 1]
 row = rows[-1]
 summary = lesson.summary(step)
@@ -56,12 +57,12 @@ decode = lesson.engine.tokenizer.decode
 m = st.columns(4)
 m[0].metric("Forward passes", summary["passes"], help="Each pass runs the last token and the drafts together.")
 m[1].metric("Tokens generated", summary["tokens"],
-            f"{summary['tokens'] - summary['plain_tokens']:+d} vs plain",
+            f"{summary['tokens'] - summary['plain_tokens']:+d} vs plain, same passes",
             delta_color="off", delta_arrow="off",
             help=f"Plain decoding has {summary['plain_tokens']} tokens after {summary['plain_passes']} passes.")
 m[2].metric("Tokens per pass", f"{summary['tokens_per_pass']:.2f}", help="Plain decoding: 1.00.")
 m[3].metric("Drafts accepted", f"{summary['accepted']} of {summary['proposed']}",
-            f"{summary['acceptance']:.0%}", delta_color="off", delta_arrow="off")
+            f"{summary['acceptance']:.0%}" if summary["proposed"] else None, delta_color="off", delta_arrow="off")
 
 st.markdown(f"**Forward pass {row.step}**: the drafts, and the model's verdict")
 context = lesson.prompt_token_ids + lesson.output(step - 1) if step else lesson.prompt_token_ids
@@ -78,7 +79,8 @@ else:
     st.caption(f"{len(row.draft_token_ids)} drafts, {row.num_accepted} accepted, {len(row.added_token_ids)} "
                f"token(s) kept from one pass; {rollback}{freed}.")
 
-plain_until = len(lesson.plain_records) - 1 if lesson.finished and step == last else step
+# once the drafts' run is done, the latest view shows plain decoding as far as it has got
+plain_until = len(lesson.plain_records) - 1 if not lesson.engine.has_unfinished() and step == last else step
 left, right = st.columns(2)
 left.plotly_chart(figures.tokens_per_pass(rows), width="stretch")
 right.plotly_chart(figures.race(lesson.tokens_by_pass(step), lesson.tokens_by_pass(plain_until, plain=True)),
@@ -95,14 +97,17 @@ elif not lesson.engine.has_unfinished():
 
 with st.expander("Every pass: drafts, verdicts, rollbacks", expanded=False):
     st.table(pd.DataFrame([{
-        "pass": r.step, "drafts": decode(r.draft_token_ids).replace("\n", "⏎") or "—",
+        "pass": str(r.step), "drafts": decode(r.draft_token_ids).replace("\n", "⏎") or "—",
         "accepted": r.num_accepted, "kept": decode(r.added_token_ids).replace("\n", "⏎"),
         "slots rolled back": len(r.rolled_back_slots),
-        "blocks freed": ", ".join(map(str, r.freed_block_ids)) or "—"} for r in rows]).set_index("pass"))
+        "freed block ids": ", ".join(map(str, r.freed_block_ids)) or "—"} for r in rows]).set_index("pass"))
 
 st.markdown("**Generated so far**")
-texts = pd.DataFrame([{"decoding": "with drafts", "text": decode(lesson.output(step))},
-                      {"decoding": "plain", "text": decode(lesson.output(step, plain=True))}]).set_index("decoding")
+plain_passes = min(plain_until + 1, len(lesson.plain_records))
+texts = pd.DataFrame([
+    {"decoding": f"with drafts, {step + 1} passes", "text": decode(lesson.output(step))},
+    {"decoding": f"plain, {plain_passes} passes", "text": decode(lesson.output(plain_until, plain=True))},
+]).set_index("decoding")
 st.table(texts)
 
 show_code(propose_drafts, accept, Engine._roll_back, KVCacheManager.truncate,

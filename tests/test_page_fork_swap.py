@@ -43,7 +43,7 @@ def test_the_fork_view_shows_shared_blocks_copies_and_memory_saved(app):
 
 
 def test_the_fork_view_refuses_an_empty_prompt_in_one_sentence(app):
-    app.text_input(key="fork_prompt").set_value(" ").run()
+    app.text_area(key="fork_prompt").set_value(" ").run()
     click(app, "Fork")
     assert "prompt is empty" in app.error[0].value and not app.exception
 

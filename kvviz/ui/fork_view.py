@@ -34,7 +34,7 @@ def fork_view() -> None:
         "model once; then the request **forks**: every sample points at the same prompt blocks "
         "(reference count n). A sample that is about to write into a shared, partly filled block "
         "first gets its own copy (**copy-on-write**); full blocks stay shared to the end.")
-    st.text_input("Prompt", DEFAULT_PROMPT, key="fork_prompt")
+    st.text_area("Prompt", DEFAULT_PROMPT, key="fork_prompt", height=90)  # a text area keeps the line break
     a, b, c = st.columns(3)
     a.slider("Samples (n)", 2, 8, 4, key="fork_n")
     b.slider("Block size (tokens)", 2, 16, 4, key="fork_block_size")
@@ -50,9 +50,11 @@ def fork_view() -> None:
     step = st.slider("Step", 0, last, key="fork_view_step")
     facts = fork_lesson.summary(run, step)
     m = st.columns(4)
-    m[0].metric("Shared blocks", facts["shared_blocks"], f"ref count up to {facts['max_ref_cnt']}",
+    m[0].metric("Shared blocks", facts["shared_blocks"],
+                f"ref count up to {facts['max_ref_cnt']}" if facts["shared_blocks"] else None,
                 delta_color="off", delta_arrow="off")
-    m[1].metric("Copies (copy-on-write)", facts["copies"])
+    m[1].metric("Copies (copy-on-write)", facts["copies"], format_bytes(facts["copied_bytes"]) + " copied",
+                delta_color="off", delta_arrow="off")
     m[2].metric("Blocks held now", facts["blocks_now"], f"{facts['separate_blocks_now']} if independent",
                 delta_color="off", delta_arrow="off")
     m[3].metric("Saved at the peak", format_bytes(facts["bytes_saved"]), f"{facts['blocks_saved']} blocks",
@@ -64,9 +66,13 @@ def fork_view() -> None:
     record = run.records[step]
     left, right = st.columns([3, 2])
     with left:
-        st.plotly_chart(paged_figures.block_tables(record, run.labels, run.block_size), width="stretch",
-                        key="fork_tables")
-        st.plotly_chart(paged_figures.pool_grid(run.pool_blocks(step), run.labels), width="stretch",
+        if facts["blocks_now"]:
+            st.plotly_chart(paged_figures.block_tables(record, run.labels, run.block_size), width="stretch",
+                            key="fork_tables")
+        else:
+            st.info(f"Every sample finished at step {step}: their blocks went back to the pool "
+                    "(green: free, but their prefix stays cached).")
+        st.plotly_chart(paged_figures.pool_grid(run.pool_blocks(step), run.short_labels), width="stretch",
                         key="fork_pool")
     with right:
         held = [fork_lesson.blocks_held(run, s) for s in range(last + 1)]

@@ -30,7 +30,7 @@ def on_start() -> None:
         return
     new.step()  # the prefill: the first token, no drafts yet
     state[KEY] = new
-    state["spec_view_step"] = 0
+    state["spec_view"] = 0
 
 
 def on_step(count: int = 1) -> None:
@@ -41,11 +41,16 @@ def on_step(count: int = 1) -> None:
     for _ in range(count):
         if not current.step():
             break
-    st.session_state["spec_view_step"] = len(current.records) - 1
+    st.session_state["spec_view"] = len(current.records) - 1
+
+
+def on_look_back() -> None:
+    """Keep the pass the slider shows outside the widget, so it survives a visit to another page."""
+    st.session_state["spec_view"] = st.session_state["spec_view_step"]
 
 
 def on_reset() -> None:
-    for key in (KEY, "spec_view_step", "spec_error"):
+    for key in (KEY, "spec_view", "spec_view_step", "spec_error"):
         st.session_state.pop(key, None)
 
 

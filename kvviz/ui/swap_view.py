@@ -26,6 +26,10 @@ def _on_compare() -> None:
         state["swap_error"] = str(error)
 
 
+# the engine's event kinds, in words for the class
+EVENT_WORDS = {"swap_out": "swapped out", "swap_in": "swapped in", "swap_full": "swap space full: recomputed"}
+
+
 def _time(run: swap_lesson.ModeRun) -> str:
     if not run.timed:
         return "not timed"
@@ -61,9 +65,11 @@ def swap_view() -> None:
         st.error("The two modes produced different outputs.")
     if not recompute.preemptions:
         st.info("Nothing was preempted: make the pool smaller to see the difference.")
-    events = swap_lesson.swap_events(swap)
+    labels = {rid: f"R{index + 1}" for index, rid in enumerate(swap.request_ids)}  # as the table above numbers them
+    events = swap_lesson.swap_events(swap, labels)
     if events:
         st.markdown("**Swap events** (block ids in the pool, slots in CPU memory)")
-        st.table(pd.DataFrame([dict(e, bytes=format_bytes(e["bytes"])) for e in events]).set_index("step"))
+        st.table(pd.DataFrame([dict(e, event=EVENT_WORDS.get(e["event"], e["event"]), bytes=format_bytes(e["bytes"]))
+                               for e in events]).set_index("step"))
     show_code(KVCacheManager.swap_out, KVCacheManager.swap_in,
               caption="The KV manager moves a victim's blocks to the swap space and back.")

@@ -22,9 +22,10 @@ def fork_memory(held: list[tuple[int, int]], bytes_per_block: int) -> go.Figure:
                                                                          dash="solid" if index == 0 else "dot"),
             hovertext=[f"step {s}: {c} blocks ({c * bytes_per_block / 1024:.0f} KiB)" for s, c in zip(steps, counts)],
             hoverinfo="text"))
-    fig.update_layout(title=dict(text="Blocks held: shared prompt vs a copy per request", font=dict(size=20)),
-                      font=FONT, height=320, margin=dict(l=70, r=20, t=60, b=40), plot_bgcolor="white",
-                      legend=dict(orientation="h", y=-0.25))
-    fig.update_xaxes(title="step", dtick=1)
+    fig.update_layout(title=dict(text="Blocks held<br><sup>shared prompt vs a copy per request</sup>",
+                                 font=dict(size=20)),
+                      font=FONT, height=380, margin=dict(l=70, r=20, t=80, b=110), plot_bgcolor="white",
+                      legend=dict(orientation="h", y=-0.3, yanchor="top"))  # below the axis title
+    fig.update_xaxes(title="step", dtick=max(1, -(-len(steps) // 12)))
     fig.update_yaxes(title="blocks", rangemode="tozero")
     return fig

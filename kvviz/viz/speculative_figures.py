@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import plotly.graph_objects as go
 
 from kvviz.viz.colors import FONT, PHASE
@@ -9,11 +11,17 @@ from kvviz.viz.colors import FONT, PHASE
 ACCEPTED, REJECTED, MODEL = "#10B981", "#E45756", PHASE["prompt"]
 
 
-def _layout(fig: go.Figure, title: str, height: int = 330) -> go.Figure:
+def _layout(fig: go.Figure, title: str, height: int = 360) -> go.Figure:
+    # the legend sits below the axis title, with room for two rows when the chart is narrow
     fig.update_layout(title=dict(text=title, font=dict(size=20)), font=FONT, height=height,
-                      margin=dict(l=70, r=20, t=70, b=50), plot_bgcolor="white",
-                      legend=dict(orientation="h", y=-0.3))
+                      margin=dict(l=70, r=20, t=70, b=100), plot_bgcolor="white",
+                      legend=dict(orientation="h", y=-0.3, yanchor="top"))
     return fig
+
+
+def _whole_ticks(largest: int) -> dict:
+    """Axis settings for counts: whole-number ticks only, at most about eight of them."""
+    return dict(tick0=0, dtick=max(1, math.ceil(largest / 8)), range=[-0.5 if largest < 1 else 0, largest + 0.5])
 
 
 def tokens_per_pass(rows) -> go.Figure:
@@ -23,17 +31,18 @@ def tokens_per_pass(rows) -> go.Figure:
     steps = [r.step for r in rows]
     own = [len(r.added_token_ids) - r.num_accepted for r in rows]  # 1, or 0 past a stop
     fig = go.Figure([
-        go.Bar(x=steps, y=own, name="the model's own token", marker_color=MODEL),
-        go.Bar(x=steps, y=[r.num_accepted for r in rows], name="drafts accepted", marker_color=ACCEPTED),
-        go.Bar(x=steps, y=[r.num_rejected for r in rows], name="drafts rejected (rolled back)",
+        go.Bar(x=steps, y=own, name="model's own", marker_color=MODEL),
+        go.Bar(x=steps, y=[r.num_accepted for r in rows], name="accepted", marker_color=ACCEPTED),
+        go.Bar(x=steps, y=[r.num_rejected for r in rows], name="rejected (rolled back)",
                marker=dict(color=REJECTED, opacity=0.45, pattern_shape="x")),
     ])
     fig.update_layout(barmode="stack")
-    fig.update_xaxes(title="forward pass (step)", dtick=max(1, len(rows) // 12))
-    fig.update_yaxes(title="tokens", rangemode="tozero")
+    fig.update_xaxes(title="forward pass", dtick=max(1, math.ceil(len(rows) / 12)))
+    tallest = max((len(r.added_token_ids) + r.num_rejected for r in rows), default=1)
+    fig.update_yaxes(title="tokens", **_whole_ticks(tallest))
     kept = sum(len(r.added_token_ids) for r in rows)
     average = kept / len(rows) if rows else 0.0
-    return _layout(fig, f"Tokens per forward pass<br><sup>{average:.2f} kept on average</sup>")
+    return _layout(fig, f"Tokens per forward pass<br><sup>{average:.2f} tokens kept per pass on average</sup>")
 
 
 def race(tokens_by_pass: list[int], plain_tokens_by_pass: list[int]) -> go.Figure:
@@ -44,6 +53,6 @@ def race(tokens_by_pass: list[int], plain_tokens_by_pass: list[int]) -> go.Figur
         go.Scatter(x=list(range(1, len(tokens_by_pass) + 1)), y=tokens_by_pass, name="with drafts",
                    mode="lines+markers", line=dict(color=ACCEPTED, width=3)),
     ])
-    fig.update_xaxes(title="forward passes", rangemode="tozero")
-    fig.update_yaxes(title="tokens generated", rangemode="tozero")
+    fig.update_xaxes(title="forward passes", **_whole_ticks(max(len(tokens_by_pass), len(plain_tokens_by_pass))))
+    fig.update_yaxes(title="tokens generated", **_whole_ticks(max(tokens_by_pass + plain_tokens_by_pass, default=1)))
     return _layout(fig, "Same tokens, fewer passes")
