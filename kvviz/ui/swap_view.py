@@ -16,7 +16,7 @@ from kvviz.ui.paged_state import request_specs
 def _on_compare() -> None:
     state = st.session_state
     state.pop("swap_error", None)
-    timed = int(state.get("swap_timed_runs", 3))
+    timed = int(state.get("swap_timed_runs", TIMED_RUNS))
     try:
         state["lesson_swap"] = swap_lesson.compare(
             current_model(), [spec.prompt for spec in request_specs()], block_size=8,
@@ -24,6 +24,9 @@ def _on_compare() -> None:
             runs=timed + 1 if timed else 1)
     except EngineError as error:
         state["swap_error"] = str(error)
+
+
+TIMED_RUNS = 0  # timing repeats each mode several times: seconds of waiting per run on a small CPU
 
 
 # the engine's event kinds, in words for the class
@@ -45,8 +48,9 @@ def swap_view() -> None:
     a, b, c = st.columns(3)
     a.slider("Pool size (blocks)", 4, 64, 12, key="swap_num_blocks")
     b.slider("Tokens per request", 4, 64, 32, key="swap_max_tokens")
-    c.number_input("Timed runs per mode", 0, 5, 3, key="swap_timed_runs",
-                   help="After one warm-up run; 0: one run each, not timed.")
+    c.number_input("Timed runs per mode", 0, 5, TIMED_RUNS, key="swap_timed_runs",
+                   help="0 (default): one run each, not timed, so the comparison comes back at once. "
+                        "1-5: a warm-up run, then the median and spread of that many timed runs per mode.")
     st.button("Compare swap and recompute", on_click=_on_compare, type="primary", key="swap_run")
     if "swap_error" in st.session_state:
         st.error(st.session_state["swap_error"])
