@@ -12,11 +12,13 @@ from kvviz.strategies.eviction import eviction_lab, eviction_table
 from kvviz.strategies.heavy_hitters import HeavyHitterKV
 from kvviz.strategies.sinks import SinkWindowKV
 from kvviz.ui import strategy_state
-from kvviz.ui.common import current_model, show_code
+from kvviz.ui.common import current_model, drop, show_code
 from kvviz.viz import eviction_figures as figures
 from kvviz.viz.strategy_figures import divergence_html
 
 DEFAULTS = {"eviction_budget": 16, "eviction_sinks": 4}
+KEYS = frozenset({"lesson_eviction", "eviction_error"})
+INPUTS = ("eviction_",)
 
 
 def on_run() -> None:
@@ -89,3 +91,8 @@ def render() -> None:
                "tokens as well? Nothing tells them to; only the attention those tokens receive.")
     show_code(SinkWindowKV.choose, HeavyHitterKV.observe, HeavyHitterKV.choose,
               caption="How each policy picks the tokens it keeps.")
+
+
+def reset(state) -> None:
+    """Forget this lesson's run when another model loads: it belongs to the model it ran on."""
+    drop(state, KEYS)

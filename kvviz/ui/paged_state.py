@@ -6,8 +6,10 @@ import streamlit as st
 
 from kvviz.engine import EngineError
 from kvviz.paged_lesson import DEFAULT_REQUESTS, PagedLesson, RequestSpec
-from kvviz.ui.common import current_model
+from kvviz.ui.common import current_model, drop
 
+KEYS = frozenset({"lesson_paged", "paged_view_step", "paged_error", "paged_questions", "paged_question_request"})
+INPUTS = ("paged_",)  # the other paged_* widgets stay when another model loads
 DEFAULT_TABLE = [{"prompt": p, "arrives at step": a, "max tokens": m} for p, a, m in DEFAULT_REQUESTS]
 
 
@@ -54,5 +56,9 @@ def on_step(count: int = 1) -> None:
 
 
 def on_reset() -> None:
-    for key in ("lesson_paged", "paged_view_step", "paged_error", "paged_questions"):
-        st.session_state.pop(key, None)
+    reset(st.session_state)
+
+
+def reset(state) -> None:
+    """Forget this lesson's run when another model loads: it belongs to the model it ran on."""
+    drop(state, KEYS)
