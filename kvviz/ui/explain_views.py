@@ -10,7 +10,7 @@ import numpy as np
 import streamlit as st
 
 from kvviz import explain, roofline
-from kvviz.lesson import MAX_TRIANGLE_TOKENS
+from kvviz.prefill_decode import MAX_TRIANGLE_TOKENS
 from kvviz.memory import PRESETS, ModelShape, format_bytes
 from kvviz.ui.common import drop
 from kvviz.viz import explain_figures as figures

@@ -12,7 +12,7 @@ import time
 import streamlit as st
 
 from kvviz.engine import EngineError
-from kvviz.lesson import MAX_LESSON_TOKENS, Lesson, LessonSettings
+from kvviz.prefill_decode import MAX_LESSON_TOKENS, Lesson, LessonSettings
 from kvviz.ui import live_lessons
 from kvviz.ui.common import current_model, drop
 
