@@ -6,7 +6,7 @@ import streamlit as st
 from kvviz.engine.engine import Engine
 from kvviz.engine.kv_manager import KVCacheManager
 from kvviz.engine.speculative import accept, propose_drafts
-from kvviz.speculative_lesson import DEFAULT_PROMPT
+from kvviz.speculative import DEFAULT_PROMPT
 from kvviz.ui import speculative_state as ss
 from kvviz.ui.common import show_code
 from kvviz.viz import speculative_figures as figures

@@ -7,7 +7,7 @@ import html
 import streamlit as st
 
 from kvviz.engine import EngineError
-from kvviz.speculative_lesson import DEFAULT_PROMPT, DraftStep, SpeculativeLesson
+from kvviz.speculative import DEFAULT_PROMPT, DraftStep, SpeculativeLesson
 from kvviz.ui.common import current_model, drop
 from kvviz.viz.speculative_figures import ACCEPTED, MODEL, REJECTED
 
