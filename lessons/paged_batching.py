@@ -8,12 +8,12 @@ from kvviz.engine.block_pool import BlockPool
 from kvviz.engine.kv_manager import KVCacheManager
 from kvviz.engine.scheduler import Scheduler
 from kvviz.memory import format_bytes
-from kvviz.ui import paged_state as ps
+from kvviz.ui import paged_batching_state as ps
 from kvviz.ui.common import show_code
 from kvviz.ui.fork_view import fork_view
 from kvviz.ui.paging_note import paging_explained
 from kvviz.ui.swap_view import swap_view
-from kvviz.viz import paged_figures as figures
+from kvviz.viz import paged_batching_figures as figures
 
 st.title("Paged cache and batching")
 st.markdown(

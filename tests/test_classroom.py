@@ -157,7 +157,7 @@ def test_two_sessions_do_not_see_each_other():
 
 
 def test_which_block_comes_next_is_answered_by_the_pool(bundled):
-    from kvviz.paged_lesson import PagedLesson, RequestSpec
+    from kvviz.paged_batching import PagedLesson, RequestSpec
 
     paged = PagedLesson.start(bundled, [RequestSpec("ROMEO:\nBut soft", 0, 20)], block_size=4,
                               num_blocks=16, enable_prefix_caching=True)

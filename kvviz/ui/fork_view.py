@@ -10,7 +10,7 @@ from kvviz.engine import EngineError
 from kvviz.engine.kv_manager import KVCacheManager
 from kvviz.memory import format_bytes
 from kvviz.ui.common import current_model, drop, show_code
-from kvviz.viz import fork_figures, paged_figures
+from kvviz.viz import fork_figures, paged_batching_figures
 
 DEFAULT_PROMPT = "JULIET:\nO Romeo, Romeo, wherefore art thou Romeo?"  # 13 tokens: a partly filled last block
 
@@ -67,9 +67,9 @@ def fork_view() -> None:
     record = run.records[step]
     left, right = st.columns([3, 2])
     with left:
-        st.plotly_chart(paged_figures.block_tables(record, run.labels, run.block_size), width="stretch",
+        st.plotly_chart(paged_batching_figures.block_tables(record, run.labels, run.block_size), width="stretch",
                         key="fork_tables")
-        st.plotly_chart(paged_figures.pool_grid(run.pool_blocks(step), run.labels), width="stretch",
+        st.plotly_chart(paged_batching_figures.pool_grid(run.pool_blocks(step), run.labels), width="stretch",
                         key="fork_pool")
     with right:
         held = [fork_lesson.blocks_held(run, s) for s in range(last + 1)]

@@ -10,7 +10,7 @@ from kvviz.engine import EngineError
 from kvviz.engine.kv_manager import KVCacheManager
 from kvviz.memory import format_bytes
 from kvviz.ui.common import current_model, drop, show_code
-from kvviz.ui.paged_state import request_specs
+from kvviz.ui.paged_batching_state import request_specs
 
 KEYS = frozenset({"lesson_swap", "swap_error"})
 INPUTS = ("swap_",)

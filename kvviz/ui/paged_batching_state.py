@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from kvviz.engine import EngineError
-from kvviz.paged_lesson import DEFAULT_REQUESTS, PagedLesson, RequestSpec
+from kvviz.paged_batching import DEFAULT_REQUESTS, PagedLesson, RequestSpec
 from kvviz.ui.common import current_model, drop
 
 KEYS = frozenset({"lesson_paged", "paged_view_step", "paged_error", "paged_questions", "paged_question_request"})
