@@ -61,7 +61,7 @@ buttons[0].button("Start", type="primary", on_click=ps.on_start, width="stretch"
 buttons[1].button("Step", on_click=ps.on_step, width="stretch", disabled=lesson is None or lesson.finished)
 buttons[2].button("Run to the end", on_click=ps.on_step, args=(500,), width="stretch",
                   disabled=lesson is None or lesson.finished)
-buttons[3].button("Reset", on_click=ps.on_reset, width="stretch", key="paged_reset")
+buttons[3].button("Reset", on_click=ps.reset, args=(st.session_state,), width="stretch", key="paged_reset")
 if "paged_error" in st.session_state:
     st.error(st.session_state["paged_error"])
 if lesson is None:

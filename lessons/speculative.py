@@ -36,7 +36,7 @@ buttons[1].button("Step", on_click=ss.on_step, width="stretch", key="spec_step",
                   disabled=lesson is None or lesson.finished)
 buttons[2].button("Run to the end", on_click=ss.on_step, args=(500,), width="stretch", key="spec_run",
                   disabled=lesson is None or lesson.finished)
-buttons[3].button("Reset", on_click=ss.on_reset, width="stretch", key="spec_reset")
+buttons[3].button("Reset", on_click=ss.reset, args=(st.session_state,), width="stretch", key="spec_reset")
 if "spec_error" in st.session_state:
     st.error(st.session_state["spec_error"])
 if lesson is None:

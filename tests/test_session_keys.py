@@ -92,3 +92,15 @@ def test_loading_a_model_reruns_the_linked_prefill_lesson_on_it():
     assert at.session_state["lesson"] is not old
     assert len(at.session_state["lesson"].records) == len(old.records)
     assert {key for key in before if not cleared_by_someone(key)} <= session_keys(at)
+
+
+@pytest.mark.parametrize("path, module", [("lessons/paged_batching.py", "paged_batching_state"),
+                                          ("lessons/speculative.py", "speculative_state")])
+def test_the_reset_button_clears_its_lessons_keys(path, module):
+    lesson = next(lesson for lesson in state.LESSONS if lesson.__name__.endswith(module))
+    at = open_lesson(path)
+    click(at, "Start")
+    click(at, "Step")
+    assert any(state.cleared(key, lesson) for key in session_keys(at))
+    click(at, "Reset")
+    assert not any(state.cleared(key, lesson) for key in session_keys(at))

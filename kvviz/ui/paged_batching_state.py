@@ -55,10 +55,6 @@ def on_step(count: int = 1) -> None:
     st.session_state["paged_view_step"] = len(lesson.records) - 1
 
 
-def on_reset() -> None:
-    reset(st.session_state)
-
-
 def reset(state) -> None:
     """Forget this lesson's run when another model loads: it belongs to the model it ran on."""
     drop(state, KEYS)

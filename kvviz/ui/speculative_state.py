@@ -46,10 +46,6 @@ def on_step(count: int = 1) -> None:
     st.session_state["spec_view_step"] = len(current.records) - 1
 
 
-def on_reset() -> None:
-    reset(st.session_state)
-
-
 def reset(state) -> None:
     """Forget this lesson's run when another model loads: it belongs to the model it ran on."""
     drop(state, KEYS)
