@@ -13,10 +13,10 @@ from dataclasses import replace
 
 import streamlit as st
 
-from kvviz.batch_job import BatchResult, BatchSettings, compare_with_transformers, live_summary, run_batch
+from kvviz.batch_generation import BatchResult, BatchSettings, compare_with_transformers, live_summary, run_batch
 from kvviz.engine import EngineConfig, SamplingParams
 from kvviz.ui.common import current_model, drop
-from kvviz.viz import batch_figures as figures
+from kvviz.viz import batch_generation_figures as figures
 from kvviz.workloads import Workload, WorkloadError, synthetic_workload, upload_workload
 
 SYNTHETIC, UPLOAD = "Synthetic workload", "Upload a file"
