@@ -10,11 +10,11 @@ here, so a model change leaves nothing of the old model behind.
 
 from __future__ import annotations
 
-from kvviz.ui import (batch_generation_state, classroom, eviction_state, explain_views, fork_view, paged_batching_state,
-                      prefill_decode_state, speculative_state, strategy_state, swap_view)
+from kvviz.ui import (batch_generation_state, cache_strategies_state, classroom, eviction_state, explain_views,
+                      fork_view, paged_batching_state, prefill_decode_state, speculative_state, swap_view)
 
 LESSONS = (prefill_decode_state, explain_views, classroom, paged_batching_state, fork_view, swap_view,
-           speculative_state, strategy_state, eviction_state, batch_generation_state)
+           speculative_state, cache_strategies_state, eviction_state, batch_generation_state)
 # the model picker, presenter mode, the Memory bill and the Model lab (it builds its own model)
 APP_INPUTS = ("model_", "presenter", "bill_", "lab_")
 

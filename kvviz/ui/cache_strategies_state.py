@@ -12,7 +12,7 @@ import streamlit as st
 from kvviz.gqa import gqa_report
 from kvviz.strategies import StrategySpec, compare_strategies, comparison_table
 from kvviz.ui.common import current_model, drop
-from kvviz.viz.strategy_figures import strategy_color
+from kvviz.viz.cache_strategies_figures import strategy_color
 
 EXAMPLE_PROMPT = "ROMEO:\nBut soft, what light through yonder window breaks?"
 KEYS = frozenset({"lesson_strategies", "lesson_gqa", "strategies_error", "gqa_error"})
