@@ -19,7 +19,7 @@ from dataclasses import MISSING, asdict, fields, is_dataclass
 import numpy as np
 
 from kvviz.engine.records import StepRecord
-from kvviz.lesson import MAX_LESSON_TOKENS, MAX_TRIANGLE_TOKENS, Lesson, LessonSettings, StepTrace
+from kvviz.prefill_decode import MAX_LESSON_TOKENS, MAX_TRIANGLE_TOKENS, Lesson, LessonSettings, StepTrace
 
 LESSON_FORMAT = "kvviz-lesson/2"
 MAX_LESSON_BYTES = 20 * 2**20  # a 256-token lesson on the bundled model exports to a few MiB

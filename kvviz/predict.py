@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvviz.lesson import Lesson
+from kvviz.prefill_decode import Lesson
 
 QUESTION_KINDS = ("bytes_after_five", "blocks_after_next")
 

@@ -2,13 +2,13 @@
 
 import streamlit as st
 
-from kvviz.batch_job import UPLOAD_LIMITS, run_batch
+from kvviz.batch_generation import UPLOAD_LIMITS, run_batch
 from kvviz.engine.engine import Engine
 from kvviz.engine.scheduler import Scheduler
 from kvviz.throughput import DEFINITION, throughput_text
-from kvviz.ui import batch_state as bs
+from kvviz.ui import batch_generation_state as bs
 from kvviz.ui.common import current_model, show_code
-from kvviz.viz import batch_figures as figures
+from kvviz.viz import batch_generation_figures as figures
 
 st.title("Batch generation")
 info = current_model().describe()

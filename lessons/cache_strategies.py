@@ -4,10 +4,10 @@ import streamlit as st
 
 from kvviz.memory import format_bytes
 from kvviz.strategies import QuantizedKV, SlidingWindowKV, StaticKV, compare_strategies
-from kvviz.ui import eviction_state, strategy_state as ss
+from kvviz.ui import cache_strategies_state as ss, eviction_state
 from kvviz.ui.common import current_model, show_code
 from kvviz.gqa import mean_pool_heads
-from kvviz.viz import strategy_figures as figures
+from kvviz.viz import cache_strategies_figures as figures
 
 st.title("Cache strategies")
 st.markdown(

@@ -8,12 +8,12 @@ from kvviz.engine.block_pool import BlockPool
 from kvviz.engine.kv_manager import KVCacheManager
 from kvviz.engine.scheduler import Scheduler
 from kvviz.memory import format_bytes
-from kvviz.ui import paged_state as ps
+from kvviz.ui import paged_batching_state as ps
 from kvviz.ui.common import show_code
 from kvviz.ui.fork_view import fork_view
 from kvviz.ui.paging_note import paging_explained
 from kvviz.ui.swap_view import swap_view
-from kvviz.viz import paged_figures as figures
+from kvviz.viz import paged_batching_figures as figures
 
 st.title("Paged cache and batching")
 st.markdown(
@@ -61,7 +61,7 @@ buttons[0].button("Start", type="primary", on_click=ps.on_start, width="stretch"
 buttons[1].button("Step", on_click=ps.on_step, width="stretch", disabled=lesson is None or lesson.finished)
 buttons[2].button("Run to the end", on_click=ps.on_step, args=(500,), width="stretch",
                   disabled=lesson is None or lesson.finished)
-buttons[3].button("Reset", on_click=ps.on_reset, width="stretch", key="paged_reset")
+buttons[3].button("Reset", on_click=ps.reset, args=(st.session_state,), width="stretch", key="paged_reset")
 if "paged_error" in st.session_state:
     st.error(st.session_state["paged_error"])
 if lesson is None:

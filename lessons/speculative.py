@@ -6,7 +6,7 @@ import streamlit as st
 from kvviz.engine.engine import Engine
 from kvviz.engine.kv_manager import KVCacheManager
 from kvviz.engine.speculative import accept, propose_drafts
-from kvviz.speculative_lesson import DEFAULT_PROMPT
+from kvviz.speculative import DEFAULT_PROMPT
 from kvviz.ui import speculative_state as ss
 from kvviz.ui.common import show_code
 from kvviz.viz import speculative_figures as figures
@@ -36,7 +36,7 @@ buttons[1].button("Step", on_click=ss.on_step, width="stretch", key="spec_step",
                   disabled=lesson is None or lesson.finished)
 buttons[2].button("Run to the end", on_click=ss.on_step, args=(500,), width="stretch", key="spec_run",
                   disabled=lesson is None or lesson.finished)
-buttons[3].button("Reset", on_click=ss.on_reset, width="stretch", key="spec_reset")
+buttons[3].button("Reset", on_click=ss.reset, args=(st.session_state,), width="stretch", key="spec_reset")
 if "spec_error" in st.session_state:
     st.error(st.session_state["spec_error"])
 if lesson is None:

@@ -63,7 +63,7 @@ def test_the_budget_holds_and_a_closed_tab_frees_its_lesson(browser, app_url):
 
 
 def test_a_lesson_file_is_checked_once_at_upload(browser, app_url, bundled):
-    from kvviz.lesson import Lesson, LessonSettings
+    from kvviz.prefill_decode import Lesson, LessonSettings
     from kvviz.lesson_file import export_lesson
 
     run = Lesson.start(bundled, LessonSettings(prompt="JULIET:\nAy me", max_tokens=4))

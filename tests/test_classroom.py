@@ -8,7 +8,7 @@ from streamlit.testing.v1 import AppTest
 
 from conftest import ROOT, open_lesson
 from kvviz import predict
-from kvviz.lesson import Lesson, LessonSettings
+from kvviz.prefill_decode import Lesson, LessonSettings
 from kvviz.lesson_file import LESSON_FORMAT, LessonFileError, export_lesson, import_lesson
 
 
@@ -64,7 +64,7 @@ def test_export_then_replay_gives_the_same_records(lesson):
 
 def test_a_default_length_lesson_exports_small_and_replays_exactly(bundled):
     """Issue 12 item 7: 48 tokens used to export 69 MiB (every step's whole cache) and not replay."""
-    from kvviz.ui.lesson_state import DEFAULTS, EXAMPLE_PROMPTS
+    from kvviz.ui.prefill_decode_state import DEFAULTS, EXAMPLE_PROMPTS
 
     run = Lesson.start(bundled, LessonSettings(prompt=EXAMPLE_PROMPTS[0], max_tokens=DEFAULTS["lesson_max_tokens"]))
     run.prefill()
@@ -157,7 +157,7 @@ def test_two_sessions_do_not_see_each_other():
 
 
 def test_which_block_comes_next_is_answered_by_the_pool(bundled):
-    from kvviz.paged_lesson import PagedLesson, RequestSpec
+    from kvviz.paged_batching import PagedLesson, RequestSpec
 
     paged = PagedLesson.start(bundled, [RequestSpec("ROMEO:\nBut soft", 0, 20)], block_size=4,
                               num_blocks=16, enable_prefix_caching=True)

@@ -6,7 +6,7 @@ import shutil
 import pytest
 
 from kvviz import SamplingParams
-from kvviz.batch_job import MAX_JOB_TOKENS, MAX_UPLOAD_PROMPTS, BatchJobError, parse_upload, upload_workload
+from kvviz.batch_generation import MAX_JOB_TOKENS, MAX_UPLOAD_PROMPTS, BatchJobError, parse_upload, upload_workload
 from kvviz.cli import main, parse_prompts, write_atomically
 from kvviz.engine import Engine, EngineError
 from kvviz.models import BUNDLED_DIR, ModelLoadError, allowed_source, load_model

@@ -12,13 +12,13 @@ from streamlit.testing.v1 import AppTest
 
 from conftest import ROOT
 from kvviz import Engine
-from kvviz.batch_job import (MAX_UPLOAD_BYTES, BatchJobError, BatchSettings, BatchWorkload, parse_upload, run_batch,
+from kvviz.batch_generation import (MAX_UPLOAD_BYTES, BatchJobError, BatchSettings, BatchWorkload, parse_upload, run_batch,
                              synthetic_workload)
 from kvviz.memory import format_bytes
 from kvviz.strategies import compare_strategies
-from kvviz.ui.strategy_state import EXAMPLE_PROMPT, gqa_choices, group_sizes, lesson_specs
-from kvviz.viz.batch_figures import request_spans, rolling
-from kvviz.viz.strategy_figures import binary_ticks, divergence_html, one_two_five
+from kvviz.ui.cache_strategies_state import EXAMPLE_PROMPT, gqa_choices, group_sizes, lesson_specs
+from kvviz.viz.batch_generation_figures import request_spans, rolling
+from kvviz.viz.cache_strategies_figures import binary_ticks, divergence_html, one_two_five
 
 APP = ROOT / "app.py"
 

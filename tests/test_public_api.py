@@ -25,3 +25,11 @@ def test_old_adapter_name_still_works(bundled):
     from kvviz.strategies.run import unpack
 
     assert unpack(bundled) == model_parts(bundled)
+
+
+def test_old_lesson_module_name_still_works(bundled):
+    from kvviz.lesson import Lesson, LessonSettings
+    from kvviz.prefill_decode import Lesson as Current
+
+    lesson = Lesson.start(bundled, LessonSettings(prompt="ROMEO:", max_tokens=2))
+    assert Lesson is Current and lesson.prefill() is not None and lesson.records

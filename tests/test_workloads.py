@@ -5,7 +5,7 @@ import json
 import pytest
 
 from kvviz import bench, bench_cli, batch_job, cli
-from kvviz.batch_job import BatchSettings, run_batch
+from kvviz.batch_generation import BatchSettings, run_batch
 from kvviz.engine import EngineConfig, SamplingParams
 from kvviz.engine.config import DEFAULTS
 from kvviz.workloads import (Workload, WorkloadError, jsonl_lines, mixed_workload, parse_upload, request_sampling,

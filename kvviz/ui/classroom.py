@@ -6,6 +6,10 @@ import streamlit as st
 
 from kvviz import predict
 from kvviz.lesson_file import MAX_LESSON_BYTES, LessonFileError, export_lesson, import_lesson
+from kvviz.ui.common import drop
+
+KEYS = frozenset({"lesson_question_kind", "lesson_ask", "lesson_upload", "lesson_upload_error"})
+KEY_PREFIXES = ("lesson_guess_",)  # one guess widget per question asked
 
 
 def sync_query_params(prompt: str, step: int | None) -> None:
@@ -74,3 +78,8 @@ def _on_upload() -> None:
     st.session_state["lesson_view_step"] = 0
     st.session_state["lesson_questions"] = []
     st.session_state.pop("lesson_error", None)
+
+
+def reset(state) -> None:
+    """Forget this lesson's run when another model loads: it belongs to the model it ran on."""
+    drop(state, KEYS, KEY_PREFIXES)

@@ -35,8 +35,9 @@ def _load_requested_model() -> None:
         return
     st.session_state["model_source"] = wanted
     st.session_state.pop("model_error", None)
-    for key in [k for k in st.session_state if k.startswith("lesson")]:
-        del st.session_state[key]  # lessons belong to the model they ran on
+    from kvviz.ui import state  # here: every lesson's state module imports this one
+
+    state.reset_lessons(st.session_state)  # lessons belong to the model they ran on
 
 
 def model_sidebar() -> None:
@@ -51,6 +52,12 @@ def model_sidebar() -> None:
         st.caption(f"**{info['name']}** · {info['parameters'] / 1e6:.1f}M parameters · {info['layers']} layers · "
                    f"{info['heads']} query heads / {info['kv_heads']} KV heads · head size {info['head_dim']} · "
                    f"context {info['max_context']} · {info['dtype']} on {info['device']}")
+
+
+def drop(state, keys, prefixes: tuple[str, ...] = ()) -> None:
+    """Delete `keys`, and keys starting with one of `prefixes`, from a session state (or a dict)."""
+    for key in [k for k in state if k in keys or k.startswith(prefixes)]:
+        del state[key]
 
 
 def plain(text: str) -> str:

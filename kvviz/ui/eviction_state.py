@@ -11,24 +11,26 @@ import streamlit as st
 from kvviz.strategies.eviction import eviction_lab, eviction_table
 from kvviz.strategies.heavy_hitters import HeavyHitterKV
 from kvviz.strategies.sinks import SinkWindowKV
-from kvviz.ui import strategy_state
-from kvviz.ui.common import current_model, show_code
+from kvviz.ui import cache_strategies_state
+from kvviz.ui.common import current_model, drop, show_code
 from kvviz.viz import eviction_figures as figures
-from kvviz.viz.strategy_figures import divergence_html
+from kvviz.viz.cache_strategies_figures import divergence_html
 
 DEFAULTS = {"eviction_budget": 16, "eviction_sinks": 4}
+KEYS = frozenset({"lesson_eviction", "eviction_error"})
+INPUTS = ("eviction_",)
 
 
 def on_run() -> None:
     """Run the lab; a bad setting leaves one sentence and the previous result."""
     st.session_state.pop("eviction_error", None)
     lm = current_model()
-    prompt = str(strategy_state.setting("strategies_prompt"))
+    prompt = str(cache_strategies_state.setting("strategies_prompt"))
     if not prompt.strip():
         st.session_state["eviction_error"] = "The prompt is empty; type some text to start from."
         return
     try:
-        lab = eviction_lab(lm, prompt, int(strategy_state.setting("strategies_max_tokens")),
+        lab = eviction_lab(lm, prompt, int(cache_strategies_state.setting("strategies_max_tokens")),
                            int(st.session_state.get("eviction_budget", DEFAULTS["eviction_budget"])),
                            int(st.session_state.get("eviction_sinks", DEFAULTS["eviction_sinks"])))
     except ValueError as error:
@@ -89,3 +91,8 @@ def render() -> None:
                "tokens as well? Nothing tells them to; only the attention those tokens receive.")
     show_code(SinkWindowKV.choose, HeavyHitterKV.observe, HeavyHitterKV.choose,
               caption="How each policy picks the tokens it keeps.")
+
+
+def reset(state) -> None:
+    """Forget this lesson's run when another model loads: it belongs to the model it ran on."""
+    drop(state, KEYS)

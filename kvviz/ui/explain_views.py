@@ -10,9 +10,13 @@ import numpy as np
 import streamlit as st
 
 from kvviz import explain, roofline
-from kvviz.lesson import MAX_TRIANGLE_TOKENS
+from kvviz.prefill_decode import MAX_TRIANGLE_TOKENS
 from kvviz.memory import PRESETS, ModelShape, format_bytes
+from kvviz.ui.common import drop
 from kvviz.viz import explain_figures as figures
+
+KEYS = frozenset({"lesson_inside_layer", "lesson_inside_head", "lesson_roofline_device", "lesson_roofline_batch",
+                  "lesson_roofline_model", "lesson_roofline_context"})  # layer and head choices fit one model
 
 MACHINE = "this machine (measured)"
 
@@ -197,3 +201,8 @@ def measured_against_bound() -> None:
                f"step) against the roofline's least time on this machine. At {contexts[-1]:,} tokens the step "
                f"takes {ratio:.1f}× the bound: the rest is framework and kernel overhead, which a small model on "
                "a CPU pays in full and a large model on a GPU hides.")
+
+
+def reset(state) -> None:
+    """Forget this lesson's run when another model loads: it belongs to the model it ran on."""
+    drop(state, KEYS)

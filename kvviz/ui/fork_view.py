@@ -9,10 +9,13 @@ from kvviz import fork_lesson
 from kvviz.engine import EngineError
 from kvviz.engine.kv_manager import KVCacheManager
 from kvviz.memory import format_bytes
-from kvviz.ui.common import current_model, show_code
-from kvviz.viz import fork_figures, paged_figures
+from kvviz.ui.common import current_model, drop, show_code
+from kvviz.viz import fork_figures, paged_batching_figures
 
 DEFAULT_PROMPT = "JULIET:\nO Romeo, Romeo, wherefore art thou Romeo?"  # 13 tokens: a partly filled last block
+
+KEYS = frozenset({"lesson_fork", "fork_error", "fork_view_step"})
+INPUTS = ("fork_",)
 
 
 def _on_fork() -> None:
@@ -67,12 +70,12 @@ def fork_view() -> None:
     left, right = st.columns([3, 2])
     with left:
         if facts["blocks_now"]:
-            st.plotly_chart(paged_figures.block_tables(record, run.labels, run.block_size), width="stretch",
+            st.plotly_chart(paged_batching_figures.block_tables(record, run.labels, run.block_size), width="stretch",
                             key="fork_tables")
         else:
             st.info(f"Every sample finished at step {step}: their blocks went back to the pool "
                     "(green: free, but their prefix stays cached).")
-        st.plotly_chart(paged_figures.pool_grid(run.pool_blocks(step), run.short_labels), width="stretch",
+        st.plotly_chart(paged_batching_figures.pool_grid(run.pool_blocks(step), run.short_labels), width="stretch",
                         key="fork_pool")
     with right:
         held = [fork_lesson.blocks_held(run, s) for s in range(last + 1)]
@@ -84,3 +87,8 @@ def fork_view() -> None:
     st.table(pd.DataFrame({"sample": list(run.labels.values()), "text": run.texts}).set_index("sample"))
     show_code(KVCacheManager.fork, KVCacheManager._copy_on_write,
               caption="The KV manager shares the parent's blocks, and copies one before a sample writes into it.")
+
+
+def reset(state) -> None:
+    """Forget this lesson's run when another model loads: it belongs to the model it ran on."""
+    drop(state, KEYS)

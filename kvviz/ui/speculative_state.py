@@ -7,11 +7,13 @@ import html
 import streamlit as st
 
 from kvviz.engine import EngineError
-from kvviz.speculative_lesson import DEFAULT_PROMPT, DraftStep, SpeculativeLesson
-from kvviz.ui.common import current_model
+from kvviz.speculative import DEFAULT_PROMPT, DraftStep, SpeculativeLesson
+from kvviz.ui.common import current_model, drop
 from kvviz.viz.speculative_figures import ACCEPTED, MODEL, REJECTED
 
-KEY = "lesson_speculative"  # "lesson…" keys are dropped when another model loads
+KEY = "lesson_speculative"
+KEYS = frozenset({KEY, "spec_view", "spec_view_step", "spec_error"})  # reset() drops them when another model loads
+INPUTS = ("spec_",)  # the other spec_* widgets stay
 
 
 def lesson() -> SpeculativeLesson | None:
@@ -49,9 +51,9 @@ def on_look_back() -> None:
     st.session_state["spec_view"] = st.session_state["spec_view_step"]
 
 
-def on_reset() -> None:
-    for key in (KEY, "spec_view", "spec_view_step", "spec_error"):
-        st.session_state.pop(key, None)
+def reset(state) -> None:
+    """Forget this lesson's run when another model loads: it belongs to the model it ran on."""
+    drop(state, KEYS)
 
 
 def _chip(text: str, color: str, title: str, struck: bool = False) -> str:

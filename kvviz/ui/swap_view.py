@@ -9,8 +9,11 @@ from kvviz import swap_lesson
 from kvviz.engine import EngineError
 from kvviz.engine.kv_manager import KVCacheManager
 from kvviz.memory import format_bytes
-from kvviz.ui.common import current_model, show_code
-from kvviz.ui.paged_state import request_specs
+from kvviz.ui.common import current_model, drop, show_code
+from kvviz.ui.paged_batching_state import request_specs
+
+KEYS = frozenset({"lesson_swap", "swap_error"})
+INPUTS = ("swap_",)
 
 
 def _on_compare() -> None:
@@ -77,3 +80,8 @@ def swap_view() -> None:
                                for e in events]).set_index("step"))
     show_code(KVCacheManager.swap_out, KVCacheManager.swap_in,
               caption="The KV manager moves a victim's blocks to the swap space and back.")
+
+
+def reset(state) -> None:
+    """Forget this lesson's run when another model loads: it belongs to the model it ran on."""
+    drop(state, KEYS)

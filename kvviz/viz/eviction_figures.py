@@ -13,7 +13,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from kvviz.viz.colors import FONT, PHASE
-from kvviz.viz.strategy_figures import STRATEGY
+from kvviz.viz.cache_strategies_figures import STRATEGY
 
 POLICY = {"full": STRATEGY["dynamic"], "sliding_window": STRATEGY["sliding_window"], "sinks": "#E68310",
           "heavy_hitters": "#CF1C90"}

@@ -5,9 +5,11 @@ from __future__ import annotations
 import streamlit as st
 
 from kvviz.engine import EngineError
-from kvviz.paged_lesson import DEFAULT_REQUESTS, PagedLesson, RequestSpec
-from kvviz.ui.common import current_model
+from kvviz.paged_batching import DEFAULT_REQUESTS, PagedLesson, RequestSpec
+from kvviz.ui.common import current_model, drop
 
+KEYS = frozenset({"lesson_paged", "paged_view_step", "paged_error", "paged_questions", "paged_question_request"})
+INPUTS = ("paged_",)  # the other paged_* widgets stay when another model loads
 DEFAULT_TABLE = [{"prompt": p, "arrives at step": a, "max tokens": m} for p, a, m in DEFAULT_REQUESTS]
 
 
@@ -53,6 +55,6 @@ def on_step(count: int = 1) -> None:
     st.session_state["paged_view_step"] = len(lesson.records) - 1
 
 
-def on_reset() -> None:
-    for key in ("lesson_paged", "paged_view_step", "paged_error", "paged_questions"):
-        st.session_state.pop(key, None)
+def reset(state) -> None:
+    """Forget this lesson's run when another model loads: it belongs to the model it ran on."""
+    drop(state, KEYS)

@@ -13,16 +13,19 @@ from dataclasses import replace
 
 import streamlit as st
 
-from kvviz.batch_job import BatchResult, BatchSettings, compare_with_transformers, live_summary, run_batch
+from kvviz.batch_generation import BatchResult, BatchSettings, compare_with_transformers, live_summary, run_batch
 from kvviz.engine import EngineConfig, SamplingParams
-from kvviz.ui.common import current_model
-from kvviz.viz import batch_figures as figures
+from kvviz.ui.common import current_model, drop
+from kvviz.viz import batch_generation_figures as figures
 from kvviz.workloads import Workload, WorkloadError, synthetic_workload, upload_workload
 
 SYNTHETIC, UPLOAD = "Synthetic workload", "Upload a file"
 # the engine's own defaults, but a small running set and token budget, so a class sees requests wait
 PAGE_ENGINE = EngineConfig(max_num_seqs=16, max_num_batched_tokens=256)
 PAGE_SAMPLING = SamplingParams(temperature=0.8, top_k=40, top_p=0.95, seed=0, ignore_eos=True)  # when not greedy
+KEYS = frozenset({"lesson_batch", "lesson_batch_compare", "lesson_batch_vllm", "batch_error", "batch_compare_error",
+                  "batch_vllm_error", "batch_upload_parsed"})  # the upload is parsed with the model's tokenizer
+INPUTS = ("batch_",)
 DEFAULTS = {"batch_source": SYNTHETIC, "batch_count": 16, "batch_prompt_len": (8, 32), "batch_output_len": (16, 32),
             "batch_prefix": 32, "batch_seed": PAGE_SAMPLING.seed, "batch_greedy": True,
             "batch_temperature": PAGE_SAMPLING.temperature, "batch_top_k": PAGE_SAMPLING.top_k,
@@ -188,3 +191,8 @@ def on_vllm() -> None:
     _on_last_batch(lambda done: batch_on_vllm(current_model(), done.workload, done.settings,
                                               [o.token_ids for o in done.outputs]),
                    "lesson_batch_vllm", "batch_vllm_error", "Run the batch first; vLLM runs its prompts.")
+
+
+def reset(state) -> None:
+    """Forget this lesson's run when another model loads: it belongs to the model it ran on."""
+    drop(state, KEYS)

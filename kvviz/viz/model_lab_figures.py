@@ -1,4 +1,4 @@
-"""Figures for the "Model lab": pure functions from kvviz.lab's measurements to go.Figure.
+"""Figures for the "Model lab": pure functions from kvviz.model_lab's measurements to go.Figure.
 
 With the cache is orange and without it purple, as in the first lesson's "Work saved" plot.
 """
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from kvviz.lab import DecodeTiming
+from kvviz.model_lab import DecodeTiming
 from kvviz.memory import format_bytes
 from kvviz.viz.colors import PHASE
 from kvviz.viz.memory_figures import layout

@@ -42,7 +42,7 @@ def rolling(values: list[float], times: list[float], width_s: float = 0.5) -> li
 def timeline(series, num_blocks: int, num_requests: int) -> go.Figure:
     """Over time: tokens/s; running and waiting requests; blocks in use with preemptions and prefix hits.
 
-    series: kvviz.batch_job.StepPoint list (possibly of a run still going).
+    series: kvviz.batch_generation.StepPoint list (possibly of a run still going).
     """
     fig = make_subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.09, subplot_titles=(
         "Generated tokens per second", "Requests: running (blue) and waiting (grey), stacked",

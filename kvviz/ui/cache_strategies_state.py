@@ -1,7 +1,7 @@
 """Session state and button callbacks of the "Cache strategies" lesson.
 
-Results live in st.session_state under "lesson_strategies" and "lesson_gqa" (so that loading
-another model clears them, as it clears every lesson); widgets under "strategies_*". Nothing
+Results and errors live in st.session_state under KEYS (reset() clears them when another model
+loads); widgets under "strategies_*", which stay. Nothing
 runs on a widget change, only on the buttons: a comparison runs the model about 15 times.
 """
 
@@ -11,10 +11,12 @@ import streamlit as st
 
 from kvviz.gqa import gqa_report
 from kvviz.strategies import StrategySpec, compare_strategies, comparison_table
-from kvviz.ui.common import current_model
-from kvviz.viz.strategy_figures import strategy_color
+from kvviz.ui.common import current_model, drop
+from kvviz.viz.cache_strategies_figures import strategy_color
 
 EXAMPLE_PROMPT = "ROMEO:\nBut soft, what light through yonder window breaks?"
+KEYS = frozenset({"lesson_strategies", "lesson_gqa", "strategies_error", "gqa_error"})
+INPUTS = ("strategies_",)
 DEFAULTS = {"strategies_prompt": EXAMPLE_PROMPT, "strategies_max_tokens": 32, "strategies_window": 24,
             "strategies_group_size": 32, "strategies_residual": 0}
 
@@ -87,3 +89,8 @@ def on_gqa() -> None:
         st.session_state["gqa_error"] = str(error)
         return
     st.session_state["lesson_gqa"] = report
+
+
+def reset(state) -> None:
+    """Forget this lesson's run when another model loads: it belongs to the model it ran on."""
+    drop(state, KEYS)

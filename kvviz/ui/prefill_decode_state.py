@@ -1,7 +1,8 @@
 """Session state and button callbacks of the "Prefill and decode" lesson.
 
-Everything lives in st.session_state under "lesson*" keys, so each browser session keeps its
-own engine and records; the model itself is shared read-only.
+Everything lives in st.session_state under the keys in KEYS, so each browser session keeps its
+own engine and records; the model itself is shared read-only. reset() clears them all when
+another model loads (the inputs too: their defaults and the layer choices fit the old model).
 """
 
 from __future__ import annotations
@@ -11,9 +12,9 @@ import time
 import streamlit as st
 
 from kvviz.engine import EngineError
-from kvviz.lesson import MAX_LESSON_TOKENS, Lesson, LessonSettings
+from kvviz.prefill_decode import MAX_LESSON_TOKENS, Lesson, LessonSettings
 from kvviz.ui import live_lessons
-from kvviz.ui.common import current_model
+from kvviz.ui.common import current_model, drop
 
 EXAMPLE_PROMPTS = [
     "ROMEO:\nBut soft, what light through yonder window breaks?",
@@ -26,6 +27,10 @@ EXAMPLE_PROMPTS = [
 DEFAULTS = {"lesson_prompt": EXAMPLE_PROMPTS[0], "lesson_example": EXAMPLE_PROMPTS[0],
             "lesson_max_tokens": 48, "lesson_greedy": True,
             "lesson_temperature": 0.8, "lesson_top_k": 40, "lesson_top_p": 0.95, "lesson_seed": 0}
+KEYS = frozenset(DEFAULTS) | {  # the run, the player, the views' choices and the link's one reading
+    "lesson", "lesson_view_step", "lesson_playing", "lesson_error", "lesson_questions", "lesson_last_tick",
+    "lesson_ticker_inline", "lesson_query_done", "lesson_speed", "lesson_view", "lesson_kv_layer",
+    "lesson_kv_head", "lesson_attention_layer"}
 
 
 def set_defaults() -> None:
@@ -104,6 +109,11 @@ def view_step(last_step: int, playing: bool) -> int:
 def on_reset() -> None:
     for key in ("lesson", "lesson_view_step", "lesson_playing", "lesson_error", "lesson_questions"):
         st.session_state.pop(key, None)
+
+
+def reset(state) -> None:
+    """Forget this lesson's run when another model loads: it belongs to the model it ran on."""
+    drop(state, KEYS)
 
 
 def restore_from_query() -> None:

@@ -1,0 +1,206 @@
+"""The first lesson's logic: one request, prefill then decode, with a no-cache twin beside it.
+
+A `Lesson` runs the real engine one step at a time and keeps every StepRecord, so any earlier
+step can be looked at again. A second engine without a cache runs the same request, so the
+lesson can show the work the cache saves and that caching changes no logit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from kvviz.engine import Engine, EngineError, SamplingParams, StepRecord
+from kvviz.engine.config import DEFAULTS
+from kvviz.engine.records import TraceRecord
+from kvviz.memory import bill_breakdown
+from kvviz.models import summary_shape
+
+MAX_LESSON_TOKENS = 256  # the longest lesson a page, a link or a file may ask for
+MAX_TRIANGLE_TOKENS = 128  # prompts up to this long keep the prefill's whole attention matrix
+
+
+@dataclass
+class LessonSettings:
+    prompt: str
+    max_tokens: int = 64
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int | None = 0
+    block_size: int = DEFAULTS.block_size
+
+    def sampling(self) -> SamplingParams:
+        return SamplingParams(max_tokens=self.max_tokens, temperature=self.temperature, top_k=self.top_k,
+                              top_p=self.top_p, seed=self.seed, ignore_eos=True)
+
+
+@dataclass
+class StepTrace:
+    """What one step added to the traced request, kept compact: the history is rebuilt on demand."""
+
+    new_keys: np.ndarray  # (layers, new_tokens, kv_heads, head_dim): rows written this step
+    new_values: np.ndarray  # (layers, new_tokens, kv_heads, head_dim)
+    attention: np.ndarray  # (layers, heads, tokens): the newest token's attention weights
+    changed_rows: int  # earlier positions whose K or V differ from the step before (0: the cache works)
+    logit_difference: float | None  # largest |logit with cache - logit without| at this step
+    prompt_attention: np.ndarray | None = None  # (layers, heads, T, T): the prefill's causal triangle
+
+
+@dataclass
+class Lesson:
+    """One request stepped through the cached engine and its no-cache twin."""
+
+    settings: LessonSettings
+    model_info: dict
+    records: list[StepRecord] = field(default_factory=list)
+    twin_records: list[StepRecord] = field(default_factory=list)
+    prompt_token_ids: list[int] = field(default_factory=list)
+    token_texts: list[str] = field(default_factory=list)  # every token so far, as text
+    traces: list[StepTrace] = field(default_factory=list)
+    engine: Engine | None = None
+    twin: Engine | None = None
+    tokenizer: object | None = None
+    replay: bool = False  # loaded from a file: no model, steps come from the records
+    replay_position: int = 0  # in a replay, the last step revealed so far
+    released: bool = False  # freed after its session ended
+
+    @classmethod
+    def start(cls, lm, settings: LessonSettings) -> "Lesson":
+        """Check the prompt and build the engines; nothing runs until `prefill`."""
+        if not 1 <= settings.max_tokens <= MAX_LESSON_TOKENS:
+            raise EngineError(f"A lesson generates 1 to {MAX_LESSON_TOKENS} tokens, not {settings.max_tokens}.")
+        twin = Engine(lm, use_cache=False, max_num_seqs=1, max_num_batched_tokens=lm.max_context)
+        prompt_ids = twin.check_request(settings.prompt, settings.sampling())
+        # the pool holds what this lesson can use, not the model's whole context
+        most_tokens = min(len(prompt_ids) + settings.max_tokens, lm.max_context)
+        engine = Engine(lm, block_size=settings.block_size, max_num_seqs=1,
+                        num_blocks=-(-most_tokens // settings.block_size))
+        engine.check_request(prompt_ids, settings.sampling())
+        lesson = cls(settings, lm.describe(), engine=engine, twin=twin, tokenizer=lm.tokenizer)
+        lesson.prompt_token_ids = prompt_ids
+        lesson.token_texts = [lesson.token_text(t) for t in prompt_ids]
+        return lesson
+
+    def token_text(self, token_id: int) -> str:
+        if self.tokenizer is None:
+            return f"#{token_id}"
+        return self.tokenizer.decode([token_id])
+
+    # ---- stepping ------------------------------------------------------------------------
+    @property
+    def started(self) -> bool:
+        return bool(self.records)
+
+    @property
+    def finished(self) -> bool:
+        if self.replay:
+            return self.replay_position >= len(self.records) - 1
+        return self.started and not self.engine.has_unfinished()
+
+    @property
+    def visible_records(self) -> list[StepRecord]:
+        """The steps revealed so far (a replay reveals its recorded steps one at a time)."""
+        return self.records[:self.replay_position + 1] if self.replay else self.records
+
+    def prefill(self) -> StepRecord:
+        assert not self.started, "prefill runs once; reset the lesson to start again"
+        params = self.settings.sampling()
+        self.engine.add_request(self.prompt_token_ids, params, trace=True)
+        self.twin.add_request(self.prompt_token_ids, params, trace=True)
+        return self._step()
+
+    def next_token(self) -> StepRecord | None:
+        if self.replay:
+            if self.finished:
+                return None
+            self.replay_position += 1
+            return self.records[self.replay_position]
+        if not self.started:
+            return self.prefill()
+        if self.finished:
+            return None
+        return self._step()
+
+    def _step(self) -> StepRecord:
+        record, twin_record = self.engine.step(), self.twin.step()
+        self.traces.append(self._compact(record.trace, twin_record.trace))
+        record.trace = twin_record.trace = None  # the full read-back grows with every step
+        self.records.append(record)
+        self.twin_records.append(twin_record)
+        for _, token in record.sampled:
+            self.token_texts.append(self.token_text(token))
+        return record
+
+    def _compact(self, cached: TraceRecord, fresh: TraceRecord) -> StepTrace:
+        """Keep only this step's new K/V rows; check the older rows against what was kept."""
+        before = self.num_tokens_at(len(self.traces) - 1) if self.traces else 0
+        changed = 0
+        if before:
+            old = self.trace(len(self.traces) - 1)
+            moved = np.maximum(np.abs(cached.keys[:, :before] - old.keys).max(axis=(0, 2, 3)),
+                               np.abs(cached.values[:, :before] - old.values).max(axis=(0, 2, 3)))  # (tokens,)
+            changed = int((moved > 0).sum())
+        difference = None
+        if cached.logits is not None and fresh.logits is not None:
+            difference = float(np.abs(cached.logits - fresh.logits).max())
+        triangle = None  # kept for prompts short enough that it stays small (T^2 per head and layer)
+        if not before and cached.prompt_attention is not None and cached.keys.shape[1] <= MAX_TRIANGLE_TOKENS:
+            triangle = cached.prompt_attention.copy()
+        return StepTrace(cached.keys[:, before:].copy(), cached.values[:, before:].copy(),
+                         cached.attention.copy(), changed, difference, triangle)
+
+    def release(self) -> None:
+        """Drop the engines and traces (the session that owned this lesson has ended)."""
+        self.engine = self.twin = None
+        self.traces.clear()
+        self.records.clear()
+        self.twin_records.clear()
+        self.released = True
+
+    # ---- what the views show -------------------------------------------------------------
+    def num_tokens_at(self, step: int) -> int:
+        """Tokens in the cache after `step` (0 is prefill)."""
+        return sum(t.new_keys.shape[1] for t in self.traces[:step + 1])
+
+    def trace(self, step: int) -> TraceRecord:
+        """The traced request after `step`: every cached K/V row so far and this step's attention."""
+        kept = self.traces[:step + 1]
+        return TraceRecord(request_id=0,
+                           keys=np.concatenate([t.new_keys for t in kept], axis=1),  # (layers, tokens, kv, hd)
+                           values=np.concatenate([t.new_values for t in kept], axis=1),
+                           attention=kept[-1].attention, logits=None)
+
+    def entered_step(self, step: int) -> list[int]:
+        """For each token position after `step`: the step at which it entered the cache."""
+        prompt = len(self.prompt_token_ids)
+        return [0] * prompt + list(range(1, step + 1))
+
+    def logit_difference(self, step: int) -> float | None:
+        """Largest |logit with cache - logit without| at `step`: the proof caching changes nothing."""
+        return self.traces[step].logit_difference
+
+    def work(self) -> list[dict]:
+        """Per step: tokens run through the model, with and without the cache (counts, not times)."""
+        rows, with_total, without_total = [], 0, 0
+        for step, (cached, fresh) in enumerate(zip(self.visible_records, self.twin_records)):
+            with_total += cached.num_tokens_run
+            without_total += fresh.num_tokens_run
+            rows.append({"step": step, "with_cache_tokens": cached.num_tokens_run,
+                         "without_cache_tokens": fresh.num_tokens_run,
+                         "with_cache_total": with_total, "without_cache_total": without_total,
+                         "max_logit_difference": self.logit_difference(step)})
+        return rows
+
+    def bill(self, step: int, dtype_bytes: int) -> dict:
+        """The formula for this request's tokens beside the bytes the engine's blocks hold."""
+        record = self.records[step]
+        shape = summary_shape(self.model_info)  # a replayed lesson has the summary, not the model
+        tokens = self.num_tokens_at(step)
+        lines = bill_breakdown(shape, tokens=tokens, batch=1, dtype_bytes=dtype_bytes)
+        return {"tokens": tokens, "formula": [line.formula for line in lines],
+                "formula_bytes": sum(line.num_bytes for line in lines),
+                "token_bytes": record.memory.token_bytes, "block_bytes": record.memory.used_block_bytes,
+                "slack_bytes": record.memory.slack_bytes, "pool_bytes": record.memory.allocated_bytes,
+                "bytes_per_token": record.memory.bytes_per_token}
