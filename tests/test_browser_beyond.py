@@ -17,9 +17,9 @@ from test_browser_presenter import CUT_TEXT_JS
 from kvviz import fork_lesson, swap_lesson
 from kvviz.memory import format_bytes
 from kvviz.models import load_model
-from kvviz.speculative_lesson import DEFAULT_PROMPT as SPEC_PROMPT, SpeculativeLesson
+from kvviz.speculative import DEFAULT_PROMPT as SPEC_PROMPT, SpeculativeLesson
 from kvviz.ui.fork_view import DEFAULT_PROMPT as FORK_PROMPT
-from kvviz.ui.paged_state import DEFAULT_TABLE
+from kvviz.ui.paged_batching_state import DEFAULT_TABLE
 
 pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
                                 reason="Debian's chromium is not installed (.ci/run installs it)")
