@@ -36,3 +36,41 @@ def test_model_generate_beside_the_engine_is_unchanged():
     after = model.generate(prompt, max_new_tokens=6, do_sample=False)
     assert torch.equal(before, after)
     assert outs[0].token_ids == before[0, 4:].tolist()
+
+
+def test_every_linear_turned_with_two_threads_gives_the_same_sums():
+    model = tiny_model("llama")
+    Engine(model)
+    layers = [m for m in model.modules() if type(m) is torch.nn.Linear]
+    assert len(layers) > 2 and all("forward" in vars(m) for m in layers)
+    proj = model.model.layers[0].mlp.down_proj
+    assert vars(proj)["forward"].__func__ is runner.linear_for_steps
+    x = torch.randn(7, proj.in_features)
+    threads = torch.get_num_threads()
+    token = runner._IN_ENGINE_FORWARD.set(True)
+    try:
+        torch.set_num_threads(2)
+        two = proj(x)
+        torch.set_num_threads(1)
+        one, plain_one = proj(x), F.linear(x, proj.weight, proj.bias)
+    finally:
+        torch.set_num_threads(threads)
+        runner._IN_ENGINE_FORWARD.reset(token)
+    plain = F.linear(x, proj.weight, proj.bias)
+    torch.testing.assert_close(two, plain, rtol=1e-5, atol=1e-5)
+    assert torch.equal(one, plain_one)  # one thread: F.linear itself
+
+
+def test_engine_outputs_equal_with_one_thread_and_two():
+    model = tiny_model("llama")
+    prompts = [[5, 9, 2, 7], [3, 1, 4, 1, 5, 9, 2, 6]]
+    params = SamplingParams(max_tokens=8, ignore_eos=True)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = [o.token_ids for o in Engine(model).generate(prompts, params)]
+        torch.set_num_threads(2)
+        two = [o.token_ids for o in Engine(model).generate(prompts, params)]
+    finally:
+        torch.set_num_threads(threads)
+    assert one == two
