@@ -63,7 +63,7 @@ def cmd_generate(args) -> int:
     check_output_path(Path(args.out))
     lm = load_model(args.model, device=args.device, dtype=args.dtype)
     engine = Engine(lm, engine_config(args))
-    # with --seed, prompt i samples with seed + i: reproducible, and not every prompt alike
+    # with --seed, prompt i samples with seed + i*n: reproducible, no two samples alike
     params = [request_sampling(sampling_params(args), i) for i in range(len(prompts))]
     bar = tqdm(total=len(prompts), unit="req", desc=f"{lm.name} on {lm.device}", file=sys.stderr)
 

@@ -145,7 +145,7 @@ def eos_token_ids(folder: str) -> list[int]:
 
 
 def sampling(args, num_prompts: int, stop_ids: list[int]) -> list[dict]:
-    """kvviz's sampling flags as vLLM SamplingParams fields; with --seed, prompt i uses seed + i."""
+    """kvviz's sampling flags as vLLM SamplingParams fields; with --seed, prompt i uses seed + i (n is refused with vLLM)."""
     from kvviz.cli import sampling_params
     from kvviz.workloads import request_sampling
 

@@ -218,9 +218,11 @@ def upload_workload(tokenizer, name: str, data: bytes, output_len: tuple[int, in
 
 # ---- sampling and outputs ----------------------------------------------------------------
 def request_sampling(params: SamplingParams, request_index: int, max_tokens: int | None = None) -> SamplingParams:
-    """Request i's sampling in a job: `params` with seed + i (equal prompts need not give equal
-    samples, and a rerun gives the same ones), and its own max_tokens when given."""
-    seed = None if params.seed is None else params.seed + request_index
+    """Request i's sampling in a job: `params` with seed + i * n (equal prompts need not give equal
+    samples, and a rerun gives the same ones), and its own max_tokens when given. With n samples a
+    request, sample j draws with its request's seed + j, so request i owns seeds seed + i*n to
+    seed + i*n + n - 1 and no two samples of a job share one."""
+    seed = None if params.seed is None else params.seed + request_index * params.n
     return replace(params, seed=seed, max_tokens=params.max_tokens if max_tokens is None else max_tokens)
 
 

@@ -56,3 +56,10 @@ def test_old_names_still_work_for_one_release():
     assert bench.Workload is Workload and bench.mixed_workload is mixed_workload
     with pytest.raises(WorkloadError, match="not a .txt or .jsonl"):
         parse_upload("prompts.csv", b"a,b")
+
+
+def test_no_two_samples_of_a_seeded_job_share_a_seed():
+    base = SamplingParams(temperature=0.8, seed=10, n=3)
+    seeds = [request_sampling(base, i).seed + j for i in range(4) for j in range(base.n)]
+    assert seeds == list(range(10, 22))  # request i owns 10 + 3i .. 10 + 3i + 2
+    assert request_sampling(SamplingParams(seed=10), 2).seed == 12  # n=1: seed + i, as before
