@@ -52,16 +52,23 @@ def predict_panel(lesson) -> None:
 
 
 def export_and_replay(lesson) -> None:
+    export = (lambda: export_lesson(lesson)) if lesson is not None and lesson.started else None
+    file_buttons(export, "kvviz-lesson.json", "lesson_upload", _on_upload)
+
+
+def file_buttons(export, file_name: str, upload_key: str, on_upload) -> None:
+    """Export (when `export`, a function giving the JSON, is not None) and replay buttons; a refused
+    upload's sentence, left under `upload_key` + "_error" by `on_upload`, shows once."""
     a, b = st.columns(2)
-    if lesson is not None and lesson.started:
-        a.download_button("Export lesson (JSON)", lambda: export_lesson(lesson), file_name="kvviz-lesson.json",
-                          mime="application/json", width="stretch")
-    b.file_uploader("Replay a lesson file", type=["json"], key="lesson_upload", on_change=_on_upload,
+    if export is not None:
+        a.download_button("Export lesson (JSON)", export, file_name=file_name, mime="application/json",
+                          width="stretch")
+    b.file_uploader("Replay a lesson file", type=["json"], key=upload_key, on_change=on_upload,
                     max_upload_size=MAX_LESSON_BYTES // 2**20,
                     help=f"Replays every view from the recorded steps, with no model. Files up to "
                          f"{MAX_LESSON_BYTES // 2**20} MiB.")
-    if "lesson_upload_error" in st.session_state:  # shown once: the next action clears it
-        b.error(st.session_state.pop("lesson_upload_error"))
+    if upload_key + "_error" in st.session_state:  # shown once: the next action clears it
+        b.error(st.session_state.pop(upload_key + "_error"))
 
 
 def _on_upload() -> None:
