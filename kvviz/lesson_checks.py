@@ -15,6 +15,8 @@ import types
 import typing
 from dataclasses import MISSING, fields, is_dataclass
 
+from kvviz.engine.records import StepRecord
+
 LESSON_FORMAT = "kvviz-lesson/2"
 MAX_LESSON_BYTES = 20 * 2**20  # a 256-token lesson on the bundled model exports to a few MiB
 LESSON_PAGES = {"prefill_decode": "Prefill and decode", "paged_batching": "Paged cache and batching",
@@ -125,6 +127,35 @@ def check_keys(value: dict, where: str, allowed: set, required: set | None = Non
     missing = sorted((allowed if required is None else required) - set(value))
     if missing:
         raise FieldError(f"{where}.{missing[0]}".lstrip("."), "is missing")
+
+
+def settings_numbers(value, limits: dict[str, int], others: set[str], where: str = "settings") -> tuple[dict, dict]:
+    """An object holding exactly `limits`' names (whole numbers from 1 up to each limit) and `others`:
+    the checked numbers, and the object for the caller to check `others` in."""
+    value = typed(value, dict, where)
+    check_keys(value, where, set(limits) | others)
+    numbers = {name: check_range(typed(value[name], int, f"{where}.{name}"), 1, most, f"{where}.{name}")
+               for name, most in limits.items()}
+    return numbers, value
+
+
+def step_records(value, most: int, where: str) -> list[StepRecord]:
+    """From 1 to `most` step records, each built from exactly its fields, none with a trace."""
+    steps = bounded_list(value, most, where)
+    check_range(len(steps), 1, most, f"{where} (the number of steps)")
+    records = [typed(step, StepRecord, f"{where}[{i}]") for i, step in enumerate(steps)]
+    for i, record in enumerate(records):
+        if record.trace is not None:
+            raise FieldError(f"{where}[{i}].trace", "must be empty (this lesson's file keeps no trace)")
+    return records
+
+
+def bounded_list(value, most: int, where: str) -> list:
+    """A list no longer than `most`, checked before its items are (a huge list costs nothing)."""
+    value = typed(value, list, where)
+    if len(value) > most:
+        raise FieldError(where, f"has {len(value)} items, more than the {most} a lesson can hold")
+    return value
 
 
 def check_range(value: int, low: int, high: int, where: str) -> int:

@@ -13,8 +13,8 @@ import json
 from dataclasses import asdict
 
 from kvviz.engine.records import StepRecord
-from kvviz.lesson_checks import (LESSON_FORMAT, FieldError, build_checked, check_keys, check_range,
-                                 read_lesson_file, typed)
+from kvviz.lesson_checks import (LESSON_FORMAT, FieldError, bounded_list, build_checked, check_keys, check_range,
+                                 read_lesson_file, settings_numbers, step_records, typed)
 from kvviz.paged_batching import PagedLesson, RequestSpec
 
 LESSON = "paged_batching"
@@ -48,26 +48,22 @@ def import_paged(data: bytes | str) -> tuple[PagedLesson, int]:
 
 def _build(payload: dict) -> tuple[PagedLesson, int]:
     check_keys(payload, "", FIELDS)
-    settings = typed(payload["settings"], dict, "settings")
-    check_keys(settings, "settings", set(SETTINGS) | {"enable_prefix_caching"})
-    sizes = {name: check_range(typed(settings[name], int, f"settings.{name}"), 1, most, f"settings.{name}")
-             for name, most in SETTINGS.items()}
-    specs = _bounded(payload["specs"], MAX_REQUESTS, "specs")
+    sizes, settings = settings_numbers(payload["settings"], SETTINGS, {"enable_prefix_caching"})
+    specs = bounded_list(payload["specs"], MAX_REQUESTS, "specs")
+    check_range(len(specs), 1, MAX_REQUESTS, "specs (the number of requests)")
     specs = [typed(spec, RequestSpec, f"specs[{i}]") for i, spec in enumerate(specs)]
-    request_ids = dict(typed(_bounded(payload["request_ids"], len(specs), "request_ids"),
+    request_ids = dict(typed(bounded_list(payload["request_ids"], len(specs), "request_ids"),
                              list[tuple[int, int]], "request_ids"))
     for index in request_ids:
         check_range(index, 0, len(specs) - 1, "request_ids (a request's index)")
-    steps = _bounded(payload["records"], MAX_STEPS, "records")
-    check_range(len(steps), 1, MAX_STEPS, "records (the number of steps)")
-    records = [typed(r, StepRecord, f"records[{i}]") for i, r in enumerate(steps)]
+    records = step_records(payload["records"], MAX_STEPS, "records")
     for i, record in enumerate(records):
         _check_record(record, f"records[{i}]", set(request_ids.values()), sizes["num_blocks"])
-    texts = _bounded(payload["texts"], len(records), "texts")
+    texts = bounded_list(payload["texts"], len(records), "texts")
     if len(texts) != len(records):
         raise FieldError("texts", f"has {len(texts)} steps where records has {len(records)}")
     texts = [dict(typed(t, list[tuple[int, str]], f"texts[{i}]")) for i, t in enumerate(texts)]
-    lengths = typed(_bounded(payload["prompt_lengths"], len(specs), "prompt_lengths"),
+    lengths = typed(bounded_list(payload["prompt_lengths"], len(specs), "prompt_lengths"),
                     list[tuple[int, int]], "prompt_lengths")
     lesson = PagedLesson(
         specs, None, sizes["max_context"], sizes["block_size"], sizes["num_blocks"],
@@ -78,18 +74,8 @@ def _build(payload: dict) -> tuple[PagedLesson, int]:
     return lesson, view_step
 
 
-def _bounded(value, most: int, where: str) -> list:
-    """A list no longer than `most`, checked before its items are (a huge list costs nothing)."""
-    value = typed(value, list, where)
-    if len(value) > most:
-        raise FieldError(where, f"has {len(value)} items, more than the {most} a lesson can hold")
-    return value
-
-
 def _check_record(record: StepRecord, where: str, request_ids: set[int], num_blocks: int) -> None:
-    """Ids that the page looks up: requests of this run, blocks inside the pool, no trace."""
-    if record.trace is not None:
-        raise FieldError(f"{where}.trace", "must be empty (the Paged lesson keeps no trace)")
+    """Ids that the page looks up: requests of this run, blocks inside the pool."""
     for i, state in enumerate(record.requests):
         if state.request_id not in request_ids:
             raise FieldError(f"{where}.requests[{i}].request_id", "is not a request of this run")

@@ -3,30 +3,15 @@
 import json
 
 import pytest
-import torch
 
-from conftest import open_lesson
+from conftest import one_sentence, open_lesson, page_view
 from kvviz.lesson_checks import LessonFileError
 from kvviz.lesson_file import export_lesson, import_lesson
-from kvviz.models import LoadedModel
 from kvviz.paged_batching import DEFAULT_REQUESTS, PagedLesson, RequestSpec
 from kvviz.paged_batching_file import MAX_STEPS, export_paged, import_paged
 from kvviz.prefill_decode import Lesson, LessonSettings
-from tiny_models import tiny_config
 
 SPECS = [RequestSpec(*request) for request in DEFAULT_REQUESTS]
-
-
-@pytest.fixture(scope="module")
-def tiny(bundled):
-    """A tiny random-weight llama that reads the bundled model's tokenizer, so prompts are text."""
-    from transformers import AutoModelForCausalLM
-
-    torch.manual_seed(0)
-    config = tiny_config("llama")
-    config.vocab_size = len(bundled.tokenizer)
-    model = AutoModelForCausalLM.from_config(config).eval()
-    return LoadedModel(model, bundled.tokenizer, torch.device("cpu"), torch.float32, "tiny llama", "custom", 256)
 
 
 @pytest.fixture(scope="module")
@@ -77,10 +62,6 @@ def first_with_events(data: dict) -> dict:
     return next(record for record in data["records"] if record["events"])
 
 
-def one_sentence(message: str) -> bool:
-    return message.endswith(".") and ". " not in message
-
-
 @pytest.mark.parametrize("change, field", [
     (lambda d: d["settings"].update(block_size="8"), "settings.block_size"),  # a wrong type
     (lambda d: d["settings"].update(num_blocks=10**6), "settings.num_blocks"),
@@ -123,13 +104,6 @@ def click(at, label):
     assert not at.exception
 
 
-def view(at) -> dict:
-    """What the page shows: every metric and every table, as text."""
-    metrics = {m.label: (m.value, m.delta) for m in at.metric}
-    tables = [t.value.to_dict() for t in at.table]
-    return {"metrics": metrics, "tables": tables}
-
-
 def test_a_replayed_file_renders_the_same_page_with_no_engine():
     live = open_lesson("lessons/paged_batching.py")
     live.slider(key="paged_num_blocks").set_value(12).run()
@@ -152,7 +126,7 @@ def test_a_replayed_file_renders_the_same_page_with_no_engine():
         live.slider(key="paged_view_step").set_value(step).run()
         played.slider(key="paged_view_step").set_value(step).run()
         assert not played.exception
-        assert view(played) == view(live), step
+        assert page_view(played) == page_view(live), step
         shown = {m.label: m.value for m in played.metric}
         assert shown["Preemptions so far"] == str(replay.num_preemptions(step))
         assert shown["Running requests"] == str(replay.reservation_comparison(step)["requests"])

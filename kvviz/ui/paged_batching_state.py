@@ -5,7 +5,6 @@ from __future__ import annotations
 import streamlit as st
 
 from kvviz.engine import EngineError
-from kvviz.lesson_checks import LessonFileError
 from kvviz.paged_batching import DEFAULT_REQUESTS, PagedLesson, RequestSpec
 from kvviz.paged_batching_file import export_paged, import_paged
 from kvviz.ui.common import current_model, drop
@@ -64,16 +63,9 @@ def export() -> str:
     return export_paged(lesson, int(st.session_state.get("paged_view_step", len(lesson.records) - 1)))
 
 
-def on_upload() -> None:
-    """Replay an uploaded run; a refused file leaves the current run as it was."""
-    upload = st.session_state.get("paged_upload")
-    if upload is None:
-        return
-    try:
-        lesson, view_step = import_paged(upload.getvalue())
-    except LessonFileError as error:
-        st.session_state["paged_upload_error"] = str(error)
-        return
+def replay(data: bytes) -> None:
+    """Replay an uploaded run (raises LessonFileError, and then the current run stays)."""
+    lesson, view_step = import_paged(data)
     st.session_state["lesson_paged"] = lesson
     st.session_state["paged_view_step"] = view_step
     st.session_state["paged_questions"] = []
