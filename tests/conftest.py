@@ -13,7 +13,7 @@ def bundled():
 
 
 @pytest.fixture(scope="session")
-def tiny(bundled):
+def tiny_lm(bundled):
     """A tiny random-weight llama (tests/tiny_models.py) that reads the bundled model's tokenizer,
     so a lesson's prompts can be text."""
     import torch

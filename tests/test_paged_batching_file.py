@@ -15,9 +15,9 @@ SPECS = [RequestSpec(*request) for request in DEFAULT_REQUESTS]
 
 
 @pytest.fixture(scope="module")
-def run(tiny):
+def run(tiny_lm):
     """The default requests on a pool of 12 blocks: too small for all of them, so some are preempted."""
-    lesson = PagedLesson.start(tiny, SPECS, block_size=8, num_blocks=12, enable_prefix_caching=True)
+    lesson = PagedLesson.start(tiny_lm, SPECS, block_size=8, num_blocks=12, enable_prefix_caching=True)
     finished = []
     while lesson.step() is not None:
         finished.append(lesson.finished == (not lesson.engine.has_unfinished()))
@@ -85,8 +85,8 @@ def test_damaged_files_are_refused_in_one_sentence_naming_the_field(run, change,
     assert one_sentence(str(refused.value)), str(refused.value)
 
 
-def test_each_page_refuses_the_other_lessons_file(run, tiny):
-    first = Lesson.start(tiny, LessonSettings(prompt="ROMEO:\nBut soft", max_tokens=3, block_size=4))
+def test_each_page_refuses_the_other_lessons_file(run, tiny_lm):
+    first = Lesson.start(tiny_lm, LessonSettings(prompt="ROMEO:\nBut soft", max_tokens=3, block_size=4))
     first.prefill()
     with pytest.raises(LessonFileError, match="holds the “Prefill and decode” lesson") as refused:
         import_paged(export_lesson(first))

@@ -11,8 +11,8 @@ from kvviz.speculative_file import MAX_PASSES, export_speculative, import_specul
 
 
 @pytest.fixture(scope="module")
-def run(tiny):
-    lesson = SpeculativeLesson.start(tiny, DEFAULT_PROMPT, 4, 24, 4)
+def run(tiny_lm):
+    lesson = SpeculativeLesson.start(tiny_lm, DEFAULT_PROMPT, 4, 24, 4)
     while lesson.step():
         assert lesson.drafts_done == (not lesson.engine.has_unfinished())
     assert lesson.finished and not lesson.plain.has_unfinished()
