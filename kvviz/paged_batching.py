@@ -1,8 +1,10 @@
 """The "Paged cache and batching" lesson: several requests through the real engine, step by step.
 
 Requests arrive at chosen steps, share a pool of blocks, and may share a cached prefix. Each
-step keeps the engine's StepRecord; the views read block tables, the pool and the events from
-those records, and compare the paged pool with a contiguous max-length reservation.
+step keeps the engine's StepRecord and the requests' texts so far; the views read block tables,
+the pool, the events and the texts from those alone (never the engine), and compare the paged
+pool with a contiguous max-length reservation. So a run can be exported and replayed with no
+model (kvviz/paged_batching_file.py).
 """
 
 from __future__ import annotations
@@ -31,11 +33,16 @@ class RequestSpec:
 @dataclass
 class PagedLesson:
     specs: list[RequestSpec]
-    engine: Engine
+    engine: Engine | None  # None in a replay: the steps come from a lesson file
     max_context: int
+    block_size: int
+    num_blocks: int
+    enable_prefix_caching: bool
     records: list[StepRecord] = field(default_factory=list)
+    texts: list[dict[int, str]] = field(default_factory=list)  # per step: request id -> its output decoded
     request_ids: dict[int, int] = field(default_factory=dict)  # spec index -> engine request id
     prompt_lengths: dict[int, int] = field(default_factory=dict)  # request id -> prompt tokens
+    model_name: str = ""
 
     @classmethod
     def start(cls, lm, specs: list[RequestSpec], block_size: int, num_blocks: int,
@@ -51,19 +58,30 @@ class PagedLesson:
                 engine.check_request(spec.prompt, SamplingParams(max_tokens=spec.max_tokens))
             except EngineError as error:
                 raise EngineError(f"Request {number}: {error}") from None
-        return cls(specs, engine, lm.max_context)
+        return cls(specs, engine, lm.max_context, engine.block_size, engine.num_blocks, enable_prefix_caching,
+                   model_name=lm.name)
 
     @property
     def step_index(self) -> int:
         return len(self.records)
 
     @property
+    def replay(self) -> bool:
+        return self.engine is None
+
+    @property
     def finished(self) -> bool:
+        """Every request arrived and none waits or runs after the last step (read from the records)."""
         pending = any(i not in self.request_ids for i in range(len(self.specs)))
-        return bool(self.records) and not pending and not self.engine.has_unfinished()
+        return bool(self.records) and not pending and all(
+            r.status == "finished" for r in self.records[-1].requests)
+
+    @property
+    def can_step(self) -> bool:
+        return not self.replay and not self.finished
 
     def step(self) -> StepRecord | None:
-        if self.finished:
+        if not self.can_step:
             return None
         for index, spec in enumerate(self.specs):
             if index not in self.request_ids and spec.arrival_step <= self.step_index:
@@ -73,16 +91,32 @@ class PagedLesson:
                 self.prompt_lengths[rid] = self.engine.requests[rid].num_prompt_tokens
         record = self.engine.step()
         self.records.append(record)
+        self.texts.append(self._decode(record))
         return record
+
+    def _decode(self, record: StepRecord) -> dict[int, str]:
+        """Each request's output so far as text, kept beside the record (a replay has no tokenizer)."""
+        tokenizer = self.engine.tokenizer
+        if tokenizer is None:
+            return {}
+        return {r.request_id: tokenizer.decode(r.output_token_ids) for r in record.requests}
 
     def label(self, request_id: int) -> str:
         index = next(i for i, rid in self.request_ids.items() if rid == request_id)
         return f"R{index + 1}"
 
-    # ---- comparisons drawn from the records ----------------------------------------------
+    # ---- views drawn from the records ------------------------------------------------------
+    def num_preemptions(self, step: int) -> int:
+        """Preemptions up to `step`: each request's own count, as its latest record gives it."""
+        counts: dict[int, int] = {}
+        for record in self.records[:step + 1]:
+            for state in record.requests:
+                counts[state.request_id] = state.num_preemptions
+        return sum(counts.values())
+
     def pool_blocks(self, step: int) -> list[BlockRecord]:
         """Every physical block after `step`, rebuilt from the events of the records so far."""
-        return pool_blocks(self.records[:step + 1], self.engine.num_blocks)
+        return pool_blocks(self.records[:step + 1], self.num_blocks)
 
     def reservation_comparison(self, step: int) -> dict:
         """Paged blocks against a contiguous reservation of the whole context per request.
@@ -92,7 +126,7 @@ class PagedLesson:
         record = self.records[step]
         live = [r for r in record.requests if r.status == "running" and r.num_computed_tokens]
         tokens = sum(r.num_computed_tokens for r in live)
-        block_size = self.engine.block_size
+        block_size = self.block_size
         filled: dict[int, int] = {}  # physical block -> slots holding a token
         for r in live:
             for index, block_id in enumerate(r.block_table):
@@ -121,4 +155,4 @@ class PagedLesson:
         cached = sum(c for _, c in seen.values())
         return {"prompt_tokens": prompt, "cached_tokens": cached,
                 "hit_rate": cached / prompt if prompt else 0.0,
-                "blocks_saved": cached // self.engine.block_size}
+                "blocks_saved": cached // self.block_size}

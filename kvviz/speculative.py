@@ -2,7 +2,9 @@
 beside the same request decoded one token per forward pass.
 
 Each press of Step runs one forward pass of both engines, so the page can compare them pass for
-pass. Every number shown comes from the two engines' StepRecords (kvviz.engine.speculative).
+pass. Every number shown comes from the two engines' StepRecords (kvviz.engine.speculative), and
+every text from the decoded token lists kept beside them; never from the engines, so a run can be
+exported and replayed with no model (kvviz/speculative_file.py).
 """
 
 from __future__ import annotations
@@ -35,10 +37,14 @@ class DraftStep:
 
 @dataclass
 class SpeculativeLesson:
-    engine: Engine  # speculative
-    plain: Engine  # the same settings, no drafts
+    engine: Engine | None  # speculative; None in a replay (the steps come from a lesson file)
+    plain: Engine | None  # the same settings, no drafts
+    prompt_token_ids: list[int]
+    settings: dict  # prompt, num_speculative, max_tokens, block_size: what the run was asked
     records: list[StepRecord] = field(default_factory=list)
     plain_records: list[StepRecord] = field(default_factory=list)
+    texts: dict[tuple[int, ...], str] = field(default_factory=dict)  # token ids -> the tokenizer's text
+    model_name: str = ""
 
     @classmethod
     def start(cls, lm, prompt: str, num_speculative: int, max_tokens: int, block_size: int) -> "SpeculativeLesson":
@@ -51,25 +57,50 @@ class SpeculativeLesson:
         params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
         for each in (engine, plain):
             each.add_request(prompt, params)
-        return cls(engine, plain)
+        asked = dict(prompt=prompt, num_speculative=num_speculative, max_tokens=max_tokens, block_size=block_size)
+        lesson = cls(engine, plain, list(engine.requests[0].prompt_token_ids), asked, model_name=lm.name)
+        lesson._keep_texts(*[[t] for t in lesson.prompt_token_ids])
+        return lesson
+
+    @property
+    def replay(self) -> bool:
+        return self.engine is None
+
+    @property
+    def drafts_done(self) -> bool:
+        """The speculative engine's request has finished (read from its last record)."""
+        return _done(self.records)
 
     @property
     def finished(self) -> bool:
-        return not self.engine.has_unfinished() and not self.plain.has_unfinished()
+        return self.drafts_done and _done(self.plain_records)
 
     def step(self) -> bool:
         """One forward pass of each engine that has work left; False once both are done."""
-        if self.finished:
+        if self.replay or self.finished:
             return False
-        if self.engine.has_unfinished():
+        if not self.drafts_done:
             self.records.append(self.engine.step())
-        if self.plain.has_unfinished():
+            row = self.draft_steps()[-1]
+            self._keep_texts(row.draft_token_ids, row.added_token_ids, self.output(len(self.records) - 1),
+                             *[[t] for t in row.draft_token_ids + row.added_token_ids])
+        if not _done(self.plain_records):
             self.plain_records.append(self.plain.step())
+            self._keep_texts(self.output(len(self.plain_records) - 1, plain=True))
         return True
 
-    @property
-    def prompt_token_ids(self) -> list[int]:
-        return self.engine.requests[0].prompt_token_ids
+    def _keep_texts(self, *token_lists: list[int]) -> None:
+        tokenizer = self.engine.tokenizer
+        for ids in token_lists:
+            if tokenizer is not None and tuple(ids) not in self.texts:
+                self.texts[tuple(ids)] = tokenizer.decode(ids)
+
+    def decode(self, token_ids: list[int]) -> str:
+        """The text of tokens the page shows, as the tokenizer gave it during the run."""
+        text = self.texts.get(tuple(token_ids))
+        if text is None:  # not kept (a run without a tokenizer): the token ids themselves
+            return " ".join(self.texts.get((t,), f"#{t}") for t in token_ids)
+        return text
 
     # ---- drawn from the records --------------------------------------------------------------
     def draft_steps(self) -> list[DraftStep]:
@@ -115,6 +146,10 @@ class SpeculativeLesson:
         """Both whole runs: forward passes each needed, and whether they gave the same tokens."""
         return {"passes": len(self.records), "plain_passes": len(self.plain_records),
                 "same_tokens": self.output(len(self.records)) == self.output(len(self.plain_records), plain=True)}
+
+
+def _done(records: list[StepRecord]) -> bool:
+    return bool(records) and all(r.status == "finished" for r in records[-1].requests)
 
 
 def run_workload(lm, prompts: list[str], max_tokens: int, num_speculative: int = 0) -> dict:

@@ -9,6 +9,7 @@ from kvviz.engine.kv_manager import KVCacheManager
 from kvviz.engine.scheduler import Scheduler
 from kvviz.memory import format_bytes
 from kvviz.ui import paged_batching_state as ps
+from kvviz.ui.classroom import file_buttons
 from kvviz.ui.common import show_code
 from kvviz.ui.fork_view import fork_view
 from kvviz.ui.paging_note import paging_explained
@@ -58,12 +59,20 @@ c.toggle("Prefix caching", value=True, key="paged_prefix")
 lesson = ps.paged()
 buttons = st.columns(4)
 buttons[0].button("Start", type="primary", on_click=ps.on_start, width="stretch")
-buttons[1].button("Step", on_click=ps.on_step, width="stretch", disabled=lesson is None or lesson.finished)
+buttons[1].button("Step", on_click=ps.on_step, width="stretch", disabled=lesson is None or not lesson.can_step)
 buttons[2].button("Run to the end", on_click=ps.on_step, args=(500,), width="stretch",
-                  disabled=lesson is None or lesson.finished)
+                  disabled=lesson is None or not lesson.can_step)
 buttons[3].button("Reset", on_click=ps.reset, args=(st.session_state,), width="stretch", key="paged_reset")
 if "paged_error" in st.session_state:
     st.error(st.session_state["paged_error"])
+with st.expander("Export or replay a lesson"):
+    file_buttons(ps.export if lesson is not None else None, "kvviz-paged-batching.json", "paged_upload",
+                 ps.replay)
+if lesson is not None and lesson.replay:
+    st.info(f"Replaying a recorded run ({lesson.model_name}, {len(lesson.records)} steps, block size "
+            f"{lesson.block_size}, a pool of {lesson.num_blocks} blocks, prefix caching "
+            f"{'on' if lesson.enable_prefix_caching else 'off'}), with no model. Press **Start** to run "
+            "the table above on the loaded model instead.")
 if lesson is None:
     st.info("Press **Start**: the engine admits the requests that arrive at step 0 and runs one step.")
     beyond_the_article()
@@ -80,8 +89,7 @@ comparison = lesson.reservation_comparison(step)
 prefix = lesson.prefix_stats(step)
 m = st.columns(3)  # two rows, so that no label or value is cut off on a projector
 m[0].metric("Running requests", comparison["requests"])
-m[1].metric("Preemptions so far", lesson.engine.scheduler.num_preemptions if step == last else
-            sum(e.kind == "preempt" for r in lesson.records[:step + 1] for e in r.events))
+m[1].metric("Preemptions so far", lesson.num_preemptions(step))
 m[2].metric("Prefix-cache hit rate", f"{prefix['hit_rate']:.0%}", f"{prefix['blocks_saved']} blocks reused",
             delta_color="off", delta_arrow="off",
             help="Prompt blocks found in the prefix cache, so not computed again.")
@@ -97,7 +105,7 @@ m[1].metric("Paged blocks", format_bytes(comparison["paged_bytes"]), f"{comparis
 
 left, right = st.columns([3, 2])
 with left:
-    st.plotly_chart(figures.block_tables(record, labels, lesson.engine.block_size), width="stretch")
+    st.plotly_chart(figures.block_tables(record, labels, lesson.block_size), width="stretch")
     st.plotly_chart(figures.pool_grid(lesson.pool_blocks(step), labels), width="stretch")
 with right:
     st.plotly_chart(figures.schedule_timeline(lesson.records[:step + 1][-12:], labels), width="stretch")
@@ -106,8 +114,7 @@ with right:
               for e in record.events]
     # st.table wraps long cells; a dataframe would cut block lists and texts off at the column's edge
     st.table(pd.DataFrame(events or [{"event": "—", "request": "", "blocks": ""}]).set_index("event"))
-    texts = {labels[r.request_id]: lesson.engine.tokenizer.decode(r.output_token_ids)
-             for r in record.requests if r.request_id in labels and lesson.engine.tokenizer is not None}
+    texts = {labels[rid]: text for rid, text in lesson.texts[step].items() if rid in labels}
     if texts:
         st.markdown("**Generated so far**")
         st.table(pd.DataFrame([{"request": k, "text": v} for k, v in texts.items()]).set_index("request"))
@@ -121,11 +128,13 @@ with st.expander("Predict, then reveal: which block comes next?",
         st.session_state.pop("paged_question_request", None)
     q1, q2, q3 = st.columns([2, 2, 1])
     who = q1.selectbox("Request", choices, format_func=lambda rid: labels[rid], key="paged_question_request")
-    guess = q2.number_input("Your guess (physical block id)", 0, lesson.engine.num_blocks - 1,
+    guess = q2.number_input("Your guess (physical block id)", 0, lesson.num_blocks - 1,
                             key="paged_question_guess")
-    if q3.button("Commit", key="paged_question_commit", disabled=who is None or lesson.finished):
+    if q3.button("Commit", key="paged_question_commit", disabled=who is None or not lesson.can_step):
         questions.append(predict.BlockQuestion(who, labels[who], len(lesson.records) - 1, int(guess)))
-    if lesson.finished:
+    if lesson.replay:
+        st.caption("A replayed run takes no more steps: press **Start** to ask about a live one.")
+    elif lesson.finished:
         st.caption("Every request has finished, so no block comes next: press **Start** to run again.")
     elif who is None:
         st.caption("No request is running at the latest step; press **Step** until one is.")

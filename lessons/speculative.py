@@ -8,6 +8,7 @@ from kvviz.engine.kv_manager import KVCacheManager
 from kvviz.engine.speculative import accept, propose_drafts
 from kvviz.speculative import DEFAULT_PROMPT
 from kvviz.ui import speculative_state as ss
+from kvviz.ui.classroom import file_buttons
 from kvviz.ui.common import show_code
 from kvviz.viz import speculative_figures as figures
 
@@ -32,13 +33,20 @@ c.slider("Block size (tokens)", 2, 16, 4, key="spec_block_size")
 lesson = ss.lesson()
 buttons = st.columns(4)
 buttons[0].button("Start", type="primary", on_click=ss.on_start, width="stretch", key="spec_start")
-buttons[1].button("Step", on_click=ss.on_step, width="stretch", key="spec_step",
-                  disabled=lesson is None or lesson.finished)
+stepped = lesson is None or lesson.replay or lesson.finished  # a replay takes no more steps
+buttons[1].button("Step", on_click=ss.on_step, width="stretch", key="spec_step", disabled=stepped)
 buttons[2].button("Run to the end", on_click=ss.on_step, args=(500,), width="stretch", key="spec_run",
-                  disabled=lesson is None or lesson.finished)
+                  disabled=stepped)
 buttons[3].button("Reset", on_click=ss.reset, args=(st.session_state,), width="stretch", key="spec_reset")
 if "spec_error" in st.session_state:
     st.error(st.session_state["spec_error"])
+with st.expander("Export or replay a lesson"):
+    file_buttons(ss.export if lesson is not None else None, "kvviz-speculative.json", "spec_upload", ss.replay)
+if lesson is not None and lesson.replay:
+    asked = lesson.settings
+    st.info(f"Replaying a recorded run ({lesson.model_name}, {len(lesson.records)} passes with drafts, "
+            f"k = {asked['num_speculative']}, block size {asked['block_size']}), with no model. Press **Start** "
+            "to run the prompt above on the loaded model instead.")
 if lesson is None:
     st.info("Press **Start**: the prompt is prefilled, then each **Step** is one forward pass of two "
             "engines, one with drafts and one without.")
@@ -52,7 +60,7 @@ if last > 0:
 rows = lesson.draft_steps()[:step + 1]
 row = rows[-1]
 summary = lesson.summary(step)
-decode = lesson.engine.tokenizer.decode
+decode = lesson.decode
 
 m = st.columns(4)
 m[0].metric("Forward passes", summary["passes"], help="Each pass runs the last token and the drafts together.")
@@ -80,7 +88,7 @@ else:
                f"token(s) kept from one pass; {rollback}{freed}.")
 
 # once the drafts' run is done, the latest view shows plain decoding as far as it has got
-plain_until = len(lesson.plain_records) - 1 if not lesson.engine.has_unfinished() and step == last else step
+plain_until = len(lesson.plain_records) - 1 if lesson.drafts_done and step == last else step
 left, right = st.columns(2)
 left.plotly_chart(figures.tokens_per_pass(rows), width="stretch")
 right.plotly_chart(figures.race(lesson.tokens_by_pass(step), lesson.tokens_by_pass(plain_until, plain=True)),
@@ -91,7 +99,7 @@ if lesson.finished:
     same = "the same tokens" if totals["same_tokens"] else "different tokens (a float tie broke the other way)"
     st.success(f"Both finished: {totals['passes']} forward passes with drafts against "
                f"{totals['plain_passes']} without, for {same}.")
-elif not lesson.engine.has_unfinished():
+elif lesson.drafts_done and not lesson.replay:
     st.info(f"Speculative decoding finished after {len(lesson.records)} passes; plain decoding is still going. "
             "Press **Run to the end** to see how many passes it needs.")
 

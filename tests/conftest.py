@@ -12,6 +12,23 @@ def bundled():
     return load_model("bundled")
 
 
+@pytest.fixture(scope="session")
+def tiny_lm(bundled):
+    """A tiny random-weight llama (tests/tiny_models.py) that reads the bundled model's tokenizer,
+    so a lesson's prompts can be text."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from kvviz.models import LoadedModel
+    from tiny_models import tiny_config
+
+    torch.manual_seed(0)
+    config = tiny_config("llama")
+    config.vocab_size = len(bundled.tokenizer)
+    model = AutoModelForCausalLM.from_config(config).eval()
+    return LoadedModel(model, bundled.tokenizer, torch.device("cpu"), torch.float32, "tiny llama", "custom", 256)
+
+
 def open_lesson(path: str):
     """A fresh AppTest session of the real app, switched to the lesson at `path`."""
     from streamlit.testing.v1 import AppTest
@@ -21,3 +38,13 @@ def open_lesson(path: str):
     at.switch_page(path).run()
     assert not at.exception
     return at
+
+
+def one_sentence(message: str) -> bool:
+    return message.endswith(".") and ". " not in message
+
+
+def page_view(at) -> dict:
+    """What a page shows: every metric (value and delta) and every table, as plain data."""
+    return {"metrics": {m.label: (m.value, m.delta) for m in at.metric},
+            "tables": [t.value.to_dict() for t in at.table]}

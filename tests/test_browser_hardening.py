@@ -1,5 +1,5 @@
 """Issue 16 item 2 and issue 12 item 7 in a real browser: the live-lesson budget, a closed tab's
-lesson freed, and lesson files checked as they are uploaded."""
+lesson freed, and lesson files (the first lesson's, the Paged one's) checked as they are uploaded."""
 
 import os
 import shutil
@@ -89,5 +89,37 @@ def test_a_lesson_file_is_checked_once_at_upload(browser, app_url, bundled):
         page.get_by_role("button", name="Next token").click()
         wait_idle(page)
     page.get_by_text("Decode step 2").first.wait_for()  # steps revealed from the file
+    assert page.locator("[data-testid='stException']").count() == 0
+    context.close()
+
+
+def test_a_paged_lesson_file_replays_on_its_page(browser, app_url, bundled):
+    from kvviz.paged_batching import DEFAULT_REQUESTS, PagedLesson, RequestSpec
+    from kvviz.paged_batching_file import export_paged
+
+    run = PagedLesson.start(bundled, [RequestSpec(*r) for r in DEFAULT_REQUESTS], 8, 12, True)
+    while run.step() is not None:
+        pass
+    last = len(run.records) - 1
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    page.set_default_timeout(120_000)
+    page.goto(f"{app_url}/paged_batching")
+    page.get_by_role("button", name="Start").wait_for(timeout=180_000)
+    wait_idle(page)
+    page.get_by_text("Export or replay a lesson").click()
+    upload = page.locator("[data-testid='stFileUploaderDropzoneInput']")
+    bad = export_paged(run, last).replace('"view_step": ', '"view_step": 1', 1)  # past the last step
+    upload.set_input_files(files=[{"name": "bad.json", "mimeType": "application/json", "buffer": bad.encode()}])
+    wait_idle(page)
+    assert page.get_by_text("The lesson file's field view_step").count() == 1
+    upload.set_input_files(files=[{"name": "good.json", "mimeType": "application/json",
+                                   "buffer": export_paged(run, last).encode()}])
+    wait_idle(page)
+    page.get_by_text("Replaying a recorded run").wait_for()
+    box = page.locator("[data-testid='stMetric']").filter(has_text="Preemptions so far")
+    assert box.locator("[data-testid='stMetricValue']").inner_text().strip() == str(run.num_preemptions(last))
+    assert run.num_preemptions(last) == run.engine.scheduler.num_preemptions > 0
+    assert page.get_by_role("button", name="Step", exact=True).is_disabled()
     assert page.locator("[data-testid='stException']").count() == 0
     context.close()

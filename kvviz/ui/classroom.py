@@ -52,29 +52,38 @@ def predict_panel(lesson) -> None:
 
 
 def export_and_replay(lesson) -> None:
+    export = (lambda: export_lesson(lesson)) if lesson is not None and lesson.started else None
+    file_buttons(export, "kvviz-lesson.json", "lesson_upload", _replay)
+
+
+def file_buttons(export, file_name: str, upload_key: str, replay) -> None:
+    """Export (when `export`, a function giving the JSON, is not None) and replay buttons. An upload
+    goes to `replay(data)`, which raises LessonFileError on a bad file: its sentence shows once."""
     a, b = st.columns(2)
-    if lesson is not None and lesson.started:
-        a.download_button("Export lesson (JSON)", lambda: export_lesson(lesson), file_name="kvviz-lesson.json",
-                          mime="application/json", width="stretch")
-    b.file_uploader("Replay a lesson file", type=["json"], key="lesson_upload", on_change=_on_upload,
-                    max_upload_size=MAX_LESSON_BYTES // 2**20,
+    if export is not None:
+        a.download_button("Export lesson (JSON)", export, file_name=file_name, mime="application/json",
+                          width="stretch")
+    b.file_uploader("Replay a lesson file", type=["json"], key=upload_key, on_change=_on_upload,
+                    args=(upload_key, replay), max_upload_size=MAX_LESSON_BYTES // 2**20,
                     help=f"Replays every view from the recorded steps, with no model. Files up to "
                          f"{MAX_LESSON_BYTES // 2**20} MiB.")
-    if "lesson_upload_error" in st.session_state:  # shown once: the next action clears it
-        b.error(st.session_state.pop("lesson_upload_error"))
+    if upload_key + "_error" in st.session_state:  # shown once: the next action clears it
+        b.error(st.session_state.pop(upload_key + "_error"))
 
 
-def _on_upload() -> None:
+def _on_upload(upload_key: str, replay) -> None:
     """Check an uploaded lesson file as it arrives; a bad one leaves the current lesson as it was."""
-    upload = st.session_state.get("lesson_upload")
+    upload = st.session_state.get(upload_key)
     if upload is None:
         return
     try:
-        replay = import_lesson(upload.getvalue())
+        replay(upload.getvalue())
     except LessonFileError as error:
-        st.session_state["lesson_upload_error"] = str(error)
-        return
-    st.session_state["lesson"] = replay
+        st.session_state[upload_key + "_error"] = str(error)
+
+
+def _replay(data: bytes) -> None:
+    st.session_state["lesson"] = import_lesson(data)
     st.session_state["lesson_view_step"] = 0
     st.session_state["lesson_questions"] = []
     st.session_state.pop("lesson_error", None)

@@ -6,9 +6,11 @@ import streamlit as st
 
 from kvviz.engine import EngineError
 from kvviz.paged_batching import DEFAULT_REQUESTS, PagedLesson, RequestSpec
+from kvviz.paged_batching_file import export_paged, import_paged
 from kvviz.ui.common import current_model, drop
 
-KEYS = frozenset({"lesson_paged", "paged_view_step", "paged_error", "paged_questions", "paged_question_request"})
+KEYS = frozenset({"lesson_paged", "paged_view_step", "paged_error", "paged_questions", "paged_question_request",
+                  "paged_upload_error"})  # the uploader itself is an input, kept
 INPUTS = ("paged_",)  # the other paged_* widgets stay when another model loads
 DEFAULT_TABLE = [{"prompt": p, "arrives at step": a, "max tokens": m} for p, a, m in DEFAULT_REQUESTS]
 
@@ -53,6 +55,21 @@ def on_step(count: int = 1) -> None:
         if lesson.step() is None:
             break
     st.session_state["paged_view_step"] = len(lesson.records) - 1
+
+
+def export() -> str:
+    """The run as a lesson file, opening at the step in view."""
+    lesson = paged()
+    return export_paged(lesson, int(st.session_state.get("paged_view_step", len(lesson.records) - 1)))
+
+
+def replay(data: bytes) -> None:
+    """Replay an uploaded run (raises LessonFileError, and then the current run stays)."""
+    lesson, view_step = import_paged(data)
+    st.session_state["lesson_paged"] = lesson
+    st.session_state["paged_view_step"] = view_step
+    st.session_state["paged_questions"] = []
+    st.session_state.pop("paged_error", None)
 
 
 def reset(state) -> None:

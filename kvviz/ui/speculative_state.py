@@ -8,12 +8,14 @@ import streamlit as st
 
 from kvviz.engine import EngineError
 from kvviz.speculative import DEFAULT_PROMPT, DraftStep, SpeculativeLesson
+from kvviz.speculative_file import export_speculative, import_speculative
 from kvviz.ui.common import current_model, drop
 from kvviz.viz.speculative_figures import ACCEPTED, MODEL, REJECTED
 
 KEY = "lesson_speculative"
-KEYS = frozenset({KEY, "spec_view", "spec_view_step", "spec_error"})  # reset() drops them when another model loads
-INPUTS = ("spec_",)  # the other spec_* widgets stay
+KEYS = frozenset({KEY, "spec_view", "spec_view_step", "spec_error",  # reset() drops them when another model loads
+                  "spec_upload_error"})
+INPUTS = ("spec_",)  # the other spec_* widgets (the uploader too) stay
 
 
 def lesson() -> SpeculativeLesson | None:
@@ -49,6 +51,18 @@ def on_step(count: int = 1) -> None:
 def on_look_back() -> None:
     """Keep the pass the slider shows outside the widget, so it survives a visit to another page."""
     st.session_state["spec_view"] = st.session_state["spec_view_step"]
+
+
+def export() -> str:
+    """The run as a lesson file, opening at the pass in view."""
+    current = lesson()
+    return export_speculative(current, int(st.session_state.get("spec_view", len(current.records) - 1)))
+
+
+def replay(data: bytes) -> None:
+    """Replay an uploaded run (raises LessonFileError, and then the current run stays)."""
+    st.session_state[KEY], st.session_state["spec_view"] = import_speculative(data)
+    st.session_state.pop("spec_error", None)
 
 
 def reset(state) -> None:
