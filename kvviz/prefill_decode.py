@@ -14,7 +14,7 @@ import numpy as np
 from kvviz.engine import Engine, EngineError, SamplingParams, StepRecord
 from kvviz.engine.config import DEFAULTS
 from kvviz.engine.records import TraceRecord
-from kvviz.memory import bill_breakdown
+from kvviz.memory_bill import bill_breakdown
 from kvviz.models import summary_shape
 
 MAX_LESSON_TOKENS = 256  # the longest lesson a page, a link or a file may ask for

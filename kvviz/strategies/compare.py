@@ -44,7 +44,7 @@ class StrategyComparison:
     max_value_error: list[float | None]
     first_argmax_change: int | None  # teacher-forced: first step whose top token differs; None: never
     held_bytes: list[int]  # per step, measured: sum of the cache tensors' nbytes
-    predicted_bytes: list[int]  # per step, kvviz.memory's formula with the strategy's options
+    predicted_bytes: list[int]  # per step, kvviz.memory_bill's formula with the strategy's options
     forward_s: list[float]  # per step, seconds of the forward pass (one run: noisy)
     tokens_run: list[int]  # per step, tokens through the model: counts that do not vary
     decode_ms: list[float]  # per timed run, the mean decode step in ms; show their median and spread
