@@ -2,8 +2,9 @@
 
 import streamlit as st
 
+from kvviz.cache_strategies import compare_strategies
 from kvviz.memory_bill import format_bytes
-from kvviz.strategies import QuantizedKV, SlidingWindowKV, StaticKV, compare_strategies
+from kvviz.strategies import QuantizedKV, SlidingWindowKV, StaticKV
 from kvviz.ui import cache_strategies_state as ss, eviction_state
 from kvviz.ui.common import current_model, show_code
 from kvviz.gqa import mean_pool_heads

@@ -14,9 +14,9 @@ from conftest import ROOT
 from kvviz import Engine
 from kvviz.batch_generation import (MAX_UPLOAD_BYTES, BatchJobError, BatchSettings, BatchWorkload, parse_upload, run_batch,
                              synthetic_workload)
+from kvviz.cache_strategies import compare_strategies, lesson_specs
 from kvviz.memory_bill import format_bytes
-from kvviz.strategies import compare_strategies
-from kvviz.ui.cache_strategies_state import EXAMPLE_PROMPT, gqa_choices, group_sizes, lesson_specs
+from kvviz.ui.cache_strategies_state import EXAMPLE_PROMPT, gqa_choices, group_sizes
 from kvviz.viz.batch_generation_figures import request_spans, rolling
 from kvviz.viz.cache_strategies_figures import binary_ticks, divergence_html, one_two_five
 

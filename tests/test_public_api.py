@@ -46,3 +46,11 @@ def test_old_memory_module_name_still_works():
               and getattr(value, "__module__", "kvviz").startswith("kvviz")]
     assert "kv_cache_bytes" in public and "ACCELERATORS" in public
     assert all(getattr(kvviz.memory, name) is getattr(kvviz.memory_bill, name) for name in public)
+
+
+def test_old_comparison_names_still_work():
+    import kvviz.cache_strategies
+    from kvviz.strategies import compare, compare_strategies, comparison_table
+
+    assert compare_strategies is kvviz.cache_strategies.compare_strategies
+    assert comparison_table is compare.comparison_table is kvviz.cache_strategies.comparison_table

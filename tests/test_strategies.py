@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 import torch
 
+from kvviz.cache_strategies import compare_strategies
 from kvviz.memory_bill import kv_cache_bytes
-from kvviz.strategies import (StrategySpec, compare_strategies, dequantize, quantize, run_strategy)
+from kvviz.strategies import StrategySpec, dequantize, quantize, run_strategy
 from kvviz.strategies.bill import full_attention_shape
 from tiny_models import VOCAB, hf_greedy, tiny_model
 
