@@ -19,9 +19,12 @@ from dataclasses import MISSING, asdict, fields, is_dataclass
 import numpy as np
 
 from kvviz.engine.records import StepRecord
-from kvviz.prefill_decode import MAX_LESSON_TOKENS, MAX_TRIANGLE_TOKENS, Lesson, LessonSettings, StepTrace
+from kvviz.prefill_decode import (MAX_LESSON_TOKENS, MAX_TRIANGLE_TOKENS, Lesson, LessonSettings, StepTrace,
+                                  lesson_sampling)
 
-LESSON_FORMAT = "kvviz-lesson/2"
+LESSON_FORMAT = "kvviz-lesson/3"  # the settings hold a SamplingParams ("sampling")
+FLAT_SETTINGS_FORMAT = "kvviz-lesson/2"  # still read: the sampling fields sat beside the prompt
+FLAT_SAMPLING = ("max_tokens", "temperature", "top_k", "top_p", "seed")
 MAX_LESSON_BYTES = 20 * 2**20  # a 256-token lesson on the bundled model exports to a few MiB
 MODEL_LIMITS = {"layers": 512, "heads": 1024, "kv_heads": 1024, "head_dim": 1024, "hidden_size": 2**20,
                 "parameters": 2**50, "max_context": 2**24}
@@ -67,7 +70,7 @@ def import_lesson(data: bytes | str) -> Lesson:
         payload = load_json(data, "This file")
     except ValueError as error:
         raise LessonFileError(f"{error} Upload a file saved with “Export lesson”.") from None
-    if not isinstance(payload, dict) or payload.get("format") != LESSON_FORMAT:
+    if not isinstance(payload, dict) or payload.get("format") not in (LESSON_FORMAT, FLAT_SETTINGS_FORMAT):
         raise LessonFileError("This JSON is not a kvviz lesson (its format field is missing or unknown); "
                               "upload a file saved with “Export lesson”.")
     try:
@@ -87,13 +90,14 @@ def _build(payload: dict) -> Lesson:
     _keys(payload, "", {"format", "model", "settings", "prompt_token_ids", "token_texts", "records",
                                 "twin_records", "traces"})
     model = _model(payload["model"])
-    settings = _typed(payload["settings"], LessonSettings, "settings")
-    _range(settings.max_tokens, 1, MAX_LESSON_TOKENS, "settings.max_tokens")
+    settings = _settings(payload["settings"], payload["format"])
+    max_tokens = _range(settings.sampling.max_tokens, 1, MAX_LESSON_TOKENS, "settings.sampling.max_tokens")
+    _range(settings.sampling.n, 1, 1, "settings.sampling.n")
     _range(settings.block_size, 1, 1024, "settings.block_size")
     prompt_ids = _typed(payload["prompt_token_ids"], list[int], "prompt_token_ids")
     _range(len(prompt_ids), 1, model["max_context"] - 1, "prompt_token_ids (its length)")
     steps = _typed(payload["records"], list, "records")
-    _range(len(steps), 1, settings.max_tokens, "records (the number of steps)")
+    _range(len(steps), 1, max_tokens, "records (the number of steps)")
     records = [_typed(r, StepRecord, f"records[{i}]") for i, r in enumerate(steps)]
     twins = _typed(payload["twin_records"], list, "twin_records")
     if len(twins) != len(records):
@@ -113,6 +117,17 @@ def _build(payload: dict) -> Lesson:
             raise _Bad(f"records[{i}].trace", "must be empty (traces travel in the traces field)")
     return Lesson(settings, model, records=records, twin_records=twin_records, traces=lesson_traces,
                   prompt_token_ids=prompt_ids, token_texts=texts, replay=True)
+
+
+def _settings(value, file_format: str) -> LessonSettings:
+    """The settings; a kvviz-lesson/2 file's sampling fields, written beside the prompt, are moved
+    into the lesson's SamplingParams first (a field it left out keeps the lesson's default)."""
+    if file_format == FLAT_SETTINGS_FORMAT:
+        value = _typed(value, dict, "settings")
+        _keys(value, "settings", {"prompt", "block_size", *FLAT_SAMPLING}, {"prompt"})
+        value = {key: item for key, item in value.items() if key not in FLAT_SAMPLING} | {"sampling": (
+            asdict(lesson_sampling()) | {key: item for key, item in value.items() if key in FLAT_SAMPLING})}
+    return _typed(value, LessonSettings, "settings")
 
 
 def _model(value) -> dict:

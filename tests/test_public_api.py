@@ -30,10 +30,10 @@ def test_old_adapter_name_still_works(bundled):
 
 
 def test_old_lesson_module_name_still_works(bundled):
-    from kvviz.lesson import Lesson, LessonSettings
+    from kvviz.lesson import Lesson, LessonSettings, lesson_sampling
     from kvviz.prefill_decode import Lesson as Current
 
-    lesson = Lesson.start(bundled, LessonSettings(prompt="ROMEO:", max_tokens=2))
+    lesson = Lesson.start(bundled, LessonSettings(prompt="ROMEO:", sampling=lesson_sampling(max_tokens=2)))
     assert Lesson is Current and lesson.prefill() is not None and lesson.records
 
 
