@@ -17,7 +17,8 @@ def add_bill_arguments(parser: argparse.ArgumentParser) -> None:
     source.add_argument("--model", help="a Hugging Face id in the local cache, or a folder with config.json")
     parser.add_argument("--tokens", type=int, default=8192, help="tokens per request (default: 8192)")
     parser.add_argument("--batch", type=int, default=1, help="requests at once (default: 1)")
-    parser.add_argument("--dtype", default="bf16", help=f"cache and weights dtype: {', '.join(memory_bill.DTYPE_BYTES)}")
+    parser.add_argument("--dtype", default="bf16",
+                        help=f"cache and weights dtype: {', '.join(memory_bill.DTYPE_BYTES)}")
     parser.add_argument("--block-size", type=int, default=None, help="paged cache: round up to blocks of this size")
     parser.add_argument("--quant-bits", type=int, default=None, help="quantized cache: bits per value")
     parser.add_argument("--quant-group-size", type=int, default=64, help="values sharing one scale and zero point")
@@ -28,7 +29,8 @@ def add_bill_arguments(parser: argparse.ArgumentParser) -> None:
 def run_bill(args: argparse.Namespace) -> str:
     """The bill as text: the model, each layer kind's formula filled in, the total, weights, fit."""
     model = getattr(args, "model", None)
-    shape = memory_bill.shape_from_pretrained(model) if model else memory_bill.get_preset(getattr(args, "preset", None) or "bundled")
+    shape = (memory_bill.shape_from_pretrained(model) if model
+             else memory_bill.get_preset(getattr(args, "preset", None) or "bundled"))
     dtype_name = getattr(args, "dtype", "bf16")
     dtype_bytes = memory_bill.dtype_bytes(dtype_name)
     tokens, batch = getattr(args, "tokens", 8192), getattr(args, "batch", 1)

@@ -289,7 +289,8 @@ def predict_allocation(shape, kv_bytes: int, dtype_bytes: float, block_size: int
 
     block_bytes = memory_bill.kv_bytes_per_token(shape, dtype_bytes) * block_size  # every layer's slots of one block
     num_blocks = kv_bytes // block_bytes
-    per_request = math.ceil(memory_bill.kv_cache_bytes(shape, context, 1, dtype_bytes, block_size=block_size) / block_bytes)
+    per_request = math.ceil(memory_bill.kv_cache_bytes(shape, context, 1, dtype_bytes, block_size=block_size)
+                            / block_bytes)
     return {"num_blocks": num_blocks, "kv_cache_tokens": num_blocks * block_size,
             "max_concurrency": num_blocks / per_request, "blocks_per_request": per_request,
             "bytes_per_token": block_bytes // block_size}

@@ -86,7 +86,8 @@ def test_paged_rounding_to_whole_blocks():
     # 1,000 tokens in 16-token blocks occupy 63 blocks = 1,008 slots
     llama = PRESETS["llama-3.1-8b"]
     assert kv_cache_bytes(llama, 1000, batch=2, block_size=16) == 2 * 1008 * 131_072
-    assert "1,008 tokens (1,000 rounded up to 16-token blocks)" in memory_bill.bill_breakdown(llama, 1000, block_size=16)[0].formula
+    formula = memory_bill.bill_breakdown(llama, 1000, block_size=16)[0].formula
+    assert "1,008 tokens (1,000 rounded up to 16-token blocks)" in formula
     assert kv_cache_bytes(PRESETS["mistral-7b-v0.1"], 5000, block_size=16) == 536_870_912  # window 4,096 = 256 blocks
 
 
