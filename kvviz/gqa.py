@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from kvviz.engine.model_parts import model_parts
-from kvviz.memory import ModelShape, kv_bytes_per_token
+from kvviz.memory_bill import ModelShape, kv_bytes_per_token
 from kvviz.models import default_heldout_text
 
 KV_PROJECTIONS = ("k_proj.weight", "k_proj.bias", "v_proj.weight", "v_proj.bias")
@@ -115,7 +115,7 @@ class GQAReport:
     kv_heads_after: int
     bytes_per_token_before: int  # measured: nbytes of a dynamic cache / tokens
     bytes_per_token_after: int
-    predicted_bytes_per_token_before: int  # kvviz.memory's formula
+    predicted_bytes_per_token_before: int  # kvviz.memory_bill's formula
     predicted_bytes_per_token_after: int
     cache_saved_fraction: float  # 1 - after / before
     parameters_before: int

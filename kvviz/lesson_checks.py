@@ -17,7 +17,8 @@ from dataclasses import MISSING, fields, is_dataclass
 
 from kvviz.engine.records import StepRecord
 
-LESSON_FORMAT = "kvviz-lesson/2"
+LESSON_FORMAT = "kvviz-lesson/3"  # the first lesson's settings hold a SamplingParams ("sampling")
+FLAT_SETTINGS_FORMAT = "kvviz-lesson/2"  # still read: the first lesson's sampling fields sat beside the prompt
 MAX_LESSON_BYTES = 20 * 2**20  # a 256-token lesson on the bundled model exports to a few MiB
 LESSON_PAGES = {"prefill_decode": "Prefill and decode", "paged_batching": "Paged cache and batching",
                 "speculative": "Speculative decoding"}  # the lesson field -> the page that replays it
@@ -36,7 +37,7 @@ def read_lesson_file(data: bytes | str, lesson: str) -> dict:
         payload = load_json(data, "This file")
     except ValueError as error:
         raise LessonFileError(f"{error} Upload a file saved with “Export lesson”.") from None
-    if not isinstance(payload, dict) or payload.get("format") != LESSON_FORMAT:
+    if not isinstance(payload, dict) or payload.get("format") not in (LESSON_FORMAT, FLAT_SETTINGS_FORMAT):
         raise LessonFileError("This JSON is not a kvviz lesson (its format field is missing or unknown); "
                               "upload a file saved with “Export lesson”.")
     kind = payload.get("lesson", "prefill_decode")

@@ -17,10 +17,12 @@ from dataclasses import asdict
 import numpy as np
 
 from kvviz.engine.records import StepRecord
-from kvviz.lesson_checks import (LESSON_FORMAT, MAX_LESSON_BYTES, FieldError, LessonFileError,  # noqa: F401 (kept here)
-                                 build_checked, check_keys, check_range, read_lesson_file, typed)
-from kvviz.prefill_decode import MAX_LESSON_TOKENS, MAX_TRIANGLE_TOKENS, Lesson, LessonSettings, StepTrace
+from kvviz.lesson_checks import (FLAT_SETTINGS_FORMAT, LESSON_FORMAT, MAX_LESSON_BYTES, FieldError,  # noqa: F401
+                                 LessonFileError, build_checked, check_keys, check_range, read_lesson_file, typed)
+from kvviz.prefill_decode import (MAX_LESSON_TOKENS, MAX_TRIANGLE_TOKENS, Lesson, LessonSettings, StepTrace,
+                                  lesson_sampling)
 
+FLAT_SAMPLING = ("max_tokens", "temperature", "top_k", "top_p", "seed")
 MODEL_LIMITS = {"layers": 512, "heads": 1024, "kv_heads": 1024, "head_dim": 1024, "hidden_size": 2**20,
                 "parameters": 2**50, "max_context": 2**24}
 MODEL_TEXT = ("name", "source", "device", "dtype")
@@ -53,13 +55,14 @@ def _build(payload: dict) -> Lesson:
                               "records", "twin_records", "traces"},
                {"format", "model", "settings", "prompt_token_ids", "token_texts", "records", "twin_records", "traces"})
     model = _model(payload["model"])
-    settings = typed(payload["settings"], LessonSettings, "settings")
-    check_range(settings.max_tokens, 1, MAX_LESSON_TOKENS, "settings.max_tokens")
+    settings = _settings(payload["settings"], payload["format"])
+    max_tokens = check_range(settings.sampling.max_tokens, 1, MAX_LESSON_TOKENS, "settings.sampling.max_tokens")
+    check_range(settings.sampling.n, 1, 1, "settings.sampling.n")
     check_range(settings.block_size, 1, 1024, "settings.block_size")
     prompt_ids = typed(payload["prompt_token_ids"], list[int], "prompt_token_ids")
     check_range(len(prompt_ids), 1, model["max_context"] - 1, "prompt_token_ids (its length)")
     steps = typed(payload["records"], list, "records")
-    check_range(len(steps), 1, settings.max_tokens, "records (the number of steps)")
+    check_range(len(steps), 1, max_tokens, "records (the number of steps)")
     records = [typed(r, StepRecord, f"records[{i}]") for i, r in enumerate(steps)]
     twins = typed(payload["twin_records"], list, "twin_records")
     if len(twins) != len(records):
@@ -79,6 +82,17 @@ def _build(payload: dict) -> Lesson:
             raise FieldError(f"records[{i}].trace", "must be empty (traces travel in the traces field)")
     return Lesson(settings, model, records=records, twin_records=twin_records, traces=lesson_traces,
                   prompt_token_ids=prompt_ids, token_texts=texts, replay=True)
+
+
+def _settings(value, file_format: str) -> LessonSettings:
+    """The settings; a kvviz-lesson/2 file's sampling fields, written beside the prompt, are moved
+    into the lesson's SamplingParams first (a field it left out keeps the lesson's default)."""
+    if file_format == FLAT_SETTINGS_FORMAT:
+        value = typed(value, dict, "settings")
+        check_keys(value, "settings", {"prompt", "block_size", *FLAT_SAMPLING}, {"prompt"})
+        value = {key: item for key, item in value.items() if key not in FLAT_SAMPLING} | {"sampling": (
+            asdict(lesson_sampling()) | {key: item for key, item in value.items() if key in FLAT_SAMPLING})}
+    return typed(value, LessonSettings, "settings")
 
 
 def _model(value) -> dict:

@@ -7,17 +7,18 @@ from __future__ import annotations
 
 import argparse
 
-from kvviz import memory
+from kvviz import memory_bill
 
 
 def add_bill_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the `bill` options to a (sub)parser."""
     source = parser.add_mutually_exclusive_group()
-    source.add_argument("--preset", help=f"a known model: {', '.join(memory.PRESETS)} (default: bundled)")
+    source.add_argument("--preset", help=f"a known model: {', '.join(memory_bill.PRESETS)} (default: bundled)")
     source.add_argument("--model", help="a Hugging Face id in the local cache, or a folder with config.json")
     parser.add_argument("--tokens", type=int, default=8192, help="tokens per request (default: 8192)")
     parser.add_argument("--batch", type=int, default=1, help="requests at once (default: 1)")
-    parser.add_argument("--dtype", default="bf16", help=f"cache and weights dtype: {', '.join(memory.DTYPE_BYTES)}")
+    parser.add_argument("--dtype", default="bf16",
+                        help=f"cache and weights dtype: {', '.join(memory_bill.DTYPE_BYTES)}")
     parser.add_argument("--block-size", type=int, default=None, help="paged cache: round up to blocks of this size")
     parser.add_argument("--quant-bits", type=int, default=None, help="quantized cache: bits per value")
     parser.add_argument("--quant-group-size", type=int, default=64, help="values sharing one scale and zero point")
@@ -28,9 +29,10 @@ def add_bill_arguments(parser: argparse.ArgumentParser) -> None:
 def run_bill(args: argparse.Namespace) -> str:
     """The bill as text: the model, each layer kind's formula filled in, the total, weights, fit."""
     model = getattr(args, "model", None)
-    shape = memory.shape_from_pretrained(model) if model else memory.get_preset(getattr(args, "preset", None) or "bundled")
+    shape = (memory_bill.shape_from_pretrained(model) if model
+             else memory_bill.get_preset(getattr(args, "preset", None) or "bundled"))
     dtype_name = getattr(args, "dtype", "bf16")
-    dtype_bytes = memory.dtype_bytes(dtype_name)
+    dtype_bytes = memory_bill.dtype_bytes(dtype_name)
     tokens, batch = getattr(args, "tokens", 8192), getattr(args, "batch", 1)
     options = {"block_size": getattr(args, "block_size", None), "quant_bits": getattr(args, "quant_bits", None),
                "quant_group_size": getattr(args, "quant_group_size", 64)}
@@ -43,33 +45,33 @@ def run_bill(args: argparse.Namespace) -> str:
     if shape.max_context and tokens > shape.max_context:  # allowed: the lesson lets you ask anyway
         lines.append(f"  note: {tokens:,} tokens is beyond the model's {shape.max_context:,}-token context")
     lines.append("")
-    for line in memory.bill_breakdown(shape, tokens, batch, dtype_bytes, **options):
-        lines += [f"{memory.KIND_LABELS[line.kind]} ({line.num_layers} layers):", f"  {line.formula}"]
-    total = memory.kv_cache_bytes(shape, tokens, batch, dtype_bytes, **options)
-    per_token = memory.kv_bytes_per_token(shape, dtype_bytes, **options)
-    lines += ["", f"KV cache total: {total:,} bytes ({memory.format_bytes(total)}); "
+    for line in memory_bill.bill_breakdown(shape, tokens, batch, dtype_bytes, **options):
+        lines += [f"{memory_bill.KIND_LABELS[line.kind]} ({line.num_layers} layers):", f"  {line.formula}"]
+    total = memory_bill.kv_cache_bytes(shape, tokens, batch, dtype_bytes, **options)
+    per_token = memory_bill.kv_bytes_per_token(shape, dtype_bytes, **options)
+    lines += ["", f"KV cache total: {total:,} bytes ({memory_bill.format_bytes(total)}); "
                   f"{per_token:,} bytes per token inside every window"]
     if shape.num_params is None:
         lines.append("Weights: unknown (the config gives no parameter count and no local checkpoint was found)")
     else:
-        weights = memory.weights_bytes(shape, dtype_bytes)
+        weights = memory_bill.weights_bytes(shape, dtype_bytes)
         lines.append(f"Weights ({dtype_name}): {shape.num_params:,} parameters × {_bytes_word(dtype_bytes)} = "
-                     f"{weights:,} bytes ({memory.format_bytes(weights)})")
+                     f"{weights:,} bytes ({memory_bill.format_bytes(weights)})")
         name = device if isinstance(device, str) else f"{device:,} bytes"
-        lines.append(f"On {name}: " + memory.fit_summary(shape, tokens, batch, device, dtype_bytes, **options))
+        lines.append(f"On {name}: " + memory_bill.fit_summary(shape, tokens, batch, device, dtype_bytes, **options))
     return "\n".join(lines)
 
 
-def _describe(shape: memory.ModelShape) -> str:
+def _describe(shape: memory_bill.ModelShape) -> str:
     """One line: layers by kind, heads, sizes, parameters, context."""
     kinds = shape.layer_kinds
-    counts = ", ".join(f"{kinds.count(kind)} {memory.KIND_LABELS[kind]}"
-                       for kind in (memory.FULL, memory.SLIDING, memory.MLA) if kind in kinds)
+    counts = ", ".join(f"{kinds.count(kind)} {memory_bill.KIND_LABELS[kind]}"
+                       for kind in (memory_bill.FULL, memory_bill.SLIDING, memory_bill.MLA) if kind in kinds)
     parts = [f"{shape.num_layers} layers ({counts})"]
     if shape.num_heads:
         parts.append(f"{shape.num_heads} query heads")
     parts.append(f"{shape.num_kv_heads} KV heads of {shape.head_dim} dims")
-    if shape.sliding_window and memory.SLIDING in kinds:
+    if shape.sliding_window and memory_bill.SLIDING in kinds:
         parts.append(f"window {shape.sliding_window:,}")
     if shape.kv_lora_rank:
         parts.append(f"MLA latent {shape.kv_lora_rank} + RoPE {shape.qk_rope_head_dim}")

@@ -23,7 +23,7 @@ import torch
 from kvviz.engine import Engine, SamplingParams
 from kvviz.engine.config import DEFAULTS
 from kvviz.engine.scheduler import blocks_needed
-from kvviz.memory import ModelShape, bill_breakdown, kv_cache_bytes
+from kvviz.memory_bill import ModelShape, bill_breakdown, kv_cache_bytes
 from kvviz.models import (BUNDLED_DIR, CustomShape, LoadedModel, ModelLoadError, load_model, pick_device,
                           pick_dtype, validate_shape)
 
@@ -40,7 +40,7 @@ class DecodeTiming:
     cached_s: float  # median forward time of a decode step that reads context - 1 cached tokens
     uncached_s: float  # median forward time of a step that recomputes all context tokens
     cache_bytes: int  # measured by the engine after the decode step: bytes that hold tokens' K and V
-    formula_bytes: int  # kvviz.memory.kv_cache_bytes for the same tokens
+    formula_bytes: int  # kvviz.memory_bill.kv_cache_bytes for the same tokens
     cached_spread_s: tuple[float, float] = (0.0, 0.0)  # fastest and slowest of the timed steps
     uncached_spread_s: tuple[float, float] = (0.0, 0.0)
     repeats: int = 1  # warm steps timed, each way

@@ -41,7 +41,7 @@ def ask(lesson: Lesson, kind: str) -> Question:
     step = len(lesson.visible_records) - 1
     tokens = lesson.num_tokens_at(step)
     ahead = 5 if kind == "bytes_after_five" else 1
-    last_step = len(lesson.records) - 1 if lesson.replay else lesson.settings.max_tokens - 1
+    last_step = len(lesson.records) - 1 if lesson.replay else lesson.settings.sampling.max_tokens - 1
     if step + ahead >= last_step:  # the final step frees the request's blocks
         raise ValueError(f"The lesson ends before {ahead} more step(s) can run; ask earlier or generate more tokens.")
     if kind == "bytes_after_five":

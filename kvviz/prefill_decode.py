@@ -14,26 +14,24 @@ import numpy as np
 from kvviz.engine import Engine, EngineError, SamplingParams, StepRecord
 from kvviz.engine.config import DEFAULTS
 from kvviz.engine.records import TraceRecord
-from kvviz.memory import bill_breakdown
+from kvviz.memory_bill import bill_breakdown
 from kvviz.models import summary_shape
 
 MAX_LESSON_TOKENS = 256  # the longest lesson a page, a link or a file may ask for
 MAX_TRIANGLE_TOKENS = 128  # prompts up to this long keep the prefill's whole attention matrix
 
 
+def lesson_sampling(**changes) -> SamplingParams:
+    """The lesson's SamplingParams: 64 greedy tokens, seed 0, and no stop at the end-of-text token,
+    so the lesson runs every step it asked for; `changes` as SamplingParams' own keywords."""
+    return SamplingParams(**{"max_tokens": 64, "seed": 0, "ignore_eos": True, **changes})
+
+
 @dataclass
 class LessonSettings:
     prompt: str
-    max_tokens: int = 64
-    temperature: float = 0.0
-    top_k: int = 0
-    top_p: float = 1.0
-    seed: int | None = 0
+    sampling: SamplingParams = field(default_factory=lesson_sampling)  # max_tokens: the steps after the prefill
     block_size: int = DEFAULTS.block_size
-
-    def sampling(self) -> SamplingParams:
-        return SamplingParams(max_tokens=self.max_tokens, temperature=self.temperature, top_k=self.top_k,
-                              top_p=self.top_p, seed=self.seed, ignore_eos=True)
 
 
 @dataclass
@@ -69,15 +67,18 @@ class Lesson:
     @classmethod
     def start(cls, lm, settings: LessonSettings) -> "Lesson":
         """Check the prompt and build the engines; nothing runs until `prefill`."""
-        if not 1 <= settings.max_tokens <= MAX_LESSON_TOKENS:
-            raise EngineError(f"A lesson generates 1 to {MAX_LESSON_TOKENS} tokens, not {settings.max_tokens}.")
+        max_tokens = settings.sampling.max_tokens
+        if not 1 <= max_tokens <= MAX_LESSON_TOKENS:
+            raise EngineError(f"A lesson generates 1 to {MAX_LESSON_TOKENS} tokens, not {max_tokens}.")
+        if settings.sampling.n != 1:
+            raise EngineError(f"A lesson follows one sequence, not n={settings.sampling.n}; set n to 1.")
         twin = Engine(lm, use_cache=False, max_num_seqs=1, max_num_batched_tokens=lm.max_context)
-        prompt_ids = twin.check_request(settings.prompt, settings.sampling())
+        prompt_ids = twin.check_request(settings.prompt, settings.sampling)
         # the pool holds what this lesson can use, not the model's whole context
-        most_tokens = min(len(prompt_ids) + settings.max_tokens, lm.max_context)
+        most_tokens = min(len(prompt_ids) + max_tokens, lm.max_context)
         engine = Engine(lm, block_size=settings.block_size, max_num_seqs=1,
                         num_blocks=-(-most_tokens // settings.block_size))
-        engine.check_request(prompt_ids, settings.sampling())
+        engine.check_request(prompt_ids, settings.sampling)
         lesson = cls(settings, lm.describe(), engine=engine, twin=twin, tokenizer=lm.tokenizer)
         lesson.prompt_token_ids = prompt_ids
         lesson.token_texts = [lesson.token_text(t) for t in prompt_ids]
@@ -106,7 +107,7 @@ class Lesson:
 
     def prefill(self) -> StepRecord:
         assert not self.started, "prefill runs once; reset the lesson to start again"
-        params = self.settings.sampling()
+        params = self.settings.sampling
         self.engine.add_request(self.prompt_token_ids, params, trace=True)
         self.twin.add_request(self.prompt_token_ids, params, trace=True)
         return self._step()

@@ -14,7 +14,7 @@ import functools
 import time
 from dataclasses import dataclass
 
-from kvviz.memory import ModelShape, kv_cache_bytes
+from kvviz.memory_bill import ModelShape, kv_cache_bytes
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """What a model looks like to its KV cache: ModelShape, reading it from a config, and presets.
 
-A shape holds only the numbers the memory bill needs (kvviz.memory does the arithmetic), so a
+A shape holds only the numbers the memory bill needs (kvviz.memory_bill does the arithmetic), so a
 lesson can describe a 405B model without loading a byte of it. `ModelShape.from_hf_config` is
 the one place kvviz reads a Hugging Face config's layers, heads and sizes; the engine's cache,
 the bill, the lessons and the strategies all start from it. Pure Python: transformers,
@@ -182,7 +182,7 @@ def get_preset(name: str) -> ModelShape:
     shape = PRESETS.get(str(name).lower())
     if shape is None:
         raise ValueError(f"Unknown preset {name!r}; try one of {', '.join(list(PRESETS)[:6])} "
-                         f"(all {len(PRESETS)}: kvviz.memory.PRESETS).")
+                         f"(all {len(PRESETS)}: kvviz.memory_bill.PRESETS).")
     return shape
 
 

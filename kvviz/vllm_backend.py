@@ -285,11 +285,12 @@ def add_bill_arguments(parser) -> None:
 
 def predict_allocation(shape, kv_bytes: int, dtype_bytes: float, block_size: int, context: int) -> dict:
     """kvviz's bill for a pool of kv_bytes: whole blocks, the tokens they hold, requests of `context`."""
-    from kvviz import memory
+    from kvviz import memory_bill
 
-    block_bytes = memory.kv_bytes_per_token(shape, dtype_bytes) * block_size  # every layer's slots of one block
+    block_bytes = memory_bill.kv_bytes_per_token(shape, dtype_bytes) * block_size  # every layer's slots of one block
     num_blocks = kv_bytes // block_bytes
-    per_request = math.ceil(memory.kv_cache_bytes(shape, context, 1, dtype_bytes, block_size=block_size) / block_bytes)
+    per_request = math.ceil(memory_bill.kv_cache_bytes(shape, context, 1, dtype_bytes, block_size=block_size)
+                            / block_bytes)
     return {"num_blocks": num_blocks, "kv_cache_tokens": num_blocks * block_size,
             "max_concurrency": num_blocks / per_request, "blocks_per_request": per_request,
             "bytes_per_token": block_bytes // block_size}
@@ -326,18 +327,18 @@ def compare_allocation(shape, dtype_bytes: float, kv_bytes: int, context: int, r
 
 
 def bill_against_vllm(args) -> str:
-    from kvviz import memory
+    from kvviz import memory_bill
 
     if not args.model:
         raise ValueError("--against-vllm needs --model FOLDER (or 'bundled'): vLLM must load the model itself.")
     python = require_python(args.vllm_python)
     folder = model_folder(args.model)
-    shape = memory.shape_from_pretrained(folder)
-    dtype_bytes = memory.dtype_bytes(args.dtype)
+    shape = memory_bill.shape_from_pretrained(folder)
+    dtype_bytes = memory_bill.dtype_bytes(args.dtype)
     dtype = {4: "float32", 2: "bfloat16" if "bf" in args.dtype else "float16"}.get(dtype_bytes)
     if dtype is None:
         raise ValueError(f"vLLM runs this comparison in float32, float16 or bfloat16, not {args.dtype!r}.")
-    kv_bytes = memory.memory_bytes(args.kv_space)
+    kv_bytes = memory_bill.memory_bytes(args.kv_space)
     context = min(args.tokens, shape.max_context or args.tokens)
     result = check_result(run_jobs([allocation_job(folder, dtype, kv_bytes, context, args.block_size)], python)[0],
                           args.model)
@@ -346,7 +347,7 @@ def bill_against_vllm(args) -> str:
 
 
 def format_comparison(name: str, dtype: str, kv_bytes: int, context: int, block_size: int, c: dict) -> str:
-    from kvviz.memory import format_bytes
+    from kvviz.memory_bill import format_bytes
 
     k, v = c["kvviz"], c["vllm"]
     rows = [("KV blocks", f"{k['num_blocks']:,}", f"{v['num_blocks']:,}"),

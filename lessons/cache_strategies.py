@@ -2,8 +2,9 @@
 
 import streamlit as st
 
-from kvviz.memory import format_bytes
-from kvviz.strategies import QuantizedKV, SlidingWindowKV, StaticKV, compare_strategies
+from kvviz.cache_strategies import compare_strategies
+from kvviz.memory_bill import format_bytes
+from kvviz.strategies import QuantizedKV, SlidingWindowKV, StaticKV
 from kvviz.ui import cache_strategies_state as ss, eviction_state
 from kvviz.ui.common import current_model, show_code
 from kvviz.gqa import mean_pool_heads
@@ -86,7 +87,7 @@ else:
         m = st.columns(3)
         m[0].metric("Formula (tokens in context)", format_bytes(bill.formula_bytes))
         m[1].metric("Measured (tensors' bytes)", format_bytes(bill.measured_bytes))
-        m[2].metric("kvviz.memory predicts", format_bytes(bill.predicted_bytes),
+        m[2].metric("kvviz.memory_bill predicts", format_bytes(bill.predicted_bytes),
                     "equal to measured" if bill.predicted_bytes == bill.measured_bytes else "differs",
                     delta_color="off")
         st.code(result.formula, language=None, wrap_lines=True)
@@ -137,7 +138,7 @@ with gqa_tab:
         m[3].metric("Parameters", f"{report.parameters_after / 1e6:.2f}M",
                     f"{(report.parameters_after - report.parameters_before) / 1e6:+.2f}M", delta_color="off")
         st.caption(f"Measured on {report.num_windows} windows of {report.window} tokens of held-out text. "
-                   f"kvviz.memory's formula predicts {format_bytes(report.predicted_bytes_per_token_after)} "
+                   f"kvviz.memory_bill's formula predicts {format_bytes(report.predicted_bytes_per_token_after)} "
                    "per token after the merge.")
 
 with eviction_tab:

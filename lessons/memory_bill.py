@@ -4,9 +4,9 @@ from dataclasses import replace
 
 import streamlit as st
 
-from kvviz import memory
-from kvviz.memory import ACCELERATORS, GiB, MLA, PRESETS, SLIDING, format_bytes
-from kvviz.viz import memory_figures as figures
+from kvviz import memory_bill
+from kvviz.memory_bill import ACCELERATORS, GiB, MLA, PRESETS, SLIDING, format_bytes
+from kvviz.viz import memory_bill_figures as figures
 
 DTYPES = ["fp32", "bf16", "fp8", "int4"]
 CONTEXTS = [2**i for i in range(7, 21)]  # 128 tokens to 1M
@@ -56,9 +56,9 @@ with controls:
         st.number_input("MLA RoPE key size (values cached beside the latent)", 8, 1024, step=16, key="bill_rope",
                         help="A small key that carries the rotary position, shared by all heads.")
     st.select_slider("Cache dtype (bytes per cached value)", DTYPES, value="bf16", key="bill_dtype",
-                     format_func=lambda name: f"{name} ({memory.dtype_bytes(name):g} B)")
+                     format_func=lambda name: f"{name} ({memory_bill.dtype_bytes(name):g} B)")
     st.select_slider("Weights dtype (bytes per parameter)", DTYPES, value="bf16", key="bill_weights_dtype",
-                     format_func=lambda name: f"{name} ({memory.dtype_bytes(name):g} B)",
+                     format_func=lambda name: f"{name} ({memory_bill.dtype_bytes(name):g} B)",
                      help="Chosen apart from the cache: an int4 cache with bf16 weights is common.")
     st.select_slider("GPUs (tensor parallel)", GPU_COUNTS, value=1, key="bill_gpus",
                      help="Each GPU runs a share of the heads and holds a share of every weight matrix.")
@@ -73,15 +73,15 @@ with controls:
 
 state = st.session_state
 dtype_name = state["bill_dtype"]
-dtype_bytes = memory.dtype_bytes(dtype_name)
-weights_dtype_bytes = memory.dtype_bytes(state["bill_weights_dtype"])
+dtype_bytes = memory_bill.dtype_bytes(dtype_name)
+weights_dtype_bytes = memory_bill.dtype_bytes(state["bill_weights_dtype"])
 context, batch, utilization = state["bill_context"], state["bill_batch"], state["bill_utilization"]
 device_name = state["bill_device"]
 device = int(state.get("bill_custom_gib", 48) * GiB) if device_name == "custom size" else device_name
 
 
 def chosen_shape():
-    """The preset with the sliders' numbers; kvviz.memory refuses impossible ones with a ValueError."""
+    """The preset with the sliders' numbers; kvviz.memory_bill refuses impossible ones with a ValueError."""
     if preset.kv_lora_rank is not None:  # MLA: the latent and RoPE sizes, never KV heads or a window
         return replace(preset, num_layers=state["bill_layers"], num_heads=state["bill_heads"],
                        kv_lora_rank=state["bill_latent"], qk_rope_head_dim=state["bill_rope"])
@@ -94,13 +94,13 @@ def chosen_shape():
         # a hybrid keeps its pattern of sliding and full layers when the layer count changes
         period = next(i + 1 for i, kind in enumerate(preset.layer_types) if kind != SLIDING)
         shape = replace(shape, layer_types=tuple(
-            SLIDING if (i + 1) % period else memory.FULL for i in range(shape.num_layers)))
+            SLIDING if (i + 1) % period else memory_bill.FULL for i in range(shape.num_layers)))
     return shape
 
 
 def attention_variants(shape):
     """MHA, GQA, MQA and MLA for this many query heads of this size; refuses KV heads that do not divide."""
-    return memory.compare_attention_variants(
+    return memory_bill.compare_attention_variants(
         shape.num_heads * shape.head_dim, shape.num_heads, shape.num_layers, dtype_bytes,
         gqa_kv_heads=_gqa_heads(shape), kv_lora_rank=shape.kv_lora_rank,
         qk_rope_head_dim=shape.qk_rope_head_dim)
@@ -123,7 +123,7 @@ def per_token_by_kind(shape, by_kind: dict, tokens: int) -> str:
             lines.append(f"- {layers} sliding-window layers: **{format_bytes(cost)}** per token for the first "
                          f"{shape.sliding_window:,} tokens, then nothing ({still} at {tokens:,} tokens)")
         else:
-            lines.append(f"- {layers} {memory.KIND_LABELS[kind]} layers: **{format_bytes(cost)}** per token, "
+            lines.append(f"- {layers} {memory_bill.KIND_LABELS[kind]} layers: **{format_bytes(cost)}** per token, "
                          "for every token")
     return "\n".join(lines)
 
@@ -131,7 +131,7 @@ def per_token_by_kind(shape, by_kind: dict, tokens: int) -> str:
 def tensor_parallel(shape, gpus: int) -> None:
     """What each GPU holds when the model is split over `gpus` GPUs, and whether that fits one of them."""
     try:
-        share = memory.tensor_parallel_share(shape, gpus, context, batch, dtype_bytes, **weights_options)
+        share = memory_bill.tensor_parallel_share(shape, gpus, context, batch, dtype_bytes, **weights_options)
     except ValueError as problem:
         st.warning(str(problem))
         return
@@ -161,26 +161,26 @@ try:
     variants = attention_variants(shape)
     state["bill_last_good"] = shape
     error = None
-except ValueError as problem:  # one sentence from kvviz.memory; show the last settings that worked
+except ValueError as problem:  # one sentence from kvviz.memory_bill; show the last settings that worked
     error = str(problem)
     shape = state.get("bill_last_good", preset)
     variants = attention_variants(shape)
-cache_bytes = memory.kv_cache_bytes(shape, context, batch, dtype_bytes)
+cache_bytes = memory_bill.kv_cache_bytes(shape, context, batch, dtype_bytes)
 
-total_bytes = memory.memory_bytes(device)
+total_bytes = memory_bill.memory_bytes(device)
 usable_bytes = int(total_bytes * utilization)
-weights_bytes = memory.weights_bytes(shape, weights_dtype_bytes)
+weights_bytes = memory_bill.weights_bytes(shape, weights_dtype_bytes)
 weights_options = {"weights_dtype_bytes": weights_dtype_bytes}
 
 with results:
     if error:
         st.error(error)
         st.caption("The numbers below are still those of the last settings that made sense.")
-    per_token = memory.kv_bytes_per_token(shape, dtype_bytes)
-    by_kind = memory.bytes_per_token_by_kind(shape, dtype_bytes)
+    per_token = memory_bill.kv_bytes_per_token(shape, dtype_bytes)
+    by_kind = memory_bill.bytes_per_token_by_kind(shape, dtype_bytes)
     a, b, c = st.columns(3)
     a.metric("KV cache", format_bytes(cache_bytes),
-             help=f"{batch:,} request(s) × {context:,} tokens, as kvviz.memory.kv_cache_bytes computes it.")
+             help=f"{batch:,} request(s) × {context:,} tokens, as kvviz.memory_bill.kv_cache_bytes computes it.")
     if SLIDING in by_kind:
         b.metric("Per token, at this length", format_bytes(cache_bytes / (context * batch)),
                  help="The bill ÷ tokens ÷ requests: sliding layers stop growing at their window, so the "
@@ -193,22 +193,22 @@ with results:
     if SLIDING in by_kind:
         st.markdown(per_token_by_kind(shape, by_kind, context))
     st.markdown("**The formula, filled in**")
-    for line in memory.bill_breakdown(shape, context, batch, dtype_bytes):
-        st.code(f"{memory.KIND_LABELS[line.kind]}: {line.formula}", language=None, wrap_lines=True)
+    for line in memory_bill.bill_breakdown(shape, context, batch, dtype_bytes):
+        st.code(f"{memory_bill.KIND_LABELS[line.kind]}: {line.formula}", language=None, wrap_lines=True)
     if context > (shape.max_context or context):
         st.warning(f"{shape.name} was built for {shape.max_context:,} tokens; the bill above is for "
                    f"{context:,} anyway.")
-    summary = memory.fit_summary(shape, context, batch, device, dtype_bytes, utilization, **weights_options)
+    summary = memory_bill.fit_summary(shape, context, batch, device, dtype_bytes, utilization, **weights_options)
     (st.success if summary.startswith("Fits") else st.warning)(summary)
     st.plotly_chart(figures.memory_stack(device_name if device_name != "custom size" else "custom",
                                          total_bytes, usable_bytes, weights_bytes, cache_bytes),
                     width="stretch")
-    room = memory.cache_budget_bytes(shape, device, dtype_bytes, utilization, **weights_options)
+    room = memory_bill.cache_budget_bytes(shape, device, dtype_bytes, utilization, **weights_options)
     model_limit = shape.max_context or CONTEXTS[-1]
-    longest = memory.max_context(shape, batch, device, dtype_bytes, utilization, context_limit=model_limit,
+    longest = memory_bill.max_context(shape, batch, device, dtype_bytes, utilization, context_limit=model_limit,
                                  **weights_options)
-    requests = memory.max_requests(shape, context, device, dtype_bytes, utilization, **weights_options)
-    slots = memory.max_cached_tokens(shape, device, dtype_bytes, utilization, **weights_options)
+    requests = memory_bill.max_requests(shape, context, device, dtype_bytes, utilization, **weights_options)
+    slots = memory_bill.max_cached_tokens(shape, device, dtype_bytes, utilization, **weights_options)
     a, b, c = st.columns(3)
     a.metric("Requests that fit", f"{requests:,}", help=f"Requests of {context:,} tokens each, at once.")
     b.metric("Longest context", f"{longest:,}",
@@ -243,7 +243,7 @@ if state.get("bill_compare", "models") == "models":
                                                   if name != shape.name]  # yours is drawn already
 else:
     right.caption("Your model in every dtype: same colour, one line style per dtype.")
-    lines = [(shape, name, memory.dtype_bytes(name)) for name in DTYPES]
+    lines = [(shape, name, memory_bill.dtype_bytes(name)) for name in DTYPES]
 current = (shape, dtype_name, dtype_bytes)
 budget_label = f"room for the cache on {device_name}: {format_bytes(room)}"
 
@@ -269,7 +269,7 @@ with variants_tab:
                f"{dtype_name}. The dark bar is how your settings attend.")
 with layers_tab:
     kinds = shape.layer_kinds
-    st.plotly_chart(figures.layer_breakdown(memory.kv_cache_bytes_per_layer(shape, context, batch, dtype_bytes),
+    st.plotly_chart(figures.layer_breakdown(memory_bill.kv_cache_bytes_per_layer(shape, context, batch, dtype_bytes),
                                             kinds), width="stretch")
     if SLIDING in kinds and len(set(kinds)) > 1:
         st.caption(f"A hybrid model: sliding-window layers stop growing at {shape.sliding_window:,} tokens, "

@@ -4,7 +4,7 @@ import streamlit as st
 
 from kvviz import model_lab as lab
 from kvviz.engine import EngineError
-from kvviz.memory import format_bytes
+from kvviz.memory_bill import format_bytes
 from kvviz.models import CustomShape, ModelLoadError
 from kvviz.ui.common import show_code
 from kvviz.viz import model_lab_figures as figures

@@ -7,7 +7,7 @@ from kvviz import predict
 from kvviz.engine.block_pool import BlockPool
 from kvviz.engine.kv_manager import KVCacheManager
 from kvviz.engine.scheduler import Scheduler
-from kvviz.memory import format_bytes
+from kvviz.memory_bill import format_bytes
 from kvviz.ui import paged_batching_state as ps
 from kvviz.ui.classroom import file_buttons
 from kvviz.ui.common import show_code

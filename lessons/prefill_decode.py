@@ -7,7 +7,7 @@ import streamlit as st
 from kvviz.engine.engine import Engine
 from kvviz.engine.runner import paged_attention
 from kvviz.engine.scheduler import Scheduler
-from kvviz.memory import format_bytes
+from kvviz.memory_bill import format_bytes
 from kvviz.ui import prefill_decode_state as ls
 from kvviz.ui.classroom import export_and_replay, predict_panel, sync_query_params
 from kvviz.ui.common import show_code, token_chips

@@ -15,7 +15,7 @@ from browser import CHROMIUM, ROOT, browser_page, wait_idle
 from test_browser import app_url, no_exceptions  # noqa: F401  (fixture)
 from test_browser_presenter import CUT_TEXT_JS
 from kvviz import fork_lesson, swap_lesson
-from kvviz.memory import format_bytes
+from kvviz.memory_bill import format_bytes
 from kvviz.models import load_model
 from kvviz.speculative import DEFAULT_PROMPT as SPEC_PROMPT, SpeculativeLesson
 from kvviz.ui.fork_view import DEFAULT_PROMPT as FORK_PROMPT

@@ -63,10 +63,10 @@ def test_the_budget_holds_and_a_closed_tab_frees_its_lesson(browser, app_url):
 
 
 def test_a_lesson_file_is_checked_once_at_upload(browser, app_url, bundled):
-    from kvviz.prefill_decode import Lesson, LessonSettings
+    from kvviz.prefill_decode import Lesson, LessonSettings, lesson_sampling
     from kvviz.lesson_file import export_lesson
 
-    run = Lesson.start(bundled, LessonSettings(prompt="JULIET:\nAy me", max_tokens=4))
+    run = Lesson.start(bundled, LessonSettings(prompt="JULIET:\nAy me", sampling=lesson_sampling(max_tokens=4)))
     run.prefill()
     while run.next_token() is not None:
         pass

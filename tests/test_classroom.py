@@ -8,13 +8,15 @@ from streamlit.testing.v1 import AppTest
 
 from conftest import ROOT, open_lesson
 from kvviz import predict
-from kvviz.prefill_decode import Lesson, LessonSettings
+from kvviz.engine import EngineError
+from kvviz.prefill_decode import Lesson, LessonSettings, lesson_sampling
 from kvviz.lesson_file import LESSON_FORMAT, LessonFileError, export_lesson, import_lesson
 
 
 @pytest.fixture(scope="module")
 def lesson(bundled):
-    run = Lesson.start(bundled, LessonSettings(prompt="ROMEO:\nBut soft", max_tokens=12, block_size=4))
+    run = Lesson.start(bundled, LessonSettings(prompt="ROMEO:\nBut soft", sampling=lesson_sampling(max_tokens=12),
+                                               block_size=4))
     run.prefill()
     return run
 
@@ -62,11 +64,33 @@ def test_export_then_replay_gives_the_same_records(lesson):
     assert_replays_exactly(import_lesson(export_lesson(lesson).encode()), lesson)
 
 
+def test_the_file_keeps_the_lessons_sampling_params(lesson):
+    data = json.loads(export_lesson(lesson))
+    assert data["format"] == LESSON_FORMAT == "kvviz-lesson/3" and data["settings"]["sampling"]["max_tokens"] == 12
+    assert import_lesson(json.dumps(data)).settings == lesson.settings
+
+
+def test_a_kvviz_lesson_2_file_still_replays(lesson):
+    """kvviz-lesson/2 wrote the sampling fields flat beside the prompt; a field it left out keeps
+    the lesson's default."""
+    data = json.loads(export_lesson(lesson))
+    sampling = data["settings"].pop("sampling")
+    data["format"] = "kvviz-lesson/2"
+    data["settings"].update({name: sampling[name] for name in ("max_tokens", "temperature", "top_k", "top_p")})
+    replay = import_lesson(json.dumps(data))
+    assert replay.settings == lesson.settings and replay.settings.sampling.seed == 0
+    assert_replays_exactly(replay, lesson)
+    data["settings"]["n"] = 2
+    with pytest.raises(LessonFileError, match="field settings.n is not one kvviz writes"):
+        import_lesson(json.dumps(data))
+
+
 def test_a_default_length_lesson_exports_small_and_replays_exactly(bundled):
     """Issue 12 item 7: 48 tokens used to export 69 MiB (every step's whole cache) and not replay."""
     from kvviz.ui.prefill_decode_state import DEFAULTS, EXAMPLE_PROMPTS
 
-    run = Lesson.start(bundled, LessonSettings(prompt=EXAMPLE_PROMPTS[0], max_tokens=DEFAULTS["lesson_max_tokens"]))
+    run = Lesson.start(bundled, LessonSettings(prompt=EXAMPLE_PROMPTS[0],
+                                               sampling=lesson_sampling(max_tokens=DEFAULTS["lesson_max_tokens"])))
     run.prefill()
     while run.next_token() is not None:
         pass
@@ -89,7 +113,7 @@ def damage(lesson, change):
     (lambda d: d["model"].update(layers=5), r"traces\[0\].new_keys"),  # shapes disagree with the model
     (lambda d: d["traces"][1].update(attention=d["traces"][0]["attention"]), r"traces\[1\].attention"),
     (lambda d: d.update(prompt_token_ids=[]), "prompt_token_ids"),
-    (lambda d: d["settings"].update(max_tokens=10**9), "settings.max_tokens"),
+    (lambda d: d["settings"]["sampling"].update(max_tokens=10**9), "settings.sampling.max_tokens"),
     (lambda d: d["records"][0]["memory"].update(token_bytes=-5), r"records\[0\].memory.token_bytes"),
     (lambda d: d["records"][1].update(sampled=[[0, "x"]]), r"records\[1\].sampled\[0\]\[1\]"),
     (lambda d: d["token_texts"].pop(), "token_texts"),
@@ -208,7 +232,7 @@ def test_a_link_step_that_is_not_a_number_keeps_its_message():
 
 def test_a_lesson_holds_what_it_can_use_and_keeps_compact_traces(bundled):
     """Issue 16 item 2: the pool was sized to the model's whole context and every step kept the whole cache."""
-    run = Lesson.start(bundled, LessonSettings(prompt="ROMEO:\nBut soft", max_tokens=20))
+    run = Lesson.start(bundled, LessonSettings(prompt="ROMEO:\nBut soft", sampling=lesson_sampling(max_tokens=20)))
     prompt = len(run.prompt_token_ids)
     assert run.engine.num_blocks == -(-(prompt + 20) // 16) < -(-bundled.max_context // 16)
     run.prefill()
@@ -219,3 +243,8 @@ def test_a_lesson_holds_what_it_can_use_and_keeps_compact_traces(bundled):
     assert run.trace(3).keys.shape[1] == prompt + 3
     run.release()
     assert run.engine is None and not run.traces and run.released
+
+
+def test_a_lesson_follows_one_sequence(bundled):
+    with pytest.raises(EngineError, match="set n to 1"):
+        Lesson.start(bundled, LessonSettings("ROMEO:", lesson_sampling(max_tokens=2, n=2)))

@@ -9,7 +9,7 @@ import pytest
 from conftest import ROOT, open_lesson
 from kvviz import SamplingParams
 from kvviz.engine import Engine
-from kvviz.memory import format_bytes, kv_cache_bytes
+from kvviz.memory_bill import format_bytes, kv_cache_bytes
 
 
 def registered_pages(at) -> list[dict]:

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from kvviz import memory
-from kvviz.memory import FULL, MLA, PRESETS, SLIDING, ModelShape, kv_cache_bytes
+from kvviz import memory_bill
+from kvviz.memory_bill import FULL, MLA, PRESETS, SLIDING, ModelShape, kv_cache_bytes
 from kvviz.memory_cli import add_bill_arguments, run_bill
 
 ARTICLE = ModelShape(num_layers=32, num_kv_heads=8, head_dim=128)
@@ -34,7 +34,7 @@ def test_mha_gpt2():
 
 def test_gqa_llama_3_1_8b_full_context():
     # 2 × 32 × 8 × 128 × 2 bytes = 131,072 bytes a token; × 131,072 tokens = 16 GiB
-    assert memory.kv_bytes_per_token(PRESETS["llama-3.1-8b"]) == 131_072
+    assert memory_bill.kv_bytes_per_token(PRESETS["llama-3.1-8b"]) == 131_072
     assert kv_cache_bytes(PRESETS["llama-3.1-8b"], 131_072) == 16 * GIB
 
 
@@ -53,7 +53,7 @@ def test_hybrid_gemma_2_9b():
     gemma = PRESETS["gemma-2-9b"]
     assert gemma.layer_kinds.count(FULL) == 21 and gemma.layer_kinds[:2] == (SLIDING, FULL)
     assert kv_cache_bytes(gemma, 8192) == 1_409_286_144 + 704_643_072
-    lines = memory.bill_breakdown(gemma, 8192)
+    lines = memory_bill.bill_breakdown(gemma, 8192)
     assert [(line.kind, line.num_layers, line.tokens_held, line.num_bytes) for line in lines] == [
         (FULL, 21, 8192, 1_409_286_144), (SLIDING, 21, 4096, 704_643_072)]
     assert "4,096 tokens (window)" in lines[1].formula
@@ -67,7 +67,7 @@ def test_gemma_3_27b_five_local_to_one_global():
 def test_mla_deepseek_v3():
     # one latent of 512 + 64 RoPE values per token per layer, no factor 2, no heads
     assert kv_cache_bytes(PRESETS["deepseek-v3"], 4096) == 61 * 576 * 4096 * 2 == 287_834_112
-    formula = memory.bill_breakdown(PRESETS["deepseek-v3"], 4096)[0].formula
+    formula = memory_bill.bill_breakdown(PRESETS["deepseek-v3"], 4096)[0].formula
     assert formula.startswith("61 layers × (512 latent + 64 RoPE) dims × 4,096 tokens")
 
 
@@ -79,14 +79,15 @@ def test_quantized_int4_with_group_scales():
     # KIVI-style: the newest 128 tokens stay in bf16 (131,072 bytes each)
     assert kv_cache_bytes(llama, 1000, quant_bits=4, quant_residual_tokens=128) == 872 * 36_864 + 128 * 131_072
     # int4 as a plain dtype has no scales: a quarter of bf16
-    assert kv_cache_bytes(llama, 1000, dtype_bytes=memory.dtype_bytes("int4")) == 131_072 * 1000 // 4
+    assert kv_cache_bytes(llama, 1000, dtype_bytes=memory_bill.dtype_bytes("int4")) == 131_072 * 1000 // 4
 
 
 def test_paged_rounding_to_whole_blocks():
     # 1,000 tokens in 16-token blocks occupy 63 blocks = 1,008 slots
     llama = PRESETS["llama-3.1-8b"]
     assert kv_cache_bytes(llama, 1000, batch=2, block_size=16) == 2 * 1008 * 131_072
-    assert "1,008 tokens (1,000 rounded up to 16-token blocks)" in memory.bill_breakdown(llama, 1000, block_size=16)[0].formula
+    formula = memory_bill.bill_breakdown(llama, 1000, block_size=16)[0].formula
+    assert "1,008 tokens (1,000 rounded up to 16-token blocks)" in formula
     assert kv_cache_bytes(PRESETS["mistral-7b-v0.1"], 5000, block_size=16) == 536_870_912  # window 4,096 = 256 blocks
 
 
@@ -99,7 +100,7 @@ def test_static_reservation_holds_capacity_not_length():
 
 def test_per_layer_list_sums_to_total():
     gemma = PRESETS["gemma-2-9b"]
-    per_layer = memory.kv_cache_bytes_per_layer(gemma, 6000, batch=3)
+    per_layer = memory_bill.kv_cache_bytes_per_layer(gemma, 6000, batch=3)
     assert len(per_layer) == 42 and sum(per_layer) == kv_cache_bytes(gemma, 6000, batch=3)
     assert per_layer[0] < per_layer[1]  # sliding, then global
 
@@ -114,20 +115,20 @@ def test_bill_is_linear_in_batch_and_monotone_in_tokens(tokens, batch, preset):
 
 
 def test_formula_reads_like_the_article():
-    (line,) = memory.bill_breakdown(ARTICLE, 8192)
+    (line,) = memory_bill.bill_breakdown(ARTICLE, 8192)
     assert line.formula == ("2 (K and V) × 32 layers × 8 KV heads × 128 dims × 8,192 tokens × 1 request × "
                             "2 bytes = 1,073,741,824 bytes (1.00 GiB)")
 
 
 def test_weights_and_dtypes():
-    assert memory.weights_bytes(PRESETS["llama-3.1-8b"], 2) == 16_060_522_496
-    assert memory.weights_bytes(PRESETS["bundled"], memory.dtype_bytes("fp32")) == 4 * 5_278_976
-    assert [memory.dtype_bytes(name) for name in ("fp32", "bfloat16", "FP16", "torch.bfloat16", "int8", "int4")] == [
+    assert memory_bill.weights_bytes(PRESETS["llama-3.1-8b"], 2) == 16_060_522_496
+    assert memory_bill.weights_bytes(PRESETS["bundled"], memory_bill.dtype_bytes("fp32")) == 4 * 5_278_976
+    assert [memory_bill.dtype_bytes(name) for name in ("fp32", "bfloat16", "FP16", "torch.bfloat16", "int8", "int4")] == [
         4, 2, 2, 2, 1, 0.5]
 
 
 def test_attention_variants_for_one_model_size():
-    variants = {v.name.split()[0]: v.bytes_per_token for v in memory.compare_attention_variants(4096, 32, 32)}
+    variants = {v.name.split()[0]: v.bytes_per_token for v in memory_bill.compare_attention_variants(4096, 32, 32)}
     # per token: 2 × 32 layers × heads × 128 dims × 2 bytes; MLA: 32 layers × (512 + 64) × 2 bytes
     assert variants == {"MHA": 524_288, "GQA": 131_072, "MQA": 16_384, "MLA": 36_864}
 
@@ -215,27 +216,27 @@ def test_presets_agree_with_their_real_configs():
 def test_llama_8b_on_an_h100_by_hand():
     # usable: 90% of 80 GiB = 77,309,411,328; weights 16,060,522,496; cache budget 61,248,888,832
     llama = PRESETS["llama-3.1-8b"]
-    assert memory.cache_budget_bytes(llama, "H100 80GB") == 61_248_888_832
-    assert memory.max_cached_tokens(llama, "H100 80GB") == 61_248_888_832 // 131_072 == 467_291
-    assert memory.max_requests(llama, 8192, "H100 80GB") == 57
-    assert memory.max_context(llama, 1, "H100 80GB") == 131_072  # the model's own limit binds first
+    assert memory_bill.cache_budget_bytes(llama, "H100 80GB") == 61_248_888_832
+    assert memory_bill.max_cached_tokens(llama, "H100 80GB") == 61_248_888_832 // 131_072 == 467_291
+    assert memory_bill.max_requests(llama, 8192, "H100 80GB") == 57
+    assert memory_bill.max_context(llama, 1, "H100 80GB") == 131_072  # the model's own limit binds first
 
 
 @pytest.mark.parametrize("preset, context", [("llama-3.1-8b", 8192), ("gemma-2-9b", 8192),
                                              ("mistral-7b-v0.1", 30_000), ("qwen2.5-7b", 3000)])
 def test_max_requests_fills_the_budget(preset, context):
     shape = PRESETS[preset]
-    budget = memory.cache_budget_bytes(shape, "A100 40GB")
+    budget = memory_bill.cache_budget_bytes(shape, "A100 40GB")
     per_request = kv_cache_bytes(shape, context)
-    requests = memory.max_requests(shape, context, "A100 40GB")
+    requests = memory_bill.max_requests(shape, context, "A100 40GB")
     assert requests * per_request <= budget < (requests + 1) * per_request
 
 
 @pytest.mark.parametrize("preset, batch", [("llama-3.1-8b", 64), ("gemma-2-27b", 8), ("smollm2-135m", 4096)])
 def test_max_context_fills_the_budget(preset, batch):
     shape = PRESETS[preset]
-    budget = memory.cache_budget_bytes(shape, "H100 80GB")
-    context = memory.max_context(shape, batch, "H100 80GB")
+    budget = memory_bill.cache_budget_bytes(shape, "H100 80GB")
+    context = memory_bill.max_context(shape, batch, "H100 80GB")
     assert kv_cache_bytes(shape, context, batch) <= budget
     assert context == shape.max_context or kv_cache_bytes(shape, context + 1, batch) > budget
 
@@ -245,30 +246,30 @@ def test_max_context_counts_tokens_past_the_window_only_on_full_layers():
     # past the 100-token window: 4 T + 400 <= 1000, so T = 150 (all-full would give 125)
     shape = ModelShape(num_layers=2, num_kv_heads=1, head_dim=1, layer_types=(FULL, SLIDING),
                        sliding_window=100, num_params=1)
-    assert memory.max_context(shape, 1, 1002, utilization=1.0) == 150
+    assert memory_bill.max_context(shape, 1, 1002, utilization=1.0) == 150
     only_sliding = ModelShape(num_layers=1, num_kv_heads=1, head_dim=1, sliding_window=10, num_params=1)
-    assert memory.max_context(only_sliding, 1, 1002, utilization=1.0, context_limit=10**6) == 10**6
+    assert memory_bill.max_context(only_sliding, 1, 1002, utilization=1.0, context_limit=10**6) == 10**6
     with pytest.raises(ValueError, match="context_limit"):
-        memory.max_context(only_sliding, 1, 1002, utilization=1.0)
+        memory_bill.max_context(only_sliding, 1, 1002, utilization=1.0)
 
 
 def test_nothing_fits_when_the_weights_alone_do_not():
     big = PRESETS["llama-3.1-70b"]  # 141 GB of bf16 weights
-    assert memory.cache_budget_bytes(big, "H100 80GB") == 0
-    assert memory.max_requests(big, 1024, "H100 80GB") == 0
-    assert memory.max_context(big, 1, "H100 80GB") == 0
-    assert memory.fit_summary(big, 1024, 1, "H100 80GB").startswith("Does not fit: the weights alone")
-    assert memory.max_requests(big, 1024, "H200 141GB", dtype_bytes=1) > 0  # fp8 weights fit on an H200
+    assert memory_bill.cache_budget_bytes(big, "H100 80GB") == 0
+    assert memory_bill.max_requests(big, 1024, "H100 80GB") == 0
+    assert memory_bill.max_context(big, 1, "H100 80GB") == 0
+    assert memory_bill.fit_summary(big, 1024, 1, "H100 80GB").startswith("Does not fit: the weights alone")
+    assert memory_bill.max_requests(big, 1024, "H200 141GB", dtype_bytes=1) > 0  # fp8 weights fit on an H200
 
 
 def test_memory_sizes(monkeypatch):
-    assert memory.ACCELERATORS["H100 80GB"] == 80 * GIB
-    assert {"H200 141GB", "A100 40GB", "A100 80GB", "L4 24GB", "RTX 4090 24GB", "T4 16GB"} <= set(memory.ACCELERATORS)
-    assert memory.memory_bytes("h100 80gb") == 80 * GIB
-    assert memory.memory_bytes("48GiB") == 48 * GIB and memory.memory_bytes("48 GB") == 48 * 10**9
-    assert memory.memory_bytes(12345) == 12345
+    assert memory_bill.ACCELERATORS["H100 80GB"] == 80 * GIB
+    assert {"H200 141GB", "A100 40GB", "A100 80GB", "L4 24GB", "RTX 4090 24GB", "T4 16GB"} <= set(memory_bill.ACCELERATORS)
+    assert memory_bill.memory_bytes("h100 80gb") == 80 * GIB
+    assert memory_bill.memory_bytes("48GiB") == 48 * GIB and memory_bill.memory_bytes("48 GB") == 48 * 10**9
+    assert memory_bill.memory_bytes(12345) == 12345
     monkeypatch.setitem(sys.modules, "torch", None)  # no torch: the RAM is measured, quickly
-    assert memory.this_machine_bytes() > 0 and memory.memory_bytes("this machine") > 0
+    assert memory_bill.this_machine_bytes() > 0 and memory_bill.memory_bytes("this machine") > 0
 
 
 # --- Bad input: one clear sentence --------------------------------------------------------------
@@ -287,12 +288,12 @@ def test_memory_sizes(monkeypatch):
     (lambda: kv_cache_bytes(ARTICLE, 8192, block_size=0), "block_size must be"),
     (lambda: kv_cache_bytes(ARTICLE, 8192, reserved_tokens=100), "reserve at least"),
     (lambda: kv_cache_bytes(ARTICLE, 8192, quant_bits=0), "quant_bits must be"),
-    (lambda: memory.dtype_bytes("fp12"), "Unknown dtype 'fp12'; use one of fp32"),
-    (lambda: memory.get_preset("llama-9"), "Unknown preset 'llama-9'; try one of gpt2"),
-    (lambda: memory.memory_bytes("lots"), "Unknown memory size"),
-    (lambda: memory.cache_budget_bytes(PRESETS["gpt2"], "T4 16GB", utilization=1.5), "utilization must be"),
-    (lambda: memory.weights_bytes(ARTICLE), "no parameter count"),
-    (lambda: memory.compare_attention_variants(4096, 32, 32, gqa_kv_heads=5), "divide evenly"),
+    (lambda: memory_bill.dtype_bytes("fp12"), "Unknown dtype 'fp12'; use one of fp32"),
+    (lambda: memory_bill.get_preset("llama-9"), "Unknown preset 'llama-9'; try one of gpt2"),
+    (lambda: memory_bill.memory_bytes("lots"), "Unknown memory size"),
+    (lambda: memory_bill.cache_budget_bytes(PRESETS["gpt2"], "T4 16GB", utilization=1.5), "utilization must be"),
+    (lambda: memory_bill.weights_bytes(ARTICLE), "no parameter count"),
+    (lambda: memory_bill.compare_attention_variants(4096, 32, 32, gqa_kv_heads=5), "divide evenly"),
 ])
 def test_bad_input_says_what_is_wrong(call, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(")) as error:
@@ -342,16 +343,17 @@ def test_run_bill_from_a_local_folder(tmp_path, monkeypatch):
 
 
 def test_memory_module_imports_without_torch_or_transformers():
-    # Load kvviz.memory without running kvviz/__init__.py (which may import the engine).
+    # Load kvviz.memory_bill and its old name kvviz.memory without running kvviz/__init__.py
+    # (which may import the engine).
     root = Path(__file__).resolve().parents[1]
     code = ("import sys, types; package = types.ModuleType('kvviz'); package.__path__ = ['kvviz']; "
-            "sys.modules['kvviz'] = package; import kvviz.memory, kvviz.memory_cli; "
+            "sys.modules['kvviz'] = package; import kvviz.memory_bill, kvviz.memory, kvviz.memory_cli; "
             "assert 'torch' not in sys.modules and 'transformers' not in sys.modules, sorted(sys.modules)")
     subprocess.run([sys.executable, "-c", code], cwd=root, check=True, env={**os.environ, "PYTHONPATH": str(root)})
 
 
 def test_per_token_cost_ignores_block_rounding():
-    from kvviz.memory import PRESETS, kv_bytes_per_token
+    from kvviz.memory_bill import PRESETS, kv_bytes_per_token
 
     shape = PRESETS["llama-3.1-70b"]
     plain = kv_bytes_per_token(shape, 2)

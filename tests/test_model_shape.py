@@ -5,7 +5,7 @@ import torch
 from kvviz import Engine
 from kvviz.engine.kv_cache import CacheShape
 from kvviz.engine.model_parts import model_parts
-from kvviz.memory import kv_bytes_per_token
+from kvviz.memory_bill import kv_bytes_per_token
 from kvviz.shapes import FULL, SLIDING, ModelShape
 from kvviz.strategies.options import ModelFacts
 from tiny_models import tiny_model

@@ -4,7 +4,7 @@ import pytest
 
 from conftest import open_lesson
 from kvviz import fork_lesson
-from kvviz.memory import format_bytes
+from kvviz.memory_bill import format_bytes
 
 
 @pytest.fixture()

@@ -9,7 +9,7 @@ from kvviz.lesson_checks import LessonFileError
 from kvviz.lesson_file import export_lesson, import_lesson
 from kvviz.paged_batching import DEFAULT_REQUESTS, PagedLesson, RequestSpec
 from kvviz.paged_batching_file import MAX_STEPS, export_paged, import_paged
-from kvviz.prefill_decode import Lesson, LessonSettings
+from kvviz.prefill_decode import Lesson, LessonSettings, lesson_sampling
 
 SPECS = [RequestSpec(*request) for request in DEFAULT_REQUESTS]
 
@@ -86,7 +86,8 @@ def test_damaged_files_are_refused_in_one_sentence_naming_the_field(run, change,
 
 
 def test_each_page_refuses_the_other_lessons_file(run, tiny_lm):
-    first = Lesson.start(tiny_lm, LessonSettings(prompt="ROMEO:\nBut soft", max_tokens=3, block_size=4))
+    settings = LessonSettings(prompt="ROMEO:\nBut soft", sampling=lesson_sampling(max_tokens=3), block_size=4)
+    first = Lesson.start(tiny_lm, settings)
     first.prefill()
     with pytest.raises(LessonFileError, match="holds the “Prefill and decode” lesson") as refused:
         import_paged(export_lesson(first))

@@ -8,7 +8,7 @@ import torch
 from streamlit.testing.v1 import AppTest
 
 from kvviz import model_lab as lab
-from kvviz.memory import PRESETS, ModelShape, format_bytes, kv_cache_bytes
+from kvviz.memory_bill import PRESETS, ModelShape, format_bytes, kv_cache_bytes
 from kvviz.models import CustomShape, ModelLoadError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -57,15 +57,15 @@ def test_bill_follows_the_preset_and_the_sliders(bill):
 
 
 def test_bill_answers_the_reverse_questions(bill):
-    from kvviz import memory
+    from kvviz import memory_bill
 
     bill.selectbox(key="bill_device").set_value("A100 40GB").run()
     llama = PRESETS["llama-3.1-8b"]
-    assert metric(bill, "Requests that fit") == f"{memory.max_requests(llama, 8192, 'A100 40GB', 2, 0.9):,}"
-    assert metric(bill, "Token slots") == f"{memory.max_cached_tokens(llama, 'A100 40GB', 2, 0.9):,}"
+    assert metric(bill, "Requests that fit") == f"{memory_bill.max_requests(llama, 8192, 'A100 40GB', 2, 0.9):,}"
+    assert metric(bill, "Token slots") == f"{memory_bill.max_cached_tokens(llama, 'A100 40GB', 2, 0.9):,}"
     bill.selectbox(key="bill_device").set_value("custom size").run()
     bill.number_input(key="bill_custom_gib").set_value(24).run()
-    assert metric(bill, "Requests that fit") == f"{memory.max_requests(llama, 8192, 24 * 2**30, 2, 0.9):,}"
+    assert metric(bill, "Requests that fit") == f"{memory_bill.max_requests(llama, 8192, 24 * 2**30, 2, 0.9):,}"
     bill.selectbox(key="bill_device").set_value("this machine").run()
     assert not bill.exception
 

@@ -14,9 +14,9 @@ from conftest import ROOT
 from kvviz import Engine
 from kvviz.batch_generation import (MAX_UPLOAD_BYTES, BatchJobError, BatchSettings, BatchWorkload, parse_upload, run_batch,
                              synthetic_workload)
-from kvviz.memory import format_bytes
-from kvviz.strategies import compare_strategies
-from kvviz.ui.cache_strategies_state import EXAMPLE_PROMPT, gqa_choices, group_sizes, lesson_specs
+from kvviz.cache_strategies import compare_strategies, lesson_specs
+from kvviz.memory_bill import format_bytes
+from kvviz.ui.cache_strategies_state import EXAMPLE_PROMPT, gqa_choices, group_sizes
 from kvviz.viz.batch_generation_figures import request_spans, rolling
 from kvviz.viz.cache_strategies_figures import binary_ticks, divergence_html, one_two_five
 
@@ -63,7 +63,7 @@ def test_strategies_page_shows_what_compare_strategies_measures(strategies_page,
     metrics = {m.label: m.value for m in at.metric}
     int8 = shown[3].final_bill
     assert metrics["Measured (tensors' bytes)"] == format_bytes(int8.measured_bytes)
-    assert metrics["kvviz.memory predicts"] == format_bytes(int8.measured_bytes)
+    assert metrics["kvviz.memory_bill predicts"] == format_bytes(int8.measured_bytes)
     at.selectbox(key="strategies_bill_of").set_value("static")
     at.toggle(key="strategies_log_memory").set_value(False).run()
     assert not at.exception

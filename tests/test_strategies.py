@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from kvviz.memory import kv_cache_bytes
-from kvviz.strategies import (StrategySpec, compare_strategies, dequantize, quantize, run_strategy)
+from kvviz.cache_strategies import compare_strategies
+from kvviz.memory_bill import kv_cache_bytes
+from kvviz.strategies import StrategySpec, dequantize, quantize, run_strategy
 from kvviz.strategies.bill import full_attention_shape
 from tiny_models import VOCAB, hf_greedy, tiny_model
 
@@ -82,7 +83,7 @@ def test_quantized_int8_close_int4_further(model):
     assert kl[8][0] < 1e-9  # the prefill attends its own keys at full precision
     assert kl[8].max() < 1e-3 and 0 < key_error[8] < key_error[4]
     assert kl[8].sum() < kl[4].sum()
-    # the bytes: codes, scales and zero points, as kvviz.memory predicts
+    # the bytes: codes, scales and zero points, as kvviz.memory_bill predicts
     for run in runs.values():
         bill = run.steps[-1].bill
         assert bill.measured_bytes == bill.predicted_bytes < bill.formula_bytes

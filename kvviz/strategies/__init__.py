@@ -1,8 +1,9 @@
-"""Cache strategies side by side: dynamic, static, sliding window, quantized, paged, no cache.
+"""The cache policies: dynamic, static, sliding window, quantized, paged, no cache, and the eviction lab's.
 
-    from kvviz.strategies import run_strategy, compare_strategies
+    from kvviz.strategies import run_strategy
     run = run_strategy(lm, "ROMEO:", "quantized", max_tokens=32, bits=4, residual=16)
-    results = compare_strategies(lm, "ROMEO:", max_tokens=32)
+
+The "Cache strategies" lesson compares them all in kvviz.cache_strategies (compare_strategies).
 
 dynamic, static, sliding_window and quantized are kvviz's own small cache classes, plugged into
 the model through transformers' Cache API (`model(..., cache=...)`); paged is kvviz's Engine, and
@@ -12,8 +13,7 @@ tokens: sliding window, attention sinks + window (SinkWindowKV), heavy hitters (
 
 from kvviz.strategies.base import KVLayer, StrategyCache
 from kvviz.strategies.bill import ByteBill, ByteItem
-from kvviz.strategies.compare import (DEFAULT_STRATEGIES, StrategyComparison, compare_strategies,
-                                      comparison_table, kl_divergence)
+from kvviz.strategies.compare import kl_divergence
 from kvviz.strategies.dynamic import DynamicKV
 from kvviz.strategies.eviction import EvictionLab, eviction_lab
 from kvviz.strategies.heavy_hitters import HeavyHitterKV
@@ -26,6 +26,16 @@ from kvviz.strategies.static import StaticKV
 
 __all__ = ["KVLayer", "StrategyCache", "DynamicKV", "StaticKV", "SlidingWindowKV", "QuantizedKV",
            "quantize", "dequantize", "ByteBill", "ByteItem", "STRATEGIES", "StrategySpec", "make_cache",
-           "resolve_options", "StrategyRun", "StrategyStep", "run_strategy", "DEFAULT_STRATEGIES",
-           "StrategyComparison", "compare_strategies", "comparison_table", "kl_divergence",
+           "resolve_options", "StrategyRun", "StrategyStep", "run_strategy", "kl_divergence",
            "SinkWindowKV", "HeavyHitterKV", "EvictionLab", "eviction_lab"]
+
+# The lesson's comparison moved to kvviz.cache_strategies; its old names here work for one release.
+MOVED = ("DEFAULT_STRATEGIES", "StrategyComparison", "compare_strategies", "comparison_table")
+
+
+def __getattr__(name: str):
+    if name in MOVED:  # imported late: kvviz.cache_strategies imports this package
+        from kvviz import cache_strategies
+
+        return getattr(cache_strategies, name)
+    raise AttributeError(f"module 'kvviz.strategies' has no attribute {name!r}")

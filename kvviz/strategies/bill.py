@@ -8,14 +8,14 @@ A strategy's tensors hold something else, and every difference has a name: the e
 static reservation, the tokens a window dropped, codes narrower than the model's values plus
 their scales and zero points, a paged pool's free blocks and its last block's empty slots.
 `ByteBill` lists them so that formula + differences = measured, to the byte. `predicted_bytes`
-is kvviz.memory's bill with the strategy's own options, which must equal the measurement.
+is kvviz.memory_bill's bill with the strategy's own options, which must equal the measurement.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from kvviz.memory import ModelShape, bill_breakdown, kv_cache_bytes
+from kvviz.memory_bill import ModelShape, bill_breakdown, kv_cache_bytes
 from kvviz.strategies.base import StrategyCache
 
 
@@ -30,7 +30,7 @@ class ByteBill:
     measured_bytes: int  # sum of nbytes of the tensors the cache holds (a paged pool: all its blocks)
     layer_bytes: list[int]  # the same, per layer
     formula_bytes: int  # the article's formula for the tokens in context
-    predicted_bytes: int  # kvviz.memory.kv_cache_bytes with this strategy's options
+    predicted_bytes: int  # kvviz.memory_bill.kv_cache_bytes with this strategy's options
     differences: list[ByteItem]  # formula_bytes + their sum == measured_bytes
 
     def check(self) -> None:
@@ -46,7 +46,7 @@ def full_attention_shape(model) -> ModelShape:
 
 
 def memory_options(name: str, options: dict, shape: ModelShape) -> tuple[ModelShape, dict]:
-    """The strategy's options in kvviz.memory's terms: (shape, keyword arguments of kv_cache_bytes)."""
+    """The strategy's options in kvviz.memory_bill's terms: (shape, keyword arguments of kv_cache_bytes)."""
     if name == "static":
         return shape, {"reserved_tokens": options["capacity"]}
     if name == "sliding_window":
@@ -58,7 +58,7 @@ def memory_options(name: str, options: dict, shape: ModelShape) -> tuple[ModelSh
 
 
 def formula_text(name: str, options: dict, shape: ModelShape, tokens: int, dtype_bytes: float) -> str:
-    """kvviz.memory's filled-in formula for this strategy (the paged pool: its allocated blocks)."""
+    """kvviz.memory_bill's filled-in formula for this strategy (the paged pool: its allocated blocks)."""
     if name == "no_cache":
         return "no cache: 0 bytes kept; every step recomputes K and V for the whole sequence"
     if name == "paged":

@@ -8,9 +8,9 @@ Policies, each holding at most `budget` tokens per layer and KV head:
 - sinks + window: the first `sinks` tokens and the newest `budget - sinks` (sinks.py, StreamingLLM);
 - heavy hitters: the newest `recent` tokens and the keys that received the most attention (H2O).
 
-As in compare.py, each policy runs twice: teacher-forced on the full cache's tokens (the same
-sequence for all, so the KL divergence and the retention maps compare position by position), and
-free-running (its own greedy text and the first token where it leaves the full cache's).
+As in kvviz/cache_strategies.py, each policy runs twice: teacher-forced on the full cache's
+tokens (the same sequence for all, so the KL divergence and the retention maps compare position by
+position), and free-running (its own greedy text and the first token where it leaves the full cache's).
 
 All runs, the full cache included, go through one twin of the model that shares its weights but
 uses transformers' "eager" attention, which returns the attention weights H2O scores with. The

@@ -48,7 +48,7 @@ class StrategyRun:
     fed_token_ids: list[int]  # the token each decode step ran: the pick, or the forced token
     forced: bool
     text: str | None  # the picks as text (a story only when not forced)
-    formula: str  # kvviz.memory's formula at the last step, filled in
+    formula: str  # kvviz.memory_bill's formula at the last step, filled in
     steps: list[StrategyStep]
     # the last step's readable K and V, (layers, tokens, kv_heads, head_dim), and their positions
     final_keys: np.ndarray | None = field(default=None, repr=False)
@@ -132,7 +132,7 @@ class Context:
     options: dict
     model: torch.nn.Module
     facts: ModelFacts
-    shape: object  # kvviz.memory.ModelShape
+    shape: object  # kvviz.memory_bill.ModelShape
     prompt_ids: list[int]
     forced: list[int] | None
     reference: StrategyRun | None

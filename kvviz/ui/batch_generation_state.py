@@ -15,7 +15,7 @@ import streamlit as st
 
 from kvviz.batch_generation import BatchResult, BatchSettings, compare_with_transformers, live_summary, run_batch
 from kvviz.engine import EngineConfig, SamplingParams
-from kvviz.ui.common import current_model, drop
+from kvviz.ui.common import current_model, drop, page_sampling
 from kvviz.viz import batch_generation_figures as figures
 from kvviz.workloads import Workload, WorkloadError, synthetic_workload, upload_workload
 
@@ -61,10 +61,7 @@ def settings() -> BatchSettings:
                      max_num_seqs=int(setting("batch_max_num_seqs")),
                      max_num_batched_tokens=int(setting("batch_max_batched_tokens")))
     sampling = SamplingParams(seed=int(setting("batch_seed")), ignore_eos=bool(setting("batch_ignore_eos")))
-    if not setting("batch_greedy"):  # greedy: SamplingParams' own temperature 0, no top-k or top-p cut
-        sampling = replace(sampling, temperature=float(setting("batch_temperature")),
-                           top_k=int(setting("batch_top_k")), top_p=float(setting("batch_top_p")))
-    return BatchSettings(engine, sampling)
+    return BatchSettings(engine, page_sampling(setting, "batch_", sampling))
 
 
 def workload() -> Workload:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import streamlit as st
 
 from kvviz.gqa import gqa_report
-from kvviz.strategies import StrategySpec, compare_strategies, comparison_table
+from kvviz.cache_strategies import compare_strategies, comparison_table, lesson_specs
 from kvviz.ui.common import current_model, drop
 from kvviz.viz.cache_strategies_figures import strategy_color
 
@@ -22,17 +22,6 @@ DEFAULTS = {"strategies_prompt": EXAMPLE_PROMPT, "strategies_max_tokens": 32, "s
 
 
 TIMING_RUNS = 3  # free runs timed per strategy: the Time tab shows their median and spread
-STATIC_MOST_TOKENS = 4096  # a full-size model's whole context (128k tokens) would not fit in memory
-
-
-def lesson_specs(window: int, group_size: int, residual: int, max_context: int = 512) -> list[StrategySpec]:
-    """The strategies the lesson compares, with the page's options. Static reserves the model's
-    context, up to STATIC_MOST_TOKENS."""
-    quantized = {"group_size": group_size, "residual": residual}
-    static = {} if max_context <= STATIC_MOST_TOKENS else {"capacity": STATIC_MOST_TOKENS}
-    return [StrategySpec("dynamic"), StrategySpec("static", static), StrategySpec("sliding_window", {"window": window}),
-            StrategySpec("quantized", {"bits": 8, **quantized}), StrategySpec("quantized", {"bits": 4, **quantized}),
-            StrategySpec("paged"), StrategySpec("no_cache")]
 
 
 def group_sizes(head_dim: int) -> list[int]:

@@ -5,9 +5,11 @@ from __future__ import annotations
 import html
 import inspect
 import re
+from dataclasses import replace
 
 import streamlit as st
 
+from kvviz.engine import SamplingParams
 from kvviz.models import ModelLoadError, allowed_source, load_model
 from kvviz.viz.colors import PHASE
 
@@ -58,6 +60,17 @@ def drop(state, keys, prefixes: tuple[str, ...] = ()) -> None:
     """Delete `keys`, and keys starting with one of `prefixes`, from a session state (or a dict)."""
     for key in [k for k in state if k in keys or k.startswith(prefixes)]:
         del state[key]
+
+
+def page_sampling(setting, prefix: str, sampling: SamplingParams) -> SamplingParams:
+    """`sampling` with the page's temperature, top-k and top-p (widgets prefix + "temperature", ...),
+    unless its prefix + "greedy" box is ticked: greedy keeps SamplingParams' temperature 0, no cut.
+
+    setting: key -> the widget's value (or its default)."""
+    if setting(prefix + "greedy"):
+        return sampling
+    return replace(sampling, temperature=float(setting(prefix + "temperature")),
+                   top_k=int(setting(prefix + "top_k")), top_p=float(setting(prefix + "top_p")))
 
 
 def plain(text: str) -> str:

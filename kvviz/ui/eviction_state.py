@@ -1,5 +1,9 @@
 """The eviction lab on the "Cache strategies" page: its state, its button and its layout.
 
+A tab of lessons/cache_strategies.py, not a page of its own: its files are named after the lab
+(this module, kvviz/viz/eviction_figures.py, and its logic kvviz/strategies/eviction.py) and
+live beside the page's (kvviz/ui/cache_strategies_state.py, kvviz/cache_strategies.py).
+
 It runs on the page's prompt and "Tokens to generate"; its own widgets are "eviction_*" and its
 result lives under "lesson_eviction" (cleared, like every lesson, when another model loads).
 """

@@ -11,7 +11,7 @@ import streamlit as st
 
 from kvviz import explain, roofline
 from kvviz.prefill_decode import MAX_TRIANGLE_TOKENS
-from kvviz.memory import PRESETS, ModelShape, format_bytes
+from kvviz.memory_bill import PRESETS, ModelShape, format_bytes
 from kvviz.ui.common import drop
 from kvviz.viz import explain_figures as figures
 

@@ -12,9 +12,9 @@ import time
 import streamlit as st
 
 from kvviz.engine import EngineError
-from kvviz.prefill_decode import MAX_LESSON_TOKENS, Lesson, LessonSettings
+from kvviz.prefill_decode import MAX_LESSON_TOKENS, Lesson, LessonSettings, lesson_sampling
 from kvviz.ui import live_lessons
-from kvviz.ui.common import current_model, drop
+from kvviz.ui.common import current_model, drop, page_sampling
 
 EXAMPLE_PROMPTS = [
     "ROMEO:\nBut soft, what light through yonder window breaks?",
@@ -24,9 +24,11 @@ EXAMPLE_PROMPTS = [
 ]
 
 
+PAGE_SAMPLING = lesson_sampling(max_tokens=48, temperature=0.8, top_k=40, top_p=0.95)  # when not greedy
 DEFAULTS = {"lesson_prompt": EXAMPLE_PROMPTS[0], "lesson_example": EXAMPLE_PROMPTS[0],
-            "lesson_max_tokens": 48, "lesson_greedy": True,
-            "lesson_temperature": 0.8, "lesson_top_k": 40, "lesson_top_p": 0.95, "lesson_seed": 0}
+            "lesson_max_tokens": PAGE_SAMPLING.max_tokens, "lesson_greedy": True,
+            "lesson_temperature": PAGE_SAMPLING.temperature, "lesson_top_k": PAGE_SAMPLING.top_k,
+            "lesson_top_p": PAGE_SAMPLING.top_p, "lesson_seed": PAGE_SAMPLING.seed}
 KEYS = frozenset(DEFAULTS) | {  # the run, the player, the views' choices and the link's one reading
     "lesson", "lesson_view_step", "lesson_playing", "lesson_error", "lesson_questions", "lesson_last_tick",
     "lesson_ticker_inline", "lesson_query_done", "lesson_speed", "lesson_view", "lesson_kv_layer",
@@ -47,17 +49,14 @@ def lesson() -> Lesson | None:
     return current
 
 
+def setting(key: str):
+    return st.session_state.get(key, DEFAULTS[key])
+
+
 def _settings() -> LessonSettings:
-    state = st.session_state
-    greedy = state.get("lesson_greedy", True)
-    return LessonSettings(
-        prompt=state.get("lesson_prompt", EXAMPLE_PROMPTS[0]),
-        max_tokens=int(state.get("lesson_max_tokens", 64)),
-        temperature=0.0 if greedy else float(state.get("lesson_temperature", 0.8)),
-        top_k=0 if greedy else int(state.get("lesson_top_k", 40)),
-        top_p=1.0 if greedy else float(state.get("lesson_top_p", 0.95)),
-        seed=int(state.get("lesson_seed", 0)),
-    )
+    """The page's controls as the lesson's settings: the prompt and a SamplingParams."""
+    sampling = lesson_sampling(max_tokens=int(setting("lesson_max_tokens")), seed=int(setting("lesson_seed")))
+    return LessonSettings(setting("lesson_prompt"), page_sampling(setting, "lesson_", sampling))
 
 
 def on_prefill() -> None:
@@ -162,7 +161,7 @@ def on_prompt_edit() -> None:
 def stop_note(lesson: Lesson) -> str | None:
     """Why a finished lesson generated fewer tokens than asked, in one sentence; None if it did not."""
     generated = len(lesson.token_texts) - len(lesson.prompt_token_ids)
-    asked, context = lesson.settings.max_tokens, lesson.model_info.get("max_context")
+    asked, context = lesson.settings.sampling.max_tokens, lesson.model_info.get("max_context")
     if not lesson.finished or generated >= asked or context is None:
         return None
     return (f"It stopped after {generated} of the {asked} tokens asked for: the prompt's "

@@ -8,7 +8,7 @@ import streamlit as st
 from kvviz import swap_lesson
 from kvviz.engine import EngineError
 from kvviz.engine.kv_manager import KVCacheManager
-from kvviz.memory import format_bytes
+from kvviz.memory_bill import format_bytes
 from kvviz.ui.common import current_model, drop, show_code
 from kvviz.ui.paged_batching_state import request_specs
 

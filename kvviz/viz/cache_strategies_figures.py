@@ -12,7 +12,7 @@ import math
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from kvviz.memory import format_bytes
+from kvviz.memory_bill import format_bytes
 from kvviz.viz.colors import FONT, PHASE
 
 STRATEGY = {

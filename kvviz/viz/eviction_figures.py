@@ -1,5 +1,8 @@
 """Figures for the eviction lab: pure functions from an EvictionLab to figures.
 
+The lab is a tab of the "Cache strategies" page (lessons/cache_strategies.py), with its own
+state (kvviz/ui/eviction_state.py) and logic (kvviz/strategies/eviction.py).
+
 Each policy keeps one colour; the sliding window keeps the colour it has on the other charts of
 the Cache strategies lesson.
 """

@@ -8,9 +8,9 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from kvviz.model_lab import DecodeTiming
-from kvviz.memory import format_bytes
+from kvviz.memory_bill import format_bytes
 from kvviz.viz.colors import PHASE
-from kvviz.viz.memory_figures import layout
+from kvviz.viz.memory_bill_figures import layout
 
 
 def decode_time(timings: list[DecodeTiming]) -> go.Figure:

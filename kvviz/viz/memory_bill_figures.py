@@ -1,6 +1,6 @@
 """Figures for the "Memory bill" lesson: pure functions from shapes and byte counts to go.Figure.
 
-Every number is kvviz.memory's; these functions only draw. Your model is the thick black line on
+Every number is kvviz.memory_bill's; these functions only draw. Your model is the thick black line on
 every plot, each compared model keeps one colour on both plots, and a dtype keeps one line style.
 """
 
@@ -10,7 +10,7 @@ import math
 
 import plotly.graph_objects as go
 
-from kvviz.memory import (FULL, GiB, KIND_LABELS, MLA, SLIDING, AttentionVariant, ModelShape,
+from kvviz.memory_bill import (FULL, GiB, KIND_LABELS, MLA, SLIDING, AttentionVariant, ModelShape,
                           format_bytes, kv_cache_bytes)
 from kvviz.viz.colors import BLOCK_STATE, FONT, PHASE, request_color
 
