@@ -7,7 +7,7 @@ from kvviz.memory_bill import format_bytes
 from kvviz.strategies import QuantizedKV, SlidingWindowKV, StaticKV
 from kvviz.ui import cache_strategies_state as ss, eviction_state
 from kvviz.ui.classroom import file_buttons
-from kvviz.ui.common import current_model, show_code
+from kvviz.ui.common import current_model, plain, show_code
 from kvviz.gqa import mean_pool_heads
 from kvviz.viz import cache_strategies_figures as figures
 
@@ -47,10 +47,10 @@ with st.expander("Export or replay a lesson"):
                  ss.replay)
 if replay:
     asked = lesson["settings"]
-    st.info(f"Replaying a recorded comparison ({lesson['model']}, {asked['max_tokens']} tokens, window "
+    st.info(f"Replaying a recorded comparison ({plain(lesson['model'])}, {asked['max_tokens']} tokens, window "
             f"{asked['window']}, quantization group {asked['group_size']}, {asked['residual']} recent tokens "
-            f"unquantized, {asked['timing_runs']} timed runs) of the prompt “{lesson['prompt'][:80]}”, with no "
-            "model. The GQA and eviction tabs run the loaded model and a lesson file does not hold them: press "
+            f"unquantized, {asked['timing_runs']} timed runs) of the prompt “{plain(lesson['prompt'][:80])}”, "
+            "with no model. The GQA and eviction tabs run the loaded model and a lesson file does not hold them: press "
             "**Leave the replay** to run them, or to compare the prompt above.")
 memory_tab, time_tab, text_tab, error_tab, bill_tab, table_tab, gqa_tab, eviction_tab = st.tabs(
     ["Memory", "Time", "Texts", "Error and KL", "Measured vs formula", "Table", "GQA and MQA", "Eviction lab"])

@@ -12,6 +12,7 @@ from kvviz.lesson_file import import_lesson
 from kvviz.paged_batching_file import import_paged
 from kvviz.speculative_file import import_speculative
 from kvviz.ui.cache_strategies_state import EXAMPLE_PROMPT, comparison
+from kvviz.ui.common import plain
 
 SETTINGS = {"max_tokens": 6, "window": 4, "group_size": 8, "residual": 2, "timing_runs": 2}
 
@@ -62,7 +63,8 @@ def results(data: dict, index: int) -> dict:
     (lambda d: results(d, 1)["held_bytes"].pop(), r"results\[1\].held_bytes"),
     (lambda d: results(d, 1).update(kl=[-1.0] * len(results(d, 1)["kl"])), r"results\[1\].kl\[0\]"),
     (lambda d: results(d, 2).update(first_divergence="3"), r"results\[2\].first_divergence"),
-    (lambda d: results(d, 1)["final_bill"]["differences"][0].update(num_bytes=1), r"results\[1\].final_bill.differences"),
+    (lambda d: results(d, 1)["final_bill"]["differences"][0].update(num_bytes=1),
+     r"results\[1\].final_bill.differences"),
     (lambda d: results(d, 1)["final_bill"]["differences"][0].update(num_bytes=True),
      r"results\[1\].final_bill.differences\[0\].num_bytes"),
     (lambda d: d["pieces"][0].pop(), r"pieces\[0\]"),
@@ -118,7 +120,7 @@ def test_a_replayed_file_renders_the_same_tabs_with_no_model():
     played.run()
     assert not played.exception
     banner = next(i.value for i in played.info if "Replaying a recorded comparison" in i.value)
-    assert "3 tokens" in banner and "3 timed runs" in banner and lesson["model"] in banner
+    assert "3 tokens" in banner and "3 timed runs" in banner and plain(lesson["model"]) in banner
     buttons = {b.label: b.disabled for b in played.button}
     assert buttons["Run every strategy"] and buttons["Convert and measure"] and buttons["Run the eviction lab"]
     assert not buttons["Leave the replay"]
