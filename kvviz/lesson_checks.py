@@ -21,7 +21,8 @@ LESSON_FORMAT = "kvviz-lesson/3"  # the first lesson's settings hold a SamplingP
 FLAT_SETTINGS_FORMAT = "kvviz-lesson/2"  # still read: the first lesson's sampling fields sat beside the prompt
 MAX_LESSON_BYTES = 20 * 2**20  # a 256-token lesson on the bundled model exports to a few MiB
 LESSON_PAGES = {"prefill_decode": "Prefill and decode", "paged_batching": "Paged cache and batching",
-                "speculative": "Speculative decoding"}  # the lesson field -> the page that replays it
+                "speculative": "Speculative decoding",
+                "cache_strategies": "Cache strategies"}  # the lesson field -> the page that replays it
 
 
 class LessonFileError(ValueError):
@@ -36,7 +37,7 @@ def read_lesson_file(data: bytes | str, lesson: str) -> dict:
     try:
         payload = load_json(data, "This file")
     except ValueError as error:
-        raise LessonFileError(f"{error} Upload a file saved with “Export lesson”.") from None
+        raise LessonFileError(f"{str(error).rstrip('.')}; upload a file saved with “Export lesson”.") from None
     if not isinstance(payload, dict) or payload.get("format") not in (LESSON_FORMAT, FLAT_SETTINGS_FORMAT):
         raise LessonFileError("This JSON is not a kvviz lesson (its format field is missing or unknown); "
                               "upload a file saved with “Export lesson”.")

@@ -6,7 +6,8 @@ from kvviz.cache_strategies import compare_strategies
 from kvviz.memory_bill import format_bytes
 from kvviz.strategies import QuantizedKV, SlidingWindowKV, StaticKV
 from kvviz.ui import cache_strategies_state as ss, eviction_state
-from kvviz.ui.common import current_model, show_code
+from kvviz.ui.classroom import file_buttons
+from kvviz.ui.common import current_model, plain, show_code
 from kvviz.gqa import mean_pool_heads
 from kvviz.viz import cache_strategies_figures as figures
 
@@ -33,11 +34,24 @@ with right:
     a.selectbox("Quantization group (values per scale)", sizes, key="strategies_group_size",
                 index=sizes.index(default_group) if default_group in sizes else len(sizes) - 1)
     b.slider("Recent tokens kept unquantized", 0, 64, 0, key="strategies_residual")
-st.button("Run every strategy", type="primary", on_click=ss.on_run)
+lesson = ss.strategies()
+replay = ss.replaying()  # a replay draws the file's results; nothing on this page runs the model
+a, b = st.columns(2)
+a.button("Run every strategy", type="primary", on_click=ss.on_run, disabled=replay, width="stretch")
+if replay:
+    b.button("Leave the replay", on_click=ss.on_leave_replay, width="stretch")
 if "strategies_error" in st.session_state:
     st.error(st.session_state["strategies_error"])
-
-lesson = ss.strategies()
+with st.expander("Export or replay a lesson"):
+    file_buttons(ss.export if lesson is not None else None, "kvviz-cache-strategies.json", "strategies_upload",
+                 ss.replay)
+if replay:
+    asked = lesson["settings"]
+    st.info(f"Replaying a recorded comparison ({plain(lesson['model'])}, {asked['max_tokens']} tokens, window "
+            f"{asked['window']}, quantization group {asked['group_size']}, {asked['residual']} recent tokens "
+            f"unquantized, {asked['timing_runs']} timed runs) of the prompt “{plain(lesson['prompt'][:80])}”, "
+            "with no model. The GQA and eviction tabs run the loaded model and a lesson file does not hold them: press "
+            "**Leave the replay** to run them, or to compare the prompt above.")
 memory_tab, time_tab, text_tab, error_tab, bill_tab, table_tab, gqa_tab, eviction_tab = st.tabs(
     ["Memory", "Time", "Texts", "Error and KL", "Measured vs formula", "Table", "GQA and MQA", "Eviction lab"])
 
@@ -123,7 +137,7 @@ with gqa_tab:
         a, b = st.columns([2, 1])
         a.selectbox("KV heads after the merge", choices, key="strategies_gqa_heads",
                     format_func=lambda n: f"{n} (MQA)" if n == 1 else f"{n} (GQA)")
-        b.button("Convert and measure", on_click=ss.on_gqa, width="stretch")
+        b.button("Convert and measure", on_click=ss.on_gqa, width="stretch", disabled=replay)
     if "gqa_error" in st.session_state:
         st.error(st.session_state["gqa_error"])
     report = ss.gqa()
@@ -142,7 +156,7 @@ with gqa_tab:
                    "per token after the merge.")
 
 with eviction_tab:
-    eviction_state.render()
+    eviction_state.render(replay)
 
 show_code(compare_strategies, StaticKV.update, SlidingWindowKV.update, QuantizedKV.update, mean_pool_heads,
           caption="The comparison that ran, the caches' update methods, and the mean-pooling of KV heads.")

@@ -3,6 +3,8 @@
 Results and errors live in st.session_state under KEYS (reset() clears them when another model
 loads); widgets under "strategies_*", which stay. Nothing
 runs on a widget change, only on the buttons: a comparison runs the model about 15 times.
+The comparison is plain data (`comparison`), so it exports, and a replayed file draws the same tabs
+with no model (kvviz/cache_strategies_file.py).
 """
 
 from __future__ import annotations
@@ -10,12 +12,13 @@ from __future__ import annotations
 import streamlit as st
 
 from kvviz.gqa import gqa_report
-from kvviz.cache_strategies import compare_strategies, comparison_table, lesson_specs
+from kvviz.cache_strategies import StrategyComparison, compare_strategies, comparison_table, lesson_specs
+from kvviz.cache_strategies_file import export_strategies, import_strategies
 from kvviz.ui.common import current_model, drop
 from kvviz.viz.cache_strategies_figures import strategy_color
 
 EXAMPLE_PROMPT = "ROMEO:\nBut soft, what light through yonder window breaks?"
-KEYS = frozenset({"lesson_strategies", "lesson_gqa", "strategies_error", "gqa_error"})
+KEYS = frozenset({"lesson_strategies", "lesson_gqa", "strategies_error", "gqa_error", "strategies_upload_error"})
 INPUTS = ("strategies_",)
 DEFAULTS = {"strategies_prompt": EXAMPLE_PROMPT, "strategies_max_tokens": 32, "strategies_window": 24,
             "strategies_group_size": 32, "strategies_residual": 0}
@@ -54,19 +57,48 @@ def on_run() -> None:
     if not prompt.strip():
         st.session_state["strategies_error"] = "The prompt is empty; type some text to start from."
         return
-    specs = lesson_specs(int(setting("strategies_window")), int(setting("strategies_group_size")),
-                         int(setting("strategies_residual")), lm.max_context)
+    settings = {name: int(setting(f"strategies_{name}"))
+                for name in ("max_tokens", "window", "group_size", "residual")}
+    specs = lesson_specs(settings["window"], settings["group_size"], settings["residual"], lm.max_context)
     try:
-        results = compare_strategies(lm, prompt, int(setting("strategies_max_tokens")), specs, TIMING_RUNS)
+        results = compare_strategies(lm, prompt, settings["max_tokens"], specs, TIMING_RUNS)
     except ValueError as error:  # EngineError is a ValueError too
         st.session_state["strategies_error"] = str(error)
         return
     decode = (lambda t: lm.tokenizer.decode([t])) if lm.tokenizer is not None else str
-    st.session_state["lesson_strategies"] = {
-        "results": results, "table": comparison_table(results), "model": lm.name, "prompt": prompt,
-        "texts": [{"label": r.label, "color": strategy_color(r.strategy, r.options),
-                   "pieces": [decode(t) for t in r.token_ids], "divergence": r.first_divergence}
-                  for r in results]}
+    pieces = [[decode(t) for t in r.token_ids] for r in results]
+    st.session_state["lesson_strategies"] = comparison(results, lm.name, prompt,
+                                                       {**settings, "timing_runs": TIMING_RUNS}, pieces)
+
+
+def comparison(results: list[StrategyComparison], model_name: str, prompt: str, settings: dict,
+               pieces: list[list[str]], replay: bool = False) -> dict:
+    """What the page draws, all plain data: the results, their table and their texts (one piece per token)."""
+    return {"results": results, "table": comparison_table(results), "model": model_name, "prompt": prompt,
+            "settings": settings, "replay": replay,
+            "texts": [{"label": r.label, "color": strategy_color(r.strategy, r.options), "pieces": text,
+                       "divergence": r.first_divergence} for r, text in zip(results, pieces)]}
+
+
+def export() -> str:
+    return export_strategies(strategies())
+
+
+def replay(data: bytes) -> None:
+    """Replay an uploaded comparison (raises LessonFileError, and then the current one stays)."""
+    file = import_strategies(data)
+    st.session_state["lesson_strategies"] = comparison(file["results"], file["model_name"], file["prompt"],
+                                                       file["settings"], file["pieces"], replay=True)
+    st.session_state.pop("strategies_error", None)
+
+
+def on_leave_replay() -> None:
+    st.session_state.pop("lesson_strategies", None)
+
+
+def replaying() -> bool:
+    lesson = strategies()
+    return lesson is not None and lesson["replay"]
 
 
 def on_gqa() -> None:

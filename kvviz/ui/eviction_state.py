@@ -48,7 +48,8 @@ def on_run() -> None:
                    "divergence": r.first_difference} for r in lab.runs]}
 
 
-def render() -> None:
+def render(replay: bool = False) -> None:
+    """The lab's tab; during a replay of the page's comparison its button is off (a lesson file holds no lab)."""
     st.markdown(
         "Long conversations make the cache grow without end, so some systems give it a fixed **budget** "
         "of tokens and throw the rest away. Which tokens survive is the whole question. A **sliding "
@@ -61,7 +62,7 @@ def render() -> None:
     left.slider("Budget (tokens kept per layer and KV head)", 4, 128, DEFAULTS["eviction_budget"],
                 key="eviction_budget")
     right.slider("Attention sinks (first tokens always kept)", 0, 8, DEFAULTS["eviction_sinks"], key="eviction_sinks")
-    button.button("Run the eviction lab", type="primary", on_click=on_run, width="stretch")
+    button.button("Run the eviction lab", type="primary", on_click=on_run, width="stretch", disabled=replay)
     if "eviction_error" in st.session_state:
         st.error(st.session_state["eviction_error"])
     result = st.session_state.get("lesson_eviction")
