@@ -43,7 +43,7 @@ if replay:
 if "strategies_error" in st.session_state:
     st.error(st.session_state["strategies_error"])
 with st.expander("Export or replay a lesson"):
-    file_buttons(ss.export if lesson is not None else None, "kvviz-cache-strategies.json", "strategies_upload",
+    file_buttons(ss.exporter(), "kvviz-cache-strategies.json", "strategies_upload",
                  ss.replay)
 if replay:
     asked = lesson["settings"]

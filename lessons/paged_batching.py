@@ -66,7 +66,7 @@ buttons[3].button("Reset", on_click=ps.reset, args=(st.session_state,), width="s
 if "paged_error" in st.session_state:
     st.error(st.session_state["paged_error"])
 with st.expander("Export or replay a lesson"):
-    file_buttons(ps.export if lesson is not None else None, "kvviz-paged-batching.json", "paged_upload",
+    file_buttons(ps.exporter(), "kvviz-paged-batching.json", "paged_upload",
                  ps.replay)
 if lesson is not None and lesson.replay:
     st.info(f"Replaying a recorded run ({lesson.model_name}, {len(lesson.records)} steps, block size "

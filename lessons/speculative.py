@@ -41,7 +41,7 @@ buttons[3].button("Reset", on_click=ss.reset, args=(st.session_state,), width="s
 if "spec_error" in st.session_state:
     st.error(st.session_state["spec_error"])
 with st.expander("Export or replay a lesson"):
-    file_buttons(ss.export if lesson is not None else None, "kvviz-speculative.json", "spec_upload", ss.replay)
+    file_buttons(ss.exporter(), "kvviz-speculative.json", "spec_upload", ss.replay)
 if lesson is not None and lesson.replay:
     asked = lesson.settings
     st.info(f"Replaying a recorded run ({lesson.model_name}, {len(lesson.records)} passes with drafts, "

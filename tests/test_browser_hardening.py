@@ -123,3 +123,36 @@ def test_a_paged_lesson_file_replays_on_its_page(browser, app_url, bundled):
     assert page.get_by_role("button", name="Step", exact=True).is_disabled()
     assert page.locator("[data-testid='stException']").count() == 0
     context.close()
+
+
+@pytest.mark.parametrize("path, run_buttons, lesson_name", [
+    ("prefill_decode", ["Prefill"], "prefill_decode"),
+    ("paged_batching", ["Start", "Run to the end"], "paged_batching"),
+    ("speculative", ["Start", "Run to the end"], "speculative"),
+])
+def test_export_downloads_a_file_that_replays(browser, app_url, tmp_path, path, run_buttons, lesson_name):
+    """The export button runs its function in a thread of Streamlit's own, without the session:
+    clicking it in a real browser must give a file, and that file must replay on its page."""
+    import json
+
+    context = browser.new_context(viewport={"width": 1280, "height": 720}, accept_downloads=True)
+    page = context.new_page()
+    page.set_default_timeout(180_000)
+    page.goto(f"{app_url}/{path}")
+    page.get_by_role("button", name=run_buttons[0], exact=True).wait_for()
+    wait_idle(page)
+    for name in run_buttons:
+        page.get_by_role("button", name=name, exact=True).click()
+        wait_idle(page)
+    page.get_by_text("Export or replay a lesson").click()
+    with page.expect_download(timeout=60_000) as download:
+        page.get_by_role("button", name="Export lesson (JSON)").click()
+    saved = tmp_path / "lesson.json"
+    download.value.save_as(saved)
+    data = json.loads(saved.read_text())
+    assert data["format"] == "kvviz-lesson/3" and data["lesson"] == lesson_name
+    page.locator("[data-testid='stFileUploaderDropzoneInput']").set_input_files(str(saved))
+    wait_idle(page)
+    assert page.locator("[data-testid='stException']").count() == 0
+    assert page.get_by_text("is not one kvviz writes").count() == 0 and page.get_by_text("lesson file's").count() == 0
+    context.close()

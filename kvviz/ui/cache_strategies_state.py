@@ -80,8 +80,12 @@ def comparison(results: list[StrategyComparison], model_name: str, prompt: str, 
                        "divergence": r.first_divergence} for r, text in zip(results, pieces)]}
 
 
-def export() -> str:
-    return export_strategies(strategies())
+def exporter():
+    """A function giving the comparison as a lesson file; None before a comparison.
+    Streamlit calls the function in a thread of its own when the button is clicked, where
+    st.session_state cannot be read, so everything it needs is bound here."""
+    current = strategies()
+    return None if current is None else (lambda: export_strategies(current))
 
 
 def replay(data: bytes) -> None:

@@ -57,10 +57,15 @@ def on_step(count: int = 1) -> None:
     st.session_state["paged_view_step"] = len(lesson.records) - 1
 
 
-def export() -> str:
-    """The run as a lesson file, opening at the step in view."""
+def exporter():
+    """A function giving the run as a lesson file, opening at the step in view; None before a run.
+    Streamlit calls the function in a thread of its own when the button is clicked, where
+    st.session_state cannot be read, so everything it needs is bound here."""
     lesson = paged()
-    return export_paged(lesson, int(st.session_state.get("paged_view_step", len(lesson.records) - 1)))
+    if lesson is None:
+        return None
+    step = int(st.session_state.get("paged_view_step", len(lesson.records) - 1))
+    return lambda: export_paged(lesson, step)
 
 
 def replay(data: bytes) -> None:

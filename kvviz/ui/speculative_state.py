@@ -53,10 +53,15 @@ def on_look_back() -> None:
     st.session_state["spec_view"] = st.session_state["spec_view_step"]
 
 
-def export() -> str:
-    """The run as a lesson file, opening at the pass in view."""
+def exporter():
+    """A function giving the run as a lesson file, opening at the pass in view; None before a run.
+    Streamlit calls the function in a thread of its own when the button is clicked, where
+    st.session_state cannot be read, so everything it needs is bound here."""
     current = lesson()
-    return export_speculative(current, int(st.session_state.get("spec_view", len(current.records) - 1)))
+    if current is None:
+        return None
+    view = int(st.session_state.get("spec_view", len(current.records) - 1))
+    return lambda: export_speculative(current, view)
 
 
 def replay(data: bytes) -> None:
