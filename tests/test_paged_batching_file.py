@@ -131,3 +131,15 @@ def test_a_replayed_file_renders_the_same_page_with_no_engine():
         shown = {m.label: m.value for m in played.metric}
         assert shown["Preemptions so far"] == str(replay.num_preemptions(step))
         assert shown["Running requests"] == str(replay.reservation_comparison(step)["requests"])
+
+
+def test_block_tables_say_so_when_no_request_holds_blocks(run):
+    from kvviz.viz.paged_batching_figures import block_tables
+
+    labels = {spec_id: f"R{spec_id}" for spec_id in range(len(SPECS))}
+    last, busy = run.records[-1], max(run.records, key=lambda r: sum(bool(q.block_table) for q in r.requests))
+    assert not any(q.block_table for q in last.requests)  # the run ends with every request finished
+    empty = block_tables(last, labels, 8)
+    assert [a.text for a in empty.layout.annotations] == ["No request holds blocks at this step"]
+    full = block_tables(busy, labels, 8)
+    assert not full.layout.annotations and len(full.data) == sum(len(q.block_table) for q in busy.requests)

@@ -70,6 +70,11 @@ def block_tables(record: StepRecord, labels: dict[int, str], block_size: int) ->
                      autorange="reversed", showgrid=False, zeroline=False)
     fig.update_xaxes(title="logical block (the number inside: physical block id)", dtick=1,
                      showgrid=False, zeroline=False)
+    if not states:  # every request finished (or none arrived yet): say so instead of empty axes
+        fig.add_annotation(text="No request holds blocks at this step", showarrow=False,
+                           xref="paper", yref="paper", x=0.5, y=0.5, font=dict(size=15, color="#374151"))
+        fig.update_xaxes(visible=False)
+        fig.update_yaxes(visible=False)
     return _layout(fig, "Block tables (faded = partly filled)", height=120 + 50 * max(len(states), 1))
 
 
