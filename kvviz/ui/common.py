@@ -113,3 +113,13 @@ def keep_settings() -> None:
     for key in KEPT_SETTINGS:
         if key in st.session_state:
             st.session_state[key] = st.session_state[key]
+
+
+def bound_export(run, view_key: str, export):
+    """A function giving `export(run, step in view)`, the run's lesson file; None before a run.
+    Streamlit calls it in a thread of its own when the export button is clicked, where
+    st.session_state cannot be read, so the run and the step are bound here, as the page draws."""
+    if run is None:
+        return None
+    step = int(st.session_state.get(view_key, len(run.records) - 1))
+    return lambda: export(run, step)

@@ -7,7 +7,7 @@ import streamlit as st
 from kvviz.engine import EngineError
 from kvviz.paged_batching import DEFAULT_REQUESTS, PagedLesson, RequestSpec
 from kvviz.paged_batching_file import export_paged, import_paged
-from kvviz.ui.common import current_model, drop
+from kvviz.ui.common import bound_export, current_model, drop
 
 KEYS = frozenset({"lesson_paged", "paged_view_step", "paged_error", "paged_questions", "paged_question_request",
                   "paged_upload_error"})  # the uploader itself is an input, kept
@@ -58,14 +58,8 @@ def on_step(count: int = 1) -> None:
 
 
 def exporter():
-    """A function giving the run as a lesson file, opening at the step in view; None before a run.
-    Streamlit calls the function in a thread of its own when the button is clicked, where
-    st.session_state cannot be read, so everything it needs is bound here."""
-    lesson = paged()
-    if lesson is None:
-        return None
-    step = int(st.session_state.get("paged_view_step", len(lesson.records) - 1))
-    return lambda: export_paged(lesson, step)
+    """The export button's function: the run as a lesson file, opening at the step in view."""
+    return bound_export(paged(), "paged_view_step", export_paged)
 
 
 def replay(data: bytes) -> None:

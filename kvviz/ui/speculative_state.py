@@ -9,7 +9,7 @@ import streamlit as st
 from kvviz.engine import EngineError
 from kvviz.speculative import DEFAULT_PROMPT, DraftStep, SpeculativeLesson
 from kvviz.speculative_file import export_speculative, import_speculative
-from kvviz.ui.common import current_model, drop
+from kvviz.ui.common import bound_export, current_model, drop
 from kvviz.viz.speculative_figures import ACCEPTED, MODEL, REJECTED
 
 KEY = "lesson_speculative"
@@ -54,14 +54,8 @@ def on_look_back() -> None:
 
 
 def exporter():
-    """A function giving the run as a lesson file, opening at the pass in view; None before a run.
-    Streamlit calls the function in a thread of its own when the button is clicked, where
-    st.session_state cannot be read, so everything it needs is bound here."""
-    current = lesson()
-    if current is None:
-        return None
-    view = int(st.session_state.get("spec_view", len(current.records) - 1))
-    return lambda: export_speculative(current, view)
+    """The export button's function: the run as a lesson file, opening at the pass in view."""
+    return bound_export(lesson(), "spec_view", export_speculative)
 
 
 def replay(data: bytes) -> None:
