@@ -186,3 +186,22 @@ def test_play_shows_the_newest_step_and_pause_keeps_it():
     click(at, "Pause")
     assert at.slider(key="lesson_view_step").value == newest and not at.slider(key="lesson_view_step").disabled
     assert at.success[0].value.startswith(f"**Decode step {newest}.**")
+
+
+def test_pause_pressed_while_a_played_step_is_undrawn_shows_the_newest_step():
+    """The ticker can step the lesson in a run the browser never drew; the slider the browser sends
+    back with the Pause press still holds the step before. Pause must show the newest step, the one
+    the slider's maximum says exists, not the stale one."""
+    at = open_lesson("lessons/prefill_decode.py")
+    click(at, "Prefill")
+    for _ in range(3):
+        click(at, "Next token")
+    click(at, "Play")
+    lesson = at.session_state["lesson"]
+    shown = at.slider(key="lesson_view_step").value
+    lesson.next_token()  # the ticker's step, whose page run the Pause press cut short
+    newest = len(lesson.visible_records) - 1
+    assert newest == shown + 1
+    click(at, "Pause")
+    assert at.slider(key="lesson_view_step").value == newest == at.slider(key="lesson_view_step").max
+    assert at.success[0].value.startswith(f"**Decode step {newest}.**")

@@ -92,6 +92,10 @@ def on_toggle_play() -> None:
     st.session_state["lesson_playing"] = not st.session_state.get("lesson_playing", False)
     if st.session_state["lesson_playing"]:  # the first step comes one beat after Play, like the rest
         st.session_state["lesson_last_tick"] = time.time()
+    elif (current := lesson()) is not None:
+        # Pause stops on the newest step. The ticker may have stepped in a run the browser never
+        # drew, and the slider value sent with this press is then one step behind.
+        st.session_state["lesson_view_step"] = len(current.visible_records) - 1
 
 
 def view_step(last_step: int, playing: bool) -> int:
