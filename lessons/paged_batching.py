@@ -52,8 +52,8 @@ table = table.drop(index=[i for i in edited.get("deleted_rows", []) if i in tabl
 st.session_state["paged_requests_table"] = table.to_dict("records")
 
 a, b, c = st.columns(3)
-a.slider("Block size (tokens)", 2, 32, 8, key="paged_block_size")
-b.slider("Pool size (blocks)", 2, 128, 40, key="paged_num_blocks")
+a.slider("Block size (tokens)", *ps.BLOCK_SIZES, 8, key="paged_block_size")
+b.slider("Pool size (blocks)", *ps.POOL_SIZES, 40, key="paged_num_blocks")
 c.toggle("Prefix caching", value=True, key="paged_prefix")
 
 lesson = ps.paged()

@@ -26,9 +26,9 @@ st.markdown(
 st.text_area("Prompt (a line that comes back gives the lookup something to copy)", value=DEFAULT_PROMPT,
              key="spec_prompt", height=130)
 a, b, c = st.columns(3)
-a.slider("Draft tokens per step (k)", 1, 8, 4, key="spec_k")
-b.slider("Tokens to generate", 8, 128, 48, key="spec_max_tokens")
-c.slider("Block size (tokens)", 2, 16, 4, key="spec_block_size")
+a.slider("Draft tokens per step (k)", *ss.DRAFTS, 4, key="spec_k")
+b.slider("Tokens to generate", *ss.MAX_TOKENS, 48, key="spec_max_tokens")
+c.slider("Block size (tokens)", *ss.BLOCK_SIZES, 4, key="spec_block_size")
 
 lesson = ss.lesson()
 buttons = st.columns(4)

@@ -2,6 +2,7 @@
 lesson freed, and lesson files (the first lesson's, the Paged one's) checked as they are uploaded."""
 
 import os
+import re
 import shutil
 
 import pytest
@@ -120,6 +121,8 @@ def test_a_paged_lesson_file_replays_on_its_page(browser, app_url, bundled):
     box = page.locator("[data-testid='stMetric']").filter(has_text="Preemptions so far")
     assert box.locator("[data-testid='stMetricValue']").inner_text().strip() == str(run.num_preemptions(last))
     assert run.num_preemptions(last) == run.engine.scheduler.num_preemptions > 0
+    pool = page.get_by_role("slider", name=re.compile("Pool size"))  # the controls show the file's run
+    assert int(pool.input_value()) == run.num_blocks == 12
     assert page.get_by_role("button", name="Step", exact=True).is_disabled()
     assert page.locator("[data-testid='stException']").count() == 0
     context.close()

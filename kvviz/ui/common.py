@@ -123,3 +123,15 @@ def bound_export(run, view_key: str, export):
         return None
     step = int(st.session_state.get(view_key, len(run.records) - 1))
     return lambda: export(run, step)
+
+
+def show_file_settings(controls: dict[str, tuple[object, object, object]]) -> None:
+    """Set a page's controls to a replayed file's settings, so the controls and the replay agree.
+
+    controls: widget key -> (the file's value, lowest, highest the control offers); lowest and
+    highest are None for a toggle or a text box. A value the control cannot show (a file made
+    with a larger pool, say) leaves that control as it was: the replay banner gives the value.
+    Call it from the upload's callback, before the page draws its widgets."""
+    for key, (value, lowest, highest) in controls.items():
+        if lowest is None or lowest <= value <= highest:
+            st.session_state[key] = value

@@ -7,11 +7,12 @@ import streamlit as st
 from kvviz.engine import EngineError
 from kvviz.paged_batching import DEFAULT_REQUESTS, PagedLesson, RequestSpec
 from kvviz.paged_batching_file import export_paged, import_paged
-from kvviz.ui.common import bound_export, current_model, drop
+from kvviz.ui.common import bound_export, current_model, drop, show_file_settings
 
 KEYS = frozenset({"lesson_paged", "paged_view_step", "paged_error", "paged_questions", "paged_question_request",
                   "paged_upload_error"})  # the uploader itself is an input, kept
 INPUTS = ("paged_",)  # the other paged_* widgets stay when another model loads
+BLOCK_SIZES, POOL_SIZES = (2, 32), (2, 128)  # what the sliders offer
 DEFAULT_TABLE = [{"prompt": p, "arrives at step": a, "max tokens": m} for p, a, m in DEFAULT_REQUESTS]
 
 
@@ -65,6 +66,9 @@ def exporter():
 def replay(data: bytes) -> None:
     """Replay an uploaded run (raises LessonFileError, and then the current run stays)."""
     lesson, view_step = import_paged(data)
+    show_file_settings({"paged_block_size": (lesson.block_size, *BLOCK_SIZES),
+                        "paged_num_blocks": (lesson.num_blocks, *POOL_SIZES),
+                        "paged_prefix": (lesson.enable_prefix_caching, None, None)})
     st.session_state["lesson_paged"] = lesson
     st.session_state["paged_view_step"] = view_step
     st.session_state["paged_questions"] = []

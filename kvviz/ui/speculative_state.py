@@ -9,10 +9,11 @@ import streamlit as st
 from kvviz.engine import EngineError
 from kvviz.speculative import DEFAULT_PROMPT, DraftStep, SpeculativeLesson
 from kvviz.speculative_file import export_speculative, import_speculative
-from kvviz.ui.common import bound_export, current_model, drop
+from kvviz.ui.common import bound_export, current_model, drop, show_file_settings
 from kvviz.viz.speculative_figures import ACCEPTED, MODEL, REJECTED
 
 KEY = "lesson_speculative"
+DRAFTS, MAX_TOKENS, BLOCK_SIZES = (1, 8), (8, 128), (2, 16)  # what the sliders offer
 KEYS = frozenset({KEY, "spec_view", "spec_view_step", "spec_error",  # reset() drops them when another model loads
                   "spec_upload_error"})
 INPUTS = ("spec_",)  # the other spec_* widgets (the uploader too) stay
@@ -60,7 +61,12 @@ def exporter():
 
 def replay(data: bytes) -> None:
     """Replay an uploaded run (raises LessonFileError, and then the current run stays)."""
-    st.session_state[KEY], st.session_state["spec_view"] = import_speculative(data)
+    run, view = import_speculative(data)
+    asked = run.settings
+    show_file_settings({"spec_prompt": (asked["prompt"], None, None), "spec_k": (asked["num_speculative"], *DRAFTS),
+                        "spec_max_tokens": (asked["max_tokens"], *MAX_TOKENS),
+                        "spec_block_size": (asked["block_size"], *BLOCK_SIZES)})
+    st.session_state[KEY], st.session_state["spec_view"] = run, view
     st.session_state.pop("spec_error", None)
 
 
