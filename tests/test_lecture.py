@@ -177,6 +177,22 @@ def test_presenter_scales_chart_fonts():
     assert figure.layout.font.size == 16  # the original is untouched
 
 
+def test_presenter_scales_the_notes_drawn_on_charts(tiny_lm):
+    """The Paged page's 'No request holds blocks' note has a size of its own: on a projector it
+    grows with the rest of the chart."""
+    from kvviz.paged_batching import PagedLesson, RequestSpec
+    from kvviz.ui.presenter import scaled_figure
+    from kvviz.viz.paged_batching_figures import block_tables
+
+    run = PagedLesson.start(tiny_lm, [RequestSpec("ab", 0, 2)], block_size=4, num_blocks=8, enable_prefix_caching=True)
+    while run.step() is not None:
+        pass
+    empty = block_tables(run.records[-1], {}, 4)
+    bigger = scaled_figure(empty, 1.5)
+    assert [note.font.size for note in empty.layout.annotations] == [15]
+    assert [note.font.size for note in bigger.layout.annotations] == [22]
+
+
 def test_sources_page_credits_each_idea_and_names_real_lessons():
     from kvviz.sources import SOURCES
     at = open_lesson("lessons/sources.py")

@@ -71,17 +71,20 @@ def _remember_choice() -> None:
 
 
 def scaled_figure(figure: go.Figure, scale: float = CHART_SCALE) -> go.Figure:
-    """A copy of `figure` with every font (layout, title, axes, legend, colour bars) `scale` times larger."""
+    """A copy of `figure` with every font (layout, title, axes, legend, notes) `scale` times larger.
+    Text inside fixed-size markers (block ids in cells) keeps its size: it must fit its square."""
     figure = go.Figure(copy.deepcopy(figure.to_dict()))
     layout = figure.layout
     base = layout.font.size or 12
     layout.font.size = round(base * scale)
     if layout.title.font.size:
         layout.title.font.size = round(layout.title.font.size * scale)
+    fonts = [layout.legend.font, layout.legend.title.font, *(note.font for note in layout.annotations)]
     for axis in [key for key in layout.to_plotly_json() if key.startswith(("xaxis", "yaxis"))]:
-        for part in (layout[axis].tickfont, layout[axis].title.font):
-            if part.size:
-                part.size = round(part.size * scale)
+        fonts += [layout[axis].tickfont, layout[axis].title.font]
+    for font in fonts:
+        if isinstance(font.size, (int, float)):  # a per-point list of sizes stays as it is
+            font.size = round(font.size * scale)
     if layout.height:
         layout.height = round(layout.height * min(scale, 1.25))
     margin = layout.margin
