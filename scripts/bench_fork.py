@@ -17,15 +17,11 @@ import argparse
 import json
 import random
 import statistics
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from kvviz import bench  # noqa: E402
-from kvviz.engine import Engine, SamplingParams  # noqa: E402
-from kvviz.models import CustomShape  # noqa: E402
+from kvviz import bench
+from kvviz.engine import Engine, SamplingParams
+from kvviz.models import CustomShape
 
 QUICK_SHAPE = CustomShape(num_layers=2, hidden_size=128, num_heads=4, num_kv_heads=2, vocab_size=512,
                           max_context=512)
