@@ -146,13 +146,20 @@ class PagedLesson:
         }
 
     def prefix_stats(self, step: int) -> dict:
-        """Prompt tokens found in the prefix cache, up to `step`, and the blocks that saved."""
+        """Tokens looked up in the prefix cache up to `step`, those found, and the blocks that saved.
+
+        Each admission looks up the request's tokens: its prompt first, and after a recompute
+        preemption its prompt and output again. Counts add up over admissions, as vLLM's do."""
+        counted = any(state.num_looked_up_tokens for record in self.records for state in record.requests)
         seen: dict[int, tuple[int, int]] = {}
         for record in self.records[:step + 1]:
             for state in record.requests:
-                seen[state.request_id] = (state.num_prompt_tokens, state.num_cached_tokens)
-        prompt = sum(p for p, _ in seen.values())
-        cached = sum(c for _, c in seen.values())
-        return {"prompt_tokens": prompt, "cached_tokens": cached,
-                "hit_rate": cached / prompt if prompt else 0.0,
-                "blocks_saved": cached // self.block_size}
+                if counted:
+                    seen[state.request_id] = (state.num_looked_up_tokens, state.num_hit_tokens)
+                else:  # a file written before these counts: each request's last admission only
+                    seen[state.request_id] = (state.num_prompt_tokens, state.num_cached_tokens)
+        looked_up = sum(n for n, _ in seen.values())
+        hit = sum(h for _, h in seen.values())
+        return {"looked_up_tokens": looked_up, "cached_tokens": hit,
+                "hit_rate": hit / looked_up if looked_up else 0.0,
+                "blocks_saved": hit // self.block_size}

@@ -92,7 +92,9 @@ m[0].metric("Running requests", comparison["requests"])
 m[1].metric("Preemptions so far", lesson.num_preemptions(step))
 m[2].metric("Prefix-cache hit rate", f"{prefix['hit_rate']:.0%}", f"{prefix['blocks_saved']} blocks reused",
             delta_color="off", delta_arrow="off",
-            help="Prompt blocks found in the prefix cache, so not computed again.")
+            help="Of the tokens looked up in the prefix cache when a request was admitted (again, "
+                 "with its output, after a recompute preemption), the share found there: those "
+                 "blocks were not computed again.")
 m = st.columns(3)
 m[0].metric("Contiguous reservation", format_bytes(comparison["contiguous_bytes"]),
             f"{comparison['contiguous_waste']:.0%} wasted", delta_color="off", delta_arrow="off",

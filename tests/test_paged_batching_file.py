@@ -143,3 +143,17 @@ def test_block_tables_say_so_when_no_request_holds_blocks(run):
     assert [a.text for a in empty.layout.annotations] == ["No request holds blocks at this step"]
     full = block_tables(busy, labels, 8)
     assert not full.layout.annotations and len(full.data) == sum(len(q.block_table) for q in busy.requests)
+
+
+def test_prefix_hit_rate_counts_every_admission_after_a_preemption(run):
+    """A request recomputed after a preemption is looked up in the prefix cache again. The rate
+    must count both admissions' hits (the events table lists both), not only the latest."""
+    last = len(run.records) - 1
+    hit_events = [e for r in run.records for e in r.events if e.kind == "prefix_hit"]
+    readmitted = {e.request_id for e in hit_events if sum(x.request_id == e.request_id for x in hit_events) > 1}
+    assert readmitted, "the fixture's run should re-admit a request that hits the cache twice"
+    stats = run.prefix_stats(last)
+    assert stats["cached_tokens"] == sum(len(e.block_ids) for e in hit_events) * run.block_size
+    assert stats["blocks_saved"] == sum(len(e.block_ids) for e in hit_events)
+    assert 0 < stats["hit_rate"] < 1
+    assert stats["looked_up_tokens"] > sum(run.prompt_lengths.values())  # a recompute looks up its output too

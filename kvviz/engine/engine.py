@@ -325,7 +325,8 @@ class Engine:
         return RequestRecord(r.request_id, r.status.value, r.num_prompt_tokens,
                              r.num_computed_tokens if self.use_cache else 0, r.num_cached_tokens,
                              list(r.block_table), list(r.output_token_ids), r.num_preemptions, r.finish_reason,
-                             r.parent_id, r.num_recomputed_tokens, self.kv is not None and self.kv.is_swapped(r))
+                             r.parent_id, r.num_recomputed_tokens, self.kv is not None and self.kv.is_swapped(r),
+                             r.num_looked_up_tokens, r.num_hit_tokens)
 
     def _waiting_record(self, r: Request) -> RequestRecord:
         """A waiting request changes only when it is preempted: reuse its record until then."""

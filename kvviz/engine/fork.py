@@ -46,6 +46,7 @@ def fork_request(engine, parent: Request, index: int, num_computed_tokens: int) 
     sample.parent_id = parent.request_id
     sample.status = parent.status
     sample.num_cached_tokens = parent.num_cached_tokens
+    sample.num_looked_up_tokens, sample.num_hit_tokens = parent.num_looked_up_tokens, parent.num_hit_tokens
     if engine.kv is not None:
         sample.num_computed_tokens = sample.high_water = num_computed_tokens
         engine.kv.fork(parent, sample)

@@ -34,6 +34,8 @@ class RequestRecord:
     parent_id: int | None = None  # the request this sample forked from (SamplingParams.n > 1)
     num_recomputed_tokens: int = 0  # tokens run again after a recompute preemption
     swapped: bool = False  # its blocks wait in the swap space (preemption mode "swap")
+    num_looked_up_tokens: int = 0  # over every admission (a recompute after preemption looks up again)
+    num_hit_tokens: int = 0  # of those, found in the prefix cache
 
 
 @dataclass(slots=True)

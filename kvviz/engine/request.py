@@ -33,6 +33,8 @@ class Request:
         self.status = Status.WAITING
         self.num_computed_tokens = 0
         self.num_cached_tokens = 0  # tokens found in the prefix cache at the last scheduling
+        self.num_looked_up_tokens = 0  # every admission's tokens, looked up in the prefix cache
+        self.num_hit_tokens = 0  # every admission's tokens found there (a recompute looks up again)
         self.block_table: list[int] = []
         self.block_hashes: list[int] = []  # chained hashes of the full blocks, in order
         self.draft_token_ids: list[int] = []  # speculative guesses for this step, not yet tokens

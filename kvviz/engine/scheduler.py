@@ -111,6 +111,8 @@ class Scheduler:
             self.waiting.popleft()
             if not swapped:
                 request.num_computed_tokens = request.num_cached_tokens = hit.num_tokens
+                request.num_looked_up_tokens += request.num_tokens
+                request.num_hit_tokens += hit.num_tokens
             request.status = Status.RUNNING
             self.running.append(request)
             chunks.append(ScheduledChunk(request, start, num_new))
