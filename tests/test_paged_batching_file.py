@@ -157,3 +157,16 @@ def test_prefix_hit_rate_counts_every_admission_after_a_preemption(run):
     assert stats["blocks_saved"] == sum(len(e.block_ids) for e in hit_events)
     assert 0 < stats["hit_rate"] < 1
     assert stats["looked_up_tokens"] > sum(run.prompt_lengths.values())  # a recompute looks up its output too
+
+
+def test_pool_grid_and_schedule_axes_show_only_real_rows_and_whole_tokens(run):
+    """A one-row pool grid had a '-1' row above it (autorange padded the range), and the scheduler
+    chart labelled a step of 2 tokens 0, 0.5, 1, 1.5, 2."""
+    from kvviz.viz.paged_batching_figures import pool_grid, schedule_timeline
+
+    blocks = run.pool_blocks(0)  # the fixture's pool: 12 blocks, one row of 16
+    grid = pool_grid(blocks, {}, columns=16)
+    assert grid.layout.yaxis.autorange is None and sorted(grid.layout.yaxis.range) == [-0.6, 0.6]
+    decodes = [r for r in run.records if 0 < r.num_tokens_run <= 4][-3:]
+    timeline = schedule_timeline(decodes, {})
+    assert timeline.layout.xaxis.dtick == 1 and timeline.layout.uniformtext.mode == "hide"

@@ -40,13 +40,14 @@ def pool_grid(blocks: list[BlockRecord], labels: dict[int, str], columns: int = 
         textfont=dict(color="white", size=13),
         marker=dict(symbol="square", size=34, color=colors, line=dict(color="#6B7280", width=1))))
     fig.update_xaxes(visible=False, range=[-0.7, columns - 0.3])
-    fig.update_yaxes(autorange="reversed", title="block id ÷ 16", tickmode="linear", dtick=1,
-                     range=[rows - 0.4, -0.6], showgrid=False, zeroline=False)
+    # the range runs top to bottom by itself; autorange would pad it with rows that do not exist
+    fig.update_yaxes(title="block id ÷ 16", tickmode="linear", dtick=1, range=[rows - 0.4, -0.6],
+                     showgrid=False, zeroline=False)
     used = sum(1 for b in blocks if not b.free)
     title = (f"Physical pool: {used} of {len(blocks)} blocks in use<br>"
              f"<sup><span style='color:{BLOCK_STATE['shared']}'>■ shared (×refs)</span> · "
              f"<span style='color:#10B981'>■ free but cached</span> · ■ colour = owner</sup>")
-    return _layout(fig, title, height=110 + 44 * rows)
+    return _layout(fig, title, height=110 + 44 * max(rows, 2))  # one row still fits the axis title
 
 
 def block_tables(record: StepRecord, labels: dict[int, str], block_size: int) -> go.Figure:
@@ -90,8 +91,9 @@ def schedule_timeline(records: list[StepRecord], labels: dict[int, str]) -> go.F
                 text=f"{labels.get(chunk.request_id)} {chunk.kind}", textposition="inside",
                 hovertext=f"{labels.get(chunk.request_id)}: {chunk.kind} of {chunk.num_tokens} tokens "
                           f"from position {chunk.start}", hoverinfo="text"))
-    fig.update_layout(barmode="stack")
+    most = max((r.num_tokens_run for r in records), default=0)
+    fig.update_layout(barmode="stack", uniformtext=dict(minsize=10, mode="hide"))  # no unreadable slivers
     fig.update_yaxes(autorange="reversed")
-    fig.update_xaxes(title="tokens run in the step")
+    fig.update_xaxes(title="tokens run in the step", dtick=1 if most <= 10 else None)  # whole tokens
     return _layout(fig, "Scheduler decisions per step<br><sup>hatched: a prefill chunk; plain: one decode</sup>",
                    height=140 + 28 * max(len(records), 1))
