@@ -97,10 +97,14 @@ def work_saved(rows: list[dict]) -> go.Figure:
                     mode="lines", line=dict(color=PHASE["recompute"], dash="dot", width=3))
     fig.add_scatter(x=steps, y=[r["with_cache_total"] for r in rows], name="so far, with cache", yaxis="y2",
                     mode="lines", line=dict(color=PHASE["decode"], dash="dot", width=3))
+    # both axes from 0 to past their largest count, set here: left to itself, the overlaid axis
+    # drew ticks at 4.1, 47.7, ... and topped out below the last total
+    most_step = max((r["without_cache_tokens"] for r in rows), default=1)
+    most_total = max((r["without_cache_total"] for r in rows), default=1)
     fig.update_layout(barmode="group", legend=dict(orientation="h", y=-0.25),
-                      yaxis=dict(title="tokens run this step", rangemode="nonnegative"),
+                      yaxis=dict(title="tokens run this step", range=[0, 1.08 * most_step]),
                       yaxis2=dict(title="tokens run so far", overlaying="y", side="right",
-                                  rangemode="nonnegative", showgrid=False))
+                                  range=[0, 1.08 * most_total], tickmode="auto", showgrid=False))
     fig.update_xaxes(title="step (0 = prefill)")
     return _layout(fig, "Tokens through the model: the work the cache saves", height=400)
 
