@@ -101,6 +101,15 @@ class PagedLesson:
             return {}
         return {r.request_id: tokenizer.decode(r.output_token_ids) for r in record.requests}
 
+    def texts_so_far(self, step: int) -> dict[int, tuple[str, str]]:
+        """Request id -> (state, text) at `step`, requests that finished earlier included: a record
+        lists a request up to the step it finishes in, so each one's last text is kept."""
+        states = {r.request_id: r.status for r in self.records[step].requests}
+        texts: dict[int, str] = {}
+        for snapshot in self.texts[:step + 1]:
+            texts.update(snapshot)
+        return {rid: (states.get(rid, "finished"), text) for rid, text in texts.items()}
+
     def label(self, request_id: int) -> str:
         index = next(i for i, rid in self.request_ids.items() if rid == request_id)
         return f"R{index + 1}"

@@ -116,10 +116,11 @@ with right:
               for e in record.events]
     # st.table wraps long cells; a dataframe would cut block lists and texts off at the column's edge
     st.table(pd.DataFrame(events or [{"event": "—", "request": "", "blocks": ""}]).set_index("event"))
-    texts = {labels[rid]: text for rid, text in lesson.texts[step].items() if rid in labels}
+    texts = [{"request": labels[rid], "state": state, "text": text}
+             for rid, (state, text) in sorted(lesson.texts_so_far(step).items()) if rid in labels]
     if texts:
         st.markdown("**Generated so far**")
-        st.table(pd.DataFrame([{"request": k, "text": v} for k, v in texts.items()]).set_index("request"))
+        st.table(pd.DataFrame(texts).set_index("request"))
 
 with st.expander("Predict, then reveal: which block comes next?",
                  expanded=bool(st.session_state.get("paged_questions"))):

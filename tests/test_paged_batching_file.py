@@ -170,3 +170,14 @@ def test_pool_grid_and_schedule_axes_show_only_real_rows_and_whole_tokens(run):
     decodes = [r for r in run.records if 0 < r.num_tokens_run <= 4][-3:]
     timeline = schedule_timeline(decodes, {})
     assert timeline.layout.xaxis.dtick == 1 and timeline.layout.uniformtext.mode == "hide"
+
+
+def test_generated_text_keeps_requests_that_finished_earlier(run):
+    """'Generated so far' at the last step listed only the request that finished last."""
+    last = len(run.records) - 1
+    shown = run.texts_so_far(last)
+    assert set(shown) == set(run.request_ids.values())  # every request, finished or not
+    assert all(state == "finished" and text for state, text in shown.values())
+    for rid in shown:  # each keeps the text it had when it finished
+        final = next(t[rid] for t in reversed(run.texts) if rid in t)
+        assert shown[rid][1] == final
