@@ -67,10 +67,16 @@ else:
                                    "they crowd together at the bottom.")
         st.plotly_chart(figures.memory_per_step(results, log_scale), width="stretch")
         dynamic = results[0]
+        paged = next((r for r in results if r.strategy == "paged"), None)
+        pool = ("" if paged is None else
+                f"the paged engine allocates its whole pool ({paged.options['num_blocks']} blocks of "
+                f"{paged.options['block_size']} tokens, {format_bytes(paged.held_bytes[-1])}) when it starts, so "
+                "its line is flat too, and the request takes whole blocks of it as it grows "
+                "(**Measured vs formula** names the free blocks and the last block's slack); ")
         st.caption(f"After the last step the full (dynamic) cache holds {format_bytes(dynamic.held_bytes[-1])}. "
                    "Static holds its whole reservation from the first step; the sliding window stops "
-                   "growing at its window; quantized caches grow at a fraction of the slope; the paged "
-                   "engine takes whole blocks; no cache holds nothing.")
+                   "growing at its window; quantized caches grow at a fraction of the slope; "
+                   f"{pool}no cache holds nothing.")
     with time_tab:
         st.plotly_chart(figures.time_per_step(results), width="stretch")
         st.caption("Left, the work, which is the same on every run: step 0 runs the whole prompt; after it "

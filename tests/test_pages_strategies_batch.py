@@ -60,6 +60,10 @@ def test_strategies_page_shows_what_compare_strategies_measures(strategies_page,
         assert got.first_divergence == want.first_divergence
         np.testing.assert_allclose(got.kl, want.kl, rtol=1e-3, atol=1e-6)
     assert len(at.get("plotly_chart")) == 5  # memory, time, quantization error, KL, the bill
+    paged = shown[5]  # its line is flat at the whole pool: the caption says so, with the pool's size
+    assert len(set(paged.held_bytes)) == 1
+    assert any(f"whole pool ({paged.options['num_blocks']} blocks" in c.value and format_bytes(paged.held_bytes[-1])
+               in c.value for c in at.caption)
     metrics = {m.label: m.value for m in at.metric}
     int8 = shown[3].final_bill
     assert metrics["Measured (tensors' bytes)"] == format_bytes(int8.measured_bytes)
