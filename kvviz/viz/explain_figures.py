@@ -96,12 +96,14 @@ def roofline(device: Accelerator, costs: list[StepCost], prefill: StepCost | Non
         attained = cost.flops / cost.seconds(device)
         labelled = is_prefill or index == 0  # the variants sit close together: the legend names them
         fig.add_scatter(x=[cost.intensity], y=[attained], mode="markers+text" if labelled else "markers",
-                        name=cost.label, text=[cost.label] if labelled else None, textposition="top left",
+                        name=cost.label, text=[cost.label] if labelled else None,
+                        textposition="top right" if cost.intensity < device.ridge else "top left",  # inward
                         marker=dict(size=15 if index == 0 else 11, color=color, symbol=symbols[index % 6],
                                     line=dict(color="black", width=1)),
                         hovertemplate=f"{cost.label}<br>%{{x:.3g}} FLOP/byte<br>%{{y:.3g}} FLOP/s<extra></extra>")
-    fig.update_xaxes(type="log", title="arithmetic intensity (FLOPs per byte read)")
-    fig.update_yaxes(type="log", title="attainable FLOP/s")
+    # one label per power of ten, written one way: minor labels dropped their "0." (0.2 read "2")
+    fig.update_xaxes(type="log", title="arithmetic intensity (FLOPs per byte read)", dtick=1, exponentformat="none")
+    fig.update_yaxes(type="log", title="attainable FLOP/s", dtick=1, exponentformat="power")
     fig.update_layout(legend=dict(orientation="h", y=-0.3))
     return _layout(fig, f"Roofline of {device.name}: decode sits on the memory slope", height=520)
 
