@@ -108,9 +108,9 @@ def test_strategies_time_tab_leads_with_tokens_and_shows_medians_of_runs():
     assert dynamic.tokens_run[1:] == [1] * (len(dynamic.tokens_run) - 1)
     spec = figure(at, 1)  # memory, then time
     lines = {t["name"]: t["y"] for t in spec["data"] if t["type"] == "scatter"}
-    bars = {t["x"][0]: t for t in spec["data"] if t["type"] == "bar"}
+    bars = {t["name"]: t for t in spec["data"] if t["type"] == "bar"}
     assert lines["no cache"] == no_cache.tokens_run
-    assert bars["no cache"]["y"][0] == no_cache.decode_ms_median
+    assert bars["no cache"]["x"][0] == no_cache.decode_ms_median and bars["no cache"]["orientation"] == "h"
     assert "median of 3 runs" in spec["layout"]["annotations"][1]["text"]
     table = at.session_state["lesson_strategies"]["table"]
     assert table[0]["spread (ms)"].endswith("over 3 runs")

@@ -111,7 +111,7 @@ def time_per_step(results) -> go.Figure:
     """Left: tokens through the model per step (counts, the same on every run). Right: the mean
     decode step of each strategy, median of its timed runs, with their spread as error bars."""
     runs = len(results[0].decode_ms)
-    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.12, column_widths=[0.55, 0.45],
+    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.22, column_widths=[0.55, 0.45],
                         subplot_titles=("Tokens through the model, per step",
                                         f"One decode step (ms): median of {runs} run{'s' * (runs > 1)}"))
     for r, (color, dash) in zip(results, _styles(results)):
@@ -119,15 +119,17 @@ def time_per_step(results) -> go.Figure:
             x=list(range(len(r.tokens_run))), y=r.tokens_run, name=r.label, legendgroup=r.label, mode="lines",
             line=dict(color=color, width=3, dash=dash), hovertemplate="%{y} tokens"), row=1, col=1)
         median = r.decode_ms_median
-        fig.add_trace(go.Bar(
-            x=[r.label], y=[median], name=r.label, legendgroup=r.label, showlegend=False, marker_color=color,
-            error_y=dict(type="data", symmetric=False, array=[max(r.decode_ms) - median],
+        fig.add_trace(go.Bar(  # sideways, one row per strategy: upright labels cannot collide
+            y=[r.label.replace(" (", "<br>(").replace(" + ", "<br>+ ")], x=[median], orientation="h",
+            name=r.label, legendgroup=r.label, showlegend=False, marker_color=color,
+            error_x=dict(type="data", symmetric=False, array=[max(r.decode_ms) - median],
                          arrayminus=[median - min(r.decode_ms)], color="black"),
-            hovertemplate=f"median %{{y:.2f}} ms, spread {min(r.decode_ms):.2f}-{max(r.decode_ms):.2f}<extra></extra>"),
+            hovertemplate=f"median %{{x:.2f}} ms, spread {min(r.decode_ms):.2f}-{max(r.decode_ms):.2f}<extra></extra>"),
             row=1, col=2)
     fig.update_xaxes(title="step (0 = prefill)", row=1, col=1)
     fig.update_yaxes(title="tokens run", rangemode="tozero", row=1, col=1)
-    fig.update_yaxes(title="milliseconds", rangemode="tozero", row=1, col=2)
+    fig.update_xaxes(title="milliseconds", rangemode="tozero", row=1, col=2)
+    fig.update_yaxes(autorange="reversed", row=1, col=2)  # in the legend's order, top to bottom
     fig.update_annotations(font=dict(size=17))
     return _layout(fig, "Work per step, then the time it took on this machine")
 
