@@ -14,6 +14,7 @@ from kvviz.viz.speculative_figures import ACCEPTED, MODEL, REJECTED
 
 KEY = "lesson_speculative"
 DRAFTS, MAX_TOKENS, BLOCK_SIZES = (1, 8), (8, 128), (2, 16)  # what the sliders offer
+PROMPT_BOX_CHARS = 20_000  # the longest prompt a replayed file puts into the prompt box
 KEYS = frozenset({KEY, "spec_view", "spec_view_step", "spec_error",  # reset() drops them when another model loads
                   "spec_upload_error"})
 INPUTS = ("spec_",)  # the other spec_* widgets (the uploader too) stay
@@ -63,9 +64,11 @@ def replay(data: bytes) -> None:
     """Replay an uploaded run (raises LessonFileError, and then the current run stays)."""
     run, view = import_speculative(data)
     asked = run.settings
-    show_file_settings({"spec_prompt": (asked["prompt"], None, None), "spec_k": (asked["num_speculative"], *DRAFTS),
-                        "spec_max_tokens": (asked["max_tokens"], *MAX_TOKENS),
-                        "spec_block_size": (asked["block_size"], *BLOCK_SIZES)})
+    controls = {"spec_k": (asked["num_speculative"], *DRAFTS), "spec_max_tokens": (asked["max_tokens"], *MAX_TOKENS),
+                "spec_block_size": (asked["block_size"], *BLOCK_SIZES)}
+    if len(asked["prompt"]) <= PROMPT_BOX_CHARS:  # a file's text is untrusted: the box takes a prompt's worth
+        controls["spec_prompt"] = (asked["prompt"], None, None)
+    show_file_settings(controls)
     st.session_state[KEY], st.session_state["spec_view"] = run, view
     st.session_state.pop("spec_error", None)
 
