@@ -9,6 +9,11 @@ if [ ! -x /usr/bin/chromium ]; then  # Debian's Chromium drives the browser test
   $SUDO apt-get update -q
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q chromium
 fi
+if ! command -v cc >/dev/null && ! command -v gcc >/dev/null; then  # builds the paged-attention kernel
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q gcc
+fi
 [ -d .venv ] || python3 -m venv .venv
 . .venv/bin/activate
 pip install -q --disable-pip-version-check -r requirements-dev.txt -e .

@@ -5,16 +5,20 @@ from __future__ import annotations
 import torch
 
 from kvviz.engine.kv_cache import slots_for
+from kvviz.engine.paged_kernel import KernelMetadata
 from kvviz.engine.runner import AttentionGroup, StepBatch, Trace
 from kvviz.engine.scheduler import ScheduledChunk
 
 
 def build_step_batch(chunks: list[ScheduledChunk], cache, block_size: int, device: torch.device,
-                     trace_request_id: int | None = None) -> StepBatch:
+                     trace_request_id: int | None = None, kernel=None) -> StepBatch:
     """Flatten the chunks into one row of N tokens and describe each request's attention.
 
     With a cache (cached mode), a chunk's keys are every token of its request up to the chunk's
-    end, read from cache slots; without one (cache=None), only the chunk's own tokens.
+    end, read from cache slots; without one (cache=None), only the chunk's own tokens. With the
+    compiled kernel (engine/paged_kernel.py), attention needs only each request's block table
+    and each token's request and position; a traced step keeps the padded groups, whose
+    gathered keys and values the trace keeps.
     """
     input_ids, positions, slots, logits_index = [], [], [], []
     offsets = []  # where each chunk starts in the flat row
@@ -27,6 +31,15 @@ def build_step_batch(chunks: list[ScheduledChunk], cache, block_size: int, devic
             slots += slots_for(request.block_table, chunk.start, chunk.end, block_size)
         if chunk.samples:  # the last token, and every draft: each draft is checked against the logits before it
             logits_index += range(len(input_ids) - 1 - chunk.num_drafts, len(input_ids))
+
+    as_long = dict(dtype=torch.long, device=device)
+    position_ids = torch.tensor([positions], **as_long)  # (1, N)
+    if kernel is not None and trace_request_id is None:
+        return StepBatch(
+            input_ids=torch.tensor([input_ids], **as_long), position_ids=position_ids,
+            slot_mapping=torch.tensor(slots, **as_long), groups=[],
+            logits_index=torch.tensor(logits_index, **as_long), cache=cache,
+            kernel=kernel, kernel_metadata=_kernel_metadata(chunks, position_ids[0], block_size))
 
     decodes = [i for i, c in enumerate(chunks) if c.num_tokens == 1]
     prefills = [i for i, c in enumerate(chunks) if c.num_tokens > 1]
@@ -43,15 +56,26 @@ def build_step_batch(chunks: list[ScheduledChunk], cache, block_size: int, devic
                                   all_queries=cache is not None and chunks[i].start == 0)
         groups.append(group)
 
-    as_long = dict(dtype=torch.long, device=device)
     return StepBatch(
         input_ids=torch.tensor([input_ids], **as_long),  # (1, N)
-        position_ids=torch.tensor([positions], **as_long),  # (1, N)
+        position_ids=position_ids,  # (1, N)
         slot_mapping=torch.tensor(slots, **as_long) if cache is not None else None,  # (N,)
         groups=groups,
         logits_index=torch.tensor(logits_index, **as_long),  # (R,): 1 + drafts per sampling chunk
         cache=cache,
         trace=trace,
+    )
+
+
+def _kernel_metadata(chunks, positions: torch.Tensor, block_size: int) -> KernelMetadata:
+    """Block tables (R, max_blocks), and per token its row and position: int32 for the kernel."""
+    tables = [c.request.block_table[:-(-c.end // block_size)] for c in chunks]
+    max_blocks = max(len(t) for t in tables)
+    return KernelMetadata(
+        block_tables=torch.tensor([t + [0] * (max_blocks - len(t)) for t in tables], dtype=torch.int32),
+        token_seq=torch.repeat_interleave(torch.arange(len(chunks), dtype=torch.int32),
+                                          torch.tensor([c.num_tokens for c in chunks])),  # (N,)
+        token_pos=positions.to(torch.int32),  # (N,)
     )
 
 

@@ -29,6 +29,7 @@ class EngineConfig:
     prompt_lookup_min: int = 1  # shortest n-gram tried before giving up on drafts
     preemption_mode: str = "recompute"  # or "swap": a victim's blocks wait in CPU memory
     swap_space_blocks: int | None = None  # CPU slots for "swap"; None: as many as the pool has blocks
+    attention: str = "auto"  # "auto": the compiled kernel where it applies (CPU, float32); "sdpa": gather + SDPA
 
     def with_overrides(self, **overrides) -> "EngineConfig":
         """A copy with some settings changed; an unknown name is refused in one sentence."""
@@ -45,6 +46,8 @@ class EngineConfig:
             raise ValueError(f"The pool needs at least one block, not {self.num_blocks}.")
         if self.preemption_mode not in ("recompute", "swap"):
             raise ValueError(f"preemption_mode must be 'recompute' or 'swap', not {self.preemption_mode!r}.")
+        if self.attention not in ("auto", "sdpa"):
+            raise ValueError(f"attention must be 'auto' or 'sdpa', not {self.attention!r}.")
         if self.swap_space_blocks is not None and self.swap_space_blocks < 1:
             raise ValueError(f"The swap space needs at least one block, not {self.swap_space_blocks}.")
         if not 0 < self.memory_fraction <= 1:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from kvviz.engine import paged_kernel
 from kvviz.engine.batch import build_step_batch
 from kvviz.engine.block_pool import BlockPool
 from kvviz.engine.config import EngineConfig
@@ -86,6 +87,7 @@ class Engine:
             if config.preemption_mode == "swap":
                 swap = SwapSpace(self.cache_shape, config.swap_space_blocks or self.num_blocks, config.block_size)
             self.kv = KVCacheManager(self.pool, self.cache, swap)
+        self.attention_kernel = self._pick_attention_kernel()
         self.scheduler = Scheduler(self.kv, config.max_num_seqs, config.max_num_batched_tokens,
                                    config.enable_chunked_prefill)
         self.requests: dict[int, Request] = {}
@@ -186,7 +188,8 @@ class Engine:
         """The forward pass and sampling of one step: (forward seconds, sampled pairs, trace, drafts)."""
         if not chunks:
             return 0.0, [], None, []
-        batch = build_step_batch(chunks, self.cache, self.block_size, self.device, self.trace_request_id)
+        batch = build_step_batch(chunks, self.cache, self.block_size, self.device, self.trace_request_id,
+                                 self.attention_kernel)
         logits, forward_s = run_forward(self.model, batch)  # (R, V): 1 + drafts rows per sampling chunk
         self.stats["forward_s"] += forward_s
         sampling_chunks = [c for c in chunks if c.samples]
@@ -374,6 +377,15 @@ class Engine:
         if eos is None:
             return set()
         return set(eos) if isinstance(eos, (list, tuple)) else {int(eos)}
+
+    def _pick_attention_kernel(self):
+        """The compiled paged-attention kernel (engine/paged_kernel.py) where it applies: a KV
+        cache of float32 on the CPU, head size a multiple of 8. Elsewhere, None: gather + SDPA."""
+        shape = self.cache_shape
+        if (self.config.attention != "auto" or self.cache is None or self.device.type != "cpu"
+                or shape.dtype != torch.float32 or shape.head_dim % 8):
+            return None
+        return paged_kernel.load()
 
     def _blocks_that_fit(self, max_num_seqs: int, memory_fraction: float) -> int:
         """Size the pool from free memory, but no larger than max_num_seqs full contexts."""

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
+from kvviz.engine import paged_kernel
+
 ATTENTION_NAME = "kvviz_paged"
 _IN_ENGINE_FORWARD = contextvars.ContextVar("kvviz_in_engine_forward", default=False)
 
@@ -87,6 +89,8 @@ class StepBatch:
     logits_index: torch.Tensor  # (R,) flat index of each token whose logits are sampled (or check a draft)
     cache: object | None  # PagedKVCache, or None in no-cache mode
     trace: Trace | None = None
+    kernel: object | None = None  # PagedAttentionKernel: attention reads the blocks in place
+    kernel_metadata: object | None = None  # KernelMetadata: block tables, each token's request and position
 
 
 def attend(query, key, value, packed_mask, scaling, softcap=None) -> torch.Tensor:
@@ -133,6 +137,11 @@ def paged_attention(module, query, key, value, attention_mask, scaling=None, dro
     v_new = value[0].transpose(0, 1)  # (N, KVH, Dv)
     if batch.cache is not None:
         batch.cache.write(layer, k_new, v_new, batch.slot_mapping)
+    if batch.kernel is not None:  # every key is now in a block: read them there
+        out = q.new_empty(q.shape)  # (N, H, D)
+        batch.kernel(q, batch.cache.key_cache[layer], batch.cache.value_cache[layer], out,
+                     batch.kernel_metadata, window, scaling, softcap)
+        return out.unsqueeze(0), None
     group_size = q.shape[1] // k_new.shape[1]
     out = None
     for group_id, group in enumerate(batch.groups):  # at most two: decodes, prefill chunks
@@ -193,7 +202,14 @@ def _turned_product(module: torch.nn.Linear, x: torch.Tensor, rows: int) -> torc
         out = torch.mm(module.weight, flat.T)  # (out, N)
     else:
         out = torch.addmm(module.bias[:, None], module.weight, flat.T)  # (out, N)
-    return out.T.contiguous().view(*x.shape[:-1], module.out_features)  # (..., out); rows may be 0
+    return _transposed(out).view(*x.shape[:-1], module.out_features)  # (..., out); rows may be 0
+
+
+def _transposed(matrix: torch.Tensor) -> torch.Tensor:
+    """(out, N) -> (N, out), contiguous: the compiled tiled transpose when there is one (several
+    times faster than PyTorch's strided copy on the bench's CPU), else matrix.T.contiguous()."""
+    kernel = paged_kernel.load() if matrix.dtype == torch.float32 else None
+    return kernel.transpose(matrix) if kernel is not None else matrix.T.contiguous()
 
 
 def _few_rows_on_cpu(x: torch.Tensor) -> int | None:
