@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from kvviz.engine.kv_cache import slots_for
-from kvviz.engine.paged_kernel import KernelMetadata
+from kvviz.engine.cpu_kernels import KernelMetadata
 from kvviz.engine.runner import AttentionGroup, StepBatch, Trace
 from kvviz.engine.scheduler import ScheduledChunk
 
@@ -16,7 +16,7 @@ def build_step_batch(chunks: list[ScheduledChunk], cache, block_size: int, devic
 
     With a cache (cached mode), a chunk's keys are every token of its request up to the chunk's
     end, read from cache slots; without one (cache=None), only the chunk's own tokens. With the
-    compiled kernel (engine/paged_kernel.py), attention needs only each request's block table
+    compiled kernel (engine/cpu_kernels.py), attention needs only each request's block table
     and each token's request and position; a traced step keeps the padded groups, whose
     gathered keys and values the trace keeps.
     """

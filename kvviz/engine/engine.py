@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from kvviz.engine import paged_kernel
+from kvviz.engine import cpu_kernels
 from kvviz.engine.batch import build_step_batch
 from kvviz.engine.block_pool import BlockPool
 from kvviz.engine.config import EngineConfig
@@ -379,13 +379,13 @@ class Engine:
         return set(eos) if isinstance(eos, (list, tuple)) else {int(eos)}
 
     def _pick_attention_kernel(self):
-        """The compiled paged-attention kernel (engine/paged_kernel.py) where it applies: a KV
+        """The compiled paged-attention kernel (engine/cpu_kernels.py) where it applies: a KV
         cache of float32 on the CPU, head size a multiple of 8. Elsewhere, None: gather + SDPA."""
         shape = self.cache_shape
         if (self.config.attention != "auto" or self.cache is None or self.device.type != "cpu"
                 or shape.dtype != torch.float32 or shape.head_dim % 8):
             return None
-        return paged_kernel.load()
+        return cpu_kernels.load()
 
     def _blocks_that_fit(self, max_num_seqs: int, memory_fraction: float) -> int:
         """Size the pool from free memory, but no larger than max_num_seqs full contexts."""

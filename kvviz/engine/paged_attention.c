@@ -22,27 +22,11 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "exp_nonpositive.h"
+
 #define SPAN 128      /* keys scored before one softmax update */
 #define MAX_HEADS 64  /* query heads one work item holds on the stack */
 #define PREFETCH 4    /* rows ahead to ask the memory for */
-
-/* exp(x) for x <= 0, vectorisable: x = k ln2 + r, |r| <= ln2/2, exp(r) by its Taylor series to
- * r^7 (relative error about 1e-7, float32's own), 2^k put straight into the exponent bits. */
-static inline float exp_nonpositive(float x) {
-    x = x < -87.0f ? -87.0f : x;  /* exp(-87) is 1.6e-38: beneath it, the weight is 0 anyway */
-    const float k = (x * 1.44269504f + 12582912.0f) - 12582912.0f;  /* round to nearest: 1.5 * 2^23 */
-    const float r = x - k * 0.693145752f - k * 1.42860677e-6f;
-    float p = 1.0f / 5040.0f;
-    p = p * r + 1.0f / 720.0f;
-    p = p * r + 1.0f / 120.0f;
-    p = p * r + 1.0f / 24.0f;
-    p = p * r + 1.0f / 6.0f;
-    p = p * r + 0.5f;
-    p = p * r + 1.0f;
-    p = p * r + 1.0f;
-    union { float f; int32_t i; } scale = {.i = ((int32_t)k + 127) << 23};
-    return p * scale.f;
-}
 
 /* Eight floats in one vector register (AVX) or two (SSE); GCC and clang lower it for the target.
  * aligned(4): loads from any float address. */
@@ -91,7 +75,7 @@ static inline __attribute__((always_inline)) void attend_item(
             if (softcap > 0.0f)
                 for (int t = 0; t < count; t++) score[h][t] = tanhf(score[h][t] / softcap) * softcap;
             float span_max = running_max[h];
-            for (int t = 0; t < count; t++) span_max = fmaxf(span_max, score[h][t]);
+            for (int t = 0; t < count; t++) span_max = score[h][t] > span_max ? score[h][t] : span_max;
             const float rescale = exp_nonpositive(running_max[h] - span_max);  /* 0 on the first span */
             float span_sum = 0.0f;
             for (int t = 0; t < count; t++) {

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from kvviz.engine import paged_kernel
+from kvviz.engine import cpu_kernels
 
 ATTENTION_NAME = "kvviz_paged"
 _IN_ENGINE_FORWARD = contextvars.ContextVar("kvviz_in_engine_forward", default=False)
@@ -89,7 +89,7 @@ class StepBatch:
     logits_index: torch.Tensor  # (R,) flat index of each token whose logits are sampled (or check a draft)
     cache: object | None  # PagedKVCache, or None in no-cache mode
     trace: Trace | None = None
-    kernel: object | None = None  # PagedAttentionKernel: attention reads the blocks in place
+    kernel: object | None = None  # CpuKernels: attention reads the blocks in place
     kernel_metadata: object | None = None  # KernelMetadata: block tables, each token's request and position
 
 
@@ -208,7 +208,7 @@ def _turned_product(module: torch.nn.Linear, x: torch.Tensor, rows: int) -> torc
 def _transposed(matrix: torch.Tensor) -> torch.Tensor:
     """(out, N) -> (N, out), contiguous: the compiled tiled transpose when there is one (several
     times faster than PyTorch's strided copy on the bench's CPU), else matrix.T.contiguous()."""
-    kernel = paged_kernel.load() if matrix.dtype == torch.float32 else None
+    kernel = cpu_kernels.load() if matrix.dtype == torch.float32 else None
     return kernel.transpose(matrix) if kernel is not None else matrix.T.contiguous()
 
 
@@ -254,10 +254,13 @@ def linear_for_steps(module: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
 
 def install(model: torch.nn.Module) -> None:
     """Route the model's attention through kvviz (idempotent; other callers fall back to SDPA),
-    and give its linear layers the few-rows product for decode steps (lm_head_for_steps,
-    linear_for_steps). Only plain nn.Linear instances change, and only their own forward."""
+    give its linear layers the few-rows product for decode steps (lm_head_for_steps,
+    linear_for_steps), and its RMSNorms and gated MLPs their compiled one-pass forms
+    (fused_layers.py). Only instances change, and only their own forward."""
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface
+
+    from kvviz.engine import fused_layers
 
     AttentionInterface.register(ATTENTION_NAME, paged_attention)
     AttentionMaskInterface.register(ATTENTION_NAME, _no_dense_mask)
@@ -268,6 +271,7 @@ def install(model: torch.nn.Module) -> None:
         if type(module) is torch.nn.Linear and "forward" not in vars(module):
             turned = lm_head_for_steps if module is head else linear_for_steps
             module.forward = types.MethodType(turned, module)
+    fused_layers.install(model)
 
 
 @torch.inference_mode()

@@ -5,11 +5,11 @@ import pytest
 import torch
 
 from kvviz import Engine, SamplingParams
-from kvviz.engine import paged_kernel
-from kvviz.engine.paged_kernel import KernelMetadata
+from kvviz.engine import cpu_kernels
+from kvviz.engine.cpu_kernels import KernelMetadata
 
-kernel = paged_kernel.load()
-needs_kernel = pytest.mark.skipif(kernel is None, reason=f"no compiled kernel here: {paged_kernel.why_not}")
+kernel = cpu_kernels.load()
+needs_kernel = pytest.mark.skipif(kernel is None, reason=f"no compiled kernel here: {cpu_kernels.why_not}")
 
 
 def reference(query, key_cache, value_cache, tables, token_seq, token_pos, window, scale, softcap):
@@ -125,15 +125,15 @@ def test_engine_keeps_sdpa_where_the_kernel_does_not_apply():
 
 
 def test_kernel_can_be_turned_off_and_says_why(monkeypatch):
-    monkeypatch.setattr(paged_kernel, "why_not", paged_kernel.why_not)  # put back afterwards
-    monkeypatch.setenv("KVVIZ_ATTENTION_KERNEL", "0")
-    assert paged_kernel._build_and_load() is None
-    assert "KVVIZ_ATTENTION_KERNEL=0" in paged_kernel.why_not
-    monkeypatch.setenv("KVVIZ_ATTENTION_KERNEL", "1")
+    monkeypatch.setattr(cpu_kernels, "why_not", cpu_kernels.why_not)  # put back afterwards
+    monkeypatch.setenv("KVVIZ_CPU_KERNELS", "0")
+    assert cpu_kernels._build_and_load() is None
+    assert "KVVIZ_CPU_KERNELS=0" in cpu_kernels.why_not
+    monkeypatch.setenv("KVVIZ_CPU_KERNELS", "1")
     monkeypatch.setenv("PATH", "/nonexistent")
     monkeypatch.delenv("CC", raising=False)
-    assert paged_kernel._build_and_load() is None
-    assert "No C compiler" in paged_kernel.why_not
+    assert cpu_kernels._build_and_load() is None
+    assert "No C compiler" in cpu_kernels.why_not
 
 
 @needs_kernel
@@ -142,3 +142,50 @@ def test_transpose_is_the_transpose(rows, cols):
     matrix = torch.randn(rows, cols)
     out = kernel.transpose(matrix)
     assert out.is_contiguous() and torch.equal(out, matrix.T)
+
+
+@needs_kernel
+@pytest.mark.parametrize("inter, tokens", [(1408, 48), (33, 5), (64, 1), (7, 0)])
+def test_silu_and_mul_turned_is_the_gated_activation(inter, tokens):
+    gate_up = torch.randn(2 * inter, tokens) * 6  # wide enough to reach both tails of the sigmoid
+    expected = (torch.nn.functional.silu(gate_up[:inter]) * gate_up[inter:]).T
+    torch.testing.assert_close(kernel.silu_and_mul_turned(gate_up), expected, rtol=1e-5, atol=1e-6)
+
+
+@needs_kernel
+def test_only_modules_that_compute_rms_norm_or_a_gated_silu_mlp_are_switched():
+    from tiny_models import tiny_model
+
+    from kvviz.engine import fused_layers
+
+    switched = {arch: fused_layers.install(tiny_model(arch)) for arch in ("llama", "gemma2", "gpt2")}
+    assert "model.layers.0.mlp" in switched["llama"] and "model.norm" in switched["llama"]
+    assert "model.layers.0.pre_feedforward_layernorm" in switched["gemma2"]  # 1 + weight
+    assert not any(name.endswith("mlp") for name in switched["gemma2"])  # GELU, not SiLU
+    assert switched["gpt2"] == []  # LayerNorm with a bias, Conv1D MLP
+    look_alike = torch.nn.Sequential(torch.nn.LayerNorm(16, bias=False))  # centres: not RMSNorm
+    assert fused_layers.install(look_alike) == []
+
+
+@needs_kernel
+@pytest.mark.parametrize("arch", ["llama", "gemma2"])
+def test_switched_modules_give_their_own_results_inside_the_engine(arch):
+    from tiny_models import tiny_model
+
+    from kvviz.engine import fused_layers, runner
+
+    model = tiny_model(arch)
+    names = fused_layers.install(model)
+    token = runner._IN_ENGINE_FORWARD.set(True)
+    try:
+        for name in names:
+            module = model.get_submodule(name)
+            width = module.weight.shape[0] if hasattr(module, "weight") else module.gate_proj.in_features
+            x = torch.randn(1, 5, width)
+            with torch.inference_mode():
+                fused = module(x)
+                own = type(module).forward(module, x)
+            torch.testing.assert_close(fused, own, rtol=1e-4, atol=1e-5)
+            assert module.forward.__func__.__module__ == "kvviz.engine.fused_layers"
+    finally:
+        runner._IN_ENGINE_FORWARD.reset(token)

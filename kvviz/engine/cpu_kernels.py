@@ -1,9 +1,12 @@
-"""The compiled paged-attention kernel (paged_attention.c, with transpose.c beside it): built
-once with the system's C compiler, loaded with ctypes, called once per layer per step.
+"""kvviz's compiled CPU kernels: paged attention (paged_attention.c) and the small per-layer
+operations of a decode step (layer_ops.c). Built once with the system's C compiler, loaded with
+ctypes, called a few times per layer per step.
 
-    kernel = load()                  # None where it cannot be built; the engine then uses SDPA
-    kernel(query, key_cache, value_cache, out, metadata, window, scaling, softcap)
-    kernel.transpose(matrix)         # (rows, cols) -> a new contiguous (cols, rows)
+    kernels = load()                 # None where they cannot be built; the engine then uses PyTorch
+    kernels(query, key_cache, value_cache, out, metadata, window, scaling, softcap)  # attention
+    kernels.transpose(matrix)        # (rows, cols) -> a new contiguous (cols, rows)
+    kernels.silu_and_mul_turned(gate_up)   # (2I, N) -> (N, I)
+    kernels.rms_norm(x, weight, eps, weight_offset)
 
 Why a kernel: read in place, a request's keys and values go from the cache's blocks straight
 into the dot products. The PyTorch path must first gather every request's blocks into a padded
@@ -32,11 +35,13 @@ from pathlib import Path
 
 import torch
 
-SOURCES = [Path(__file__).with_name("paged_attention.c"), Path(__file__).with_name("transpose.c")]
-FLAGS = ["-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=c11", "-fno-math-errno"]
+SOURCES = [Path(__file__).with_name("paged_attention.c"), Path(__file__).with_name("layer_ops.c")]
+HEADERS = [Path(__file__).with_name("exp_nonpositive.h")]  # included by the sources
+FLAGS = ["-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=c11", "-fno-math-errno",
+         "-fno-trapping-math"]  # no FP traps: lets the exp and clamp loops vectorise
 _lock = threading.Lock()
-_loaded: dict[str, object] = {}  # "kernel" -> PagedAttentionKernel or None once tried
-why_not: str | None = None  # the reason the kernel is unavailable, in one sentence
+_loaded: dict[str, object] = {}  # "kernels" -> CpuKernels or None once tried
+why_not: str | None = None  # the reason the kernels are unavailable, in one sentence
 
 
 @dataclass(slots=True)
@@ -48,16 +53,20 @@ class KernelMetadata:
     token_pos: torch.Tensor  # (N,) position of each query token in its request
 
 
-class PagedAttentionKernel:
+class CpuKernels:
     def __init__(self, library: ctypes.CDLL):
-        self.function = library.kvviz_paged_attention
         c_int, c_long, c_ptr, c_float = ctypes.c_int, ctypes.c_long, ctypes.c_void_p, ctypes.c_float
-        self.function.argtypes = [c_ptr, c_long, c_long, c_ptr, c_ptr, c_ptr, c_ptr, c_int, c_ptr, c_ptr,
-                                  c_int, c_int, c_int, c_int, c_int, c_int, c_float, c_float, c_int]
-        self.function.restype = None
-        self.transpose_function = library.kvviz_transpose
-        self.transpose_function.argtypes = [c_ptr, c_ptr, c_long, c_long, c_int]
-        self.transpose_function.restype = None
+
+        def bind(name, *argtypes):
+            function = getattr(library, name)
+            function.argtypes, function.restype = list(argtypes), None
+            return function
+
+        self.function = bind("kvviz_paged_attention", c_ptr, c_long, c_long, c_ptr, c_ptr, c_ptr, c_ptr, c_int,
+                             c_ptr, c_ptr, c_int, c_int, c_int, c_int, c_int, c_int, c_float, c_float, c_int)
+        self.transpose_function = bind("kvviz_transpose", c_ptr, c_ptr, c_long, c_long, c_int)
+        self.silu_and_mul_function = bind("kvviz_silu_and_mul_turned", c_ptr, c_ptr, c_long, c_long, c_int)
+        self.rms_norm_function = bind("kvviz_rms_norm", c_ptr, c_ptr, c_ptr, c_long, c_long, c_float, c_float, c_int)
 
     def transpose(self, matrix: torch.Tensor) -> torch.Tensor:
         """matrix: (rows, cols) float32, contiguous, on the CPU -> (cols, rows), contiguous."""
@@ -65,6 +74,22 @@ class PagedAttentionKernel:
         rows, cols = matrix.shape
         out = matrix.new_empty(cols, rows)
         self.transpose_function(matrix.data_ptr(), out.data_ptr(), rows, cols, torch.get_num_threads())
+        return out
+
+    def silu_and_mul_turned(self, gate_up: torch.Tensor) -> torch.Tensor:
+        """gate_up: (2I, N), the gate's rows then the up projection's -> silu(gate)^T * up^T: (N, I)."""
+        assert gate_up.dtype == torch.float32 and gate_up.is_contiguous() and gate_up.shape[0] % 2 == 0
+        inter, tokens = gate_up.shape[0] // 2, gate_up.shape[1]
+        out = gate_up.new_empty(tokens, inter)
+        self.silu_and_mul_function(gate_up.data_ptr(), out.data_ptr(), inter, tokens, torch.get_num_threads())
+        return out
+
+    def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float, weight_offset: float) -> torch.Tensor:
+        """x: (..., dim) float32, contiguous; weight: (dim,) -> (weight + offset) * x / rms(x), (..., dim)."""
+        assert x.dtype == weight.dtype == torch.float32 and x.is_contiguous() and weight.is_contiguous()
+        out = torch.empty_like(x)
+        self.rms_norm_function(x.data_ptr(), weight.data_ptr(), out.data_ptr(), x.numel() // x.shape[-1],
+                               x.shape[-1], eps, weight_offset, torch.get_num_threads())
         return out
 
     def __call__(self, query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
@@ -85,28 +110,30 @@ class PagedAttentionKernel:
         return out
 
 
-def load() -> PagedAttentionKernel | None:
-    """The kernel, built on first use; None (and `why_not` says why) where it cannot be."""
+def load() -> CpuKernels | None:
+    """The kernels, built on first use; None (and `why_not` says why) where they cannot be."""
+    if "kernels" in _loaded:  # the common case, once per linear layer per step: no lock
+        return _loaded["kernels"]
     with _lock:
-        if "kernel" not in _loaded:
-            _loaded["kernel"] = _build_and_load()
-        return _loaded["kernel"]
+        if "kernels" not in _loaded:
+            _loaded["kernels"] = _build_and_load()
+        return _loaded["kernels"]
 
 
-def _build_and_load() -> PagedAttentionKernel | None:
+def _build_and_load() -> CpuKernels | None:
     global why_not
-    if os.environ.get("KVVIZ_ATTENTION_KERNEL", "1") == "0":
-        why_not = "KVVIZ_ATTENTION_KERNEL=0 turns the compiled kernel off."
+    if os.environ.get("KVVIZ_CPU_KERNELS", "1") == "0":
+        why_not = "KVVIZ_CPU_KERNELS=0 turns the compiled kernels off."
         return None
     compiler = next((c for c in (os.environ.get("CC"), "cc", "gcc", "clang") if c and shutil.which(c)), None)
     if compiler is None:
-        why_not = "No C compiler (cc, gcc or clang) was found; install one (e.g. apt install gcc) for the kernel."
+        why_not = "No C compiler (cc, gcc or clang) was found; install one (e.g. apt install gcc) for the kernels."
         return None
-    source = b"".join(path.read_bytes() for path in SOURCES)
+    source = b"".join(path.read_bytes() for path in SOURCES + HEADERS)
     key = hashlib.sha256(source + " ".join([compiler] + FLAGS).encode() + platform.machine().encode()
                          + _cpu_signature().encode()).hexdigest()[:16]
     folder = Path(os.environ.get("KVVIZ_CACHE_DIR") or Path.home() / ".cache" / "kvviz") / "kernels"
-    library = folder / f"paged_attention-{key}.so"
+    library = folder / f"cpu_kernels-{key}.so"
     try:
         if not library.exists():
             folder.mkdir(parents=True, exist_ok=True)
@@ -115,12 +142,12 @@ def _build_and_load() -> PagedAttentionKernel | None:
                 result = subprocess.run([compiler, *FLAGS, *map(str, SOURCES), "-o", str(built), "-lm"],
                                         capture_output=True, text=True, timeout=120)
                 if result.returncode != 0:
-                    why_not = f"The C compiler could not build the kernel: {result.stderr.strip()[:300]}"
+                    why_not = f"The C compiler could not build the kernels: {result.stderr.strip()[:300]}"
                     return None
                 os.replace(built, library)  # atomic: another process may be building the same file
-        return PagedAttentionKernel(ctypes.CDLL(str(library)))
+        return CpuKernels(ctypes.CDLL(str(library)))
     except (OSError, subprocess.SubprocessError) as error:
-        why_not = f"The kernel could not be built or loaded ({error}); the engine uses PyTorch's attention."
+        why_not = f"The kernels could not be built or loaded ({error}); the engine uses PyTorch's operations."
         return None
 
 
