@@ -18,18 +18,6 @@
 #define TILE 32              /* transposing in 32 x 32 tiles keeps both sides in cache lines */
 #define PARALLEL_FROM 65536  /* elements below which one thread is quicker */
 
-/* in (rows, cols) -> out (cols, rows) */
-void kvviz_transpose(const float *in, float *out, long rows, long cols, int num_threads) {
-    const long row_tiles = (rows + TILE - 1) / TILE, col_tiles = (cols + TILE - 1) / TILE;
-#pragma omp parallel for schedule(static) num_threads(num_threads) if (rows * cols >= PARALLEL_FROM)
-    for (long tile = 0; tile < row_tiles * col_tiles; tile++) {
-        const long r0 = tile / col_tiles * TILE, c0 = tile % col_tiles * TILE;
-        const long r1 = r0 + TILE < rows ? r0 + TILE : rows, c1 = c0 + TILE < cols ? c0 + TILE : cols;
-        for (long c = c0; c < c1; c++)
-            for (long r = r0; r < r1; r++) out[c * rows + r] = in[r * cols + c];
-    }
-}
-
 /* SiLU, x * sigmoid(x), with sigmoid from e = exp(-|x|) so that it never overflows:
  * 1 / (1 + e) for x >= 0 and e / (1 + e) below. */
 static inline float silu(float x) {
@@ -37,23 +25,38 @@ static inline float silu(float x) {
     return x * (x >= 0.0f ? 1.0f : e) / (1.0f + e);
 }
 
+/* in (rows, cols) -> out (cols, rows), a tile at a time. With gate_up, the tile is first
+ * replaced by silu(gate) * up, gate the tile's rows and up the rows `rows` further on. */
+static void transpose_tiles(const float *in, const float *up, float *out, long rows, long cols, int num_threads) {
+    const long row_tiles = (rows + TILE - 1) / TILE, col_tiles = (cols + TILE - 1) / TILE;
+#pragma omp parallel for schedule(static) num_threads(num_threads) if (rows * cols >= PARALLEL_FROM)
+    for (long tile = 0; tile < row_tiles * col_tiles; tile++) {
+        const long r0 = tile / col_tiles * TILE, c0 = tile % col_tiles * TILE;
+        const long r1 = r0 + TILE < rows ? r0 + TILE : rows, c1 = c0 + TILE < cols ? c0 + TILE : cols;
+        float block[TILE][TILE];
+        for (long r = r0; r < r1; r++) {
+            const float *row = in + r * cols;
+            if (up) {
+                const float *up_row = up + r * cols;
+                for (long c = c0; c < c1; c++) block[r - r0][c - c0] = silu(row[c]) * up_row[c];
+            } else {
+                for (long c = c0; c < c1; c++) block[r - r0][c - c0] = row[c];
+            }
+        }
+        for (long c = c0; c < c1; c++)
+            for (long r = r0; r < r1; r++) out[c * rows + r] = block[r - r0][c - c0];
+    }
+}
+
+void kvviz_transpose(const float *in, float *out, long rows, long cols, int num_threads) {
+    transpose_tiles(in, 0, out, rows, cols, num_threads);
+}
+
 /* gate_up (2I, N): the turned product [W_gate; W_up] @ x^T, rows [0, I) the gate, [I, 2I) the
  * up projection. out (N, I) = silu(gate)^T * up^T: the activation, the product and the
  * transpose back to the model's layout in one pass. */
 void kvviz_silu_and_mul_turned(const float *gate_up, float *out, long inter, long tokens, int num_threads) {
-    const long inter_tiles = (inter + TILE - 1) / TILE, token_tiles = (tokens + TILE - 1) / TILE;
-#pragma omp parallel for schedule(static) num_threads(num_threads) if (inter * tokens >= PARALLEL_FROM)
-    for (long tile = 0; tile < inter_tiles * token_tiles; tile++) {
-        const long i0 = tile / token_tiles * TILE, n0 = tile % token_tiles * TILE;
-        const long i1 = i0 + TILE < inter ? i0 + TILE : inter, n1 = n0 + TILE < tokens ? n0 + TILE : tokens;
-        float product[TILE][TILE];
-        for (long i = i0; i < i1; i++) {
-            const float *gate = gate_up + i * tokens, *up = gate_up + (inter + i) * tokens;
-            for (long n = n0; n < n1; n++) product[i - i0][n - n0] = silu(gate[n]) * up[n];
-        }
-        for (long n = n0; n < n1; n++)
-            for (long i = i0; i < i1; i++) out[n * inter + i] = product[i - i0][n - n0];
-    }
+    transpose_tiles(gate_up, gate_up + inter * tokens, out, inter, tokens, num_threads);
 }
 
 /* x (rows, dim) -> out (rows, dim): each row scaled to unit root-mean-square, times weight
