@@ -189,3 +189,37 @@ def test_switched_modules_give_their_own_results_inside_the_engine(arch):
             assert module.forward.__func__.__module__ == "kvviz.engine.fused_layers"
     finally:
         runner._IN_ENGINE_FORWARD.reset(token)
+
+
+@needs_kernel
+def test_silu_and_mul_is_the_gated_activation_in_the_plain_layout():
+    gate_up = torch.randn(2, 5, 2 * 33) * 6  # (..., 2I): gate then up in each row
+    expected = torch.nn.functional.silu(gate_up[..., :33]) * gate_up[..., 33:]
+    torch.testing.assert_close(kernel.silu_and_mul(gate_up), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_linears_are_packed_where_they_fit_and_a_copied_model_packs_again(monkeypatch):
+    import copy
+
+    from kvviz.bench import build_random_llama
+    from kvviz.engine import fused_layers
+    from kvviz.models import CustomShape
+
+    if kernel is None or not torch.backends.mkldnn.is_available():
+        pytest.skip("no compiled kernels or no oneDNN here")
+    shape = CustomShape(num_layers=1, hidden_size=64, num_heads=4, num_kv_heads=2, vocab_size=64, max_context=64)
+    model = build_random_llama(shape)
+    monkeypatch.setattr(fused_layers, "PACK_MEMORY_FRACTION", 0.0)  # as if memory were short
+    Engine(model, num_blocks=8)
+    assert model.lm_head.kvviz_packed is None and "quarter of the free memory" in fused_layers.why_not_packed
+    monkeypatch.undo()
+    Engine(model, num_blocks=8)
+    assert model.lm_head.kvviz_packed is not None and model.model.layers[0].mlp.kvviz_gate_up_packed is not None
+    twin = copy.deepcopy(model)  # oneDNN's tensors cannot be copied: the twin starts unpacked
+    assert twin.lm_head.kvviz_packed is None
+    params = SamplingParams(max_tokens=12, ignore_eos=True)
+    prompts = [[1, 2, 3, 4, 5], list(range(40))]
+    packed_out = [o.token_ids for o in Engine(model, num_blocks=16).generate(prompts, params)]
+    assert twin.lm_head.kvviz_packed is None  # nothing ran on the twin yet
+    twin_out = [o.token_ids for o in Engine(twin, num_blocks=16).generate(prompts, params)]
+    assert twin.lm_head.kvviz_packed is not None and twin_out == packed_out

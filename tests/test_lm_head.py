@@ -1,16 +1,25 @@
-"""The LM head's turned-around product for decode steps gives the plain product's logits."""
+"""The LM head's turned-around product for decode steps gives the plain product's logits.
+
+The turned product is what the engine's CPU steps use where the linears are not packed for oneDNN
+(fused_layers.pack_linears); these tests turn packing off to reach it.
+"""
 
 import torch
 import torch.nn.functional as F
 
 from kvviz import Engine, SamplingParams
-from kvviz.engine import runner
+from kvviz.engine import fused_layers, runner
 from tiny_models import tiny_model
 
 
-def test_turned_product_equals_plain_linear_in_engine_steps():
+def unpacked_engine(model, monkeypatch):
+    monkeypatch.setattr(fused_layers, "PACK_MEMORY_FRACTION", 0.0)
+    return Engine(model)
+
+
+def test_turned_product_equals_plain_linear_in_engine_steps(monkeypatch):
     model = tiny_model("llama")
-    Engine(model)  # installs the engine's attention and LM head
+    unpacked_engine(model, monkeypatch)  # installs the engine's attention and LM head
     head = model.get_output_embeddings()
     assert "forward" in vars(head)  # the instance's own forward, the class's is untouched
     x = torch.randn(3, 5, head.in_features)  # (batch, tokens, hidden): 15 rows, a decode step's few
@@ -38,9 +47,9 @@ def test_model_generate_beside_the_engine_is_unchanged():
     assert outs[0].token_ids == before[0, 4:].tolist()
 
 
-def test_every_linear_turned_with_two_threads_gives_the_same_sums():
+def test_every_linear_turned_with_two_threads_gives_the_same_sums(monkeypatch):
     model = tiny_model("llama")
-    Engine(model)
+    unpacked_engine(model, monkeypatch)
     layers = [m for m in model.modules() if type(m) is torch.nn.Linear]
     assert len(layers) > 2 and all("forward" in vars(m) for m in layers)
     proj = model.model.layers[0].mlp.down_proj

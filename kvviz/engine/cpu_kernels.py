@@ -5,6 +5,7 @@ ctypes, called a few times per layer per step.
     kernels = load()                 # None where they cannot be built; the engine then uses PyTorch
     kernels(query, key_cache, value_cache, out, metadata, window, scaling, softcap)  # attention
     kernels.transpose(matrix)        # (rows, cols) -> a new contiguous (cols, rows)
+    kernels.silu_and_mul(gate_up)          # (..., 2I) -> (..., I)
     kernels.silu_and_mul_turned(gate_up)   # (2I, N) -> (N, I)
     kernels.rms_norm(x, weight, eps, weight_offset)
 
@@ -65,7 +66,8 @@ class CpuKernels:
         self.function = bind("kvviz_paged_attention", c_ptr, c_long, c_long, c_ptr, c_ptr, c_ptr, c_ptr, c_int,
                              c_ptr, c_ptr, c_int, c_int, c_int, c_int, c_int, c_int, c_float, c_float, c_int)
         self.transpose_function = bind("kvviz_transpose", c_ptr, c_ptr, c_long, c_long, c_int)
-        self.silu_and_mul_function = bind("kvviz_silu_and_mul_turned", c_ptr, c_ptr, c_long, c_long, c_int)
+        self.silu_and_mul_turned_function = bind("kvviz_silu_and_mul_turned", c_ptr, c_ptr, c_long, c_long, c_int)
+        self.silu_and_mul_function = bind("kvviz_silu_and_mul", c_ptr, c_ptr, c_long, c_long, c_int)
         self.rms_norm_function = bind("kvviz_rms_norm", c_ptr, c_ptr, c_ptr, c_long, c_long, c_float, c_float, c_int)
 
     def transpose(self, matrix: torch.Tensor) -> torch.Tensor:
@@ -81,7 +83,16 @@ class CpuKernels:
         assert gate_up.dtype == torch.float32 and gate_up.is_contiguous() and gate_up.shape[0] % 2 == 0
         inter, tokens = gate_up.shape[0] // 2, gate_up.shape[1]
         out = gate_up.new_empty(tokens, inter)
-        self.silu_and_mul_function(gate_up.data_ptr(), out.data_ptr(), inter, tokens, torch.get_num_threads())
+        self.silu_and_mul_turned_function(gate_up.data_ptr(), out.data_ptr(), inter, tokens, torch.get_num_threads())
+        return out
+
+    def silu_and_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
+        """gate_up: (..., 2I), each row the gate then the up projection -> silu(gate) * up: (..., I)."""
+        assert gate_up.dtype == torch.float32 and gate_up.is_contiguous() and gate_up.shape[-1] % 2 == 0
+        inter = gate_up.shape[-1] // 2
+        out = gate_up.new_empty(*gate_up.shape[:-1], inter)
+        self.silu_and_mul_function(gate_up.data_ptr(), out.data_ptr(), gate_up.numel() // (2 * inter), inter,
+                                   torch.get_num_threads())
         return out
 
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float, weight_offset: float) -> torch.Tensor:

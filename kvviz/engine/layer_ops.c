@@ -2,10 +2,11 @@
  *
  * A decode step runs a few rows through every layer. PyTorch then spends more time dispatching
  * and allocating for each small elementwise op than computing it, and its strided copies move
- * only 2-8 GB/s on the bench's CPU. These three do in one pass what takes PyTorch three to seven:
+ * only 2-8 GB/s on the bench's CPU. These do in one pass what takes PyTorch three to seven ops:
  *
  *   kvviz_transpose             out = in^T                                    (runner.py: turned linears)
- *   kvviz_silu_and_mul_turned   out = silu(gate) * up, from the turned layout  (runner.py: gated MLPs)
+ *   kvviz_silu_and_mul          out = silu(gate) * up                         (fused_layers.py: gated MLPs)
+ *   kvviz_silu_and_mul_turned   the same from the turned layout, transposed back
  *   kvviz_rms_norm              out = weight * x / sqrt(mean(x^2) + eps)      (runner.py: RMSNorm)
  *
  * All float32, row-major. Work is split over `num_threads` OpenMP threads when it is big enough
@@ -57,6 +58,17 @@ void kvviz_transpose(const float *in, float *out, long rows, long cols, int num_
  * transpose back to the model's layout in one pass. */
 void kvviz_silu_and_mul_turned(const float *gate_up, float *out, long inter, long tokens, int num_threads) {
     transpose_tiles(gate_up, gate_up + inter * tokens, out, inter, tokens, num_threads);
+}
+
+/* gate_up (rows, 2I): each row the gate's I values then the up projection's (x [W_gate; W_up]^T).
+ * out (rows, I) = silu(gate) * up. */
+void kvviz_silu_and_mul(const float *gate_up, float *out, long rows, long inter, int num_threads) {
+#pragma omp parallel for schedule(static) num_threads(num_threads) if (rows * inter >= PARALLEL_FROM)
+    for (long r = 0; r < rows; r++) {
+        const float *gate = gate_up + r * 2 * inter, *up = gate + inter;
+        float *dst = out + r * inter;
+        for (long i = 0; i < inter; i++) dst[i] = silu(gate[i]) * up[i];
+    }
 }
 
 /* x (rows, dim) -> out (rows, dim): each row scaled to unit root-mean-square, times weight
