@@ -2,9 +2,10 @@
  * the cache's blocks, through its block table. Nothing is gathered into a padded copy first.
  *
  * The engine writes a step's new keys and values into the cache before it calls this, so every
- * key a query may see is already in a block. One work item is one query token and one KV head:
- * the G = H / KVH query heads that share that KV head go together, so each key and value is
- * read from memory once for all G of them (GQA; MQA is KVH = 1). Softmax runs online over
+ * key a query may see is already in a block. One work item is one query token and a run of its
+ * query heads, all of them when they fit (MAX_HEADS): each row of keys and values is then read
+ * from memory once, whole and in order, for every head, including the G = H / KVH query heads
+ * that share one KV head (GQA; MQA is KVH = 1). Softmax runs online over
  * spans of up to SPAN keys (running maximum, running sum, rescaled accumulator), as
  * FlashAttention and vLLM's kernels do, so no whole row of scores is ever held.
  *

@@ -6,8 +6,11 @@ queries, keys and values (after rotary embeddings); we write the keys and values
 cache through the slot mapping, read each request's whole context back through its block table,
 and attend. A mask function that returns None keeps transformers from building a dense mask.
 
-The tokens of a step sit in one row, with no padding: (1, N). Attention itself works on two
-groups, padded only inside each group: decodes (one query each) and prefill chunks.
+The tokens of a step sit in one row, with no padding: (1, N). On the CPU in float32 a compiled
+kernel (paged_attention.c, through cpu_kernels.py) then reads every request's keys and values in
+place, in their blocks. Elsewhere (GPU, other dtypes, a traced lesson step, attention="sdpa")
+attention gathers the blocks and works on two groups, padded only inside each group: decodes
+(one query each) and prefill chunks.
 """
 
 from __future__ import annotations
