@@ -90,7 +90,7 @@ def test_speculative_page_stepped_and_run_matches_the_engine(app_url, lm):
         page.get_by_role("tab", name=FORK_TAB).wait_for()
         wait_idle(page)
         page.get_by_role("link", name="Next: Speculative decoding").first.click()
-        page.get_by_role("button", name="Reset").wait_for()
+        page.get_by_role("button", name="Reset", exact=True).wait_for()  # not Plotly's "Reset axes"
         wait_idle(page)
         assert metric(page, "Forward passes") == str(len(expected.records))  # the latest pass, not pass 0
         shown = page.locator("[data-testid='stSlider']").filter(has_text="Draft tokens per step").inner_text()
