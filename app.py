@@ -5,14 +5,14 @@
 The lessons live in lessons/, not pages/: Streamlit treats a pages/ folder as an old-style
 multipage app, and a fresh server opened at a lesson's own address would then run that file
 bare, without this entry point's navigation, sidebar and page config. The list of pages, in
-lecture order, is kvviz.ui.navigation.LECTURE: the home page and the Previous / Next links read it too.
+lecture order, is kvviz.lessons.registry.LECTURE: the home page and the Previous / Next links read it too.
 """
 
 from pathlib import Path
 
 import streamlit as st
 
-from kvviz.ui import navigation
+from kvviz.lessons import navigation, registry
 from kvviz.ui.common import keep_settings, model_sidebar
 from kvviz.ui.presenter import presenter_mode
 
@@ -22,8 +22,8 @@ st.set_page_config(page_title="kvviz · the KV cache, live", layout="wide",
 
 page = st.navigation(navigation.pages())
 keep_settings()
-model_sidebar()
-presenter_mode(page.title)
+model_sidebar(on_model_change=registry.reset_lessons)
+presenter_mode(*registry.neighbours(page.title))
 footer = navigation.footer_container()  # drawn at the bottom even when a page stops early
 with footer:
     navigation.previous_next(page.title)

@@ -1,3 +1,3 @@
-from kvviz.cli import main
+from kvviz.cli.main import main
 
 raise SystemExit(main())

@@ -15,7 +15,7 @@ too small for the batch (preemption and recompute must not change the outputs).
     python -m kvviz bench                 # about 25M-parameter random Llama, 48 requests
     python -m kvviz bench --quick         # a smoke test in well under a minute
 
-The command line (flags, printing) is kvviz.bench_cli; the workloads are kvviz.workloads.
+The command line (flags, printing) is kvviz.cli.bench; the workloads are kvviz.workloads.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from kvviz.engine.config import DEFAULTS, EngineConfig
 from kvviz.engine.kv_manager import blocks_needed
 from kvviz.models import CustomShape, pick_device, pick_dtype
 from kvviz.shapes import ModelShape
-from kvviz.workloads import Workload, mixed_workload, shared_prefix_workload  # noqa: F401 (old kvviz.bench names)
+from kvviz.workloads import Workload
 
 # about 25M parameters: 6 x 2.7M in the layers, 2 x 4.2M in the untied embedding and head
 BENCH_SHAPE = CustomShape(num_layers=6, hidden_size=512, num_heads=8, num_kv_heads=2,
@@ -483,17 +483,3 @@ def targets(results: dict) -> dict:
         met[name] = None if speedup(key) is None else speedup(key) >= TARGETS[name]
     met["kv_waste"] = results["memory"]["kvviz_slack_fraction"] < TARGETS["kv_waste"]
     return met
-
-
-def __getattr__(name: str):
-    """The command line's old names here (add_bench_arguments, run_bench, main): kvviz.bench_cli
-    now; kept for one release."""
-    if name in ("add_bench_arguments", "run_bench", "main"):
-        from kvviz import bench_cli
-        return getattr(bench_cli, name)
-    raise AttributeError(f"module 'kvviz.bench' has no attribute {name!r}")
-
-
-if __name__ == "__main__":  # python -m kvviz.bench, as before
-    from kvviz.bench_cli import main
-    raise SystemExit(main())

@@ -47,11 +47,6 @@ class Workload:
         return len(self.prompts)
 
     @property
-    def source(self) -> str:
-        """The old name of `name` (BatchWorkload.source), kept for one release."""
-        return self.name
-
-    @property
     def num_prompt_tokens(self) -> int:
         return sum(len(p) for p in self.prompts)
 

@@ -2,13 +2,14 @@
 
 import streamlit as st
 
-from kvviz.batch_generation import UPLOAD_LIMITS, run_batch
+from kvviz.lessons.batch_generation.logic import run_batch
+from kvviz.workloads import UPLOAD_LIMITS
 from kvviz.engine.engine import Engine
 from kvviz.engine.scheduler import Scheduler
 from kvviz.throughput import DEFINITION, throughput_text
-from kvviz.ui import batch_generation_state as bs
+from kvviz.lessons.batch_generation import state as bs
 from kvviz.ui.common import current_model, show_code
-from kvviz.viz import batch_generation_figures as figures
+from kvviz.lessons.batch_generation import figures
 
 st.title("Batch generation")
 info = current_model().describe()

@@ -2,14 +2,15 @@
 
 import streamlit as st
 
-from kvviz.cache_strategies import compare_strategies
+from kvviz.lessons.cache_strategies.logic import compare_strategies
 from kvviz.memory_bill import format_bytes
 from kvviz.strategies import QuantizedKV, SlidingWindowKV, StaticKV
-from kvviz.ui import cache_strategies_state as ss, eviction_state
-from kvviz.ui.classroom import file_buttons
+from kvviz.lessons.cache_strategies import state as ss
+from kvviz.lessons.cache_strategies import eviction_view as eviction_state
+from kvviz.lessons.uploads import file_buttons
 from kvviz.ui.common import current_model, plain, show_code
-from kvviz.gqa import mean_pool_heads
-from kvviz.viz import cache_strategies_figures as figures
+from kvviz.lessons.cache_strategies.gqa import mean_pool_heads
+from kvviz.lessons.cache_strategies import figures
 
 st.title("Cache strategies")
 st.markdown(

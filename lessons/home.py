@@ -1,6 +1,6 @@
 import streamlit as st
 
-from kvviz.ui.navigation import lecture_table
+from kvviz.lessons.navigation import lecture_table
 
 st.title("kvviz: the KV cache, live")
 st.markdown("""

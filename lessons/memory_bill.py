@@ -6,7 +6,7 @@ import streamlit as st
 
 from kvviz import memory_bill
 from kvviz.memory_bill import ACCELERATORS, GiB, MLA, PRESETS, SLIDING, format_bytes
-from kvviz.viz import memory_bill_figures as figures
+from kvviz.lessons.memory_bill import figures
 
 DTYPES = ["fp32", "bf16", "fp8", "int4"]
 CONTEXTS = [2**i for i in range(7, 21)]  # 128 tokens to 1M

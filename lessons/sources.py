@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from kvviz.sources import SOURCES
+from kvviz.lessons.sources.logic import SOURCES
 
 st.title("Where this comes from")
 st.markdown("kvviz's engine and lessons put together ideas from these papers and code bases. "

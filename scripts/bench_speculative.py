@@ -17,7 +17,7 @@ import statistics
 import torch
 
 from kvviz import load_model
-from kvviz.speculative import run_workload
+from kvviz.lessons.speculative.logic import run_workload
 
 WORKLOAD = [
     "When that I was and a little tiny boy,\nWith hey, ho, the wind and the rain,\n"

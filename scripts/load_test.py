@@ -19,7 +19,7 @@ import statistics
 import time
 from pathlib import Path
 
-from kvviz.app_server import CHROMIUM, CHROMIUM_ARGS, running_app
+from kvviz.ui.app_server import CHROMIUM, CHROMIUM_ARGS, running_app
 
 BUSY_JS = ("() => document.querySelectorAll('[data-stale=\"true\"], [data-testid=\"stSkeleton\"], "
            "[data-testid=\"stStatusWidget\"]').length")

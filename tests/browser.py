@@ -1,4 +1,4 @@
-"""Drive the real app (kvviz.app_server starts it) with Playwright in Debian's Chromium."""
+"""Drive the real app (kvviz.ui.app_server starts it) with Playwright in Debian's Chromium."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import contextlib
 import time
 from pathlib import Path
 
-from kvviz.app_server import CHROMIUM, CHROMIUM_ARGS, ROOT, free_port, running_app  # noqa: F401 (tests import them here)
+from kvviz.ui.app_server import CHROMIUM, CHROMIUM_ARGS, ROOT, free_port, running_app  # noqa: F401 (tests import them here)
 
 SCREENSHOTS = ROOT / "artifacts" / "screenshots"
 

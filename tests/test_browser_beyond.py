@@ -14,12 +14,13 @@ import pytest
 from browser import CHROMIUM, ROOT, browser_page, wait_idle
 from test_browser import app_url, no_exceptions  # noqa: F401  (fixture)
 from test_browser_presenter import CUT_TEXT_JS
-from kvviz import fork_lesson, swap_lesson
+from kvviz.lessons.paged_batching import fork as fork_lesson
+from kvviz.lessons.paged_batching import swap as swap_lesson
 from kvviz.memory_bill import format_bytes
 from kvviz.models import load_model
-from kvviz.speculative import DEFAULT_PROMPT as SPEC_PROMPT, SpeculativeLesson
-from kvviz.ui.fork_view import DEFAULT_PROMPT as FORK_PROMPT
-from kvviz.ui.paged_batching_state import DEFAULT_TABLE
+from kvviz.lessons.speculative.logic import DEFAULT_PROMPT as SPEC_PROMPT, SpeculativeLesson
+from kvviz.lessons.paged_batching.fork_view import DEFAULT_PROMPT as FORK_PROMPT
+from kvviz.lessons.paged_batching.state import DEFAULT_TABLE
 
 pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
                                 reason="Debian's chromium is not installed (.ci/run installs it)")

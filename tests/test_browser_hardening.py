@@ -64,8 +64,8 @@ def test_the_budget_holds_and_a_closed_tab_frees_its_lesson(browser, app_url):
 
 
 def test_a_lesson_file_is_checked_once_at_upload(browser, app_url, bundled):
-    from kvviz.prefill_decode import Lesson, LessonSettings, lesson_sampling
-    from kvviz.lesson_file import export_lesson
+    from kvviz.lessons.prefill_decode.logic import Lesson, LessonSettings, lesson_sampling
+    from kvviz.lessons.prefill_decode.file import export_lesson
 
     run = Lesson.start(bundled, LessonSettings(prompt="JULIET:\nAy me", sampling=lesson_sampling(max_tokens=4)))
     run.prefill()
@@ -75,7 +75,7 @@ def test_a_lesson_file_is_checked_once_at_upload(browser, app_url, bundled):
     page.get_by_text("Export or replay a lesson").click()
     upload = page.locator("[data-testid='stFileUploaderDropzoneInput']")
     upload.set_input_files(files=[{"name": "bad.json", "mimeType": "application/json",
-                                   "buffer": b'{"format": "kvviz-lesson/2", "model": 1}'}])
+                                   "buffer": b'{"format": "kvviz-lesson/3", "model": 1}'}])
     wait_idle(page)
     message = page.get_by_text("The lesson file's field")
     assert message.count() == 1  # shown as soon as the file arrives, once
@@ -95,8 +95,8 @@ def test_a_lesson_file_is_checked_once_at_upload(browser, app_url, bundled):
 
 
 def test_a_paged_lesson_file_replays_on_its_page(browser, app_url, bundled):
-    from kvviz.paged_batching import DEFAULT_REQUESTS, PagedLesson, RequestSpec
-    from kvviz.paged_batching_file import export_paged
+    from kvviz.lessons.paged_batching.logic import DEFAULT_REQUESTS, PagedLesson, RequestSpec
+    from kvviz.lessons.paged_batching.file import export_paged
 
     run = PagedLesson.start(bundled, [RequestSpec(*r) for r in DEFAULT_REQUESTS], 8, 12, True)
     while run.step() is not None:

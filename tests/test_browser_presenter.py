@@ -10,7 +10,7 @@ import time
 import pytest
 
 from browser import CHROMIUM, ROOT, browser_page, running_app, wait_idle
-from kvviz.ui.navigation import LECTURE
+from kvviz.lessons.registry import LECTURE
 
 pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
                                 reason="Debian's chromium is not installed (.ci/run installs it)")

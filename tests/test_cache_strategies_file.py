@@ -5,13 +5,13 @@ import json
 import pytest
 
 from conftest import one_sentence, open_lesson
-from kvviz.cache_strategies import compare_strategies, lesson_specs
-from kvviz.cache_strategies_file import MAX_RESULTS, MAX_STEPS, export_strategies, import_strategies
-from kvviz.lesson_checks import LESSON_FORMAT, MAX_LESSON_BYTES, LessonFileError
-from kvviz.lesson_file import import_lesson
-from kvviz.paged_batching_file import import_paged
-from kvviz.speculative_file import import_speculative
-from kvviz.ui.cache_strategies_state import EXAMPLE_PROMPT, comparison
+from kvviz.lessons.cache_strategies.logic import compare_strategies, lesson_specs
+from kvviz.lessons.cache_strategies.file import MAX_RESULTS, MAX_STEPS, export_strategies, import_strategies
+from kvviz.lessons.files import LESSON_FORMAT, MAX_LESSON_BYTES, LessonFileError
+from kvviz.lessons.prefill_decode.file import import_lesson
+from kvviz.lessons.paged_batching.file import import_paged
+from kvviz.lessons.speculative.file import import_speculative
+from kvviz.lessons.cache_strategies.state import EXAMPLE_PROMPT, comparison
 from kvviz.ui.common import plain
 
 SETTINGS = {"max_tokens": 6, "window": 4, "group_size": 8, "residual": 2, "timing_runs": 2}

@@ -6,11 +6,12 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from conftest import ROOT, open_lesson
-from kvviz import predict
+from conftest import ROOT, one_sentence, open_lesson
+from kvviz.lessons.prefill_decode import predict
 from kvviz.engine import EngineError
-from kvviz.prefill_decode import Lesson, LessonSettings, lesson_sampling
-from kvviz.lesson_file import LESSON_FORMAT, LessonFileError, export_lesson, import_lesson
+from kvviz.lessons.prefill_decode.logic import Lesson, LessonSettings, lesson_sampling
+from kvviz.lessons.files import LESSON_FORMAT, LessonFileError
+from kvviz.lessons.prefill_decode.file import export_lesson, import_lesson
 
 
 @pytest.fixture(scope="module")
@@ -70,24 +71,19 @@ def test_the_file_keeps_the_lessons_sampling_params(lesson):
     assert import_lesson(json.dumps(data)).settings == lesson.settings
 
 
-def test_a_kvviz_lesson_2_file_still_replays(lesson):
-    """kvviz-lesson/2 wrote the sampling fields flat beside the prompt; a field it left out keeps
-    the lesson's default."""
+def test_an_older_format_is_refused_in_one_sentence_naming_it(lesson):
+    """kvviz-lesson/2 wrote the sampling fields flat beside the prompt; reading it cost a code path of
+    its own, so it is refused, with its version named."""
     data = json.loads(export_lesson(lesson))
-    sampling = data["settings"].pop("sampling")
     data["format"] = "kvviz-lesson/2"
-    data["settings"].update({name: sampling[name] for name in ("max_tokens", "temperature", "top_k", "top_p")})
-    replay = import_lesson(json.dumps(data))
-    assert replay.settings == lesson.settings and replay.settings.sampling.seed == 0
-    assert_replays_exactly(replay, lesson)
-    data["settings"]["n"] = 2
-    with pytest.raises(LessonFileError, match="field settings.n is not one kvviz writes"):
+    with pytest.raises(LessonFileError, match="older format kvviz-lesson/2") as refused:
         import_lesson(json.dumps(data))
+    assert one_sentence(str(refused.value))
 
 
 def test_a_default_length_lesson_exports_small_and_replays_exactly(bundled):
     """Issue 12 item 7: 48 tokens used to export 69 MiB (every step's whole cache) and not replay."""
-    from kvviz.ui.prefill_decode_state import DEFAULTS, EXAMPLE_PROMPTS
+    from kvviz.lessons.prefill_decode.state import DEFAULTS, EXAMPLE_PROMPTS
 
     run = Lesson.start(bundled, LessonSettings(prompt=EXAMPLE_PROMPTS[0],
                                                sampling=lesson_sampling(max_tokens=DEFAULTS["lesson_max_tokens"])))
@@ -181,7 +177,7 @@ def test_two_sessions_do_not_see_each_other():
 
 
 def test_which_block_comes_next_is_answered_by_the_pool(bundled):
-    from kvviz.paged_batching import PagedLesson, RequestSpec
+    from kvviz.lessons.paged_batching.logic import PagedLesson, RequestSpec
 
     paged = PagedLesson.start(bundled, [RequestSpec("ROMEO:\nBut soft", 0, 20)], block_size=4,
                               num_blocks=16, enable_prefix_caching=True)

@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from kvviz import Engine, SamplingParams
-from kvviz.engine import cpu_kernels
-from kvviz.engine.cpu_kernels import KernelMetadata
+from kvviz.engine.cpu import kernels as cpu_kernels
+from kvviz.engine.cpu.kernels import KernelMetadata
 
 kernel = cpu_kernels.load()
 needs_kernel = pytest.mark.skipif(kernel is None, reason=f"no compiled kernel here: {cpu_kernels.why_not}")
@@ -156,7 +156,7 @@ def test_silu_and_mul_turned_is_the_gated_activation(inter, tokens):
 def test_only_modules_that_compute_rms_norm_or_a_gated_silu_mlp_are_switched():
     from tiny_models import tiny_model
 
-    from kvviz.engine import fused_layers
+    from kvviz.engine.cpu import fused_layers
 
     switched = {arch: fused_layers.install(tiny_model(arch)) for arch in ("llama", "gemma2", "gpt2")}
     assert "model.layers.0.mlp" in switched["llama"] and "model.norm" in switched["llama"]
@@ -172,7 +172,8 @@ def test_only_modules_that_compute_rms_norm_or_a_gated_silu_mlp_are_switched():
 def test_switched_modules_give_their_own_results_inside_the_engine(arch):
     from tiny_models import tiny_model
 
-    from kvviz.engine import fused_layers, runner
+    from kvviz.engine import runner
+    from kvviz.engine.cpu import fused_layers
 
     model = tiny_model(arch)
     names = fused_layers.install(model)
@@ -186,7 +187,7 @@ def test_switched_modules_give_their_own_results_inside_the_engine(arch):
                 fused = module(x)
                 own = type(module).forward(module, x)
             torch.testing.assert_close(fused, own, rtol=1e-4, atol=1e-5)
-            assert module.forward.__func__.__module__ == "kvviz.engine.fused_layers"
+            assert module.forward.__func__.__module__ == "kvviz.engine.cpu.fused_layers"
     finally:
         runner._IN_ENGINE_FORWARD.reset(token)
 
@@ -202,7 +203,7 @@ def test_linears_are_packed_where_they_fit_and_a_copied_model_packs_again(monkey
     import copy
 
     from kvviz.bench import build_random_llama
-    from kvviz.engine import fused_layers
+    from kvviz.engine.cpu import fused_layers
     from kvviz.models import CustomShape
 
     if kernel is None or not torch.backends.mkldnn.is_available():

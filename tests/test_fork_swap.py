@@ -208,7 +208,7 @@ def test_memory_counts_a_shared_partial_block_once(llama):
 
 
 def test_the_lesson_comparison_times_only_warm_runs(llama):
-    from kvviz import swap_lesson
+    from kvviz.lessons.paged_batching import swap as swap_lesson
 
     prompts, _ = tight_workload()
     timed = swap_lesson.run_mode(llama, prompts, "swap", block_size=4, num_blocks=24, max_tokens=24, runs=2)
@@ -221,7 +221,7 @@ def test_the_lesson_comparison_times_only_warm_runs(llama):
 
 
 def test_the_lesson_comparison_refuses_an_empty_table(llama):
-    from kvviz import swap_lesson
+    from kvviz.lessons.paged_batching import swap as swap_lesson
 
     with pytest.raises(EngineError, match="no requests to compare"):
         swap_lesson.compare(llama, [])

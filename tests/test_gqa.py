@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from kvviz import Engine, SamplingParams
-from kvviz.gqa import convert_kv_heads, gqa_report, measured_bytes_per_token
+from kvviz.lessons.cache_strategies.gqa import convert_kv_heads, gqa_report, measured_bytes_per_token
 from tiny_models import VOCAB, hf_greedy
 
 

@@ -6,8 +6,9 @@ import shutil
 import pytest
 
 from kvviz import SamplingParams
-from kvviz.batch_generation import MAX_JOB_TOKENS, MAX_UPLOAD_PROMPTS, BatchJobError, parse_upload, upload_workload
-from kvviz.cli import main, parse_prompts, write_atomically
+from kvviz.workloads import MAX_JOB_TOKENS, MAX_UPLOAD_PROMPTS, WorkloadError, parse_prompts, parse_upload, upload_workload
+from kvviz.cli.common import write_atomically
+from kvviz.cli.main import main
 from kvviz.engine import Engine, EngineError
 from kvviz.models import BUNDLED_DIR, ModelLoadError, allowed_source, load_model
 
@@ -30,16 +31,16 @@ def test_form_feeds_and_line_separators_stay_inside_a_prompt():
 def test_deeply_nested_json_lines_get_a_sentence():
     with pytest.raises(ValueError, match="Line 1 of p.jsonl nests lists or objects too deeply"):
         parse_prompts(DEEP + "\n", "p.jsonl")
-    with pytest.raises(BatchJobError, match="nests lists or objects too deeply"):
+    with pytest.raises(WorkloadError, match="nests lists or objects too deeply"):
         parse_upload("p.jsonl", DEEP.encode())
 
 
 def test_uploads_are_limited_in_prompts_and_tokens(bundled):
-    with pytest.raises(BatchJobError, match=f"holds {MAX_UPLOAD_PROMPTS + 1:,} prompts"):
+    with pytest.raises(WorkloadError, match=f"holds {MAX_UPLOAD_PROMPTS + 1:,} prompts"):
         parse_upload("many.txt", b"a\n" * (MAX_UPLOAD_PROMPTS + 1))
     assert len(parse_upload("some.txt", b"a\n" * MAX_UPLOAD_PROMPTS)) == MAX_UPLOAD_PROMPTS
     long_prompt = ("But soft, what light through yonder window breaks? " * 40).encode()  # ~600 tokens
-    with pytest.raises(BatchJobError, match=f"more than the {MAX_JOB_TOKENS:,} allowed"):
+    with pytest.raises(WorkloadError, match=f"more than the {MAX_JOB_TOKENS:,} allowed"):
         upload_workload(bundled.tokenizer, "long.txt", (long_prompt + b"\n") * 400)
 
 

@@ -107,7 +107,7 @@ def test_inside_attention_draws_token_text_on_the_axes(lesson_app, bundled):
     assert not at.exception
     lesson = at.session_state["lesson"]
     ids = lesson.prompt_token_ids + [t for r in lesson.records[:3] for _, t in r.sampled]
-    from kvviz.viz.explain_figures import token_label
+    from kvviz.lessons.prefill_decode.explain_figures import token_label
     pieces = [token_label(bundled.tokenizer.decode([i])) for i in ids]
     triangle = next(s for s in chart_specs(at) if "triangle" in s["layout"]["title"]["text"])
     ticks = triangle["layout"]["yaxis"]["ticktext"]
@@ -130,7 +130,7 @@ def test_bytes_read_is_weights_plus_the_bill_for_the_context(lesson_app, bundled
     assert not at.exception
     lesson = at.session_state["lesson"]
     info = lesson.model_info
-    from kvviz.ui.explain_views import lesson_shape
+    from kvviz.lessons.prefill_decode.explain_views import lesson_shape
     context = lesson.num_tokens_at(3)
     expected = info["parameters"] * info["dtype_bytes"] + kv_cache_bytes(lesson_shape(info), context, 1,
                                                                           info["dtype_bytes"])
@@ -180,9 +180,9 @@ def test_presenter_scales_chart_fonts():
 def test_presenter_scales_the_notes_drawn_on_charts(tiny_lm):
     """The Paged page's 'No request holds blocks' note has a size of its own: on a projector it
     grows with the rest of the chart."""
-    from kvviz.paged_batching import PagedLesson, RequestSpec
+    from kvviz.lessons.paged_batching.logic import PagedLesson, RequestSpec
     from kvviz.ui.presenter import scaled_figure
-    from kvviz.viz.paged_batching_figures import block_tables
+    from kvviz.lessons.paged_batching.figures import block_tables
 
     run = PagedLesson.start(tiny_lm, [RequestSpec("ab", 0, 2)], block_size=4, num_blocks=8, enable_prefix_caching=True)
     while run.step() is not None:
@@ -194,7 +194,7 @@ def test_presenter_scales_the_notes_drawn_on_charts(tiny_lm):
 
 
 def test_sources_page_credits_each_idea_and_names_real_lessons():
-    from kvviz.sources import SOURCES
+    from kvviz.lessons.sources.logic import SOURCES
     at = open_lesson("lessons/sources.py")
     titles = {p["page_name"] for p in registered_pages(at)}
     text = "\n".join(m.value for m in at.markdown)

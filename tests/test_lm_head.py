@@ -8,7 +8,8 @@ import torch
 import torch.nn.functional as F
 
 from kvviz import Engine, SamplingParams
-from kvviz.engine import fused_layers, runner
+from kvviz.engine import runner
+from kvviz.engine.cpu import fused_layers
 from tiny_models import tiny_model
 
 

@@ -10,7 +10,7 @@ from hypothesis import given, settings, strategies as st
 
 from kvviz import memory_bill
 from kvviz.memory_bill import FULL, MLA, PRESETS, SLIDING, ModelShape, kv_cache_bytes
-from kvviz.memory_cli import add_bill_arguments, run_bill
+from kvviz.cli.bill import add_bill_arguments, run_bill
 
 ARTICLE = ModelShape(num_layers=32, num_kv_heads=8, head_dim=128)
 GIB = 2**30
@@ -343,11 +343,11 @@ def test_run_bill_from_a_local_folder(tmp_path, monkeypatch):
 
 
 def test_memory_module_imports_without_torch_or_transformers():
-    # Load kvviz.memory_bill and its old name kvviz.memory without running kvviz/__init__.py
+    # Load kvviz.memory_bill and the bill command without running kvviz/__init__.py
     # (which may import the engine).
     root = Path(__file__).resolve().parents[1]
     code = ("import sys, types; package = types.ModuleType('kvviz'); package.__path__ = ['kvviz']; "
-            "sys.modules['kvviz'] = package; import kvviz.memory_bill, kvviz.memory, kvviz.memory_cli; "
+            "sys.modules['kvviz'] = package; import kvviz.memory_bill, kvviz.cli.bill; "
             "assert 'torch' not in sys.modules and 'transformers' not in sys.modules, sorted(sys.modules)")
     subprocess.run([sys.executable, "-c", code], cwd=root, check=True, env={**os.environ, "PYTHONPATH": str(root)})
 

@@ -5,7 +5,7 @@ import re
 
 from conftest import open_lesson
 from kvviz.strategies.eviction import eviction_lab, eviction_table
-from kvviz.ui.cache_strategies_state import EXAMPLE_PROMPT
+from kvviz.lessons.cache_strategies.state import EXAMPLE_PROMPT
 
 
 def run_lab(at):

@@ -3,7 +3,7 @@
 import pytest
 
 from conftest import open_lesson
-from kvviz import fork_lesson
+from kvviz.lessons.paged_batching import fork as fork_lesson
 from kvviz.memory_bill import format_bytes
 
 

@@ -5,11 +5,11 @@ import json
 import pytest
 
 from conftest import one_sentence, open_lesson, page_view
-from kvviz.lesson_checks import LessonFileError
-from kvviz.lesson_file import export_lesson, import_lesson
-from kvviz.paged_batching import DEFAULT_REQUESTS, PagedLesson, RequestSpec
-from kvviz.paged_batching_file import MAX_STEPS, export_paged, import_paged
-from kvviz.prefill_decode import Lesson, LessonSettings, lesson_sampling
+from kvviz.lessons.files import LessonFileError
+from kvviz.lessons.prefill_decode.file import export_lesson, import_lesson
+from kvviz.lessons.paged_batching.logic import DEFAULT_REQUESTS, PagedLesson, RequestSpec
+from kvviz.lessons.paged_batching.file import MAX_STEPS, export_paged, import_paged
+from kvviz.lessons.prefill_decode.logic import Lesson, LessonSettings, lesson_sampling
 
 SPECS = [RequestSpec(*request) for request in DEFAULT_REQUESTS]
 
@@ -134,7 +134,7 @@ def test_a_replayed_file_renders_the_same_page_with_no_engine():
 
 
 def test_block_tables_say_so_when_no_request_holds_blocks(run):
-    from kvviz.viz.paged_batching_figures import block_tables
+    from kvviz.lessons.paged_batching.figures import block_tables
 
     labels = {spec_id: f"R{spec_id}" for spec_id in range(len(SPECS))}
     last, busy = run.records[-1], max(run.records, key=lambda r: sum(bool(q.block_table) for q in r.requests))
@@ -162,7 +162,7 @@ def test_prefix_hit_rate_counts_every_admission_after_a_preemption(run):
 def test_pool_grid_and_schedule_axes_show_only_real_rows_and_whole_tokens(run):
     """A one-row pool grid had a '-1' row above it (autorange padded the range), and the scheduler
     chart labelled a step of 2 tokens 0, 0.5, 1, 1.5, 2."""
-    from kvviz.viz.paged_batching_figures import pool_grid, schedule_timeline
+    from kvviz.lessons.paged_batching.figures import pool_grid, schedule_timeline
 
     blocks = run.pool_blocks(0)  # the fixture's pool: 12 blocks, one row of 16
     grid = pool_grid(blocks, {}, columns=16)

@@ -1,4 +1,4 @@
-"""The Memory bill and Model lab pages under Streamlit's AppTest, and kvviz.model_lab without Streamlit."""
+"""The Memory bill and Model lab pages under Streamlit's AppTest, and kvviz.lessons.model_lab.logic without Streamlit."""
 
 from dataclasses import replace
 from pathlib import Path
@@ -7,7 +7,7 @@ import pytest
 import torch
 from streamlit.testing.v1 import AppTest
 
-from kvviz import model_lab as lab
+from kvviz.lessons.model_lab import logic as lab
 from kvviz.memory_bill import PRESETS, ModelShape, format_bytes, kv_cache_bytes
 from kvviz.models import CustomShape, ModelLoadError
 
@@ -126,7 +126,7 @@ def test_lab_measures_and_keeps_results_through_a_bad_setting():
     assert len(at.error) == 1 and "parameters" in at.error[0].value
 
 
-# ---- kvviz.model_lab without Streamlit ------------------------------------------------------
+# ---- kvviz.lessons.model_lab.logic without Streamlit ------------------------------------------------------
 
 TINY = CustomShape(num_layers=2, hidden_size=64, num_heads=4, num_kv_heads=2, max_context=64)
 

@@ -12,13 +12,13 @@ from streamlit.testing.v1 import AppTest
 
 from conftest import ROOT
 from kvviz import Engine
-from kvviz.batch_generation import (MAX_UPLOAD_BYTES, BatchJobError, BatchSettings, BatchWorkload, parse_upload, run_batch,
-                             synthetic_workload)
-from kvviz.cache_strategies import compare_strategies, lesson_specs
+from kvviz.lessons.batch_generation.logic import BatchSettings, run_batch
+from kvviz.workloads import MAX_UPLOAD_BYTES, Workload, WorkloadError, parse_upload, synthetic_workload
+from kvviz.lessons.cache_strategies.logic import compare_strategies, lesson_specs
 from kvviz.memory_bill import format_bytes
-from kvviz.ui.cache_strategies_state import EXAMPLE_PROMPT, gqa_choices, group_sizes
-from kvviz.viz.batch_generation_figures import request_spans, rolling
-from kvviz.viz.cache_strategies_figures import binary_ticks, divergence_html, one_two_five
+from kvviz.lessons.cache_strategies.state import EXAMPLE_PROMPT, gqa_choices, group_sizes
+from kvviz.lessons.batch_generation.figures import request_spans, rolling
+from kvviz.lessons.cache_strategies.figures import binary_ticks, divergence_html, one_two_five
 
 APP = ROOT / "app.py"
 
@@ -192,14 +192,14 @@ def test_batch_uploads_are_checked(batch_page):
 
 def test_batch_job_pieces(bundled):
     assert parse_upload("a.TXT", "one\n\ntwo\n".encode()) == ["one", "two"]
-    with pytest.raises(BatchJobError, match="range"):
+    with pytest.raises(WorkloadError, match="range"):
         synthetic_workload(bundled.tokenizer, 4096, 3, (9, 4))
-    with pytest.raises(BatchJobError, match="at least one prompt"):
+    with pytest.raises(WorkloadError, match="at least one prompt"):
         synthetic_workload(bundled.tokenizer, 4096, 0)
     work = synthetic_workload(None, 4096, 3, (2, 3), (1, 2), shared_prefix=5, seed=1)  # no tokenizer: random ids
     assert all(p[:5] == work.prompts[0][:5] and 7 <= len(p) <= 8 for p in work.prompts)
-    with pytest.raises(BatchJobError, match="no prompts"):
-        run_batch(bundled, BatchWorkload("empty", [], [], []))
+    with pytest.raises(WorkloadError, match="no prompts"):
+        run_batch(bundled, Workload("empty", [], []))
     assert rolling([2, 2, 2], [0.5, 1.0, 1.5], width_s=1.0) == [4.0, 4.0, 4.0]
 
 

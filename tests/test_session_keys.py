@@ -3,13 +3,13 @@
 import pytest
 
 from conftest import open_lesson
-from kvviz.ui import state
-from kvviz.ui.navigation import LECTURE
+from kvviz.lessons import registry
+from kvviz.lessons.registry import LECTURE
 
 
 def declared() -> dict:
     """One value under every key the lessons clear, one under a widget of each, and the app's own."""
-    keys = {key: 1 for lesson in state.LESSONS for key in lesson.KEYS}
+    keys = {key: 1 for lesson in registry.state_modules() for key in lesson.KEYS}
     keys.update({"lesson_guess_0_bytes_after_five": 1, "paged_block_size": 8, "spec_k": 4, "batch_count": 16,
                  "strategies_gqa_heads": 2, "eviction_budget": 16, "fork_n": 3, "swap_num_blocks": 9,
                  "model_source": "bundled", "presenter": True, "bill_layers": 32, "lab_result": "kept"})
@@ -17,24 +17,24 @@ def declared() -> dict:
 
 
 def test_each_lesson_resets_exactly_its_own_keys():
-    for lesson in state.LESSONS:
+    for lesson in registry.state_modules():
         session = declared()
         lesson.reset(session)
         gone = set(declared()) - set(session)
-        assert gone and all(state.cleared(key, lesson) for key in gone), lesson.__name__
-        assert not any(state.cleared(key, lesson) for key in session), lesson.__name__
+        assert gone and all(registry.cleared(key, lesson) for key in gone), lesson.__name__
+        assert not any(registry.cleared(key, lesson) for key in session), lesson.__name__
 
 
 def test_a_model_change_clears_every_run_and_keeps_the_inputs():
     session = declared()
-    state.reset_lessons(session)
+    registry.reset_lessons(session)
     assert set(session) == {"paged_block_size", "spec_k", "batch_count", "strategies_gqa_heads", "eviction_budget",
                             "fork_n", "swap_num_blocks", "model_source", "presenter", "bill_layers", "lab_result"}
 
 
 def test_every_declared_key_has_one_owner():
     for key in declared():
-        assert len(state.owners(key)) == 1, (key, state.owners(key))
+        assert len(registry.owners(key)) == 1, (key, registry.owners(key))
 
 
 def session_keys(at) -> set[str]:
@@ -56,7 +56,7 @@ def test_every_key_a_page_makes_has_one_owner(path):
         if any(b.label == label and not b.disabled for b in at.button):
             click(at, label)
     for key in session_keys(at):
-        assert len(state.owners(key)) == 1, (path, key, state.owners(key))
+        assert len(registry.owners(key)) == 1, (path, key, registry.owners(key))
 
 
 def load_model_again(at):
@@ -65,7 +65,7 @@ def load_model_again(at):
 
 
 def cleared_by_someone(key: str) -> bool:
-    return any(state.cleared(key, lesson) for lesson in state.LESSONS)
+    return any(registry.cleared(key, lesson) for lesson in registry.state_modules())
 
 
 def test_loading_a_model_leaves_no_paged_key_behind():
@@ -94,13 +94,13 @@ def test_loading_a_model_reruns_the_linked_prefill_lesson_on_it():
     assert {key for key in before if not cleared_by_someone(key)} <= session_keys(at)
 
 
-@pytest.mark.parametrize("path, module", [("lessons/paged_batching.py", "paged_batching_state"),
-                                          ("lessons/speculative.py", "speculative_state")])
+@pytest.mark.parametrize("path, module", [("lessons/paged_batching.py", "paged_batching.state"),
+                                          ("lessons/speculative.py", "speculative.state")])
 def test_the_reset_button_clears_its_lessons_keys(path, module):
-    lesson = next(lesson for lesson in state.LESSONS if lesson.__name__.endswith(module))
+    lesson = next(lesson for lesson in registry.state_modules() if lesson.__name__.endswith(module))
     at = open_lesson(path)
     click(at, "Start")
     click(at, "Step")
-    assert any(state.cleared(key, lesson) for key in session_keys(at))
+    assert any(registry.cleared(key, lesson) for key in session_keys(at))
     click(at, "Reset")
-    assert not any(state.cleared(key, lesson) for key in session_keys(at))
+    assert not any(registry.cleared(key, lesson) for key in session_keys(at))

@@ -5,9 +5,9 @@ import json
 import pytest
 
 from conftest import one_sentence, open_lesson, page_view
-from kvviz.lesson_checks import LessonFileError
-from kvviz.speculative import DEFAULT_PROMPT, SpeculativeLesson
-from kvviz.speculative_file import MAX_PASSES, export_speculative, import_speculative
+from kvviz.lessons.files import LessonFileError
+from kvviz.lessons.speculative.logic import DEFAULT_PROMPT, SpeculativeLesson
+from kvviz.lessons.speculative.file import MAX_PASSES, export_speculative, import_speculative
 
 
 @pytest.fixture(scope="module")

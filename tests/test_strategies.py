@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from kvviz.cache_strategies import compare_strategies
+from kvviz.lessons.cache_strategies.logic import compare_strategies
 from kvviz.memory_bill import kv_cache_bytes
 from kvviz.strategies import StrategySpec, dequantize, quantize, run_strategy
 from kvviz.strategies.bill import full_attention_shape

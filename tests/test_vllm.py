@@ -12,8 +12,10 @@ import shutil
 import pytest
 import torch
 
-from kvviz import Engine, SamplingParams, load_model, memory_bill, vllm_backend
-from kvviz.cli import main as cli_main
+from kvviz import Engine, SamplingParams, load_model, memory_bill
+from kvviz.vllm import backend as vllm_backend
+from kvviz.cli.bill import format_comparison
+from kvviz.cli.main import main as cli_main
 from kvviz.models import BUNDLED_DIR
 
 VLLM_MISSING = vllm_backend.missing_message()
@@ -87,7 +89,7 @@ def test_bill_predicts_vllm_allocation(vllm_runs, name):
     assert compared["token_gap"] == 0, compared["explanation"]
     assert compared["kvviz"]["num_blocks"] == compared["vllm"]["num_blocks"]
     assert compared["kvviz"]["max_concurrency"] == pytest.approx(compared["vllm"]["max_concurrency"], abs=0.01)
-    text = vllm_backend.format_comparison(shape.name, "float32", KV_BYTES, CONTEXT, result["block_size"], compared)
+    text = format_comparison(shape.name, "float32", KV_BYTES, CONTEXT, result["block_size"], compared)
     assert f"{compared['vllm']['kv_cache_tokens']:,}" in text and "agree" in text
 
 

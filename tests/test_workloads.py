@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from kvviz import bench, bench_cli, batch_job, cli
-from kvviz.batch_generation import BatchSettings, run_batch
+from kvviz.cli import main as cli
+from kvviz.lessons.batch_generation.logic import BatchSettings, run_batch
 from kvviz.engine import EngineConfig, SamplingParams
 from kvviz.engine.config import DEFAULTS
 from kvviz.workloads import (Workload, WorkloadError, jsonl_lines, mixed_workload, parse_upload, request_sampling,
@@ -47,13 +47,7 @@ def test_settings_are_an_engine_config_and_sampling_params():
     assert BatchSettings(sampling_params=base).sampling(4, 2) == second
 
 
-def test_old_names_still_work_for_one_release():
-    old = batch_job.BatchWorkload("file.txt", [[1, 2]], ["a b"], [3])
-    assert old == Workload("file.txt", [[1, 2]], [3], ["a b"]) and old.source == "file.txt"
-    assert batch_job.BatchJobError is WorkloadError and batch_job.parse_upload is parse_upload
-    assert cli.parse_prompts("a\nb\n", "p.txt") == ["a", "b"]
-    assert bench.run_bench is bench_cli.run_bench and bench.add_bench_arguments is bench_cli.add_bench_arguments
-    assert bench.Workload is Workload and bench.mixed_workload is mixed_workload
+def test_an_upload_of_another_kind_is_refused():
     with pytest.raises(WorkloadError, match="not a .txt or .jsonl"):
         parse_upload("prompts.csv", b"a,b")
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from kvviz.engine import cpu_kernels
+from kvviz.engine.cpu import kernels as cpu_kernels
 from kvviz.engine.batch import build_step_batch
 from kvviz.engine.block_pool import BlockPool
 from kvviz.engine.config import EngineConfig

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from kvviz.engine import cpu_kernels
+from kvviz.engine.cpu import kernels as cpu_kernels
 
 ATTENTION_NAME = "kvviz_paged"
 _IN_ENGINE_FORWARD = contextvars.ContextVar("kvviz_in_engine_forward", default=False)
@@ -273,7 +273,7 @@ def install(model: torch.nn.Module) -> None:
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface
 
-    from kvviz.engine import fused_layers
+    from kvviz.engine.cpu import fused_layers
 
     AttentionInterface.register(ATTENTION_NAME, paged_attention)
     AttentionMaskInterface.register(ATTENTION_NAME, _no_dense_mask)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from kvviz.engine.kv_manager import KVCacheManager, blocks_needed  # noqa: F401 (blocks_needed re-exported)
+from kvviz.engine.kv_manager import KVCacheManager
 from kvviz.engine.request import Request, Status
 
 

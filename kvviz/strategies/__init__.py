@@ -3,7 +3,7 @@
     from kvviz.strategies import run_strategy
     run = run_strategy(lm, "ROMEO:", "quantized", max_tokens=32, bits=4, residual=16)
 
-The "Cache strategies" lesson compares them all in kvviz.cache_strategies (compare_strategies).
+The "Cache strategies" lesson compares them all in kvviz.lessons.cache_strategies.logic (compare_strategies).
 
 dynamic, static, sliding_window and quantized are kvviz's own small cache classes, plugged into
 the model through transformers' Cache API (`model(..., cache=...)`); paged is kvviz's Engine, and
@@ -28,14 +28,3 @@ __all__ = ["KVLayer", "StrategyCache", "DynamicKV", "StaticKV", "SlidingWindowKV
            "quantize", "dequantize", "ByteBill", "ByteItem", "STRATEGIES", "StrategySpec", "make_cache",
            "resolve_options", "StrategyRun", "StrategyStep", "run_strategy", "kl_divergence",
            "SinkWindowKV", "HeavyHitterKV", "EvictionLab", "eviction_lab"]
-
-# The lesson's comparison moved to kvviz.cache_strategies; its old names here work for one release.
-MOVED = ("DEFAULT_STRATEGIES", "StrategyComparison", "compare_strategies", "comparison_table")
-
-
-def __getattr__(name: str):
-    if name in MOVED:  # imported late: kvviz.cache_strategies imports this package
-        from kvviz import cache_strategies
-
-        return getattr(cache_strategies, name)
-    raise AttributeError(f"module 'kvviz.strategies' has no attribute {name!r}")

@@ -1,6 +1,6 @@
 """How far a run strays from the full cache's: KL divergence and the first differing token.
 
-The comparison of every strategy moved to kvviz.cache_strategies, the lesson's own module; the
+The comparison of every strategy moved to kvviz.lessons.cache_strategies.logic, the lesson's own module; the
 eviction lab (eviction.py) and that comparison both measure with these two.
 """
 
@@ -17,10 +17,3 @@ def kl_divergence(reference_logprobs: np.ndarray, logprobs: np.ndarray) -> float
 
 def first_difference(a: list[int], b: list[int]) -> int | None:
     return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
-
-
-def __getattr__(name: str):
-    """The comparison's old names here, kept for one release: see kvviz.strategies.MOVED."""
-    from kvviz import strategies
-
-    return strategies.__getattr__(name)

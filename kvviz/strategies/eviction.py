@@ -8,7 +8,7 @@ Policies, each holding at most `budget` tokens per layer and KV head:
 - sinks + window: the first `sinks` tokens and the newest `budget - sinks` (sinks.py, StreamingLLM);
 - heavy hitters: the newest `recent` tokens and the keys that received the most attention (H2O).
 
-As in kvviz/cache_strategies.py, each policy runs twice: teacher-forced on the full cache's
+As in kvviz/lessons/cache_strategies/logic.py, each policy runs twice: teacher-forced on the full cache's
 tokens (the same sequence for all, so the KL divergence and the retention maps compare position by
 position), and free-running (its own greedy text and the first token where it leaves the full cache's).
 

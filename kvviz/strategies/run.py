@@ -72,7 +72,6 @@ class StrategyRun:
         return data
 
 
-unpack = model_parts  # the old name, kept for one release
 
 
 def tokenize(prompt, tokenizer) -> list[int]:

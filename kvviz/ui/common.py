@@ -11,7 +11,7 @@ import streamlit as st
 
 from kvviz.engine import SamplingParams
 from kvviz.models import ModelLoadError, allowed_source, load_model
-from kvviz.viz.colors import PHASE
+from kvviz.ui.colors import PHASE
 
 DEFAULT_SOURCE = "bundled"
 
@@ -27,8 +27,9 @@ def current_model():
     return shared_model(st.session_state.get("model_source", DEFAULT_SOURCE))
 
 
-def _load_requested_model() -> None:
-    """Load what the field names, if this server's KVVIZ_MODELS allows it (kvviz.models.allowed_source)."""
+def _load_requested_model(on_model_change) -> None:
+    """Load what the field names, if this server's KVVIZ_MODELS allows it (kvviz.models.allowed_source),
+    then call on_model_change(st.session_state)."""
     try:
         wanted = allowed_source(st.session_state.get("model_request", ""))  # canonical: one cache entry per model
         shared_model(wanted)
@@ -37,17 +38,17 @@ def _load_requested_model() -> None:
         return
     st.session_state["model_source"] = wanted
     st.session_state.pop("model_error", None)
-    from kvviz.ui import state  # here: every lesson's state module imports this one
-
-    state.reset_lessons(st.session_state)  # lessons belong to the model they ran on
+    on_model_change(st.session_state)
 
 
-def model_sidebar() -> None:
+def model_sidebar(on_model_change) -> None:
+    """The sidebar's model picker; on_model_change(session_state) runs after another model loads
+    (app.py passes kvviz.lessons.registry.reset_lessons: lessons belong to the model they ran on)."""
     with st.sidebar:
         st.markdown("### Model")
         st.text_input("bundled, a Hugging Face id (local cache) or a folder", key="model_request",
-                      placeholder="bundled", on_change=_load_requested_model)
-        st.button("Load model", on_click=_load_requested_model, width="stretch")
+                      placeholder="bundled", on_change=_load_requested_model, args=(on_model_change,))
+        st.button("Load model", on_click=_load_requested_model, args=(on_model_change,), width="stretch")
         if "model_error" in st.session_state:
             st.error(plain(st.session_state["model_error"]))  # it quotes what was typed: show it as text
         info = current_model().describe()

@@ -12,7 +12,6 @@ import plotly.graph_objects as go
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
-from kvviz.ui import navigation
 
 CHART_SCALE = 1.45  # plotly font sizes in presenter mode, against the normal ones
 CSS = """
@@ -39,8 +38,9 @@ def _leave() -> None:
     st.query_params.pop("presenter", None)
 
 
-def presenter_mode(title: str) -> bool:
-    """The sidebar switch, the URL parameter, and in presenter mode the CSS and the top bar."""
+def presenter_mode(previous=None, following=None) -> bool:
+    """The sidebar switch, the URL parameter, and in presenter mode the CSS and a top bar with links
+    to the `previous` and `following` pages (objects with .path and .title, or None)."""
     if st.query_params.get("presenter") == "1" and not st.session_state.get("presenter_left"):
         st.session_state["presenter"] = True
     with st.sidebar:
@@ -54,8 +54,6 @@ def presenter_mode(title: str) -> bool:
     st.query_params["presenter"] = "1"
     st.html(CSS)
     _install_chart_scaling()
-    index = navigation.index_of(title)
-    previous, following = navigation.neighbours(index) if index is not None else (None, None)
     left, middle, right = st.columns([2, 1.4, 2], vertical_alignment="center")
     if previous is not None:
         left.page_link(previous.path, label=f"Previous: {previous.title}", icon=":material/arrow_back:")

@@ -1,0 +1,149 @@
+"""`python -m kvviz generate`: a file of prompts through kvviz's engine, or the same job on vLLM."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from tqdm import tqdm
+from transformers import AutoTokenizer
+
+from kvviz.cli.common import check_output_path, engine_config, print_summary, sampling_params, write_atomically
+from kvviz.engine import Engine
+from kvviz.engine.config import DEFAULTS
+from kvviz.engine.sampling import SamplingParams
+from kvviz.models import load_model, pick_device, pick_dtype
+from kvviz.throughput import output_tokens_per_s
+from kvviz.vllm import backend as vllm
+from kvviz.workloads import jsonl_lines, read_prompts, request_sampling
+
+SAMPLING_DEFAULTS = SamplingParams()
+
+
+def add_generate_arguments(parser: argparse.ArgumentParser) -> None:
+    """Every flag of `generate`; the engine's and the sampling's defaults are EngineConfig's and
+    SamplingParams'."""
+    add = parser.add_argument
+    add("--model", default="bundled", help="bundled | a Hugging Face id (local cache) | a folder")
+    add("--prompts", required=True, help=".txt (a prompt per line) or .jsonl ({\"prompt\": ...})")
+    add("--out", default="outputs.jsonl", help="where the JSONL of outputs goes")
+    add("--max-tokens", type=int, default=64,  # more than SamplingParams' 32: a job, not a demo
+        help="tokens to generate per prompt")
+    add("--temperature", type=float, default=SAMPLING_DEFAULTS.temperature, help="0 is greedy")
+    add("--top-k", type=int, default=SAMPLING_DEFAULTS.top_k, help="keep the k likeliest tokens (0 keeps all)")
+    add("--top-p", type=float, default=SAMPLING_DEFAULTS.top_p, help="keep the smallest set of this probability")
+    add("--seed", type=int, default=SAMPLING_DEFAULTS.seed, help="prompt i samples with seed + i*n (none: random)")
+    add("--ignore-eos", action="store_true", help="generate --max-tokens even past the end-of-text token")
+    add("--n", type=int, default=SAMPLING_DEFAULTS.n,
+        help="samples per prompt; they share the prompt's blocks (parallel sampling)")
+    add("--block-size", type=int, default=DEFAULTS.block_size, help="tokens per KV block")
+    add("--num-blocks", type=int, default=DEFAULTS.num_blocks,
+        help="blocks in the pool (none: as many as the free memory allows)")
+    add("--max-num-seqs", type=int, default=DEFAULTS.max_num_seqs, help="requests in one step at most")
+    add("--max-num-batched-tokens", type=int, default=DEFAULTS.max_num_batched_tokens,
+        help="tokens in one step at most (the token budget)")
+    add("--no-prefix-caching", action="store_true", help="turn off prefix caching")
+    add("--speculative-tokens", type=int, default=DEFAULTS.speculative_tokens,
+        help="draft tokens per greedy decode, by prompt lookup (0: off)")
+    add("--preemption-mode", choices=("recompute", "swap"), default=DEFAULTS.preemption_mode,
+        help="what a preempted request loses: its blocks (recompute) or nothing (swap to CPU)")
+    add("--swap-space-blocks", type=int, default=DEFAULTS.swap_space_blocks,
+        help="CPU blocks for --preemption-mode swap (none: as many as the pool)")
+    add("--device", default=None, help="cuda | cpu (none: cuda when present)")
+    add("--dtype", default=None, help="float32 | bfloat16 | float16 (none: bfloat16 on a GPU, float32 on a CPU)")
+    add_vllm_arguments(parser)  # --backend vllm and vLLM's parallel settings
+
+
+def cmd_generate(args) -> int:
+    kvviz_only = [flag for flag, used in (("--n", args.n != 1), ("--speculative-tokens", args.speculative_tokens),
+                                          ("--preemption-mode swap", args.preemption_mode != "recompute")) if used]
+    if args.backend == "vllm" and kvviz_only:
+        raise ValueError(f"{kvviz_only[0]} is a setting of kvviz's engine, not passed to vLLM; "
+                         "drop it or run without --backend vllm.")
+    if args.backend == "vllm":  # the same job on vLLM, in its own environment
+        return generate_on_vllm(args)
+    prompts = read_prompts(Path(args.prompts))
+    check_output_path(Path(args.out))
+    lm = load_model(args.model, device=args.device, dtype=args.dtype)
+    engine = Engine(lm, engine_config(args))
+    # with --seed, prompt i samples with seed + i*n: reproducible, no two samples alike
+    params = [request_sampling(sampling_params(args), i) for i in range(len(prompts))]
+    bar = tqdm(total=len(prompts), unit="req", desc=f"{lm.name} on {lm.device}", file=sys.stderr)
+
+    def progress(done, total, record):
+        bar.update(done - bar.n)
+
+    start = time.perf_counter()
+    outputs = engine.generate(prompts, params, progress=progress)
+    elapsed = time.perf_counter() - start
+    bar.close()
+    write_atomically(Path(args.out), jsonl_lines(prompts, outputs))
+    stats = engine.stats
+    generated = sum(len(sample) for o in outputs for sample in o.samples)
+    prompt_tokens = sum(len(o.prompt_token_ids) for o in outputs)
+    summary = {
+        "requests": len(outputs), "prompt_tokens": prompt_tokens, "generated_tokens": generated,
+        "seconds": round(elapsed, 3), "output_tokens_per_s": round(output_tokens_per_s(generated, elapsed), 1),
+        "peak_blocks_in_use": stats["peak_blocks"], "num_blocks": engine.num_blocks, "block_size": engine.block_size,
+        "preemptions": engine.scheduler.num_preemptions,
+        "prefix_cache_hit_rate": round(stats["cached_tokens"] / max(prompt_tokens, 1), 4),
+    }
+    if engine.config.speculative_tokens:
+        summary["draft_tokens_accepted"] = f"{stats['accepted_tokens']} of {stats['draft_tokens']}"
+    print_summary(summary, args.out)
+    return 0
+
+
+def add_vllm_arguments(parser) -> None:
+    """The --backend choice and vLLM's pass-through settings, on `generate`'s parser."""
+    add = parser.add_argument
+    add("--backend", choices=("kvviz", "vllm"), default="kvviz", help="which engine runs the job")
+    add("--vllm-python", default=None, help="vLLM's interpreter (default: $KVVIZ_VLLM_PYTHON or .venv-vllm/bin/python)")
+    add("--tensor-parallel-size", type=int, default=None, help="vLLM: GPUs that split each layer")
+    add("--pipeline-parallel-size", type=int, default=None, help="vLLM: GPUs (or machines) that split the layers")
+    add("--distributed-executor-backend", choices=("mp", "ray"), default=None,
+        help="vLLM: worker processes on this machine (mp) or a Ray cluster (ray)")
+    add("--kv-cache-bytes", type=int, default=None, help="vLLM: bytes for the KV cache (default: 1 GiB on a CPU, vLLM's own on a GPU)")
+    add("--enforce-eager", action="store_true", help="vLLM: skip torch.compile (starts much sooner)")
+
+
+def sampling(args, num_prompts: int, stop_ids: list[int]) -> list[dict]:
+    """kvviz's sampling flags as vLLM SamplingParams fields; with --seed, prompt i uses seed + i (n is refused with vLLM)."""
+    params = sampling_params(args)
+    return [vllm.vllm_sampling(request_sampling(params, i), stop_ids) for i in range(num_prompts)]
+
+
+def generate_on_vllm(args) -> int:
+    """`generate --backend vllm`: the same prompts, flags, JSONL and summary as the kvviz backend."""
+    prompts = read_prompts(Path(args.prompts))
+    python = vllm.require_python(args.vllm_python)
+    folder = vllm.model_folder(args.model)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    except Exception:
+        raise ValueError(f"{args.model!r} has no tokenizer kvviz can read, so text prompts cannot become "
+                         "token ids; give a model folder that holds its tokenizer files.") from None
+    prompt_ids = [tokenizer(p)["input_ids"] for p in prompts]
+    dtype = str(pick_dtype(pick_device(args.device), args.dtype)).removeprefix("torch.")
+    job = {"kind": "generate", "model": folder, "llm": vllm.llm_options(args, dtype), "prompts": prompt_ids,
+           "sampling": sampling(args, len(prompts), vllm.eos_token_ids(folder))}
+    print(f"starting vLLM ({python}) on {folder} ...", file=sys.stderr)
+    result = vllm.check_result(vllm.run_jobs([job], python)[0], args.model)
+    records = [{"prompt": prompt, "text": tokenizer.decode(out["token_ids"]), "token_ids": out["token_ids"],
+                "finish_reason": out["finish_reason"], "num_cached_tokens": out["num_cached_tokens"]}
+               for prompt, out in zip(prompts, result["outputs"])]
+    write_atomically(Path(args.out), [json.dumps(record) + "\n" for record in records])
+    generated = sum(len(r["token_ids"]) for r in records)
+    summary = {
+        "requests": len(records), "prompt_tokens": sum(map(len, prompt_ids)), "generated_tokens": generated,
+        "seconds": round(result["seconds"], 3), "output_tokens_per_s": round(generated / result["seconds"], 1),
+        "peak_blocks_in_use": round(result["peak_kv_usage"] * result["num_blocks"]),
+        "num_blocks": result["num_blocks"], "block_size": result["block_size"],
+        "preemptions": result["preemptions"],
+        "prefix_cache_hit_rate": round(result["prefix_cache_hits"] / max(result["prefix_cache_queries"], 1), 4),
+    }
+    print_summary(summary, args.out)
+    return 0

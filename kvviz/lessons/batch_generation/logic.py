@@ -1,0 +1,229 @@
+"""A batch job: many prompts through one engine, with a time series of what every step did.
+
+    workload = synthetic_workload(lm.tokenizer, lm.vocab_size, count=16, prompt_len=(8, 32),
+                                  output_len=(16, 32), shared_prefix=16)
+    result = run_batch(lm, workload, BatchSettings(EngineConfig(block_size=16)))
+    result.series[-1].blocks_used, result.rows()[0]["text"], result.to_jsonl()
+
+The workload (kvviz.workloads) is either uploaded (a .txt file, one prompt per line, or a .jsonl
+file, one {"prompt": ...} per line, as `python -m kvviz generate` reads them) or synthetic: slices
+of the bundled model's held-out text, optionally all starting with the same tokens, so that
+prefix caching has something to share. The engine's settings are an EngineConfig and the
+sampling a SamplingParams, as everywhere else. `compare_with_transformers` runs the same prompts through
+transformers' own `generate` (static, left-padded batches), reusing kvviz.bench.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from time import perf_counter
+
+from kvviz import bench
+from kvviz.engine import Engine, EngineConfig, SamplingParams
+from kvviz.engine.model_parts import model_parts
+from kvviz.throughput import output_tokens_per_s
+from kvviz.workloads import Workload, WorkloadError, jsonl_lines, request_sampling
+
+
+# ---- running -----------------------------------------------------------------------------
+@dataclass(slots=True)
+class BatchSettings:
+    """The engine's settings and the sampling of one run.
+
+    engine.num_blocks None: enough blocks for every request at its full length at once.
+    sampling_params: every request's sampling; its max_tokens comes from the workload, and
+    request i samples with seed + i, so that equal prompts need not give equal samples.
+    """
+
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    sampling_params: SamplingParams = field(default_factory=lambda: SamplingParams(seed=0, ignore_eos=True))
+
+    def pool_blocks(self, lm, workload: Workload) -> int:
+        return self.engine.num_blocks or auto_pool_blocks(lm, workload, self.engine.block_size)
+
+    def sampling(self, max_tokens: int, request_index: int) -> SamplingParams:
+        return request_sampling(self.sampling_params, request_index, max_tokens)
+
+
+def auto_pool_blocks(lm, workload: Workload, block_size: int, memory_fraction: float = 0.45) -> int:
+    """Room for every request at its full length at once, but no more than a share of free memory
+    (a thousand long requests on a full-size model would not fit)."""
+    from kvviz.engine.kv_cache import CacheShape
+    from kvviz.models import available_memory_bytes
+
+    model = model_parts(lm).model
+    block_bytes = block_size * CacheShape.from_model(model).bytes_per_token
+    fit = int(available_memory_bytes(next(model.parameters()).device) * memory_fraction) // block_bytes
+    return max(1, min(workload.blocks_needed(block_size), fit))
+
+
+@dataclass(slots=True)
+class StepPoint:
+    """One engine step of the run, for the charts over time."""
+
+    step: int
+    time_s: float  # since the run started, at the end of this step
+    step_s: float
+    tokens_run: int  # prompt and generated tokens through the model this step
+    tokens_sampled: int  # new tokens this step
+    tokens_per_s: float  # tokens_sampled / step_s
+    running: int
+    waiting: int
+    finished: int  # so far
+    blocks_used: int
+    preemptions: int  # this step
+    prefix_hit_tokens: int  # prompt tokens found in the prefix cache this step
+    ran_ids: list[int] = field(default_factory=list)  # requests with tokens in this step's forward pass
+
+
+@dataclass
+class BatchResult:
+    workload: Workload
+    settings: BatchSettings
+    model_name: str
+    num_blocks: int
+    seconds: float
+    series: list[StepPoint]
+    outputs: list  # kvviz.engine.RequestOutput, in the workload's order
+    stats: dict = field(default_factory=dict)  # the engine's counters
+
+    @property
+    def output_tokens(self) -> int:
+        return sum(len(o.token_ids) for o in self.outputs)
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Over the wall time, with whatever the caller did between steps (drawing, for one)."""
+        return output_tokens_per_s(self.output_tokens, self.seconds)
+
+    @property
+    def engine_seconds(self) -> float:
+        """The engine's own time in its steps (schedule, forward pass, sample), drawing left out."""
+        return sum(p.step_s for p in self.series)
+
+    @property
+    def engine_tokens_per_s(self) -> float:
+        """kvviz.throughput's definition, over the engine's step time."""
+        return output_tokens_per_s(self.output_tokens, self.engine_seconds)
+
+    @property
+    def preemptions(self) -> int:
+        return sum(p.preemptions for p in self.series)
+
+    @property
+    def prefix_hit_tokens(self) -> int:
+        return self.stats.get("cached_tokens", 0)
+
+    @property
+    def hit_rate(self) -> float:
+        return self.prefix_hit_tokens / max(self.stats.get("prompt_tokens", 0), 1)
+
+    def rows(self) -> list[dict]:
+        """One row per request, for the results table and the download."""
+        return [{"request": i, "prompt (end)": _tail(text), "prompt tokens": len(out.prompt_token_ids),
+                 "generated tokens": len(out.token_ids), "prefix-cache tokens": out.num_cached_tokens,
+                 "preemptions": out.num_preemptions, "finish": out.finish_reason, "text": out.text}
+                for i, (text, out) in enumerate(zip(self.workload.texts, self.outputs))]
+
+    def to_jsonl(self) -> str:
+        """One JSON object a line, the fields of `python -m kvviz generate --out`."""
+        return "".join(jsonl_lines(self.workload.texts, self.outputs))
+
+
+def _tail(text: str, width: int = 30) -> str:
+    """The end of a prompt: synthetic prompts share their start, so the end tells them apart."""
+    text = text.replace("\n", " ")
+    return text if len(text) <= width else "…" + text[-width:]
+
+
+def run_batch(lm, workload: Workload, settings: BatchSettings | None = None, progress=None) -> BatchResult:
+    """Generate every request of the workload in one engine, recording a StepPoint per step.
+
+    progress: optional callable(num_finished, num_total, points) after every step.
+    Raises kvviz.EngineError (a ValueError) for a request the pool or the model cannot hold.
+    """
+    settings = settings or BatchSettings()
+    if not len(workload):
+        raise WorkloadError("There are no prompts to run; upload a file or make a synthetic workload.")
+    engine = Engine(lm, settings.engine, num_blocks=settings.pool_blocks(lm, workload))
+    params = [settings.sampling(n, i) for i, n in enumerate(workload.max_tokens)]
+    points: list[StepPoint] = []
+    start = perf_counter()
+
+    def watch(num_finished, num_total, record):
+        status = [r.status for r in record.requests]
+        sampled = len(record.sampled)
+        points.append(StepPoint(
+            step=record.step, time_s=perf_counter() - start, step_s=record.step_s,
+            tokens_run=record.num_tokens_run, tokens_sampled=sampled,
+            tokens_per_s=sampled / record.step_s if record.step_s > 0 else 0.0,
+            running=status.count("running"), waiting=status.count("waiting"), finished=num_finished,
+            blocks_used=engine.num_blocks - record.num_free_blocks,
+            preemptions=sum(e.kind == "preempt" for e in record.events),
+            prefix_hit_tokens=sum(len(e.block_ids) for e in record.events if e.kind == "prefix_hit")
+            * engine.block_size,
+            ran_ids=sorted({c.request_id for c in record.chunks})))
+        if progress is not None:
+            progress(num_finished, num_total, points)
+
+    outputs = engine.generate(workload.prompts, params, progress=watch)
+    seconds = perf_counter() - start
+    name = getattr(lm, "name", type(lm).__name__)
+    return BatchResult(workload, settings, name, engine.num_blocks, seconds, points, outputs, dict(engine.stats))
+
+
+# ---- against transformers ----------------------------------------------------------------
+@dataclass(slots=True)
+class TransformersComparison:
+    """kvviz and transformers `generate` on the same prompts, greedy, every request to its length."""
+
+    kvviz: bench.SystemRun
+    transformers: bench.SystemRun
+    agreement: bench.Agreement
+    hf_batch_size: int
+
+    @property
+    def speedup(self) -> float:
+        """kvviz's output tokens per second over transformers'."""
+        return self.kvviz.tokens_per_s / self.transformers.tokens_per_s if self.transformers.tokens_per_s else 0.0
+
+    def rows(self) -> list[dict]:
+        return [{"system": run.name, "seconds": run.seconds, "output tokens": run.output_tokens,
+                 "tokens generated": run.generated_tokens, "output tokens/s": run.tokens_per_s}
+                for run in (self.kvviz, self.transformers)]
+
+
+def generate_twin(model):
+    """The same module for transformers' `generate`, with its own generation config (no EOS, so
+    every request runs to its length, as the engine's ignore_eos does). A shallow copy: it shares
+    every weight, so a full-size model is not held twice. Outside the engine's forward, kvviz's
+    attention function hands over to transformers' SDPA, so `generate` runs as usual."""
+    twin = copy.copy(model)
+    twin.generation_config = copy.deepcopy(model.generation_config)
+    twin.generation_config.eos_token_id = None
+    twin.generation_config.pad_token_id = bench.pad_token_id(model)
+    return twin
+
+
+def compare_with_transformers(lm, workload: Workload, settings: BatchSettings | None = None,
+                              hf_batch_size: int = 16) -> TransformersComparison:
+    """Run the workload greedily in kvviz's engine and in transformers `generate`; time both."""
+    settings = settings or BatchSettings()
+    if not len(workload):
+        raise WorkloadError("There are no prompts to run; upload a file or make a synthetic workload.")
+    if hf_batch_size < 1:
+        raise WorkloadError(f"The transformers batch size must be at least 1, not {hf_batch_size}.")
+    model = model_parts(lm).model
+    kvviz = bench.run_kvviz(model, workload, settings.engine, num_blocks=settings.pool_blocks(lm, workload))
+    transformers = bench.run_hf_generate(generate_twin(model), workload, hf_batch_size)
+    return TransformersComparison(kvviz, transformers, bench.compare_outputs(kvviz.outputs, transformers.outputs),
+                                  hf_batch_size)
+
+
+def live_summary(points: list[StepPoint]) -> dict:
+    """What a run in progress has done so far, for the live counters."""
+    last, elapsed = points[-1], points[-1].time_s
+    return {"tokens_per_s": output_tokens_per_s(sum(p.tokens_sampled for p in points), elapsed),
+            "running": last.running, "waiting": last.waiting, "blocks_used": last.blocks_used,
+            "preemptions": sum(p.preemptions for p in points), "finished": last.finished}

@@ -1,0 +1,195 @@
+"""Session state of the "Batch generation" page: build the workload, run it with a live view.
+
+Results live in st.session_state under "lesson_batch" and "lesson_batch_compare" (loading another
+model clears them, as it clears every lesson); widgets under "batch_*". The run is started by a
+button in the page, not in a callback, because its progress bar and live charts must sit in the
+page where the button is.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+import streamlit as st
+
+from kvviz.lessons.batch_generation.logic import BatchResult, BatchSettings, compare_with_transformers, live_summary, run_batch
+from kvviz.engine import EngineConfig, SamplingParams
+from kvviz.ui.common import current_model, drop, page_sampling
+from kvviz.lessons.batch_generation import figures
+from kvviz.workloads import Workload, WorkloadError, synthetic_workload, upload_workload
+
+SYNTHETIC, UPLOAD = "Synthetic workload", "Upload a file"
+# the engine's own defaults, but a small running set and token budget, so a class sees requests wait
+PAGE_ENGINE = EngineConfig(max_num_seqs=16, max_num_batched_tokens=256)
+PAGE_SAMPLING = SamplingParams(temperature=0.8, top_k=40, top_p=0.95, seed=0, ignore_eos=True)  # when not greedy
+KEYS = frozenset({"lesson_batch", "lesson_batch_compare", "lesson_batch_vllm", "batch_error", "batch_compare_error",
+                  "batch_vllm_error", "batch_upload_parsed"})  # the upload is parsed with the model's tokenizer
+INPUTS = ("batch_",)
+DEFAULTS = {"batch_source": SYNTHETIC, "batch_count": 16, "batch_prompt_len": (8, 32), "batch_output_len": (16, 32),
+            "batch_prefix": 32, "batch_seed": PAGE_SAMPLING.seed, "batch_greedy": True,
+            "batch_temperature": PAGE_SAMPLING.temperature, "batch_top_k": PAGE_SAMPLING.top_k,
+            "batch_top_p": PAGE_SAMPLING.top_p, "batch_ignore_eos": PAGE_SAMPLING.ignore_eos,
+            "batch_block_size": PAGE_ENGINE.block_size, "batch_num_blocks": 0,  # 0: room for every request
+            "batch_prefix_caching": PAGE_ENGINE.enable_prefix_caching, "batch_max_num_seqs": PAGE_ENGINE.max_num_seqs,
+            "batch_max_batched_tokens": PAGE_ENGINE.max_num_batched_tokens, "batch_hf_batch_size": 16}
+LIVE_EVERY_S = 0.5  # redraw the live charts this often
+BAR_EVERY_S = 0.1  # and move the progress bar at most this often
+
+
+def setting(key: str):
+    return st.session_state.get(key, DEFAULTS[key])
+
+
+def result() -> BatchResult | None:
+    return st.session_state.get("lesson_batch")
+
+
+def comparison():
+    return st.session_state.get("lesson_batch_compare")
+
+
+def error() -> str | None:
+    return st.session_state.get("batch_error")
+
+
+def settings() -> BatchSettings:
+    """The page's controls as an EngineConfig and a SamplingParams."""
+    engine = replace(PAGE_ENGINE, block_size=int(setting("batch_block_size")),
+                     num_blocks=int(setting("batch_num_blocks")) or None,
+                     enable_prefix_caching=bool(setting("batch_prefix_caching")),
+                     max_num_seqs=int(setting("batch_max_num_seqs")),
+                     max_num_batched_tokens=int(setting("batch_max_batched_tokens")))
+    sampling = SamplingParams(seed=int(setting("batch_seed")), ignore_eos=bool(setting("batch_ignore_eos")))
+    return BatchSettings(engine, page_sampling(setting, "batch_", sampling))
+
+
+def workload() -> Workload:
+    """The workload the controls describe; raises WorkloadError with one sentence."""
+    lm = current_model()
+    output_len = tuple(setting("batch_output_len"))
+    if setting("batch_source") == UPLOAD:
+        upload = st.session_state.get("batch_upload")
+        if upload is None or not hasattr(upload, "getvalue"):  # nothing, or a file just removed
+            raise WorkloadError("No file is uploaded yet; upload a .txt or .jsonl file of prompts, "
+                                "or switch to a synthetic workload.")
+        # parse and tokenize a file once, not on every rerun of the page
+        key = (upload.file_id, output_len, int(setting("batch_seed")), lm.name)
+        cached = st.session_state.get("batch_upload_parsed")
+        if cached is None or cached[0] != key:
+            try:
+                parsed = upload_workload(lm.tokenizer, upload.name, upload.getvalue(), output_len, key[2])
+            except WorkloadError as problem:
+                parsed = problem
+            cached = (key, parsed)
+            st.session_state["batch_upload_parsed"] = cached
+        if isinstance(cached[1], WorkloadError):
+            raise cached[1]
+        return cached[1]
+    vocab_size = lm.model.get_output_embeddings().weight.shape[0]
+    return synthetic_workload(lm.tokenizer, vocab_size, int(setting("batch_count")), tuple(setting("batch_prompt_len")),
+                              output_len, int(setting("batch_prefix")), int(setting("batch_seed")))
+
+
+def upload_summary() -> tuple[str | None, str | None]:
+    """(what the uploaded file holds, or the sentence saying why it cannot be used)."""
+    try:
+        work = workload()
+    except WorkloadError as problem:
+        return None, str(problem)
+    return f"{work.name}: {len(work)} prompts, {sum(map(len, work.prompts)):,} prompt tokens.", None
+
+
+def run(progress_slot, live_slot) -> None:
+    """Run the batch, moving a progress bar and redrawing live charts; keep the result or one sentence."""
+    st.session_state.pop("batch_error", None)
+    lm = current_model()
+    try:
+        work, chosen = workload(), settings()
+    except WorkloadError as problem:
+        st.session_state["batch_error"] = str(problem)
+        return
+    num_blocks = chosen.pool_blocks(lm, work)
+    chosen = replace(chosen, engine=replace(chosen.engine, num_blocks=num_blocks))  # sized once: the live view and the engine agree
+    bar = progress_slot.progress(0.0, text=f"Starting {len(work)} requests…")
+    last_bar, last_draw = [0.0], [0.0]
+
+    def on_step(num_finished, num_total, points):
+        point, now = points[-1], time.perf_counter()
+        if now - last_bar[0] >= BAR_EVERY_S:
+            last_bar[0] = now
+            bar.progress(num_finished / num_total,
+                         text=f"{num_finished} of {num_total} requests finished · step {point.step} · "
+                              f"{point.running} running, {point.waiting} waiting")
+        if now - last_draw[0] >= LIVE_EVERY_S:
+            last_draw[0] = now
+            with live_slot.container():
+                draw_live(points, num_blocks, num_total)
+
+    try:
+        outcome = run_batch(lm, work, chosen, progress=on_step)
+    except ValueError as problem:  # WorkloadError, EngineError
+        st.session_state["batch_error"] = str(problem)
+        progress_slot.empty()
+        live_slot.empty()
+        return
+    st.session_state["lesson_batch"] = outcome
+    st.session_state.pop("lesson_batch_compare", None)  # it compared other prompts
+    progress_slot.empty()
+    live_slot.empty()
+
+
+def draw_live(points, num_blocks: int, num_requests: int) -> None:
+    now = live_summary(points)
+    m = st.columns(4)
+    m[0].metric("Output tokens/s so far", f"{now['tokens_per_s']:,.0f}",
+                help="Output tokens ÷ seconds since the run started, drawing these charts included.")
+    m[1].metric("Running / waiting", f"{now['running']} / {now['waiting']}")
+    m[2].metric("Blocks in use", f"{now['blocks_used']} of {num_blocks}")
+    m[3].metric("Preemptions", now["preemptions"])
+    st.plotly_chart(figures.timeline(points, num_blocks, num_requests), width="stretch",
+                    key=f"batch_live_{len(points)}")
+
+
+def _on_last_batch(run, result_key: str, error_key: str, no_batch: str) -> None:
+    """run(the last batch's result): keep what it returns under result_key, or one sentence under error_key."""
+    st.session_state.pop(error_key, None)
+    done = result()
+    if done is None:
+        st.session_state[error_key] = no_batch
+        return
+    try:
+        st.session_state[result_key] = run(done)
+    except ValueError as problem:
+        st.session_state[error_key] = str(problem)
+
+
+def on_compare() -> None:
+    """Run the last batch's prompts through kvviz and transformers generate, greedy, and time both."""
+    _on_last_batch(lambda done: compare_with_transformers(current_model(), done.workload, done.settings,
+                                                          int(setting("batch_hf_batch_size"))),
+                   "lesson_batch_compare", "batch_compare_error", "Run the batch first; the comparison uses its prompts.")
+
+
+def vllm_available() -> bool:
+    from kvviz.vllm.backend import find_python
+
+    return find_python() is not None
+
+
+def vllm_run():
+    return st.session_state.get("lesson_batch_vllm")
+
+
+def on_vllm() -> None:
+    """Run the last batch's prompts, sampling and limits on vLLM, and compare the outputs."""
+    from kvviz.vllm.backend import batch_on_vllm
+
+    _on_last_batch(lambda done: batch_on_vllm(current_model(), done.workload, done.settings,
+                                              [o.token_ids for o in done.outputs]),
+                   "lesson_batch_vllm", "batch_vllm_error", "Run the batch first; vLLM runs its prompts.")
+
+
+def reset(state) -> None:
+    """Forget this lesson's run when another model loads: it belongs to the model it ran on."""
+    drop(state, KEYS)

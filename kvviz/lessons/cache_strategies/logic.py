@@ -1,0 +1,133 @@
+"""The "Cache strategies" lesson: every strategy on the same model and prompt, against the full cache.
+
+The lesson's files share its stem: the page lessons/cache_strategies.py, its state
+kvviz/lessons/cache_strategies/state.py, its figures kvviz/lessons/cache_strategies/figures.py, and this
+module, which holds what the page runs. The caches themselves (dynamic, static, sliding window,
+sinks, quantized, heavy hitters) and the single-strategy runner are the policy library in
+kvviz/strategies/. The page's "Eviction lab" tab runs kvviz/strategies/eviction.py, with its own
+state and figures (kvviz/lessons/cache_strategies/eviction_view.py, kvviz/lessons/cache_strategies/eviction_figures.py).
+
+Two runs per strategy:
+- teacher-forced on the full cache's greedy tokens, so every strategy sees the very same
+  sequence: per step, the largest error of the keys and values it keeps, and the KL divergence
+  KL(full || strategy) of the next-token distribution;
+- free-running, its own greedy picks: its text, and the first step where it leaves the full
+  cache's output.
+Memory and time per step come from the free run; nothing is assumed, all of it is measured.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from kvviz.strategies.bill import ByteBill
+from kvviz.strategies.compare import first_difference, kl_divergence
+from kvviz.strategies.options import StrategySpec
+from kvviz.strategies.run import run_strategy
+
+STATIC_MOST_TOKENS = 4096  # a full-size model's whole context (128k tokens) would not fit in memory
+
+DEFAULT_STRATEGIES = (
+    StrategySpec("dynamic"),
+    StrategySpec("static"),
+    StrategySpec("sliding_window", {"window": 16}),
+    StrategySpec("quantized", {"bits": 8}),
+    StrategySpec("quantized", {"bits": 4}),
+    StrategySpec("quantized", {"bits": 4, "residual": 16}),
+    StrategySpec("paged"),
+    StrategySpec("no_cache"),
+)
+
+
+def lesson_specs(window: int, group_size: int, residual: int, max_context: int = 512) -> list[StrategySpec]:
+    """The strategies the lesson compares, with the page's options. Static reserves the model's
+    context, up to STATIC_MOST_TOKENS."""
+    quantized = {"group_size": group_size, "residual": residual}
+    static = {} if max_context <= STATIC_MOST_TOKENS else {"capacity": STATIC_MOST_TOKENS}
+    return [StrategySpec("dynamic"), StrategySpec("static", static), StrategySpec("sliding_window", {"window": window}),
+            StrategySpec("quantized", {"bits": 8, **quantized}), StrategySpec("quantized", {"bits": 4, **quantized}),
+            StrategySpec("paged"), StrategySpec("no_cache")]
+
+
+@dataclass(slots=True)
+class StrategyComparison:
+    label: str
+    strategy: str
+    options: dict
+    token_ids: list[int]  # its own greedy output
+    text: str | None
+    first_divergence: int | None  # first step whose greedy pick leaves the full cache's; None: never
+    kl: list[float]  # per step, teacher-forced: KL(full || strategy) of the next-token distribution, nats
+    max_key_error: list[float | None]  # per step, teacher-forced: max |K - K_full| over the kept tokens
+    max_value_error: list[float | None]
+    first_argmax_change: int | None  # teacher-forced: first step whose top token differs; None: never
+    held_bytes: list[int]  # per step, measured: sum of the cache tensors' nbytes
+    predicted_bytes: list[int]  # per step, kvviz.memory_bill's formula with the strategy's options
+    forward_s: list[float]  # per step, seconds of the forward pass (one run: noisy)
+    tokens_run: list[int]  # per step, tokens through the model: counts that do not vary
+    decode_ms: list[float]  # per timed run, the mean decode step in ms; show their median and spread
+    final_bill: ByteBill  # the last step: measured, per layer, beside the formula, differences named
+    formula: str
+
+    @property
+    def decode_ms_median(self) -> float:
+        return float(np.median(self.decode_ms))
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def mean_decode_ms(run) -> float:
+    """Mean forward time of a run's decode steps (the prefill left out), in milliseconds."""
+    decode = [s.forward_s for s in run.steps if s.kind == "decode"] or [s.forward_s for s in run.steps]
+    return 1000 * float(np.mean(decode))
+
+
+def compare_strategies(lm, prompt: str | list[int], max_tokens: int = 32,
+                       strategies=DEFAULT_STRATEGIES, timing_runs: int = 1) -> list[StrategyComparison]:
+    """Run each strategy (a name, a (name, options) pair or a StrategySpec) against the full cache.
+
+    timing_runs: free runs timed per strategy (the first is the free run itself, which follows a
+    teacher-forced run of the same strategy, so it is warm); the extra ones go round the
+    strategies in turn, so that a busy moment of the machine slows them alike."""
+    specs = [StrategySpec.of(s) for s in strategies]
+    full = run_strategy(lm, prompt, "dynamic", max_tokens)  # the reference: keeps every token exactly
+    results = []
+    for spec in specs:
+        forced = run_strategy(lm, full.prompt_token_ids, spec, max_tokens, forced_tokens=full.token_ids,
+                              reference=full)
+        free = run_strategy(lm, full.prompt_token_ids, spec, max_tokens)
+        kl = [kl_divergence(f.logprobs, s.logprobs) for f, s in zip(full.steps, forced.steps)]
+        results.append(StrategyComparison(
+            label=spec.label, strategy=spec.name, options=free.options, token_ids=free.token_ids, text=free.text,
+            first_divergence=first_difference(free.token_ids, full.token_ids), kl=kl,
+            max_key_error=[s.max_key_error for s in forced.steps],
+            max_value_error=[s.max_value_error for s in forced.steps],
+            first_argmax_change=first_difference(forced.token_ids, full.token_ids),
+            held_bytes=[s.bill.measured_bytes for s in free.steps],
+            predicted_bytes=[s.bill.predicted_bytes for s in free.steps],
+            forward_s=[s.forward_s for s in free.steps], tokens_run=[s.num_tokens_run for s in free.steps],
+            decode_ms=[mean_decode_ms(free)], final_bill=free.steps[-1].bill, formula=free.formula))
+    for _ in range(timing_runs - 1):
+        for spec, result in zip(specs, results):
+            result.decode_ms.append(mean_decode_ms(run_strategy(lm, full.prompt_token_ids, spec, max_tokens)))
+    return results
+
+
+def comparison_table(results: list[StrategyComparison]) -> list[dict]:
+    """One row per strategy for a table: final bytes, worst errors, divergence, tokens run, step time."""
+    return [{
+        "strategy": r.label,
+        "bytes held": r.held_bytes[-1],
+        "bytes predicted": r.predicted_bytes[-1],
+        "max KL (nats)": max(r.kl),
+        "max |K error|": max((e for e in r.max_key_error if e is not None), default=None),
+        "max |V error|": max((e for e in r.max_value_error if e is not None), default=None),
+        "first divergence": r.first_divergence,
+        "tokens run": sum(r.tokens_run),
+        "decode step (ms, median)": r.decode_ms_median,
+        "spread (ms)": f"{min(r.decode_ms):.1f}-{max(r.decode_ms):.1f} over {len(r.decode_ms)} runs",
+        "text": r.text,
+    } for r in results]

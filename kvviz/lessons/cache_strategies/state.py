@@ -1,0 +1,121 @@
+"""Session state and button callbacks of the "Cache strategies" lesson.
+
+Results and errors live in st.session_state under KEYS (reset() clears them when another model
+loads); widgets under "strategies_*", which stay. Nothing
+runs on a widget change, only on the buttons: a comparison runs the model about 15 times.
+The comparison is plain data (`comparison`), so it exports, and a replayed file draws the same tabs
+with no model (kvviz/lessons/cache_strategies/file.py).
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from kvviz.lessons.cache_strategies.gqa import gqa_report
+from kvviz.lessons.cache_strategies.logic import StrategyComparison, compare_strategies, comparison_table, lesson_specs
+from kvviz.lessons.cache_strategies.file import export_strategies, import_strategies
+from kvviz.ui.common import current_model, drop
+from kvviz.lessons.cache_strategies.figures import strategy_color
+
+EXAMPLE_PROMPT = "ROMEO:\nBut soft, what light through yonder window breaks?"
+KEYS = frozenset({"lesson_strategies", "lesson_gqa", "strategies_error", "gqa_error", "strategies_upload_error"})
+INPUTS = ("strategies_",)
+DEFAULTS = {"strategies_prompt": EXAMPLE_PROMPT, "strategies_max_tokens": 32, "strategies_window": 24,
+            "strategies_group_size": 32, "strategies_residual": 0}
+
+
+TIMING_RUNS = 3  # free runs timed per strategy: the Time tab shows their median and spread
+
+
+def group_sizes(head_dim: int) -> list[int]:
+    """Quantization group sizes that fit this head size: even, dividing it."""
+    return [g for g in (4, 8, 16, 32, 64, 128, 256) if g <= head_dim and head_dim % g == 0] or [head_dim]
+
+
+def gqa_choices(kv_heads: int) -> list[int]:
+    """KV head counts mean-pooling can reach: the divisors of kv_heads below it (1 is MQA)."""
+    return [n for n in range(1, kv_heads) if kv_heads % n == 0]
+
+
+def setting(key: str):
+    return st.session_state.get(key, DEFAULTS[key])
+
+
+def strategies() -> dict | None:
+    return st.session_state.get("lesson_strategies")
+
+
+def gqa() -> object | None:
+    return st.session_state.get("lesson_gqa")
+
+
+def on_run() -> None:
+    """Compare every strategy on the prompt; a bad setting leaves one sentence and the old results."""
+    st.session_state.pop("strategies_error", None)
+    lm = current_model()
+    prompt = str(setting("strategies_prompt"))
+    if not prompt.strip():
+        st.session_state["strategies_error"] = "The prompt is empty; type some text to start from."
+        return
+    settings = {name: int(setting(f"strategies_{name}"))
+                for name in ("max_tokens", "window", "group_size", "residual")}
+    specs = lesson_specs(settings["window"], settings["group_size"], settings["residual"], lm.max_context)
+    try:
+        results = compare_strategies(lm, prompt, settings["max_tokens"], specs, TIMING_RUNS)
+    except ValueError as error:  # EngineError is a ValueError too
+        st.session_state["strategies_error"] = str(error)
+        return
+    decode = (lambda t: lm.tokenizer.decode([t])) if lm.tokenizer is not None else str
+    pieces = [[decode(t) for t in r.token_ids] for r in results]
+    st.session_state["lesson_strategies"] = comparison(results, lm.name, prompt,
+                                                       {**settings, "timing_runs": TIMING_RUNS}, pieces)
+
+
+def comparison(results: list[StrategyComparison], model_name: str, prompt: str, settings: dict,
+               pieces: list[list[str]], replay: bool = False) -> dict:
+    """What the page draws, all plain data: the results, their table and their texts (one piece per token)."""
+    return {"results": results, "table": comparison_table(results), "model": model_name, "prompt": prompt,
+            "settings": settings, "replay": replay,
+            "texts": [{"label": r.label, "color": strategy_color(r.strategy, r.options), "pieces": text,
+                       "divergence": r.first_divergence} for r, text in zip(results, pieces)]}
+
+
+def exporter():
+    """A function giving the comparison as a lesson file; None before a comparison.
+    Streamlit calls the function in a thread of its own when the button is clicked, where
+    st.session_state cannot be read, so everything it needs is bound here."""
+    current = strategies()
+    return None if current is None else (lambda: export_strategies(current))
+
+
+def replay(data: bytes) -> None:
+    """Replay an uploaded comparison (raises LessonFileError, and then the current one stays)."""
+    file = import_strategies(data)
+    st.session_state["lesson_strategies"] = comparison(file["results"], file["model_name"], file["prompt"],
+                                                       file["settings"], file["pieces"], replay=True)
+    st.session_state.pop("strategies_error", None)
+
+
+def on_leave_replay() -> None:
+    st.session_state.pop("lesson_strategies", None)
+
+
+def replaying() -> bool:
+    lesson = strategies()
+    return lesson is not None and lesson["replay"]
+
+
+def on_gqa() -> None:
+    st.session_state.pop("gqa_error", None)
+    lm = current_model()
+    try:
+        report = gqa_report(lm, int(st.session_state.get("strategies_gqa_heads", 1)))
+    except ValueError as error:
+        st.session_state["gqa_error"] = str(error)
+        return
+    st.session_state["lesson_gqa"] = report
+
+
+def reset(state) -> None:
+    """Forget this lesson's run when another model loads: it belongs to the model it ran on."""
+    drop(state, KEYS)

@@ -1,0 +1,167 @@
+"""Reading an untrusted lesson file: the envelope every lesson's file shares, and field checks.
+
+A file is JSON with a format ("kvviz-lesson/3"), the lesson it holds (files of the first
+lesson, written before the other lessons could export, have no lesson field) and that lesson's
+fields. Older formats are refused with a sentence naming theirs. `read_lesson_file` checks the size, the JSON and the envelope; each lesson's builder
+checks its fields with `typed`, `check_keys` and `check_range`, which raise FieldError, and
+`build_checked` turns that into one sentence naming the field.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import types
+import typing
+from dataclasses import MISSING, fields, is_dataclass
+
+from kvviz.engine.records import StepRecord
+from kvviz.lessons.registry import BY_KEY
+
+LESSON_FORMAT = "kvviz-lesson/3"  # the first lesson's settings hold a SamplingParams ("sampling")
+MAX_LESSON_BYTES = 20 * 2**20  # a 256-token lesson on the bundled model exports to a few MiB
+
+
+class LessonFileError(ValueError):
+    """An uploaded lesson file that kvviz will not replay; the message says why."""
+
+
+def read_lesson_file(data: bytes | str, lesson: str) -> dict:
+    """The file's JSON object, once its size, its format and its lesson (the key of a registry line
+    that replays files) are right."""
+    if len(data) > MAX_LESSON_BYTES:
+        raise LessonFileError(f"The file is {len(data) / 2**20:.1f} MiB, over the "
+                              f"{MAX_LESSON_BYTES // 2**20} MiB limit; export a shorter lesson.")
+    try:
+        payload = load_json(data, "This file")
+    except ValueError as error:
+        raise LessonFileError(f"{str(error).rstrip('.')}; upload a file saved with “Export lesson”.") from None
+    if isinstance(payload, dict) and payload.get("format") in ("kvviz-lesson/1", "kvviz-lesson/2"):
+        raise LessonFileError(f"This file is in the older format {payload['format']}, which this kvviz no longer "
+                              f"reads; export the lesson again to get a {LESSON_FORMAT} file.")
+    if not isinstance(payload, dict) or payload.get("format") != LESSON_FORMAT:
+        raise LessonFileError("This JSON is not a kvviz lesson (its format field is missing or unknown); "
+                              "upload a file saved with “Export lesson”.")
+    kind = payload.get("lesson", "prefill_decode")
+    if kind != lesson:
+        if isinstance(kind, str) and kind in BY_KEY and BY_KEY[kind].replays:
+            raise LessonFileError(f"This file holds the “{BY_KEY[kind].title}” lesson; "
+                                  "replay it on that page.")
+        raise LessonFileError("The lesson file's field lesson names no kvviz lesson; "
+                              "upload a file saved with “Export lesson”.")
+    return payload
+
+
+def build_checked(build, payload: dict):
+    """`build(payload)`, with a failed field check said as one sentence (a LessonFileError)."""
+    try:
+        return build(payload)
+    except FieldError as bad:
+        raise LessonFileError(f"The lesson file's field {bad.where} {bad.what}; "
+                              "export the lesson again from kvviz.") from None
+
+
+def load_json(data: bytes | str, what: str):
+    """Parse untrusted JSON; a refusal is a ValueError with one sentence, never a RecursionError."""
+    try:
+        text = data.decode("utf-8") if isinstance(data, bytes) else data
+        return json.loads(text)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise ValueError(f"{what} is not JSON text.") from None
+    except RecursionError:
+        raise ValueError(f"{what} nests lists or objects too deeply to read.") from None
+
+
+class FieldError(Exception):
+    """A field of a lesson file that fails its check: where it is, and what is wrong with it."""
+
+    def __init__(self, where: str, what: str):
+        self.where, self.what = where, what
+
+
+def typed(value, kind, where: str):
+    """`value` checked against a type (int, float, str, bool, list[...], tuple[...], X | None, dict,
+    list) and returned as it; a record dataclass is built from exactly its fields."""
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        return typed(value, next(a for a in args if a is not type(None)), where)
+    if is_dataclass(kind):
+        value = typed(value, dict, where)
+        hints = typing.get_type_hints(kind)
+        required = {f.name for f in fields(kind) if f.default is MISSING and f.default_factory is MISSING}
+        check_keys(value, where, set(hints), required)
+        return kind(**{name: typed(item, hints[name], f"{where}.{name}") for name, item in value.items()})
+    if origin in (list, tuple) or kind in (list, dict):
+        container = dict if kind is dict else list
+        if not isinstance(value, container):
+            raise FieldError(where, f"must be a {'JSON object' if container is dict else 'list'}")
+        if origin is list:
+            return [typed(item, args[0], f"{where}[{i}]") for i, item in enumerate(value)]
+        if origin is tuple:
+            if len(value) != len(args):
+                raise FieldError(where, f"must hold {len(args)} items")
+            return tuple(typed(item, a, f"{where}[{i}]") for i, (item, a) in enumerate(zip(value, args)))
+        return value
+    if kind is bool:
+        if not isinstance(value, bool):
+            raise FieldError(where, "must be true or false")
+        return value
+    if kind is int:
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**53:
+            raise FieldError(where, "must be a whole number from 0 up")
+        return value
+    if kind is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            raise FieldError(where, "must be a finite number from 0 up")
+        return float(value)
+    if kind is str:
+        if not isinstance(value, str) or len(value) > 100_000:
+            raise FieldError(where, "must be text")
+        return value
+    raise FieldError(where, "has a type kvviz does not read")
+
+
+def check_keys(value: dict, where: str, allowed: set, required: set | None = None) -> None:
+    unknown = sorted(set(value) - allowed)
+    if unknown:
+        raise FieldError(f"{where}.{str(unknown[0])[:40]}".lstrip("."), "is not one kvviz writes")
+    missing = sorted((allowed if required is None else required) - set(value))
+    if missing:
+        raise FieldError(f"{where}.{missing[0]}".lstrip("."), "is missing")
+
+
+def settings_numbers(value, limits: dict[str, int], others: set[str], where: str = "settings") -> tuple[dict, dict]:
+    """An object holding exactly `limits`' names (whole numbers from 1 up to each limit) and `others`:
+    the checked numbers, and the object for the caller to check `others` in."""
+    value = typed(value, dict, where)
+    check_keys(value, where, set(limits) | others)
+    numbers = {name: check_range(typed(value[name], int, f"{where}.{name}"), 1, most, f"{where}.{name}")
+               for name, most in limits.items()}
+    return numbers, value
+
+
+def step_records(value, most: int, where: str) -> list[StepRecord]:
+    """From 1 to `most` step records, each built from exactly its fields, none with a trace."""
+    steps = bounded_list(value, most, where)
+    check_range(len(steps), 1, most, f"{where} (the number of steps)")
+    records = [typed(step, StepRecord, f"{where}[{i}]") for i, step in enumerate(steps)]
+    for i, record in enumerate(records):
+        if record.trace is not None:
+            raise FieldError(f"{where}[{i}].trace", "must be empty (this lesson's file keeps no trace)")
+    return records
+
+
+def bounded_list(value, most: int, where: str) -> list:
+    """A list no longer than `most`, checked before its items are (a huge list costs nothing)."""
+    value = typed(value, list, where)
+    if len(value) > most:
+        raise FieldError(where, f"has {len(value)} items, more than the {most} a lesson can hold")
+    return value
+
+
+def check_range(value: int, low: int, high: int, where: str) -> int:
+    if not low <= value <= high:
+        raise FieldError(where, f"is {value}, outside {low} to {high}")
+    return value

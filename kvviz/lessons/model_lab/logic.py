@@ -1,0 +1,253 @@
+"""The Model lab: time one decode step against the context length, with and without the cache.
+
+    lm = build_lab_model(CustomShape(num_layers=4, hidden_size=256, num_heads=8, num_kv_heads=2))
+    result = measure(lm, lab_contexts(lm.max_context))
+    result.timings[-1].cached_s, result.timings[-1].uncached_s   # seconds of one forward pass
+
+For each context length c, both engines produce the token at position c, with c tokens in
+context: the cached engine prefills c - 1 tokens once and then runs only the newest token,
+reading the other c - 1 keys and values from its cache; the engine without a cache runs all
+c tokens through every layer again. The weights are random, so the text is nonsense, but the
+forward passes, the cache writes and the timings are the engine's own.
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+import statistics
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from kvviz.engine import Engine, SamplingParams
+from kvviz.engine.config import DEFAULTS
+from kvviz.engine.kv_manager import blocks_needed
+from kvviz.memory_bill import ModelShape, bill_breakdown, kv_cache_bytes
+from kvviz.models import (BUNDLED_DIR, CustomShape, LoadedModel, ModelLoadError, load_model, pick_device,
+                          pick_dtype, validate_shape)
+
+# Keep a measurement to seconds: a bigger model is refused with its size rather than left to
+# run for minutes on a laptop's CPU. A GPU has room for ten times more.
+MAX_LAB_PARAMS = {"cpu": 200_000_000, "cuda": 2_000_000_000}
+
+
+@dataclass(slots=True)
+class DecodeTiming:
+    """One context length: the forward time of one step with and without the cache, and the bytes."""
+
+    context: int  # tokens the new token attends to, itself included
+    cached_s: float  # median forward time of a decode step that reads context - 1 cached tokens
+    uncached_s: float  # median forward time of a step that recomputes all context tokens
+    cache_bytes: int  # measured by the engine after the decode step: bytes that hold tokens' K and V
+    formula_bytes: int  # kvviz.memory_bill.kv_cache_bytes for the same tokens
+    cached_spread_s: tuple[float, float] = (0.0, 0.0)  # fastest and slowest of the timed steps
+    uncached_spread_s: tuple[float, float] = (0.0, 0.0)
+    repeats: int = 1  # warm steps timed, each way
+
+    @property
+    def speedup(self) -> float:
+        return self.uncached_s / self.cached_s if self.cached_s > 0 else float("nan")
+
+    @property
+    def tokens_run(self) -> tuple[int, int]:
+        """Tokens through the model for this step: (with the cache, without it). Counts, not times."""
+        return 1, self.context
+
+    def median_text(self, cached: bool) -> str:
+        """'140 ms' or '12.3 ms': the median step of one side, three figures or so."""
+        return format_ms(self.cached_s if cached else self.uncached_s)
+
+    def spread(self, cached: bool) -> str:
+        """'12.3 ms median of 5, spread 11.9-13.0 ms' for one side: the median and how far the steps scattered."""
+        low, high = self.cached_spread_s if cached else self.uncached_spread_s
+        return (f"{self.median_text(cached)} median of {self.repeats}, "
+                f"spread {format_ms(low).removesuffix(' ms')}-{format_ms(high)}")
+
+
+def format_ms(seconds: float) -> str:
+    milliseconds = seconds * 1e3
+    return f"{milliseconds:,.0f} ms" if milliseconds >= 100 else f"{milliseconds:.1f} ms"
+
+
+@dataclass(slots=True)
+class LabResult:
+    """What the lab measured on one model."""
+
+    name: str
+    num_params: int
+    weight_bytes: int  # the sum of the parameters' nbytes
+    dtype_bytes: int
+    bytes_per_token: int  # K and V of one token in every layer, by the formula
+    formula: str  # the bill at the longest context measured, every factor named
+    device: str
+    timings: list[DecodeTiming] = field(default_factory=list)
+    sample_text: str | None = None  # what the random weights write, to show it is nonsense
+
+    def rows(self) -> list[dict]:
+        """The timings as table rows, in milliseconds and bytes."""
+        return [{"context": t.context, "tokens run (with / without cache)": f"1 / {t.context}",
+                 "with cache": t.spread(cached=True).replace(" median of", ", median of"),
+                 "without cache": t.spread(cached=False).replace(" median of", ", median of"),
+                 "ratio of medians": round(t.speedup, 1),
+                 "cache bytes (measured)": t.cache_bytes, "cache bytes (formula)": t.formula_bytes}
+                for t in self.timings]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(slots=True)
+class ShapeEstimate:
+    """What a shape will cost, known before a byte of it is allocated."""
+
+    num_params: int
+    weight_bytes: int
+    dtype_bytes: int
+    head_dim: int
+    intermediate_size: int
+    bytes_per_token: int  # K and V of one token in every layer
+
+
+@functools.cache
+def default_vocab_size() -> int:
+    """The bundled tokenizer's vocabulary, which a custom shape uses unless told otherwise."""
+    from transformers import AutoTokenizer
+
+    return len(AutoTokenizer.from_pretrained(str(BUNDLED_DIR), local_files_only=True))
+
+
+def estimate(shape: CustomShape, device: str | torch.device | None = None) -> ShapeEstimate:
+    """Parameters, weight bytes and cache bytes per token of `shape`; ModelLoadError if it cannot be built."""
+    device = pick_device(device)
+    vocab_size = shape.vocab_size or default_vocab_size()
+    validate_shape(shape, vocab_size)
+    element = torch.empty((), dtype=pick_dtype(device)).element_size()
+    num_params = shape.num_params(vocab_size)
+    head_dim = shape.resolved_head_dim()
+    cache_shape = ModelShape(num_layers=shape.num_layers, num_kv_heads=shape.num_kv_heads, head_dim=head_dim)
+    return ShapeEstimate(num_params, num_params * element, element, head_dim, shape.resolved_intermediate_size(),
+                         kv_cache_bytes(cache_shape, 1, 1, element))
+
+
+def check_lab_size(shape: CustomShape, device: str | torch.device | None = None) -> None:
+    """Refuse, with the estimate, a model too big to measure in seconds on this device."""
+    device = pick_device(device)
+    limit = MAX_LAB_PARAMS.get(device.type, MAX_LAB_PARAMS["cpu"])
+    cost = estimate(shape, device)
+    if cost.num_params > limit:
+        raise ModelLoadError(
+            f"This shape has about {cost.num_params / 1e6:,.0f}M parameters ({cost.weight_bytes / 2**30:.2f} GiB "
+            f"of weights); the lab measures up to {limit / 1e6:,.0f}M on {device.type} so that a measurement "
+            "takes seconds, so choose fewer layers, a smaller hidden size or a smaller MLP.")
+
+
+def build_lab_model(shape: CustomShape, device: str | torch.device | None = None) -> LoadedModel:
+    """A Llama-style model of this shape with random weights; ModelLoadError says why not."""
+    device = pick_device(device)
+    check_lab_size(shape, device)  # validates the shape, then weighs it
+    return load_model(shape=shape, device=device)
+
+
+def lab_contexts(max_context: int, start: int = 16) -> list[int]:
+    """Context lengths to measure: 16, 32, 64, ... doubling, and the longest the model allows."""
+    longest = max_context - 2  # room for the token the step samples, and one more so it stays cached
+    contexts = []
+    context = start
+    while context < longest:
+        contexts.append(context)
+        context *= 2
+    return contexts + [longest] if longest >= 2 else contexts
+
+
+def cache_shape_of(lm: LoadedModel) -> ModelShape:
+    """The model as the memory bill sees it (layers, KV heads, head size)."""
+    return lm.shape
+
+
+def measure(lm: LoadedModel, contexts: list[int], repeats: int = 3, seed: int = 0,
+            sample_tokens: int = 12) -> LabResult:
+    """Describe `lm` and time its decode steps at each context length (see measure_decode_times)."""
+    info = lm.describe()
+    shape = cache_shape_of(lm)
+    dtype_bytes = info["dtype_bytes"]
+    result = LabResult(
+        name=lm.name, num_params=info["parameters"],
+        weight_bytes=sum(p.nbytes for p in lm.model.parameters()), dtype_bytes=dtype_bytes,
+        bytes_per_token=kv_cache_bytes(shape, 1, 1, dtype_bytes),
+        formula=bill_breakdown(shape, max(contexts), 1, dtype_bytes)[0].formula,
+        device=str(lm.device), timings=measure_decode_times(lm, contexts, repeats, seed))
+    if sample_tokens and lm.tokenizer is not None:
+        result.sample_text = sample_nonsense(lm, sample_tokens)
+    return result
+
+
+def measure_decode_times(lm: LoadedModel, contexts: list[int], repeats: int = 3,
+                         seed: int = 0) -> list[DecodeTiming]:
+    """For each context c: the median forward time of `repeats` warm decode steps with c tokens in
+    context, with the cache (one new token) and without (all c tokens again), their spread, and the
+    cache bytes. Near the end of the context each repeat takes a fresh pair of engines."""
+    if not contexts:
+        raise ValueError("Give at least one context length to measure.")
+    if min(contexts) < 2 or max(contexts) > lm.max_context - 2:
+        raise ValueError(f"Context lengths must lie between 2 and {lm.max_context - 2} for this model "
+                         f"(its context holds {lm.max_context} tokens); choose lengths inside that range.")
+    if repeats < 1:
+        raise ValueError("repeats must be at least 1.")
+    rng = random.Random(seed)
+    vocab_size = lm.model.get_output_embeddings().weight.shape[0]
+    shape = cache_shape_of(lm)
+    dtype_bytes = torch.empty((), dtype=lm.dtype).element_size()
+    _warm_up(lm, vocab_size, rng)
+    timings = []
+    for context in contexts:
+        prompt = [rng.randrange(vocab_size) for _ in range(context - 1)]
+        cached_s, uncached_s, cache_bytes = [], [], 0
+        while len(cached_s) < repeats:
+            # a step that fills the model's context ends the request and frees its blocks: stop
+            # before, and start a fresh pair of engines for the remaining repeats
+            num_decodes = min(repeats - len(cached_s), lm.max_context - 1 - context)
+            # with the cache: the prefill writes c - 1 tokens, then each decode step runs one token;
+            # without it: the first step runs c - 1 tokens, each later one all tokens again, from c up
+            cached = _one_request_engine(lm, prompt, num_decodes, use_cache=True)
+            uncached = _one_request_engine(lm, prompt, num_decodes, use_cache=False)
+            cached.step()  # prefill: all c - 1 prompt tokens in one forward pass
+            uncached.step()
+            for index in range(num_decodes):  # alternate, so that a busy moment slows both alike
+                decode, recompute = cached.step(), uncached.step()
+                assert decode.num_tokens_run == 1 and recompute.num_tokens_run == context + index
+                cache_bytes = cache_bytes or decode.memory.token_bytes  # c tokens: the prompt and the newest
+                cached_s.append(decode.forward_s)
+                uncached_s.append(recompute.forward_s)
+        timings.append(DecodeTiming(
+            context=context, cached_s=statistics.median(cached_s), uncached_s=statistics.median(uncached_s),
+            cache_bytes=cache_bytes, formula_bytes=kv_cache_bytes(shape, context, 1, dtype_bytes),
+            cached_spread_s=(min(cached_s), max(cached_s)), uncached_spread_s=(min(uncached_s), max(uncached_s)),
+            repeats=repeats))
+    return timings
+
+
+def _one_request_engine(lm: LoadedModel, prompt: list[int], num_decodes: int, use_cache: bool) -> Engine:
+    """An engine holding just this request, with blocks for it and a budget for its whole prompt."""
+    most_tokens = len(prompt) + num_decodes + 2
+    engine = Engine(lm, max_num_seqs=1, num_blocks=blocks_needed(most_tokens, DEFAULTS.block_size),
+                    max_num_batched_tokens=most_tokens, enable_prefix_caching=False,
+                    record_blocks=False, use_cache=use_cache)
+    # more tokens than the steps we run, so the request is still in the cache when we look
+    engine.add_request(prompt, SamplingParams(max_tokens=num_decodes + 2, temperature=0.0, ignore_eos=True))
+    return engine
+
+
+def _warm_up(lm: LoadedModel, vocab_size: int, rng: random.Random) -> None:
+    """The first forward passes pay for allocations and kernel choices; keep them out of the timings."""
+    for use_cache in (True, False):
+        engine = _one_request_engine(lm, [rng.randrange(vocab_size) for _ in range(8)], 2, use_cache)
+        for _ in range(3):
+            engine.step()
+
+
+def sample_nonsense(lm: LoadedModel, num_tokens: int = 12, prompt: str = "ROMEO:") -> str:
+    """What a random-weight model writes after a prompt: proof that the weights know nothing."""
+    engine = Engine(lm, max_num_seqs=1, enable_prefix_caching=False, record_blocks=False)
+    params = SamplingParams(max_tokens=num_tokens, temperature=1.0, seed=0, ignore_eos=True)
+    return engine.generate([prompt], params)[0].text or ""

@@ -1,0 +1,91 @@
+"""Export the "Paged cache and batching" lesson to JSON and replay it without a model.
+
+A file holds the run's settings, its requests, every step record (the pool is rebuilt from
+their events), each step's decoded texts and the step in view. Everything the page draws comes
+from these. A file is untrusted: each field is checked for type, range and agreement with the
+others (block ids inside the pool, request ids of the run) before anything is built, and a
+refusal is one sentence naming the field (kvviz/lessons/files.py).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+
+from kvviz.engine.records import StepRecord
+from kvviz.lessons.files import (LESSON_FORMAT, FieldError, bounded_list, build_checked, check_keys, check_range,
+                                 read_lesson_file, settings_numbers, step_records, typed)
+from kvviz.lessons.paged_batching.logic import PagedLesson, RequestSpec
+
+LESSON = "paged_batching"
+MAX_REQUESTS = 256
+MAX_STEPS = 10_000
+MAX_BLOCKS = 4096  # the page's slider stops at 128; the pool grid draws every block
+FIELDS = {"format", "lesson", "model_name", "settings", "specs", "request_ids", "prompt_lengths", "records",
+          "texts", "view_step"}
+SETTINGS = {"block_size": 1024, "num_blocks": MAX_BLOCKS, "max_context": 2**24}  # name -> most
+
+
+def export_paged(lesson: PagedLesson, view_step: int) -> str:
+    """The run as JSON: no code, no pickle, no model; `view_step` is the step the page shows."""
+    return json.dumps({
+        "format": LESSON_FORMAT, "lesson": LESSON, "model_name": lesson.model_name,
+        "settings": {"block_size": lesson.block_size, "num_blocks": lesson.num_blocks,
+                     "max_context": lesson.max_context, "enable_prefix_caching": lesson.enable_prefix_caching},
+        "specs": [asdict(spec) for spec in lesson.specs],
+        "request_ids": sorted(lesson.request_ids.items()),  # JSON keys are text: pairs keep the ints
+        "prompt_lengths": sorted(lesson.prompt_lengths.items()),
+        "records": [r.to_dict() for r in lesson.records],
+        "texts": [sorted(texts.items()) for texts in lesson.texts],
+        "view_step": min(max(view_step, 0), len(lesson.records) - 1),
+    })
+
+
+def import_paged(data: bytes | str) -> tuple[PagedLesson, int]:
+    """A replay of `export_paged` output and the step it showed, checking everything first."""
+    return build_checked(_build, read_lesson_file(data, LESSON))
+
+
+def _build(payload: dict) -> tuple[PagedLesson, int]:
+    check_keys(payload, "", FIELDS)
+    sizes, settings = settings_numbers(payload["settings"], SETTINGS, {"enable_prefix_caching"})
+    specs = bounded_list(payload["specs"], MAX_REQUESTS, "specs")
+    check_range(len(specs), 1, MAX_REQUESTS, "specs (the number of requests)")
+    specs = [typed(spec, RequestSpec, f"specs[{i}]") for i, spec in enumerate(specs)]
+    request_ids = dict(typed(bounded_list(payload["request_ids"], len(specs), "request_ids"),
+                             list[tuple[int, int]], "request_ids"))
+    for index in request_ids:
+        check_range(index, 0, len(specs) - 1, "request_ids (a request's index)")
+    records = step_records(payload["records"], MAX_STEPS, "records")
+    for i, record in enumerate(records):
+        _check_record(record, f"records[{i}]", set(request_ids.values()), sizes["num_blocks"])
+    texts = bounded_list(payload["texts"], len(records), "texts")
+    if len(texts) != len(records):
+        raise FieldError("texts", f"has {len(texts)} steps where records has {len(records)}")
+    texts = [dict(typed(t, list[tuple[int, str]], f"texts[{i}]")) for i, t in enumerate(texts)]
+    lengths = typed(bounded_list(payload["prompt_lengths"], len(specs), "prompt_lengths"),
+                    list[tuple[int, int]], "prompt_lengths")
+    lesson = PagedLesson(
+        specs, None, sizes["max_context"], sizes["block_size"], sizes["num_blocks"],
+        typed(settings["enable_prefix_caching"], bool, "settings.enable_prefix_caching"),
+        records=records, texts=texts, request_ids=request_ids, prompt_lengths=dict(lengths),
+        model_name=typed(payload["model_name"], str, "model_name")[:200])
+    view_step = check_range(typed(payload["view_step"], int, "view_step"), 0, len(records) - 1, "view_step")
+    return lesson, view_step
+
+
+def _check_record(record: StepRecord, where: str, request_ids: set[int], num_blocks: int) -> None:
+    """Ids that the page looks up: requests of this run, blocks inside the pool."""
+    for i, state in enumerate(record.requests):
+        if state.request_id not in request_ids:
+            raise FieldError(f"{where}.requests[{i}].request_id", "is not a request of this run")
+        _check_blocks(state.block_table, num_blocks, f"{where}.requests[{i}].block_table")
+    for i, event in enumerate(record.events):
+        _check_blocks(event.block_ids, num_blocks, f"{where}.events[{i}].block_ids")
+    for i, block in enumerate(record.blocks or []):
+        _check_blocks([block.block_id], num_blocks, f"{where}.blocks[{i}].block_id")
+
+
+def _check_blocks(block_ids: list[int], num_blocks: int, where: str) -> None:
+    if any(block_id >= num_blocks for block_id in block_ids):
+        raise FieldError(where, f"names a block outside the pool of {num_blocks}")

@@ -1,0 +1,95 @@
+"""The Paged lesson's fork view: one prompt, n samples, shared blocks and copy-on-write."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from kvviz.lessons.paged_batching import fork as fork_lesson
+from kvviz.engine import EngineError
+from kvviz.engine.kv_manager import KVCacheManager
+from kvviz.memory_bill import format_bytes
+from kvviz.ui.common import current_model, drop, show_code
+from kvviz.lessons.paged_batching import fork_figures
+from kvviz.lessons.paged_batching import figures as paged_batching_figures
+
+DEFAULT_PROMPT = "JULIET:\nO Romeo, Romeo, wherefore art thou Romeo?"  # 13 tokens: a partly filled last block
+
+KEYS = frozenset({"lesson_fork", "fork_error", "fork_view_step"})
+INPUTS = ("fork_",)
+
+
+def _on_fork() -> None:
+    state = st.session_state
+    state.pop("fork_error", None)
+    try:
+        state["lesson_fork"] = fork_lesson.run_fork(
+            current_model(), state.get("fork_prompt", DEFAULT_PROMPT), n=int(state.get("fork_n", 4)),
+            max_tokens=int(state.get("fork_max_tokens", 12)), block_size=int(state.get("fork_block_size", 4)))
+    except EngineError as error:
+        state["fork_error"] = str(error)
+        return
+    state["fork_view_step"] = 0
+
+
+def fork_view() -> None:
+    st.markdown(
+        "Ask for **n samples of one prompt** (`SamplingParams(n=...)`). The prompt runs through the "
+        "model once; then the request **forks**: every sample points at the same prompt blocks "
+        "(reference count n). A sample that is about to write into a shared, partly filled block "
+        "first gets its own copy (**copy-on-write**); full blocks stay shared to the end.")
+    st.text_area("Prompt", DEFAULT_PROMPT, key="fork_prompt", height=90)  # a text area keeps the line break
+    a, b, c = st.columns(3)
+    a.slider("Samples (n)", 2, 8, 4, key="fork_n")
+    b.slider("Block size (tokens)", 2, 16, 4, key="fork_block_size")
+    c.slider("Tokens per sample", 2, 32, 12, key="fork_max_tokens")
+    st.button("Fork", on_click=_on_fork, type="primary", key="fork_run")
+    if "fork_error" in st.session_state:
+        st.error(st.session_state["fork_error"])
+    run: fork_lesson.ForkRun | None = st.session_state.get("lesson_fork")
+    if run is None:
+        st.info("Press **Fork**: the engine prefills the prompt once and samples n continuations.")
+        return
+    last = len(run.records) - 1
+    step = st.slider("Step", 0, last, key="fork_view_step")
+    facts = fork_lesson.summary(run, step)
+    m = st.columns(4)
+    m[0].metric("Shared blocks", facts["shared_blocks"],
+                f"ref count up to {facts['max_ref_cnt']}" if facts["shared_blocks"] else None,
+                delta_color="off", delta_arrow="off")
+    m[1].metric("Copies (copy-on-write)", facts["copies"], format_bytes(facts["copied_bytes"]) + " copied",
+                delta_color="off", delta_arrow="off")
+    m[2].metric("Blocks held now", facts["blocks_now"], f"{facts['separate_blocks_now']} if independent",
+                delta_color="off", delta_arrow="off")
+    m[3].metric("Saved at the peak", format_bytes(facts["bytes_saved"]), f"{facts['blocks_saved']} blocks",
+                delta_color="off", delta_arrow="off",
+                help=f"{facts['peak_blocks']} blocks against {facts['separate_peak_blocks']} for {facts['n']} "
+                     f"independent requests, {format_bytes(run.bytes_per_block)} a block. The {facts['n'] - 1} "
+                     f"extra samples save the prompt's {facts['full_prompt_blocks']} full blocks each; "
+                     "a partly filled last prompt block is copied by all writers but one.")
+    record = run.records[step]
+    left, right = st.columns([3, 2])
+    with left:
+        if facts["blocks_now"]:
+            st.plotly_chart(paged_batching_figures.block_tables(record, run.labels, run.block_size), width="stretch",
+                            key="fork_tables")
+        else:
+            st.info(f"Every sample finished at step {step}: their blocks went back to the pool "
+                    "(green: free, but their prefix stays cached).")
+        st.plotly_chart(paged_batching_figures.pool_grid(run.pool_blocks(step), run.short_labels), width="stretch",
+                        key="fork_pool")
+    with right:
+        held = [fork_lesson.blocks_held(run, s) for s in range(last + 1)]
+        st.plotly_chart(fork_figures.fork_memory(held, run.bytes_per_block), width="stretch", key="fork_memory")
+        copied = fork_lesson.copies(run, step)
+        st.markdown("**Copies so far**")
+        st.table(pd.DataFrame([dict(c, bytes=format_bytes(c["bytes"])) for c in copied] or
+                              [{"step": "—", "sample": "no copy yet"}]).set_index("step"))
+    st.table(pd.DataFrame({"sample": list(run.labels.values()), "text": run.texts}).set_index("sample"))
+    show_code(KVCacheManager.fork, KVCacheManager._copy_on_write,
+              caption="The KV manager shares the parent's blocks, and copies one before a sample writes into it.")
+
+
+def reset(state) -> None:
+    """Forget this lesson's run when another model loads: it belongs to the model it ran on."""
+    drop(state, KEYS)

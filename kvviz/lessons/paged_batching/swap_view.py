@@ -1,0 +1,87 @@
+"""The Paged lesson's swap-or-recompute view: both preemption modes on the same tight pool."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from kvviz.lessons.paged_batching import swap as swap_lesson
+from kvviz.engine import EngineError
+from kvviz.engine.kv_manager import KVCacheManager
+from kvviz.memory_bill import format_bytes
+from kvviz.ui.common import current_model, drop, show_code
+from kvviz.lessons.paged_batching.state import request_specs
+
+KEYS = frozenset({"lesson_swap", "swap_error"})
+INPUTS = ("swap_",)
+
+
+def _on_compare() -> None:
+    state = st.session_state
+    state.pop("swap_error", None)
+    timed = int(state.get("swap_timed_runs", TIMED_RUNS))
+    try:
+        state["lesson_swap"] = swap_lesson.compare(
+            current_model(), [spec.prompt for spec in request_specs()], block_size=8,
+            num_blocks=int(state.get("swap_num_blocks", 12)), max_tokens=int(state.get("swap_max_tokens", 32)),
+            runs=timed + 1 if timed else 1)
+    except EngineError as error:
+        state["swap_error"] = str(error)
+
+
+TIMED_RUNS = 0  # timing repeats each mode several times: seconds of waiting per run on a small CPU
+
+
+# the engine's event kinds, in words for the class
+EVENT_WORDS = {"swap_out": "swapped out", "swap_in": "swapped in", "swap_full": "swap space full: recomputed"}
+
+
+def _time(run: swap_lesson.ModeRun) -> str:
+    if not run.timed:
+        return "not timed"
+    low, high = run.spread_s
+    return f"{run.median_s:.2f} s ({low:.2f}–{high:.2f})"
+
+
+def swap_view() -> None:
+    st.markdown(
+        "When the pool runs out, a running request is **preempted**. *Recompute* frees its blocks and "
+        "runs its tokens through the model again later; *swap* copies its blocks to CPU memory and back "
+        "into fresh blocks when it resumes. The requests of the table above, greedy, block size 8:")
+    a, b, c = st.columns(3)
+    a.slider("Pool size (blocks)", 4, 64, 12, key="swap_num_blocks")
+    b.slider("Tokens per request", 4, 64, 32, key="swap_max_tokens")
+    c.number_input("Timed runs per mode", 0, 5, TIMED_RUNS, key="swap_timed_runs",
+                   help="0 (default): one run each, not timed, so the comparison comes back at once. "
+                        "1-5: a warm-up run, then the median and spread of that many timed runs per mode.")
+    st.button("Compare swap and recompute", on_click=_on_compare, type="primary", key="swap_run")
+    if "swap_error" in st.session_state:
+        st.error(st.session_state["swap_error"])
+    result: dict[str, swap_lesson.ModeRun] | None = st.session_state.get("lesson_swap")
+    if result is None:
+        return
+    recompute, swap = result["recompute"], result["swap"]
+    rows = [{"mode": run.mode, "preemptions": run.preemptions, "tokens recomputed": run.recomputed_tokens,
+             "bytes swapped out": format_bytes(run.bytes_out), "bytes swapped in": format_bytes(run.bytes_in),
+             "fell back to recompute": run.swap_fallbacks, "time (median, min–max)": _time(run)}
+            for run in (recompute, swap)]
+    st.table(pd.DataFrame(rows).set_index("mode"))
+    if swap.outputs == recompute.outputs:
+        st.success(f"Outputs identical: all {len(swap.outputs)} requests, token for token.")
+    else:
+        st.error("The two modes produced different outputs.")
+    if not recompute.preemptions:
+        st.info("Nothing was preempted: make the pool smaller to see the difference.")
+    labels = {rid: f"R{index + 1}" for index, rid in enumerate(swap.request_ids)}  # as the table above numbers them
+    events = swap_lesson.swap_events(swap, labels)
+    if events:
+        st.markdown("**Swap events** (block ids in the pool, slots in CPU memory)")
+        st.table(pd.DataFrame([dict(e, event=EVENT_WORDS.get(e["event"], e["event"]), bytes=format_bytes(e["bytes"]))
+                               for e in events]).set_index("step"))
+    show_code(KVCacheManager.swap_out, KVCacheManager.swap_in,
+              caption="The KV manager moves a victim's blocks to the swap space and back.")
+
+
+def reset(state) -> None:
+    """Forget this lesson's run when another model loads: it belongs to the model it ran on."""
+    drop(state, KEYS)

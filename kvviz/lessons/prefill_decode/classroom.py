@@ -1,0 +1,69 @@
+"""The Prefill and decode lesson in class: its state in the URL, predict-then-reveal, export and replay."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from kvviz.lessons.prefill_decode import predict
+from kvviz.lessons.prefill_decode.file import export_lesson, import_lesson
+from kvviz.lessons.uploads import file_buttons
+from kvviz.ui.common import drop
+
+KEYS = frozenset({"lesson_question_kind", "lesson_ask", "lesson_upload", "lesson_upload_error"})
+KEY_PREFIXES = ("lesson_guess_",)  # one guess widget per question asked
+
+
+def sync_query_params(prompt: str, step: int | None) -> None:
+    """Keep the lesson's model, prompt and step in the URL, so a link reopens the same view."""
+    st.query_params["model"] = st.session_state.get("model_source", "bundled")
+    st.query_params["prompt"] = prompt
+    if step is None:
+        st.query_params.pop("step", None)
+    else:
+        st.query_params["step"] = str(step)
+
+
+def predict_panel(lesson) -> None:
+    questions = st.session_state.setdefault("lesson_questions", [])
+    for question in questions:
+        predict.reveal(question, lesson)
+    right, answered = predict.score(questions)
+    st.markdown(f"**Predict, then reveal** · score {right} / {answered}")
+    a, b = st.columns([3, 1])
+    kind = a.selectbox("Question", predict.QUESTION_KINDS, key="lesson_question_kind",
+                       format_func=lambda k: {"bytes_after_five": "Bytes after five more tokens?",
+                                              "blocks_after_next": "Blocks after the next step?"}[k])
+    if b.button("Ask", key="lesson_ask", width="stretch"):
+        try:
+            questions.append(predict.ask(lesson, kind))
+        except ValueError as error:
+            st.error(str(error))
+    open_questions = [q for q in questions if not q.revealed]
+    for index, question in enumerate(open_questions):
+        st.markdown(question.text)
+        guess = st.number_input(f"Your guess ({question.unit})", min_value=0.0, step=1.0,
+                                key=f"lesson_guess_{question.asked_at}_{question.kind}")
+        question.guess = guess
+        st.caption(f"Step to {question.target} to see the engine's answer.")
+    for question in reversed([q for q in questions if q.revealed][-3:]):
+        verdict = "right" if question.correct else "not quite"
+        st.markdown(f"{'✅' if question.correct else '❌'} {question.text} You said "
+                    f"**{question.guess:,.0f}**; the engine holds **{question.answer:,.0f} {question.unit}** "
+                    f"at step {question.target} ({verdict}).")
+
+
+def export_and_replay(lesson) -> None:
+    export = (lambda: export_lesson(lesson)) if lesson is not None and lesson.started else None
+    file_buttons(export, "kvviz-lesson.json", "lesson_upload", _replay)
+
+
+def _replay(data: bytes) -> None:
+    st.session_state["lesson"] = import_lesson(data)
+    st.session_state["lesson_view_step"] = 0
+    st.session_state["lesson_questions"] = []
+    st.session_state.pop("lesson_error", None)
+
+
+def reset(state) -> None:
+    """Forget this lesson's run when another model loads: it belongs to the model it ran on."""
+    drop(state, KEYS, KEY_PREFIXES)

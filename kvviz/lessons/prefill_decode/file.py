@@ -1,0 +1,148 @@
+"""Export a lesson to JSON and replay it without a model, checking every field of an upload.
+
+A file holds the settings, the model summary, every step record (without the engine's full
+trace) and per step only what that step added: the new K/V rows and the newest token's
+attention. Arrays travel as base64 of little-endian float32, so a replay draws the same pixels.
+A file is untrusted: each field is checked for type, range and agreement with the model summary
+before anything is built, and a refusal is one sentence naming the field.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+from dataclasses import asdict
+
+import numpy as np
+
+from kvviz.engine.records import StepRecord
+from kvviz.lessons.files import (LESSON_FORMAT, FieldError, build_checked, check_keys, check_range, read_lesson_file,
+                                 typed)
+from kvviz.lessons.prefill_decode.logic import (MAX_LESSON_TOKENS, MAX_TRIANGLE_TOKENS, Lesson, LessonSettings,
+                                                StepTrace)
+MODEL_LIMITS = {"layers": 512, "heads": 1024, "kv_heads": 1024, "head_dim": 1024, "hidden_size": 2**20,
+                "parameters": 2**50, "max_context": 2**24}
+MODEL_TEXT = ("name", "source", "device", "dtype")
+
+
+def export_lesson(lesson: Lesson) -> str:
+    """The lesson as JSON: settings, model summary, step records and compact traces. No code, no pickle."""
+    return json.dumps({
+        "format": LESSON_FORMAT, "lesson": "prefill_decode", "model": lesson.model_info,
+        "settings": asdict(lesson.settings),
+        "prompt_token_ids": lesson.prompt_token_ids, "token_texts": lesson.token_texts,
+        "records": [r.to_dict() for r in lesson.records],
+        "twin_records": [r.to_dict() for r in lesson.twin_records],
+        "traces": [{"new_keys": _encode(t.new_keys), "new_values": _encode(t.new_values),
+                    "attention": _encode(t.attention), "changed_rows": t.changed_rows,
+                    "logit_difference": t.logit_difference,
+                    "prompt_attention": None if t.prompt_attention is None else _encode(t.prompt_attention)}
+                   for t in lesson.traces],
+    })
+
+
+def import_lesson(data: bytes | str) -> Lesson:
+    """Rebuild a lesson for replay from `export_lesson` output, checking everything first."""
+    return build_checked(_build, read_lesson_file(data, "prefill_decode"))
+
+
+# ---- checking ------------------------------------------------------------------------------
+def _build(payload: dict) -> Lesson:
+    check_keys(payload, "", {"format", "lesson", "model", "settings", "prompt_token_ids", "token_texts",
+                              "records", "twin_records", "traces"},
+               {"format", "model", "settings", "prompt_token_ids", "token_texts", "records", "twin_records", "traces"})
+    model = _model(payload["model"])
+    settings = _settings(payload["settings"])
+    max_tokens = check_range(settings.sampling.max_tokens, 1, MAX_LESSON_TOKENS, "settings.sampling.max_tokens")
+    check_range(settings.sampling.n, 1, 1, "settings.sampling.n")
+    check_range(settings.block_size, 1, 1024, "settings.block_size")
+    prompt_ids = typed(payload["prompt_token_ids"], list[int], "prompt_token_ids")
+    check_range(len(prompt_ids), 1, model["max_context"] - 1, "prompt_token_ids (its length)")
+    steps = typed(payload["records"], list, "records")
+    check_range(len(steps), 1, max_tokens, "records (the number of steps)")
+    records = [typed(r, StepRecord, f"records[{i}]") for i, r in enumerate(steps)]
+    twins = typed(payload["twin_records"], list, "twin_records")
+    if len(twins) != len(records):
+        raise FieldError("twin_records", f"has {len(twins)} steps where records has {len(records)}")
+    twin_records = [typed(r, StepRecord, f"twin_records[{i}]") for i, r in enumerate(twins)]
+    traces = typed(payload["traces"], list, "traces")
+    if len(traces) != len(records):
+        raise FieldError("traces", f"has {len(traces)} steps where records has {len(records)}")
+    lesson_traces = [_trace(t, i, model, len(prompt_ids)) for i, t in enumerate(traces)]
+    texts = typed(payload["token_texts"], list[str], "token_texts")
+    sampled = sum(len(r.sampled) for r in records)
+    if len(texts) != len(prompt_ids) + sampled:
+        raise FieldError("token_texts", f"has {len(texts)} tokens where the prompt and the sampled tokens make "
+                                        f"{len(prompt_ids) + sampled}")
+    for i, record in enumerate(records):
+        if record.trace is not None or twin_records[i].trace is not None:
+            raise FieldError(f"records[{i}].trace", "must be empty (traces travel in the traces field)")
+    return Lesson(settings, model, records=records, twin_records=twin_records, traces=lesson_traces,
+                  prompt_token_ids=prompt_ids, token_texts=texts, replay=True)
+
+
+def _settings(value) -> LessonSettings:
+    return typed(value, LessonSettings, "settings")
+
+
+def _model(value) -> dict:
+    value = typed(value, dict, "model")
+    model = {}
+    for key in MODEL_TEXT:
+        model[key] = typed(value.get(key), str, f"model.{key}")[:200]
+    for key, most in MODEL_LIMITS.items():
+        model[key] = check_range(typed(value.get(key), int, f"model.{key}"), 1, most, f"model.{key}")
+    model["dtype_bytes"] = typed(value.get("dtype_bytes"), int, "model.dtype_bytes")
+    if model["dtype_bytes"] not in (1, 2, 4, 8):
+        raise FieldError("model.dtype_bytes", "must be 1, 2, 4 or 8")
+    if model["heads"] % model["kv_heads"]:
+        raise FieldError("model.kv_heads", f"({model['kv_heads']}) must divide model.heads ({model['heads']})")
+    return model
+
+
+def _trace(value, step: int, model: dict, prompt_tokens: int) -> StepTrace:
+    where = f"traces[{step}]"
+    value = typed(value, dict, where)
+    check_keys(value, where, {"new_keys", "new_values", "attention", "changed_rows", "logit_difference",
+                         "prompt_attention"},
+          {"new_keys", "new_values", "attention", "changed_rows", "logit_difference"})
+    new = prompt_tokens if step == 0 else 1
+    kv_shape = (model["layers"], new, model["kv_heads"], model["head_dim"])
+    attention_shape = (model["layers"], model["heads"], prompt_tokens + step)
+    return StepTrace(_decode(value["new_keys"], kv_shape, f"{where}.new_keys"),
+                     _decode(value["new_values"], kv_shape, f"{where}.new_values"),
+                     _decode(value["attention"], attention_shape, f"{where}.attention"),
+                     typed(value["changed_rows"], int, f"{where}.changed_rows"),
+                     typed(value["logit_difference"], float | None, f"{where}.logit_difference"),
+                     _triangle(value.get("prompt_attention"), step, model, prompt_tokens, where))
+
+
+def _triangle(value, step: int, model: dict, prompt_tokens: int, where: str) -> np.ndarray | None:
+    """The prefill's attention matrix: only at step 0, only for a prompt short enough to keep it."""
+    if value is None:
+        return None
+    if step != 0 or prompt_tokens > MAX_TRIANGLE_TOKENS:
+        raise FieldError(f"{where}.prompt_attention", "belongs only to the prefill step of a short prompt")
+    shape = (model["layers"], model["heads"], prompt_tokens, prompt_tokens)
+    return _decode(value, shape, f"{where}.prompt_attention")
+
+
+def _encode(array: np.ndarray) -> str:
+    return base64.b64encode(np.ascontiguousarray(array, dtype="<f4").tobytes()).decode("ascii")
+
+
+def _decode(value, shape: tuple, where: str) -> np.ndarray:
+    if not isinstance(value, str):
+        raise FieldError(where, "must be base64 text")
+    expected = math.prod(shape) * 4
+    if len(value) != 4 * -(-expected // 3):  # checked before decoding, so a huge field costs nothing
+        raise FieldError(where, f"does not hold {'x'.join(map(str, shape))} float32 values, as the model and step imply")
+    try:
+        raw = base64.b64decode(value, validate=True)
+    except ValueError:
+        raise FieldError(where, "is not valid base64") from None
+    array = np.frombuffer(raw, dtype="<f4").astype(np.float32).reshape(shape)
+    if not np.isfinite(array).all():
+        raise FieldError(where, "holds a value that is not a finite number")
+    return array

@@ -1,0 +1,108 @@
+"""Predict, then reveal: a question asked before stepping, answered by the real engine after.
+
+Each question names the step whose record holds the answer. The answer is read from that
+record once the lesson gets there, never computed from a formula, so a learner's guess is
+checked against what the engine actually did.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvviz.lessons.prefill_decode.logic import Lesson
+
+QUESTION_KINDS = ("bytes_after_five", "blocks_after_next")
+
+
+@dataclass
+class Question:
+    kind: str
+    asked_at: int  # the step the learner was looking at
+    target: int  # the step whose record answers it
+    text: str
+    unit: str
+    guess: float | None = None
+    answer: float | None = None
+
+    @property
+    def revealed(self) -> bool:
+        return self.answer is not None
+
+    @property
+    def correct(self) -> bool:
+        # bytes within 1% count as right: nobody should have to type every digit
+        if self.answer is None or self.guess is None:
+            return False
+        return abs(self.guess - self.answer) <= 0.01 * max(abs(self.answer), 1)
+
+
+def ask(lesson: Lesson, kind: str) -> Question:
+    """A question about the lesson's near future, from where it stands now."""
+    step = len(lesson.visible_records) - 1
+    tokens = lesson.num_tokens_at(step)
+    ahead = 5 if kind == "bytes_after_five" else 1
+    last_step = len(lesson.records) - 1 if lesson.replay else lesson.settings.sampling.max_tokens - 1
+    if step + ahead >= last_step:  # the final step frees the request's blocks
+        raise ValueError(f"The lesson ends before {ahead} more step(s) can run; ask earlier or generate more tokens.")
+    if kind == "bytes_after_five":
+        return Question(kind, step, step + 5, f"The cache holds {tokens} tokens now. How many bytes will "
+                        "this request's keys and values take after five more decode steps?", "bytes")
+    if kind == "blocks_after_next":
+        block_size = lesson.settings.block_size
+        return Question(kind, step, step + 1, f"Blocks hold {block_size} tokens and the cache holds {tokens}. "
+                        "How many blocks will the request hold after the next step?", "blocks")
+    raise ValueError(f"Unknown question {kind!r}; ask one of {', '.join(QUESTION_KINDS)}.")
+
+
+def reveal(question: Question, lesson: Lesson) -> bool:
+    """Fill in the answer from the engine's record, if the lesson has reached the target step."""
+    records = lesson.visible_records
+    if question.revealed or len(records) <= question.target:
+        return question.revealed
+    record = records[question.target]
+    if question.kind == "bytes_after_five":
+        question.answer = record.memory.token_bytes
+    else:
+        question.answer = len(record.requests[0].block_table)
+    return True
+
+
+def score(questions: list[Question]) -> tuple[int, int]:
+    """(right, answered) over the questions revealed so far."""
+    answered = [q for q in questions if q.revealed and q.guess is not None]
+    return sum(q.correct for q in answered), len(answered)
+
+
+@dataclass
+class BlockQuestion:
+    """Paged lesson: which physical block will a request get when it next needs one?"""
+
+    request_id: int
+    label: str
+    asked_at: int
+    guess: int | None = None
+    answer: int | None = None
+    answered_at: int | None = None
+
+    @property
+    def text(self) -> str:
+        return (f"{self.label} will need another block. Which physical block id will the pool give it? "
+                "(Hint: the free queue hands out the least recently freed block first.)")
+
+    @property
+    def revealed(self) -> bool:
+        return self.answer is not None
+
+    @property
+    def correct(self) -> bool:
+        return self.revealed and self.guess == self.answer
+
+
+def reveal_block(question: BlockQuestion, records) -> bool:
+    """The answer is the first block allocated to the request after the question was asked."""
+    for record in records[question.asked_at + 1:]:
+        for event in record.events:
+            if event.kind == "allocate" and event.request_id == question.request_id and event.block_ids:
+                question.answer, question.answered_at = event.block_ids[0], record.step
+                return True
+    return question.revealed

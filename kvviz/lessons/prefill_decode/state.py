@@ -1,0 +1,173 @@
+"""Session state and button callbacks of the "Prefill and decode" lesson.
+
+Everything lives in st.session_state under the keys in KEYS, so each browser session keeps its
+own engine and records; the model itself is shared read-only. reset() clears them all when
+another model loads (the inputs too: their defaults and the layer choices fit the old model).
+"""
+
+from __future__ import annotations
+
+import time
+
+import streamlit as st
+
+from kvviz.engine import EngineError
+from kvviz.lessons.prefill_decode.logic import MAX_LESSON_TOKENS, Lesson, LessonSettings, lesson_sampling
+from kvviz.ui import live_lessons
+from kvviz.ui.common import current_model, drop, page_sampling
+
+EXAMPLE_PROMPTS = [
+    "ROMEO:\nBut soft, what light through yonder window breaks?",
+    "JULIET:\n",
+    "First Citizen:\nBefore we proceed any further, hear me speak.",
+    "KING:\nNow is the winter of our discontent",
+]
+
+
+PAGE_SAMPLING = lesson_sampling(max_tokens=48, temperature=0.8, top_k=40, top_p=0.95)  # when not greedy
+DEFAULTS = {"lesson_prompt": EXAMPLE_PROMPTS[0], "lesson_example": EXAMPLE_PROMPTS[0],
+            "lesson_max_tokens": PAGE_SAMPLING.max_tokens, "lesson_greedy": True,
+            "lesson_temperature": PAGE_SAMPLING.temperature, "lesson_top_k": PAGE_SAMPLING.top_k,
+            "lesson_top_p": PAGE_SAMPLING.top_p, "lesson_seed": PAGE_SAMPLING.seed}
+KEYS = frozenset(DEFAULTS) | {  # the run, the player, the views' choices and the link's one reading
+    "lesson", "lesson_view_step", "lesson_playing", "lesson_error", "lesson_questions", "lesson_last_tick",
+    "lesson_ticker_inline", "lesson_query_done", "lesson_speed", "lesson_view", "lesson_kv_layer",
+    "lesson_kv_head", "lesson_attention_layer"}
+
+
+def set_defaults() -> None:
+    """Widget values live in session state, so callbacks and links can set them."""
+    for key, value in DEFAULTS.items():
+        st.session_state.setdefault(key, value)
+
+
+def lesson() -> Lesson | None:
+    current = st.session_state.get("lesson")
+    if current is not None and current.released:  # freed while this session was away
+        st.session_state.pop("lesson")
+        return None
+    return current
+
+
+def setting(key: str):
+    return st.session_state.get(key, DEFAULTS[key])
+
+
+def _settings() -> LessonSettings:
+    """The page's controls as the lesson's settings: the prompt and a SamplingParams."""
+    sampling = lesson_sampling(max_tokens=int(setting("lesson_max_tokens")), seed=int(setting("lesson_seed")))
+    return LessonSettings(setting("lesson_prompt"), page_sampling(setting, "lesson_", sampling))
+
+
+def on_prefill() -> None:
+    """Build a fresh lesson from the prompt box and run the prefill step."""
+    st.session_state.pop("lesson_error", None)
+    try:
+        new = Lesson.start(current_model(), _settings())
+    except EngineError as error:
+        st.session_state["lesson_error"] = str(error)  # the previous lesson stays as it was
+        return
+    refusal = live_lessons.admit(new)
+    if refusal is not None:
+        st.session_state["lesson_error"] = refusal
+        return
+    new.prefill()
+    st.session_state["lesson"] = new
+    st.session_state["lesson_view_step"] = 0
+    st.session_state["lesson_questions"] = []
+
+
+def on_next_token() -> None:
+    current = lesson()
+    if current is None:
+        on_prefill()
+        return
+    if current.next_token() is not None:
+        st.session_state["lesson_view_step"] = len(current.visible_records) - 1
+    if current.finished:
+        st.session_state["lesson_playing"] = False
+
+
+def on_toggle_play() -> None:
+    st.session_state["lesson_playing"] = not st.session_state.get("lesson_playing", False)
+    if st.session_state["lesson_playing"]:  # the first step comes one beat after Play, like the rest
+        st.session_state["lesson_last_tick"] = time.time()
+    elif (current := lesson()) is not None:
+        # Pause stops on the newest step. The ticker may have stepped in a run the browser never
+        # drew, and the slider value sent with this press is then one step behind.
+        st.session_state["lesson_view_step"] = len(current.visible_records) - 1
+
+
+def view_step(last_step: int, playing: bool) -> int:
+    """The step the views show: the newest while playing, else the one chosen (Pause keeps it).
+
+    Written back before the slider is drawn: the slider's maximum grows with every step, which
+    gives it a new identity, and Streamlit would otherwise reset it to step 0."""
+    chosen = st.session_state.get("lesson_view_step", last_step)
+    step = last_step if playing else min(int(chosen), last_step)
+    st.session_state["lesson_view_step"] = step
+    return step
+
+
+def on_reset() -> None:
+    for key in ("lesson", "lesson_view_step", "lesson_playing", "lesson_error", "lesson_questions"):
+        st.session_state.pop(key, None)
+
+
+def reset(state) -> None:
+    """Forget this lesson's run when another model loads: it belongs to the model it ran on."""
+    drop(state, KEYS)
+
+
+def restore_from_query() -> None:
+    """Open the lesson a link describes (?prompt=...&step=N), once per session."""
+    params = st.query_params
+    if st.session_state.get("lesson_query_done"):
+        return
+    st.session_state["lesson_query_done"] = True  # only the first run of a session reads the link
+    if "prompt" not in params:
+        return
+    st.session_state["lesson_prompt"] = params["prompt"]
+    on_prompt_edit()
+    if "step" not in params:
+        return
+    note = None
+    try:
+        target = max(0, int(params["step"]))
+    except ValueError:
+        note, target = "The link's step is not a number; showing the lesson from prefill.", 0
+    last = MAX_LESSON_TOKENS - 1  # a lesson of the slider's most tokens ends at this step
+    if target > last:
+        note, target = f"The link's step {target:,} is past the last step a lesson reaches; showing step {last}.", last
+    st.session_state["lesson_max_tokens"] = min(max(st.session_state.get("lesson_max_tokens", 48), target + 1),
+                                                MAX_LESSON_TOKENS)
+    on_prefill()
+    for _ in range(target):  # at most one real step per step asked for
+        current = lesson()
+        if current is None or current.finished:
+            break
+        on_next_token()
+    if note is not None and "lesson_error" not in st.session_state:
+        st.session_state["lesson_error"] = note
+
+
+def on_example() -> None:
+    if st.session_state.get("lesson_example") is not None:
+        st.session_state["lesson_prompt"] = st.session_state["lesson_example"]
+
+
+def on_prompt_edit() -> None:
+    """The example box names the prompt in the text box, or none when it is not one of them."""
+    prompt = st.session_state.get("lesson_prompt")
+    st.session_state["lesson_example"] = prompt if prompt in EXAMPLE_PROMPTS else None
+
+
+def stop_note(lesson: Lesson) -> str | None:
+    """Why a finished lesson generated fewer tokens than asked, in one sentence; None if it did not."""
+    generated = len(lesson.token_texts) - len(lesson.prompt_token_ids)
+    asked, context = lesson.settings.sampling.max_tokens, lesson.model_info.get("max_context")
+    if not lesson.finished or generated >= asked or context is None:
+        return None
+    return (f"It stopped after {generated} of the {asked} tokens asked for: the prompt's "
+            f"{len(lesson.prompt_token_ids)} tokens and the generated ones filled the model's context of "
+            f"{context} tokens. Use a shorter prompt to generate more.")

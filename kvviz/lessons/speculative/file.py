@@ -1,0 +1,72 @@
+"""Export the "Speculative decoding" lesson to JSON and replay it without a model.
+
+A file holds what the run was asked (prompt, drafts per step, tokens, block size), the prompt's
+token ids, both engines' step records, the texts of the token lists the page shows and the pass
+in view. A file is untrusted: each field is checked for type, range and agreement with the others
+before anything is built, and a refusal is one sentence naming the field (kvviz/lessons/files.py).
+"""
+
+from __future__ import annotations
+
+import json
+
+from kvviz.engine.records import StepRecord
+from kvviz.lessons.files import (LESSON_FORMAT, FieldError, bounded_list, build_checked, check_keys, check_range,
+                                 read_lesson_file, settings_numbers, step_records, typed)
+from kvviz.lessons.speculative.logic import SpeculativeLesson
+
+LESSON = "speculative"
+MAX_PASSES = 4096
+MAX_TEXTS = 50_000
+MAX_TOKENS = 2**16  # in the prompt, or in one decoded list
+FIELDS = {"format", "lesson", "model_name", "settings", "prompt_token_ids", "records", "plain_records", "texts",
+          "view_step"}
+SETTINGS = {"num_speculative": 16, "max_tokens": MAX_PASSES, "block_size": 1024}  # name -> most
+
+
+def export_speculative(lesson: SpeculativeLesson, view_step: int) -> str:
+    """The run as JSON: no code, no pickle, no model; `view_step` is the pass the page shows."""
+    return json.dumps({
+        "format": LESSON_FORMAT, "lesson": LESSON, "model_name": lesson.model_name, "settings": lesson.settings,
+        "prompt_token_ids": lesson.prompt_token_ids,
+        "records": [r.to_dict() for r in lesson.records],
+        "plain_records": [r.to_dict() for r in lesson.plain_records],
+        "texts": [[list(ids), text] for ids, text in lesson.texts.items()],
+        "view_step": min(max(view_step, 0), len(lesson.records) - 1),
+    })
+
+
+def import_speculative(data: bytes | str) -> tuple[SpeculativeLesson, int]:
+    """A replay of `export_speculative` output and the pass it showed, checking everything first."""
+    return build_checked(_build, read_lesson_file(data, LESSON))
+
+
+def _build(payload: dict) -> tuple[SpeculativeLesson, int]:
+    check_keys(payload, "", FIELDS)
+    asked, settings = settings_numbers(payload["settings"], SETTINGS, {"prompt"})
+    asked["prompt"] = typed(settings["prompt"], str, "settings.prompt")
+    prompt_ids = typed(bounded_list(payload["prompt_token_ids"], MAX_TOKENS, "prompt_token_ids"), list[int],
+                       "prompt_token_ids")
+    check_range(len(prompt_ids), 1, MAX_TOKENS, "prompt_token_ids (its length)")
+    records = _records(payload["records"], "records")
+    plain_records = _records(payload["plain_records"], "plain_records")
+    texts = {}
+    for i, item in enumerate(bounded_list(payload["texts"], MAX_TEXTS, "texts")):
+        ids, text = typed(item, tuple[list, str], f"texts[{i}]")
+        texts[tuple(typed(bounded_list(ids, MAX_TOKENS, f"texts[{i}][0]"), list[int], f"texts[{i}][0]"))] = text
+    lesson = SpeculativeLesson(None, None, prompt_ids, asked, records=records, plain_records=plain_records,
+                               texts=texts, model_name=typed(payload["model_name"], str, "model_name")[:200])
+    view_step = check_range(typed(payload["view_step"], int, "view_step"), 0, len(records) - 1, "view_step")
+    return lesson, view_step
+
+
+def _records(value, where: str) -> list[StepRecord]:
+    """One request's steps: at most one draft each (the page reads the first), none accepting more than it proposed."""
+    records = step_records(value, MAX_PASSES, where)
+    for i, record in enumerate(records):
+        if len(record.drafts) > 1:
+            raise FieldError(f"{where}[{i}].drafts", "holds more than the one request's drafts")
+        for d, draft in enumerate(record.drafts):
+            if draft.num_accepted > len(draft.draft_token_ids):
+                raise FieldError(f"{where}[{i}].drafts[{d}].num_accepted", "is more than the drafts proposed")
+    return records

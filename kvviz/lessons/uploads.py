@@ -1,0 +1,33 @@
+"""Export and replay buttons, shared by every lesson that writes lesson files."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from kvviz.lessons.files import MAX_LESSON_BYTES, LessonFileError
+
+
+def file_buttons(export, file_name: str, upload_key: str, replay) -> None:
+    """Export (when `export`, a function giving the JSON, is not None) and replay buttons. An upload
+    goes to `replay(data)`, which raises LessonFileError on a bad file: its sentence shows once."""
+    a, b = st.columns(2)
+    if export is not None:
+        a.download_button("Export lesson (JSON)", export, file_name=file_name, mime="application/json",
+                          width="stretch")
+    b.file_uploader("Replay a lesson file", type=["json"], key=upload_key, on_change=_on_upload,
+                    args=(upload_key, replay), max_upload_size=MAX_LESSON_BYTES // 2**20,
+                    help=f"Replays every view from the recorded steps, with no model. Files up to "
+                         f"{MAX_LESSON_BYTES // 2**20} MiB.")
+    if upload_key + "_error" in st.session_state:  # shown once: the next action clears it
+        b.error(st.session_state.pop(upload_key + "_error"))
+
+
+def _on_upload(upload_key: str, replay) -> None:
+    """Check an uploaded lesson file as it arrives; a bad one leaves the current lesson as it was."""
+    upload = st.session_state.get(upload_key)
+    if upload is None:
+        return
+    try:
+        replay(upload.getvalue())
+    except LessonFileError as error:
+        st.session_state[upload_key + "_error"] = str(error)
