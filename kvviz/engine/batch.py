@@ -17,7 +17,7 @@ def build_step_batch(chunks: list[ScheduledChunk], cache, block_size: int, devic
 
     With a cache (cached mode), a chunk's keys are every token of its request up to the chunk's
     end, read from cache slots; without one (cache=None), only the chunk's own tokens. With the
-    compiled kernel (engine/cpu_kernels.py), attention needs only each request's block table
+    compiled kernel (engine/cpu/kernels.py), attention needs only each request's block table
     and each token's request and position; a traced step keeps the padded groups, whose
     gathered keys and values the trace keeps.
     """

@@ -30,6 +30,7 @@ from kvviz.engine.sampling import SamplingParams, sample
 from kvviz.engine.scheduler import ScheduledChunk, Scheduler
 from kvviz.engine.speculative import accept, last_rows, set_drafts
 from kvviz.engine.swap import SwapSpace
+from kvviz.models import available_memory_bytes
 
 
 class EngineError(ValueError):
@@ -379,7 +380,7 @@ class Engine:
         return set(eos) if isinstance(eos, (list, tuple)) else {int(eos)}
 
     def _pick_attention_kernel(self):
-        """The compiled paged-attention kernel (engine/cpu_kernels.py) where it applies: a KV
+        """The compiled paged-attention kernel (engine/cpu/kernels.py) where it applies: a KV
         cache of float32 on the CPU, head size a multiple of 8. Elsewhere, None: gather + SDPA."""
         shape = self.cache_shape
         if (self.config.attention != "auto" or self.cache is None or self.device.type != "cpu"
@@ -389,8 +390,6 @@ class Engine:
 
     def _blocks_that_fit(self, max_num_seqs: int, memory_fraction: float) -> int:
         """Size the pool from free memory, but no larger than max_num_seqs full contexts."""
-        from kvviz.models import available_memory_bytes
-
         block_bytes = self.block_size * self.cache_shape.bytes_per_token
         by_memory = int(available_memory_bytes(self.device) * memory_fraction * 0.5) // block_bytes
         by_need = max_num_seqs * blocks_needed(self.max_context, self.block_size)

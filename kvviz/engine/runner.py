@@ -7,26 +7,28 @@ cache through the slot mapping, read each request's whole context back through i
 and attend. A mask function that returns None keeps transformers from building a dense mask.
 
 The tokens of a step sit in one row, with no padding: (1, N). On the CPU in float32 a compiled
-kernel (paged_attention.c, through cpu_kernels.py) then reads every request's keys and values in
-place, in their blocks. Elsewhere (GPU, other dtypes, a traced lesson step, attention="sdpa")
+kernel (cpu/paged_attention.c, loaded by cpu/kernels.py) then reads every request's keys and values
+in place, in their blocks, and the linear layers multiply with packed weights (cpu/packed_layers.py). Elsewhere (GPU, other dtypes, a traced lesson step, attention="sdpa")
 attention gathers the blocks and works on two groups, padded only inside each group: decodes
 (one query each) and prefill chunks.
 """
 
 from __future__ import annotations
 
-import contextvars
 import time
-import types
 from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 
-from kvviz.engine.cpu import kernels as cpu_kernels
+from transformers import AttentionInterface
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+from kvviz.engine.cpu import packed_layers
+from kvviz.engine.step_context import engine_step, in_engine_step
 
 ATTENTION_NAME = "kvviz_paged"
-_IN_ENGINE_FORWARD = contextvars.ContextVar("kvviz_in_engine_forward", default=False)
 
 
 @dataclass
@@ -128,7 +130,6 @@ def paged_attention(module, query, key, value, attention_mask, scaling=None, dro
     """
     batch: StepBatch | None = kwargs.get("kvviz_batch")
     if batch is None:  # someone else (e.g. model.generate) is running the shared model
-        from transformers.integrations.sdpa_attention import sdpa_attention_forward
         return sdpa_attention_forward(module, query, key, value, attention_mask,
                                       dropout=dropout, scaling=scaling, **kwargs)
     layer = module.layer_idx
@@ -189,116 +190,30 @@ def _trace_layer(trace: Trace, query, key, value, mask, scaling, softcap) -> Non
 
 def _no_dense_mask(*args, **kwargs):
     """Mask function for our attention name: the engine masks by positions, not a dense mask."""
-    if _IN_ENGINE_FORWARD.get():
+    if in_engine_step():
         return None
-    from transformers.masking_utils import sdpa_mask
     return sdpa_mask(*args, **kwargs)
 
 
-FEW_ROWS = 256  # tokens in a step at or below which CPU linears compute (W @ x^T)^T
-
-
-def _turned_product(module: torch.nn.Linear, x: torch.Tensor, rows: int) -> torch.Tensor:
-    """(W @ x^T)^T: the same sums as x @ W^T, with the weight as the matrix library's left operand."""
-    flat = x.reshape(rows, x.shape[-1])  # (N, in)
-    if module.bias is None:
-        out = torch.mm(module.weight, flat.T)  # (out, N)
-    else:
-        out = torch.addmm(module.bias[:, None], module.weight, flat.T)  # (out, N)
-    return _transposed(out).view(*x.shape[:-1], module.out_features)  # (..., out); rows may be 0
-
-
-def _transposed(matrix: torch.Tensor) -> torch.Tensor:
-    """(out, N) -> (N, out), contiguous: the compiled tiled transpose when there is one (several
-    times faster than PyTorch's strided copy on the bench's CPU), else matrix.T.contiguous()."""
-    kernel = cpu_kernels.load() if matrix.dtype == torch.float32 else None
-    return kernel.transpose(matrix) if kernel is not None else matrix.T.contiguous()
-
-
-def _few_rows_on_cpu(x: torch.Tensor) -> int | None:
-    """The number of rows when this is an engine step's few rows on the CPU, else None."""
-    rows = x.numel() // x.shape[-1]
-    if rows > FEW_ROWS or x.device.type != "cpu" or not _IN_ENGINE_FORWARD.get():
-        return None
-    return rows
-
-
-def lm_head_for_steps(module: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    """The LM head's nn.Linear.forward, turned around for the engine's CPU decode steps.
-
-    x: (..., hidden) -> (..., vocab). A decode step multiplies a few rows of activations (N,
-    hidden) by the widest weight of the model (vocab, hidden). On this project's CPUs the matrix
-    library runs that product 1.2-1.5 times faster as W @ x^T, many rows times a few columns,
-    than as x @ W^T, with one thread or more; the sums are the same and in float32 came out bit
-    for bit equal. Prefill steps (many rows), GPUs and every caller outside the engine keep the
-    plain product.
-    """
-    if module.kvviz_packed is not None and x.device.type == "cpu" and _IN_ENGINE_FORWARD.get():
-        return _packed_product(module, x)
-    rows = _few_rows_on_cpu(x)
-    if rows is None:
-        return F.linear(x, module.weight, module.bias)
-    return _turned_product(module, x, rows)
-
-
-def linear_for_steps(module: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    """Every other nn.Linear of the model: the same turned product, with two threads or more.
-
-    A decode step reads every weight of the model from memory to multiply it by a few rows, and
-    the whole model does not fit in the CPU's cache. Over the bench's mixed workload (2-core CPU,
-    two threads, an interleaved A/B of two engines) the turned product cut the forward passes'
-    total time by 8%, most at the end of a batch when few requests are left (at 3 rows it ran
-    the cold weights 2.2 times faster). With one thread the same A/B was 8% slower, so one
-    thread keeps F.linear.
-    """
-    if module.kvviz_packed is not None and x.device.type == "cpu" and _IN_ENGINE_FORWARD.get():
-        return _packed_product(module, x)
-    rows = _few_rows_on_cpu(x)
-    if rows is None or torch.get_num_threads() < 2:
-        return F.linear(x, module.weight, module.bias)
-    return _turned_product(module, x, rows)
-
-
-def _packed_product(module: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    """x @ W^T + b with oneDNN, on the weight packed once at install (fused_layers.pack_linears).
-    x: (..., in) -> (..., out)."""
-    return torch.ops.mkldnn._linear_pointwise(x, module.kvviz_packed.weight, module.bias, "none", [], "")
-
-
 def install(model: torch.nn.Module) -> None:
-    """Route the model's attention through kvviz (idempotent; other callers fall back to SDPA),
-    give its linear layers the few-rows product for decode steps (lm_head_for_steps,
-    linear_for_steps), and its RMSNorms and gated MLPs their compiled one-pass forms
-    (fused_layers.py). Only instances change, and only their own forward."""
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface
-
-    from kvviz.engine.cpu import fused_layers
-
+    """Route the model's attention through kvviz (idempotent; other callers fall back to SDPA) and
+    give its linear layers their packed forms for the engine's CPU steps (cpu/packed_layers.py).
+    Only instances change, and only their own forward."""
     AttentionInterface.register(ATTENTION_NAME, paged_attention)
     AttentionMaskInterface.register(ATTENTION_NAME, _no_dense_mask)
     if getattr(model.config, "_attn_implementation", None) != ATTENTION_NAME:
         model.set_attn_implementation(ATTENTION_NAME)
-    head = model.get_output_embeddings()
-    for module in model.modules():
-        if type(module) is torch.nn.Linear and "forward" not in vars(module):
-            turned = lm_head_for_steps if module is head else linear_for_steps
-            module.forward = types.MethodType(turned, module)
-            module.kvviz_packed = None  # fused_layers.pack_linears fills it where it can
-    fused_layers.install(model)
+    packed_layers.install(model)
 
 
 @torch.inference_mode()
 def run_forward(model, batch: StepBatch) -> tuple[torch.Tensor, float]:
     """One forward pass. Returns (logits (R, V) for the sampled positions, seconds)."""
-    token = _IN_ENGINE_FORWARD.set(True)
     start = time.perf_counter()
-    try:
+    with engine_step():
         output = model(input_ids=batch.input_ids, position_ids=batch.position_ids, use_cache=False,
                        logits_to_keep=batch.logits_index, kvviz_batch=batch)
         logits = output.logits[0]  # (R, V)
         if logits.device.type == "cuda":
             torch.cuda.synchronize(logits.device)
-    finally:
-        _IN_ENGINE_FORWARD.reset(token)
     return logits, time.perf_counter() - start

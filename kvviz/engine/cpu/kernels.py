@@ -1,13 +1,9 @@
-"""kvviz's compiled CPU kernels: paged attention (paged_attention.c) and the small per-layer
-operations of a decode step (layer_ops.c). Built once with the system's C compiler, loaded with
-ctypes, called a few times per layer per step.
+"""kvviz's compiled CPU kernels: paged attention (paged_attention.c) and the gated activation of
+a packed MLP (layer_ops.c). Built once with the system's C compiler, loaded with ctypes.
 
-    kernels = load()                 # None where they cannot be built; the engine then uses PyTorch
+    kernels = load()                 # None where they cannot be built (why_not() says why)
     kernels(query, key_cache, value_cache, out, metadata, window, scaling, softcap)  # attention
-    kernels.transpose(matrix)        # (rows, cols) -> a new contiguous (cols, rows)
-    kernels.silu_and_mul(gate_up)          # (..., 2I) -> (..., I)
-    kernels.silu_and_mul_turned(gate_up)   # (2I, N) -> (N, I)
-    kernels.rms_norm(x, weight, eps, weight_offset)
+    kernels.silu_and_mul(gate_up)    # (..., 2I) -> (..., I)
 
 Why a kernel: read in place, a request's keys and values go from the cache's blocks straight
 into the dot products. The PyTorch path must first gather every request's blocks into a padded
@@ -23,6 +19,7 @@ the CPU goes through it; other dtypes and devices keep the PyTorch path.
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import os
 import platform
@@ -30,7 +27,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,9 +36,6 @@ SOURCES = [Path(__file__).with_name("paged_attention.c"), Path(__file__).with_na
 HEADERS = [Path(__file__).with_name("exp_nonpositive.h")]  # included by the sources
 FLAGS = ["-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=c11", "-fno-math-errno",
          "-fno-trapping-math"]  # no FP traps: lets the exp and clamp loops vectorise
-_lock = threading.Lock()
-_loaded: dict[str, object] = {}  # "kernels" -> CpuKernels or None once tried
-why_not: str | None = None  # the reason the kernels are unavailable, in one sentence
 
 
 @dataclass(slots=True)
@@ -65,26 +58,7 @@ class CpuKernels:
 
         self.function = bind("kvviz_paged_attention", c_ptr, c_long, c_long, c_ptr, c_ptr, c_ptr, c_ptr, c_int,
                              c_ptr, c_ptr, c_int, c_int, c_int, c_int, c_int, c_int, c_float, c_float, c_int)
-        self.transpose_function = bind("kvviz_transpose", c_ptr, c_ptr, c_long, c_long, c_int)
-        self.silu_and_mul_turned_function = bind("kvviz_silu_and_mul_turned", c_ptr, c_ptr, c_long, c_long, c_int)
         self.silu_and_mul_function = bind("kvviz_silu_and_mul", c_ptr, c_ptr, c_long, c_long, c_int)
-        self.rms_norm_function = bind("kvviz_rms_norm", c_ptr, c_ptr, c_ptr, c_long, c_long, c_float, c_float, c_int)
-
-    def transpose(self, matrix: torch.Tensor) -> torch.Tensor:
-        """matrix: (rows, cols) float32, contiguous, on the CPU -> (cols, rows), contiguous."""
-        assert matrix.dtype == torch.float32 and matrix.is_contiguous() and matrix.dim() == 2
-        rows, cols = matrix.shape
-        out = matrix.new_empty(cols, rows)
-        self.transpose_function(matrix.data_ptr(), out.data_ptr(), rows, cols, torch.get_num_threads())
-        return out
-
-    def silu_and_mul_turned(self, gate_up: torch.Tensor) -> torch.Tensor:
-        """gate_up: (2I, N), the gate's rows then the up projection's -> silu(gate)^T * up^T: (N, I)."""
-        assert gate_up.dtype == torch.float32 and gate_up.is_contiguous() and gate_up.shape[0] % 2 == 0
-        inter, tokens = gate_up.shape[0] // 2, gate_up.shape[1]
-        out = gate_up.new_empty(tokens, inter)
-        self.silu_and_mul_turned_function(gate_up.data_ptr(), out.data_ptr(), inter, tokens, torch.get_num_threads())
-        return out
 
     def silu_and_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
         """gate_up: (..., 2I), each row the gate then the up projection -> silu(gate) * up: (..., I)."""
@@ -93,14 +67,6 @@ class CpuKernels:
         out = gate_up.new_empty(*gate_up.shape[:-1], inter)
         self.silu_and_mul_function(gate_up.data_ptr(), out.data_ptr(), gate_up.numel() // (2 * inter), inter,
                                    torch.get_num_threads())
-        return out
-
-    def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float, weight_offset: float) -> torch.Tensor:
-        """x: (..., dim) float32, contiguous; weight: (dim,) -> (weight + offset) * x / rms(x), (..., dim)."""
-        assert x.dtype == weight.dtype == torch.float32 and x.is_contiguous() and weight.is_contiguous()
-        out = torch.empty_like(x)
-        self.rms_norm_function(x.data_ptr(), weight.data_ptr(), out.data_ptr(), x.numel() // x.shape[-1],
-                               x.shape[-1], eps, weight_offset, torch.get_num_threads())
         return out
 
     def __call__(self, query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
@@ -122,24 +88,27 @@ class CpuKernels:
 
 
 def load() -> CpuKernels | None:
-    """The kernels, built on first use; None (and `why_not` says why) where they cannot be."""
-    if "kernels" in _loaded:  # the common case, once per linear layer per step: no lock
-        return _loaded["kernels"]
-    with _lock:
-        if "kernels" not in _loaded:
-            _loaded["kernels"] = _build_and_load()
-        return _loaded["kernels"]
+    """The kernels, built on first use; None where they cannot be (why_not() says why)."""
+    return _loaded()[0]
 
 
-def _build_and_load() -> CpuKernels | None:
-    global why_not
+def why_not() -> str | None:
+    """Why the kernels are unavailable, in one sentence; None when they load."""
+    return _loaded()[1]
+
+
+@functools.cache  # once per process: the library is built (or found built) and loaded once
+def _loaded() -> tuple[CpuKernels | None, str | None]:
+    return _build_and_load()
+
+
+def _build_and_load() -> tuple[CpuKernels | None, str | None]:
+    """The kernels and None, or None and why they are unavailable."""
     if os.environ.get("KVVIZ_CPU_KERNELS", "1") == "0":
-        why_not = "KVVIZ_CPU_KERNELS=0 turns the compiled kernels off."
-        return None
+        return None, "KVVIZ_CPU_KERNELS=0 turns the compiled kernels off."
     compiler = next((c for c in (os.environ.get("CC"), "cc", "gcc", "clang") if c and shutil.which(c)), None)
     if compiler is None:
-        why_not = "No C compiler (cc, gcc or clang) was found; install one (e.g. apt install gcc) for the kernels."
-        return None
+        return None, "No C compiler (cc, gcc or clang) was found; install one (e.g. apt install gcc) for the kernels."
     source = b"".join(path.read_bytes() for path in SOURCES + HEADERS)
     key = hashlib.sha256(source + " ".join([compiler] + FLAGS).encode() + platform.machine().encode()
                          + _cpu_signature().encode()).hexdigest()[:16]
@@ -153,13 +122,11 @@ def _build_and_load() -> CpuKernels | None:
                 result = subprocess.run([compiler, *FLAGS, *map(str, SOURCES), "-o", str(built), "-lm"],
                                         capture_output=True, text=True, timeout=120)
                 if result.returncode != 0:
-                    why_not = f"The C compiler could not build the kernels: {result.stderr.strip()[:300]}"
-                    return None
+                    return None, f"The C compiler could not build the kernels: {result.stderr.strip()[:300]}"
                 os.replace(built, library)  # atomic: another process may be building the same file
-        return CpuKernels(ctypes.CDLL(str(library)))
+        return CpuKernels(ctypes.CDLL(str(library))), None
     except (OSError, subprocess.SubprocessError) as error:
-        why_not = f"The kernels could not be built or loaded ({error}); the engine uses PyTorch's operations."
-        return None
+        return None, f"The kernels could not be built or loaded ({error}); the engine uses PyTorch's operations."
 
 
 def _cpu_signature() -> str:
