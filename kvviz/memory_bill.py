@@ -19,8 +19,17 @@ import os
 from dataclasses import dataclass
 
 # ModelShape and the presets live in kvviz.shapes; they are re-exported here, where users look.
-from kvviz.shapes import (FULL, KIND_LABELS, MLA, PRESETS, SLIDING, ModelShape,  # noqa: F401
-                          check_positive, get_preset, shape_from_pretrained)
+from kvviz.shapes import (  # noqa: F401
+    FULL,
+    KIND_LABELS,
+    MLA,
+    PRESETS,
+    SLIDING,
+    ModelShape,
+    check_positive,
+    get_preset,
+    shape_from_pretrained,
+)
 
 GiB = 2**30
 

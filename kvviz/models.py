@@ -192,8 +192,10 @@ def _load_config(where: str, source: str):
 
 def check_causal_decoder(config) -> None:
     """Refuse encoder-only and encoder-decoder models: kvviz caches a decoder's keys and values."""
-    from transformers.models.auto.modeling_auto import (MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
-                                                        MODEL_FOR_MASKED_LM_MAPPING_NAMES)
+    from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+        MODEL_FOR_MASKED_LM_MAPPING_NAMES,
+    )
 
     text_config = config.get_text_config()
     model_type = text_config.model_type

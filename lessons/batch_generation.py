@@ -2,14 +2,14 @@
 
 import streamlit as st
 
-from kvviz.lessons.batch_generation.logic import run_batch
-from kvviz.workloads import UPLOAD_LIMITS
 from kvviz.engine.engine import Engine
 from kvviz.engine.scheduler import Scheduler
-from kvviz.throughput import DEFINITION, throughput_text
-from kvviz.lessons.batch_generation import state as bs
-from kvviz.ui.common import current_model, show_code
 from kvviz.lessons.batch_generation import figures
+from kvviz.lessons.batch_generation import state as bs
+from kvviz.lessons.batch_generation.logic import run_batch
+from kvviz.throughput import DEFINITION, throughput_text
+from kvviz.ui.common import current_model, show_code
+from kvviz.workloads import UPLOAD_LIMITS
 
 st.title("Batch generation")
 info = current_model().describe()

@@ -2,15 +2,15 @@
 
 import streamlit as st
 
+from kvviz.lessons.cache_strategies import eviction_view as eviction_state
+from kvviz.lessons.cache_strategies import figures
+from kvviz.lessons.cache_strategies import state as ss
+from kvviz.lessons.cache_strategies.gqa import mean_pool_heads
 from kvviz.lessons.cache_strategies.logic import compare_strategies
+from kvviz.lessons.uploads import file_buttons
 from kvviz.memory_bill import format_bytes
 from kvviz.strategies import QuantizedKV, SlidingWindowKV, StaticKV
-from kvviz.lessons.cache_strategies import state as ss
-from kvviz.lessons.cache_strategies import eviction_view as eviction_state
-from kvviz.lessons.uploads import file_buttons
 from kvviz.ui.common import current_model, plain, show_code
-from kvviz.lessons.cache_strategies.gqa import mean_pool_heads
-from kvviz.lessons.cache_strategies import figures
 
 st.title("Cache strategies")
 st.markdown(

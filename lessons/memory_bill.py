@@ -5,8 +5,8 @@ from dataclasses import replace
 import streamlit as st
 
 from kvviz import memory_bill
-from kvviz.memory_bill import ACCELERATORS, GiB, MLA, PRESETS, SLIDING, format_bytes
 from kvviz.lessons.memory_bill import figures
+from kvviz.memory_bill import ACCELERATORS, MLA, PRESETS, SLIDING, GiB, format_bytes
 
 DTYPES = ["fp32", "bf16", "fp8", "int4"]
 CONTEXTS = [2**i for i in range(7, 21)]  # 128 tokens to 1M

@@ -2,12 +2,12 @@
 
 import streamlit as st
 
-from kvviz.lessons.model_lab import logic as lab
 from kvviz.engine import EngineError
+from kvviz.lessons.model_lab import figures
+from kvviz.lessons.model_lab import logic as lab
 from kvviz.memory_bill import format_bytes
 from kvviz.models import CustomShape, ModelLoadError
 from kvviz.ui.common import show_code
-from kvviz.lessons.model_lab import figures
 
 LONGEST_CONTEXTS = [128, 256, 512, 1024, 2048]
 REPEATS = 5  # decode steps timed per context; the plot shows their median

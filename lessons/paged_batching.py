@@ -3,18 +3,18 @@
 import pandas as pd
 import streamlit as st
 
-from kvviz.lessons.prefill_decode import predict
 from kvviz.engine.block_pool import BlockPool
 from kvviz.engine.kv_manager import KVCacheManager
 from kvviz.engine.scheduler import Scheduler
-from kvviz.memory_bill import format_bytes
+from kvviz.lessons.paged_batching import figures
 from kvviz.lessons.paged_batching import state as ps
-from kvviz.lessons.uploads import file_buttons
-from kvviz.ui.common import show_code
 from kvviz.lessons.paged_batching.fork_view import fork_view
 from kvviz.lessons.paged_batching.paging_note import paging_explained
 from kvviz.lessons.paged_batching.swap_view import swap_view
-from kvviz.lessons.paged_batching import figures
+from kvviz.lessons.prefill_decode import predict
+from kvviz.lessons.uploads import file_buttons
+from kvviz.memory_bill import format_bytes
+from kvviz.ui.common import show_code
 
 st.title("Paged cache and batching")
 st.markdown(

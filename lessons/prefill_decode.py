@@ -7,13 +7,13 @@ import streamlit as st
 from kvviz.engine.engine import Engine
 from kvviz.engine.runner import paged_attention
 from kvviz.engine.scheduler import Scheduler
-from kvviz.memory_bill import format_bytes
+from kvviz.lessons.prefill_decode import figures
 from kvviz.lessons.prefill_decode import state as ls
 from kvviz.lessons.prefill_decode.classroom import export_and_replay, predict_panel, sync_query_params
-from kvviz.ui.common import show_code, token_chips
 from kvviz.lessons.prefill_decode.explain import logit_difference_note
 from kvviz.lessons.prefill_decode.explain_views import inside_attention, memory_bound
-from kvviz.lessons.prefill_decode import figures
+from kvviz.memory_bill import format_bytes
+from kvviz.ui.common import show_code, token_chips
 
 ls.set_defaults()
 ls.restore_from_query()

@@ -6,11 +6,11 @@ import streamlit as st
 from kvviz.engine.engine import Engine
 from kvviz.engine.kv_manager import KVCacheManager
 from kvviz.engine.speculative import accept, propose_drafts
-from kvviz.lessons.speculative.logic import DEFAULT_PROMPT
+from kvviz.lessons.speculative import figures
 from kvviz.lessons.speculative import state as ss
+from kvviz.lessons.speculative.logic import DEFAULT_PROMPT
 from kvviz.lessons.uploads import file_buttons
 from kvviz.ui.common import show_code
-from kvviz.lessons.speculative import figures
 
 st.title("Speculative decoding")
 st.markdown(

@@ -18,9 +18,17 @@ import time
 
 import torch
 
-from kvviz.bench import (compare_outputs, count_params, hf_copy, measure_matmul_peak, model_flops,
-                         run_hf_generate, run_hf_generate_batch, run_kvviz)
-from kvviz.bench import build_random_llama
+from kvviz.bench import (
+    build_random_llama,
+    compare_outputs,
+    count_params,
+    hf_copy,
+    measure_matmul_peak,
+    model_flops,
+    run_hf_generate,
+    run_hf_generate_batch,
+    run_kvviz,
+)
 from kvviz.models import CustomShape
 from kvviz.workloads import mixed_workload
 

@@ -18,8 +18,9 @@ import threading
 import time
 import urllib.parse
 
-from kvviz.ui.app_server import CHROMIUM, CHROMIUM_ARGS, running_app
 from load_test import server_rss_bytes, wait_idle  # scripts/ is on the path: this script's own folder
+
+from kvviz.ui.app_server import CHROMIUM, CHROMIUM_ARGS, running_app
 
 PROMPT = "ROMEO:\nBut soft, what light through yonder window breaks?"  # the lesson's default prompt
 DEFAULT_TOKENS = 48

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import torch
 
-
 from kvviz import Engine, SamplingParams, load_model
 from kvviz.models import BUNDLED_DIR
 

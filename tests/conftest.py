@@ -3,6 +3,16 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+FOLDER_MARKERS = {"browser": pytest.mark.browser, "vllm": pytest.mark.vllm}  # tests/<folder>/ -> its tier
+
+
+def pytest_collection_modifyitems(items):
+    """Tests under tests/browser/ and tests/vllm/ carry their folder's marker, so
+    `-m "not browser and not vllm"` (scripts/test.sh --quick) leaves them out."""
+    for item in items:
+        folder = Path(item.fspath).parent.name
+        if folder in FOLDER_MARKERS:
+            item.add_marker(FOLDER_MARKERS[folder])
 
 
 @pytest.fixture(scope="session")
@@ -14,12 +24,13 @@ def bundled():
 
 @pytest.fixture(scope="session")
 def tiny_lm(bundled):
-    """A tiny random-weight llama (tests/tiny_models.py) that reads the bundled model's tokenizer,
+    """A tiny random-weight llama (tests/support/tiny_models.py) that reads the bundled model's tokenizer,
     so a lesson's prompts can be text."""
     import torch
     from transformers import AutoModelForCausalLM
 
     from kvviz.models import LoadedModel
+
     from tiny_models import tiny_config
 
     torch.manual_seed(0)

@@ -14,9 +14,24 @@ import json
 
 import torch
 
-from kvviz.bench import (BENCH_SHAPE, SystemRun, bench_bf16, bench_hf, bench_kvviz, bench_shared_prefix,
-                         bench_tight_pool, build_random_llama, compare_outputs, count_params, flops_results,
-                         mixed_results, requests_that_fit, step_overhead, system_key, targets)
+from kvviz.bench import (
+    BENCH_SHAPE,
+    SystemRun,
+    bench_bf16,
+    bench_hf,
+    bench_kvviz,
+    bench_shared_prefix,
+    bench_tight_pool,
+    build_random_llama,
+    compare_outputs,
+    count_params,
+    flops_results,
+    mixed_results,
+    requests_that_fit,
+    step_overhead,
+    system_key,
+    targets,
+)
 from kvviz.engine.config import DEFAULTS
 from kvviz.engine.kv_cache import CacheShape
 from kvviz.models import ModelLoadError, available_memory_bytes, load_model

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from kvviz.engine.kv_cache import slots_for
 from kvviz.engine.cpu.kernels import KernelMetadata
+from kvviz.engine.kv_cache import slots_for
 from kvviz.engine.runner import AttentionGroup, StepBatch, Trace
 from kvviz.engine.scheduler import ScheduledChunk
 

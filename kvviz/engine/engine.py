@@ -14,16 +14,24 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from kvviz.engine.cpu import kernels as cpu_kernels
 from kvviz.engine.batch import build_step_batch
 from kvviz.engine.block_pool import BlockPool
 from kvviz.engine.config import EngineConfig
+from kvviz.engine.cpu import kernels as cpu_kernels
 from kvviz.engine.fork import fork_samples
 from kvviz.engine.kv_cache import CacheShape, PagedKVCache, slots_for
 from kvviz.engine.kv_manager import KVCacheManager, blocks_needed
 from kvviz.engine.model_parts import model_parts
-from kvviz.engine.records import (BlockRecord, ChunkRecord, DraftRecord, EventRecord, MemoryRecord,
-                                  RequestRecord, StepRecord, TraceRecord)
+from kvviz.engine.records import (
+    BlockRecord,
+    ChunkRecord,
+    DraftRecord,
+    EventRecord,
+    MemoryRecord,
+    RequestRecord,
+    StepRecord,
+    TraceRecord,
+)
 from kvviz.engine.request import Request
 from kvviz.engine.runner import install, run_forward
 from kvviz.engine.sampling import SamplingParams, sample

@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
-
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask

@@ -36,7 +36,7 @@ def read_lesson_file(data: bytes | str, lesson: str) -> dict:
         payload = load_json(data, "This file")
     except ValueError as error:
         raise LessonFileError(f"{str(error).rstrip('.')}; upload a file saved with “Export lesson”.") from None
-    if isinstance(payload, dict) and payload.get("format") in ("kvviz-lesson/1", "kvviz-lesson/2"):
+    if isinstance(payload, dict) and payload.get("format") == "kvviz-lesson/2":
         raise LessonFileError(f"This file is in the older format {payload['format']}, which this kvviz no longer "
                               f"reads; export the lesson again to get a {LESSON_FORMAT} file.")
     if not isinstance(payload, dict) or payload.get("format") != LESSON_FORMAT:

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import torch
 
+from kvviz.engine import Engine, SamplingParams
 from kvviz.engine.model_parts import model_parts
 from kvviz.strategies.bill import ByteBill, cache_bill, engine_bill, formula_text, full_attention_shape
 from kvviz.strategies.options import ENGINE_STRATEGIES, ModelFacts, StrategySpec, make_cache, resolve_options
@@ -202,7 +203,6 @@ def _run_in_transformers(context: Context, max_tokens: int) -> None:
 
 def _run_in_engine(lm, context: Context, max_tokens: int) -> None:
     """paged and no_cache: kvviz's Engine, one request, traced."""
-    from kvviz.engine import Engine, SamplingParams
 
     use_cache = context.name == "paged"
     num_tokens = len(context.prompt_ids) + max_tokens + 1

@@ -12,7 +12,6 @@ import plotly.graph_objects as go
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
-
 CHART_SCALE = 1.45  # plotly font sizes in presenter mode, against the normal ones
 CSS = """
 <style>

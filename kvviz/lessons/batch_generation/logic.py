@@ -21,7 +21,9 @@ from time import perf_counter
 
 from kvviz import bench
 from kvviz.engine import Engine, EngineConfig, SamplingParams
+from kvviz.engine.kv_cache import CacheShape
 from kvviz.engine.model_parts import model_parts
+from kvviz.models import available_memory_bytes
 from kvviz.throughput import output_tokens_per_s
 from kvviz.workloads import Workload, WorkloadError, jsonl_lines, request_sampling
 
@@ -49,8 +51,6 @@ class BatchSettings:
 def auto_pool_blocks(lm, workload: Workload, block_size: int, memory_fraction: float = 0.45) -> int:
     """Room for every request at its full length at once, but no more than a share of free memory
     (a thousand long requests on a full-size model would not fit)."""
-    from kvviz.engine.kv_cache import CacheShape
-    from kvviz.models import available_memory_bytes
 
     model = model_parts(lm).model
     block_bytes = block_size * CacheShape.from_model(model).bytes_per_token

@@ -13,10 +13,17 @@ from dataclasses import replace
 
 import streamlit as st
 
-from kvviz.lessons.batch_generation.logic import BatchResult, BatchSettings, compare_with_transformers, live_summary, run_batch
 from kvviz.engine import EngineConfig, SamplingParams
-from kvviz.ui.common import current_model, drop, page_sampling
 from kvviz.lessons.batch_generation import figures
+from kvviz.lessons.batch_generation.logic import (
+    BatchResult,
+    BatchSettings,
+    compare_with_transformers,
+    live_summary,
+    run_batch,
+)
+from kvviz.ui.common import current_model, drop, page_sampling
+from kvviz.vllm.backend import batch_on_vllm, find_python
 from kvviz.workloads import Workload, WorkloadError, synthetic_workload, upload_workload
 
 SYNTHETIC, UPLOAD = "Synthetic workload", "Upload a file"
@@ -172,7 +179,6 @@ def on_compare() -> None:
 
 
 def vllm_available() -> bool:
-    from kvviz.vllm.backend import find_python
 
     return find_python() is not None
 
@@ -183,7 +189,6 @@ def vllm_run():
 
 def on_vllm() -> None:
     """Run the last batch's prompts, sampling and limits on vLLM, and compare the outputs."""
-    from kvviz.vllm.backend import batch_on_vllm
 
     _on_last_batch(lambda done: batch_on_vllm(current_model(), done.workload, done.settings,
                                               [o.token_ids for o in done.outputs]),

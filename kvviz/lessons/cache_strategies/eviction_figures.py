@@ -15,8 +15,8 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from kvviz.ui.colors import FONT, PHASE
 from kvviz.lessons.cache_strategies.figures import STRATEGY
+from kvviz.ui.colors import FONT, PHASE
 
 POLICY = {"full": STRATEGY["dynamic"], "sliding_window": STRATEGY["sliding_window"], "sinks": "#E68310",
           "heavy_hitters": "#CF1C90"}

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import streamlit as st
 
+from kvviz.lessons.cache_strategies import eviction_figures as figures
+from kvviz.lessons.cache_strategies import state as cache_strategies_state
+from kvviz.lessons.cache_strategies.figures import divergence_html
 from kvviz.strategies.eviction import eviction_lab, eviction_table
 from kvviz.strategies.heavy_hitters import HeavyHitterKV
 from kvviz.strategies.sinks import SinkWindowKV
-from kvviz.lessons.cache_strategies import state as cache_strategies_state
 from kvviz.ui.common import current_model, drop, show_code
-from kvviz.lessons.cache_strategies import eviction_figures as figures
-from kvviz.lessons.cache_strategies.figures import divergence_html
 
 DEFAULTS = {"eviction_budget": 16, "eviction_sinks": 4}
 KEYS = frozenset({"lesson_eviction", "eviction_error"})

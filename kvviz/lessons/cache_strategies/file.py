@@ -13,8 +13,17 @@ import json
 import typing
 
 from kvviz.lessons.cache_strategies.logic import StrategyComparison
-from kvviz.lessons.files import (LESSON_FORMAT, FieldError, bounded_list, build_checked, check_keys, check_range,
-                                 read_lesson_file, settings_numbers, typed)
+from kvviz.lessons.files import (
+    LESSON_FORMAT,
+    FieldError,
+    bounded_list,
+    build_checked,
+    check_keys,
+    check_range,
+    read_lesson_file,
+    settings_numbers,
+    typed,
+)
 from kvviz.strategies.bill import ByteBill, ByteItem
 from kvviz.strategies.options import STRATEGIES
 

@@ -22,6 +22,7 @@ import torch
 from kvviz.engine.model_parts import model_parts
 from kvviz.memory_bill import ModelShape, kv_bytes_per_token
 from kvviz.models import default_heldout_text
+from kvviz.strategies import DynamicKV, StrategyCache
 
 KV_PROJECTIONS = ("k_proj.weight", "k_proj.bias", "v_proj.weight", "v_proj.bias")
 
@@ -98,7 +99,6 @@ def heldout_loss(lm, tokenizer=None, text: str | None = None, *, window: int = 2
 @torch.inference_mode()
 def measured_bytes_per_token(model, num_tokens: int = 8) -> int:
     """Run `num_tokens` tokens through the model with kvviz's dynamic cache; bytes it holds per token."""
-    from kvviz.strategies import DynamicKV, StrategyCache
 
     cache = StrategyCache([DynamicKV() for _ in range(ModelShape.of_model(model).num_layers)])
     input_ids = torch.zeros(1, num_tokens, dtype=torch.long, device=next(model.parameters()).device)

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import streamlit as st
 
+from kvviz.lessons.cache_strategies.figures import strategy_color
+from kvviz.lessons.cache_strategies.file import export_strategies, import_strategies
 from kvviz.lessons.cache_strategies.gqa import gqa_report
 from kvviz.lessons.cache_strategies.logic import StrategyComparison, compare_strategies, comparison_table, lesson_specs
-from kvviz.lessons.cache_strategies.file import export_strategies, import_strategies
 from kvviz.ui.common import current_model, drop
-from kvviz.lessons.cache_strategies.figures import strategy_color
 
 EXAMPLE_PROMPT = "ROMEO:\nBut soft, what light through yonder window breaks?"
 KEYS = frozenset({"lesson_strategies", "lesson_gqa", "strategies_error", "gqa_error", "strategies_upload_error"})

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
+from kvviz.lessons.memory_bill.figures import layout
 from kvviz.lessons.model_lab.logic import DecodeTiming
 from kvviz.memory_bill import format_bytes
 from kvviz.ui.colors import PHASE
-from kvviz.lessons.memory_bill.figures import layout
 
 
 def decode_time(timings: list[DecodeTiming]) -> go.Figure:

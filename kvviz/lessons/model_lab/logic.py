@@ -24,8 +24,16 @@ from kvviz.engine import Engine, SamplingParams
 from kvviz.engine.config import DEFAULTS
 from kvviz.engine.kv_manager import blocks_needed
 from kvviz.memory_bill import ModelShape, bill_breakdown, kv_cache_bytes
-from kvviz.models import (BUNDLED_DIR, CustomShape, LoadedModel, ModelLoadError, load_model, pick_device,
-                          pick_dtype, validate_shape)
+from kvviz.models import (
+    BUNDLED_DIR,
+    CustomShape,
+    LoadedModel,
+    ModelLoadError,
+    load_model,
+    pick_device,
+    pick_dtype,
+    validate_shape,
+)
 
 # Keep a measurement to seconds: a bigger model is refused with its size rather than left to
 # run for minutes on a laptop's CPU. A GPU has room for ten times more.

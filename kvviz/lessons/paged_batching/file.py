@@ -13,8 +13,18 @@ import json
 from dataclasses import asdict
 
 from kvviz.engine.records import StepRecord
-from kvviz.lessons.files import (LESSON_FORMAT, FieldError, bounded_list, build_checked, check_keys, check_range,
-                                 read_lesson_file, settings_numbers, step_records, typed)
+from kvviz.lessons.files import (
+    LESSON_FORMAT,
+    FieldError,
+    bounded_list,
+    build_checked,
+    check_keys,
+    check_range,
+    read_lesson_file,
+    settings_numbers,
+    step_records,
+    typed,
+)
 from kvviz.lessons.paged_batching.logic import PagedLesson, RequestSpec
 
 LESSON = "paged_batching"

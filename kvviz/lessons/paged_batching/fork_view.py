@@ -5,13 +5,13 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from kvviz.lessons.paged_batching import fork as fork_lesson
 from kvviz.engine import EngineError
 from kvviz.engine.kv_manager import KVCacheManager
+from kvviz.lessons.paged_batching import figures as paged_batching_figures
+from kvviz.lessons.paged_batching import fork as fork_lesson
+from kvviz.lessons.paged_batching import fork_figures
 from kvviz.memory_bill import format_bytes
 from kvviz.ui.common import current_model, drop, show_code
-from kvviz.lessons.paged_batching import fork_figures
-from kvviz.lessons.paged_batching import figures as paged_batching_figures
 
 DEFAULT_PROMPT = "JULIET:\nO Romeo, Romeo, wherefore art thou Romeo?"  # 13 tokens: a partly filled last block
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import streamlit as st
 
 from kvviz.engine import EngineError
-from kvviz.lessons.paged_batching.logic import DEFAULT_REQUESTS, PagedLesson, RequestSpec
 from kvviz.lessons.paged_batching.file import export_paged, import_paged
+from kvviz.lessons.paged_batching.logic import DEFAULT_REQUESTS, PagedLesson, RequestSpec
 from kvviz.ui.common import bound_export, current_model, drop, show_file_settings
 
 KEYS = frozenset({"lesson_paged", "paged_view_step", "paged_error", "paged_questions", "paged_question_request",

@@ -5,12 +5,12 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from kvviz.lessons.paged_batching import swap as swap_lesson
 from kvviz.engine import EngineError
 from kvviz.engine.kv_manager import KVCacheManager
+from kvviz.lessons.paged_batching import swap as swap_lesson
+from kvviz.lessons.paged_batching.state import request_specs
 from kvviz.memory_bill import format_bytes
 from kvviz.ui.common import current_model, drop, show_code
-from kvviz.lessons.paged_batching.state import request_specs
 
 KEYS = frozenset({"lesson_swap", "swap_error"})
 INPUTS = ("swap_",)

@@ -9,12 +9,11 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from kvviz.lessons.prefill_decode import explain
-from kvviz.lessons.prefill_decode import roofline
+from kvviz.lessons.prefill_decode import explain, roofline
+from kvviz.lessons.prefill_decode import explain_figures as figures
 from kvviz.lessons.prefill_decode.logic import MAX_TRIANGLE_TOKENS
 from kvviz.memory_bill import PRESETS, ModelShape, format_bytes
 from kvviz.ui.common import drop
-from kvviz.lessons.prefill_decode import explain_figures as figures
 
 KEYS = frozenset({"lesson_inside_layer", "lesson_inside_head", "lesson_roofline_device", "lesson_roofline_batch",
                   "lesson_roofline_model", "lesson_roofline_context"})  # layer and head choices fit one model

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import plotly.graph_objects as go
 
-from kvviz.ui.colors import FONT, PHASE, layer_color
 from kvviz.lessons.prefill_decode.explain_figures import token_axis
+from kvviz.ui.colors import FONT, PHASE, layer_color
 
 
 def _layout(fig: go.Figure, title: str, height: int = 380, **kwargs) -> go.Figure:

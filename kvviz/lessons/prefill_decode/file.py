@@ -17,10 +17,17 @@ from dataclasses import asdict
 import numpy as np
 
 from kvviz.engine.records import StepRecord
-from kvviz.lessons.files import (LESSON_FORMAT, FieldError, build_checked, check_keys, check_range, read_lesson_file,
-                                 typed)
-from kvviz.lessons.prefill_decode.logic import (MAX_LESSON_TOKENS, MAX_TRIANGLE_TOKENS, Lesson, LessonSettings,
-                                                StepTrace)
+from kvviz.lessons.files import (
+    LESSON_FORMAT,
+    FieldError,
+    build_checked,
+    check_keys,
+    check_range,
+    read_lesson_file,
+    typed,
+)
+from kvviz.lessons.prefill_decode.logic import MAX_LESSON_TOKENS, MAX_TRIANGLE_TOKENS, Lesson, LessonSettings, StepTrace
+
 MODEL_LIMITS = {"layers": 512, "heads": 1024, "kv_heads": 1024, "head_dim": 1024, "hidden_size": 2**20,
                 "parameters": 2**50, "max_context": 2**24}
 MODEL_TEXT = ("name", "source", "device", "dtype")

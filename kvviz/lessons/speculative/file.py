@@ -11,8 +11,18 @@ from __future__ import annotations
 import json
 
 from kvviz.engine.records import StepRecord
-from kvviz.lessons.files import (LESSON_FORMAT, FieldError, bounded_list, build_checked, check_keys, check_range,
-                                 read_lesson_file, settings_numbers, step_records, typed)
+from kvviz.lessons.files import (
+    LESSON_FORMAT,
+    FieldError,
+    bounded_list,
+    build_checked,
+    check_keys,
+    check_range,
+    read_lesson_file,
+    settings_numbers,
+    step_records,
+    typed,
+)
 from kvviz.lessons.speculative.logic import SpeculativeLesson
 
 LESSON = "speculative"

@@ -7,10 +7,10 @@ import html
 import streamlit as st
 
 from kvviz.engine import EngineError
-from kvviz.lessons.speculative.logic import DEFAULT_PROMPT, DraftStep, SpeculativeLesson
-from kvviz.lessons.speculative.file import export_speculative, import_speculative
-from kvviz.ui.common import bound_export, current_model, drop, show_file_settings
 from kvviz.lessons.speculative.figures import ACCEPTED, MODEL, REJECTED
+from kvviz.lessons.speculative.file import export_speculative, import_speculative
+from kvviz.lessons.speculative.logic import DEFAULT_PROMPT, DraftStep, SpeculativeLesson
+from kvviz.ui.common import bound_export, current_model, drop, show_file_settings
 
 KEY = "lesson_speculative"
 DRAFTS, MAX_TOKENS, BLOCK_SIZES = (1, 8), (8, 128), (2, 16)  # what the sliders offer

@@ -1,0 +1,76 @@
+"""The real app in a real browser: open each page, run a short lesson, keep screenshots."""
+
+import shutil
+
+import pytest
+
+from chromium import CHROMIUM, ROOT, browser_page, running_app, screenshot, wait_idle
+
+pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
+                                reason="Debian's chromium is not installed (.ci/run installs it)")
+
+
+@pytest.fixture(scope="module")
+def app_url():
+    (ROOT / "artifacts").mkdir(exist_ok=True)
+    with running_app() as url:
+        yield url
+
+
+@pytest.fixture()
+def page():
+    with browser_page() as page:
+        yield page
+
+
+def no_exceptions(page):
+    assert page.locator("[data-testid='stException']").count() == 0
+    assert page.locator("text=Traceback").count() == 0
+
+
+def prefill_lesson(page, app_url):
+    """Open the first lesson by its own address and press Prefill."""
+    page.goto(f"{app_url}/prefill_decode")
+    page.get_by_role("button", name="Prefill").wait_for()
+    wait_idle(page)
+    page.get_by_role("button", name="Prefill").click()
+    wait_idle(page)
+
+
+def test_home_page(app_url, page):
+    page.goto(app_url)
+    page.get_by_text("the KV cache, live").first.wait_for()
+    wait_idle(page)
+    no_exceptions(page)
+    assert page.get_by_text("Prefill and decode").count() >= 1
+    screenshot(page, "home")
+
+
+def test_prefill_and_decode_lesson(app_url, page):
+    prefill_lesson(page, app_url)
+    page.get_by_text("Prefill.", exact=False).first.wait_for()
+    for _ in range(3):
+        page.get_by_role("button", name="Next token").click()
+        wait_idle(page)
+    page.get_by_text("Decode step 3").first.wait_for()
+    no_exceptions(page)
+    screenshot(page, "prefill_decode")
+    for tab in ("Keys and values", "Attention", "Work saved", "Memory bill"):
+        page.get_by_text(tab, exact=True).first.click()
+        wait_idle(page)
+        no_exceptions(page)
+        screenshot(page, f"prefill_decode_{tab.lower().replace(' ', '_')}")
+
+
+def test_empty_prompt_shows_one_sentence_and_keeps_the_lesson(app_url, page):
+    prefill_lesson(page, app_url)
+    prompt = page.get_by_label("Prompt", exact=True)
+    prompt.fill("")
+    prompt.press("Control+Enter")
+    wait_idle(page)
+    page.get_by_role("button", name="Prefill").click()
+    wait_idle(page)
+    page.get_by_text("The prompt is empty").wait_for()
+    assert page.get_by_text("Prefill.", exact=False).count() >= 1  # the earlier lesson is still there
+    no_exceptions(page)
+    screenshot(page, "prefill_decode_empty_prompt")

@@ -1,0 +1,147 @@
+"""The views beyond the article, in a real browser at a projector's 1280x720 in presenter mode:
+the Speculative decoding page and the Paged page's fork and swap tabs. Stepped and run like a
+teacher would; no text cut, no exception box, and the key figures equal what the engine computes
+for the same settings (run here directly).
+
+Screenshots go to screenshots/beyond/ (ignored by git).
+"""
+
+import shutil
+import time
+
+import pytest
+from test_browser import app_url, no_exceptions  # noqa: F401  (fixture)
+from test_browser_presenter import CUT_TEXT_JS
+
+from kvviz.lessons.paged_batching import fork as fork_lesson
+from kvviz.lessons.paged_batching import swap as swap_lesson
+from kvviz.lessons.paged_batching.fork_view import DEFAULT_PROMPT as FORK_PROMPT
+from kvviz.lessons.paged_batching.state import DEFAULT_TABLE
+from kvviz.lessons.speculative.logic import DEFAULT_PROMPT as SPEC_PROMPT
+from kvviz.lessons.speculative.logic import SpeculativeLesson
+from kvviz.memory_bill import format_bytes
+from kvviz.models import load_model
+
+from chromium import CHROMIUM, ROOT, browser_page, wait_idle
+
+pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
+                                reason="Debian's chromium is not installed (.ci/run installs it)")
+SHOTS = ROOT / "screenshots" / "beyond"
+FORK_TAB, SWAP_TAB = "Parallel sampling: one prompt, n samples", "Preemption: swap or recompute"
+
+
+@pytest.fixture(scope="module")
+def lm():
+    return load_model("bundled")
+
+
+def check(page, name):
+    """No text cut, no exception box; a screenshot of the whole page (the window made as tall)."""
+    assert page.evaluate(CUT_TEXT_JS) == [], name
+    no_exceptions(page)
+    assert page.get_by_text("Session State API").count() == 0  # no warning about widget values
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    height = page.evaluate("() => Math.max(...[...document.querySelectorAll('[data-testid=\"stMain\"] *')]"
+                           ".map(e => e.scrollHeight || 0), 720)")
+    page.set_viewport_size({"width": 1280, "height": min(int(height) + 40, 7000)})
+    time.sleep(0.8)
+    page.screenshot(path=str(SHOTS / f"{name}.png"))
+    page.set_viewport_size({"width": 1280, "height": 720})
+
+
+def metric(page, label):
+    box = page.locator("[data-testid='stMetric']").filter(has_text=label)
+    return box.locator("[data-testid='stMetricValue']").inner_text().strip()
+
+
+def press(page, name, settle=0.5):
+    page.get_by_role("button", name=name, exact=True).click()
+    wait_idle(page, settle=settle, timeout=400)
+
+
+def test_speculative_page_stepped_and_run_matches_the_engine(app_url, lm):
+    expected = SpeculativeLesson.start(lm, SPEC_PROMPT, 5, 48, 4)  # the page's defaults, but k = 5
+    while expected.step():
+        pass
+    with browser_page(1280, 720) as page:
+        page.goto(f"{app_url}/speculative?presenter=1")
+        page.get_by_role("button", name="Start").wait_for(timeout=180_000)
+        wait_idle(page)
+        k = page.locator("[data-testid='stSlider']").filter(has_text="Draft tokens per step").get_by_role("slider")
+        k.focus()
+        k.press("ArrowRight")  # 4 -> 5
+        wait_idle(page)
+        press(page, "Start")
+        for _ in range(3):
+            press(page, "Step")
+        early = expected.summary(3)
+        assert metric(page, "Forward passes") == "4"
+        assert metric(page, "Tokens generated") == str(early["tokens"])
+        assert metric(page, "Tokens per pass") == f"{early['tokens_per_pass']:.2f}"
+        check(page, "speculative-step3")
+        press(page, "Run to the end")
+        last = len(expected.records) - 1
+        final = expected.summary(last)
+        assert metric(page, "Forward passes") == str(len(expected.records))
+        assert metric(page, "Tokens per pass") == f"{final['tokens_per_pass']:.2f}"
+        assert metric(page, "Drafts accepted") == f"{final['accepted']} of {final['proposed']}"
+        page.get_by_text(f"Both finished: {len(expected.records)} forward passes with drafts against "
+                         f"{len(expected.plain_records)} without, for the same tokens.").wait_for()
+        check(page, "speculative-end")
+        # away to the Paged page and back: the run is still there
+        page.get_by_role("link", name="Previous: Paged cache and batching").first.click()
+        page.get_by_role("tab", name=FORK_TAB).wait_for()
+        wait_idle(page)
+        page.get_by_role("link", name="Next: Speculative decoding").first.click()
+        page.get_by_role("button", name="Reset", exact=True).wait_for()  # not Plotly's "Reset axes"
+        wait_idle(page)
+        assert metric(page, "Forward passes") == str(len(expected.records))  # the latest pass, not pass 0
+        shown = page.locator("[data-testid='stSlider']").filter(has_text="Draft tokens per step").inner_text()
+        assert shown.split()[5] == "5", "the setting the run was made with, not the default"  # "Draft … (k) 5 1 8"
+        press(page, "Reset")
+        assert page.locator("[data-testid='stMetric']").count() == 0
+        no_exceptions(page)
+
+
+def test_paged_fork_and_swap_tabs_match_the_engine(app_url, lm):
+    run = fork_lesson.run_fork(lm, FORK_PROMPT, n=4, max_tokens=12, block_size=4)  # the tab's defaults
+    prompts = [str(row["prompt"]).replace("\\n", "\n") for row in DEFAULT_TABLE if str(row["prompt"]).strip()]
+    modes = swap_lesson.compare(lm, prompts, block_size=8, num_blocks=12, max_tokens=32, runs=1)
+    with browser_page(1280, 720) as page:
+        page.goto(f"{app_url}/paged_batching?presenter=1")
+        page.get_by_role("tab", name=FORK_TAB).wait_for(timeout=180_000)
+        wait_idle(page)
+        page.get_by_role("tab", name=FORK_TAB).click()
+        press(page, "Fork")
+        step = page.locator("[data-testid='stSlider']").filter(has_text="Step").get_by_role("slider")
+        for at in (0, 1, len(run.records) - 1):  # the fork, the copies, the end
+            step.focus()
+            step.press("Home")
+            for _ in range(at):
+                step.press("ArrowRight")
+            wait_idle(page)
+            facts = fork_lesson.summary(run, at)
+            assert metric(page, "Shared blocks") == str(facts["shared_blocks"])
+            assert metric(page, "Copies (copy-on-write)") == str(facts["copies"])
+            assert metric(page, "Blocks held now") == str(facts["blocks_now"])
+            assert metric(page, "Saved at the peak") == format_bytes(facts["bytes_saved"])
+            check(page, f"fork-step{at}")
+        assert fork_lesson.summary(run, 1)["blocks_saved"] == 3 * (run.num_prompt_tokens // 4)
+
+        page.get_by_role("tab", name=SWAP_TAB).click()
+        timed = page.locator("[data-testid='stNumberInput']").filter(has_text="Timed runs per mode").locator("input")
+        timed.fill("0")  # one run each, not timed: quick, and no timing to check
+        timed.press("Enter")
+        wait_idle(page)
+        press(page, "Compare swap and recompute", settle=1.0)
+        page.get_by_text("Outputs identical").wait_for()
+        table = page.locator("[data-testid='stTable']").filter(has_text="tokens recomputed")
+        cells = {mode: table.locator("tbody tr").filter(has_text=mode).first.locator("td").all_inner_texts()
+                 for mode in ("recompute", "swap")}
+        for mode, run_of_mode in modes.items():
+            preemptions, recomputed, out, back, fallbacks, seconds = cells[mode][:6]
+            assert (int(preemptions), int(recomputed)) == (run_of_mode.preemptions, run_of_mode.recomputed_tokens)
+            assert (out, back) == (format_bytes(run_of_mode.bytes_out), format_bytes(run_of_mode.bytes_in))
+            assert seconds == "not timed"
+        assert modes["swap"].preemptions > 0, "the default pool is tight enough to preempt"
+        check(page, "swap")

@@ -1,0 +1,161 @@
+"""Issue 16 item 2 and issue 12 item 7 in a real browser: the live-lesson budget, a closed tab's
+lesson freed, and lesson files (the first lesson's, the Paged one's) checked as they are uploaded."""
+
+import os
+import re
+import shutil
+
+import pytest
+
+from chromium import CHROMIUM, CHROMIUM_ARGS, ROOT, running_app, wait_idle
+
+pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
+                                reason="Debian's chromium is not installed (.ci/run installs it)")
+
+
+@pytest.fixture(scope="module")
+def app_url():
+    (ROOT / "artifacts").mkdir(exist_ok=True)
+    os.environ["KVVIZ_MAX_LESSONS"] = "1"  # the server started below inherits it
+    try:
+        with running_app() as url:
+            yield url
+    finally:
+        del os.environ["KVVIZ_MAX_LESSONS"]
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+def open_lesson(browser, app_url):
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    page.set_default_timeout(120_000)
+    page.goto(f"{app_url}/prefill_decode")
+    page.get_by_role("button", name="Prefill").wait_for()
+    wait_idle(page)
+    return context, page
+
+
+def prefill(page):
+    page.get_by_role("button", name="Prefill").click()
+    wait_idle(page)
+
+
+def test_the_budget_holds_and_a_closed_tab_frees_its_lesson(browser, app_url):
+    first_context, first = open_lesson(browser, app_url)
+    prefill(first)
+    first.get_by_text("Prefill.", exact=False).first.wait_for()
+    second_context, second = open_lesson(browser, app_url)
+    prefill(second)
+    second.get_by_text("running its limit of 1 live lessons").wait_for()  # the budget, in one sentence
+    first_context.close()  # the tab closes: its session ends and its lesson must be freed
+    prefill(second)
+    second.get_by_text("Prefill.", exact=False).first.wait_for()
+    assert second.get_by_text("running its limit").count() == 0
+    second_context.close()
+
+
+def test_a_lesson_file_is_checked_once_at_upload(browser, app_url, bundled):
+    from kvviz.lessons.prefill_decode.file import export_lesson
+    from kvviz.lessons.prefill_decode.logic import Lesson, LessonSettings, lesson_sampling
+
+    run = Lesson.start(bundled, LessonSettings(prompt="JULIET:\nAy me", sampling=lesson_sampling(max_tokens=4)))
+    run.prefill()
+    while run.next_token() is not None:
+        pass
+    context, page = open_lesson(browser, app_url)
+    page.get_by_text("Export or replay a lesson").click()
+    upload = page.locator("[data-testid='stFileUploaderDropzoneInput']")
+    upload.set_input_files(files=[{"name": "bad.json", "mimeType": "application/json",
+                                   "buffer": b'{"format": "kvviz-lesson/3", "model": 1}'}])
+    wait_idle(page)
+    message = page.get_by_text("The lesson file's field")
+    assert message.count() == 1  # shown as soon as the file arrives, once
+    prefill(page)  # the next action clears it
+    page.get_by_text("Prefill.", exact=False).first.wait_for()
+    assert message.count() == 0
+    upload.set_input_files(files=[{"name": "good.json", "mimeType": "application/json",
+                                   "buffer": export_lesson(run).encode()}])
+    wait_idle(page)
+    page.get_by_text("Replaying a recorded lesson").wait_for()
+    for _ in range(2):
+        page.get_by_role("button", name="Next token").click()
+        wait_idle(page)
+    page.get_by_text("Decode step 2").first.wait_for()  # steps revealed from the file
+    assert page.locator("[data-testid='stException']").count() == 0
+    context.close()
+
+
+def test_a_paged_lesson_file_replays_on_its_page(browser, app_url, bundled):
+    from kvviz.lessons.paged_batching.file import export_paged
+    from kvviz.lessons.paged_batching.logic import DEFAULT_REQUESTS, PagedLesson, RequestSpec
+
+    run = PagedLesson.start(bundled, [RequestSpec(*r) for r in DEFAULT_REQUESTS], 8, 12, True)
+    while run.step() is not None:
+        pass
+    last = len(run.records) - 1
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    page.set_default_timeout(120_000)
+    page.goto(f"{app_url}/paged_batching")
+    page.get_by_role("button", name="Start").wait_for(timeout=180_000)
+    wait_idle(page)
+    page.get_by_text("Export or replay a lesson").click()
+    upload = page.locator("[data-testid='stFileUploaderDropzoneInput']")
+    bad = export_paged(run, last).replace('"view_step": ', '"view_step": 1', 1)  # past the last step
+    upload.set_input_files(files=[{"name": "bad.json", "mimeType": "application/json", "buffer": bad.encode()}])
+    wait_idle(page)
+    assert page.get_by_text("The lesson file's field view_step").count() == 1
+    upload.set_input_files(files=[{"name": "good.json", "mimeType": "application/json",
+                                   "buffer": export_paged(run, last).encode()}])
+    wait_idle(page)
+    page.get_by_text("Replaying a recorded run").wait_for()
+    box = page.locator("[data-testid='stMetric']").filter(has_text="Preemptions so far")
+    assert box.locator("[data-testid='stMetricValue']").inner_text().strip() == str(run.num_preemptions(last))
+    assert run.num_preemptions(last) == run.engine.scheduler.num_preemptions > 0
+    pool = page.get_by_role("slider", name=re.compile("Pool size"))  # the controls show the file's run
+    assert int(pool.input_value()) == run.num_blocks == 12
+    assert page.get_by_role("button", name="Step", exact=True).is_disabled()
+    assert page.locator("[data-testid='stException']").count() == 0
+    context.close()
+
+
+@pytest.mark.parametrize("path, run_buttons, lesson_name", [
+    ("prefill_decode", ["Prefill"], "prefill_decode"),
+    ("paged_batching", ["Start", "Run to the end"], "paged_batching"),
+    ("speculative", ["Start", "Run to the end"], "speculative"),
+])
+def test_export_downloads_a_file_that_replays(browser, app_url, tmp_path, path, run_buttons, lesson_name):
+    """The export button runs its function in a thread of Streamlit's own, without the session:
+    clicking it in a real browser must give a file, and that file must replay on its page."""
+    import json
+
+    context = browser.new_context(viewport={"width": 1280, "height": 720}, accept_downloads=True)
+    page = context.new_page()
+    page.set_default_timeout(180_000)
+    page.goto(f"{app_url}/{path}")
+    page.get_by_role("button", name=run_buttons[0], exact=True).wait_for()
+    wait_idle(page)
+    for name in run_buttons:
+        page.get_by_role("button", name=name, exact=True).click()
+        wait_idle(page)
+    page.get_by_text("Export or replay a lesson").click()
+    with page.expect_download(timeout=60_000) as download:
+        page.get_by_role("button", name="Export lesson (JSON)").click()
+    saved = tmp_path / "lesson.json"
+    download.value.save_as(saved)
+    data = json.loads(saved.read_text())
+    assert data["format"] == "kvviz-lesson/3" and data["lesson"] == lesson_name
+    page.locator("[data-testid='stFileUploaderDropzoneInput']").set_input_files(str(saved))
+    wait_idle(page)
+    assert page.locator("[data-testid='stException']").count() == 0
+    assert page.get_by_text("is not one kvviz writes").count() == 0 and page.get_by_text("lesson file's").count() == 0
+    context.close()

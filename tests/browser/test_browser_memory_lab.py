@@ -1,0 +1,76 @@
+"""The Memory bill and Model lab pages in a real browser: interact a little, keep screenshots."""
+
+# the same browser, app and skip rule as the other browser tests (pytest registers imported fixtures)
+from test_browser import app_url, no_exceptions, page, pytestmark  # noqa: F401
+
+from chromium import screenshot, wait_idle
+
+
+def open_page(page, app_url: str, path: str) -> None:
+    """Open a lesson by its own address, as a bookmark or a shared link would."""
+    page.goto(f"{app_url}/{path}")
+
+
+def pick(page, label: str, option: str) -> None:
+    """Choose `option` in the selectbox labelled `label`."""
+    page.get_by_label(label).first.click()
+    page.get_by_role("option", name=option, exact=True).click()
+    wait_idle(page)
+
+
+def test_memory_bill_page(app_url, page):
+    open_page(page, app_url, "memory_bill")
+    page.get_by_text("The formula, filled in").wait_for()
+    wait_idle(page)
+    no_exceptions(page)
+    assert page.get_by_text("1.00 GiB").count() >= 1  # llama-3.1-8b, 8,192 tokens, bf16
+    screenshot(page, "memory_bill")
+
+    pick(page, "Start from a model", "gemma-2-9b")
+    page.get_by_text("sliding window:", exact=False).first.wait_for()
+    page.get_by_role("tab", name="Per layer").click()
+    wait_idle(page)
+    no_exceptions(page)
+    screenshot(page, "memory_bill_gemma_per_layer")
+
+    page.get_by_role("tab", name="MHA · GQA · MQA · MLA").click()
+    wait_idle(page)
+    no_exceptions(page)
+    screenshot(page, "memory_bill_attention_variants")
+
+    window = page.get_by_label("Sliding window in tokens (0: none)", exact=True)
+    window.fill("100000")
+    window.press("Enter")
+    wait_idle(page)
+    page.get_by_text("is larger than the context").wait_for()
+    no_exceptions(page)
+    screenshot(page, "memory_bill_bad_window")
+
+    pick(page, "Start from a model", "deepseek-v3")  # MLA, and weights far bigger than one H100
+    page.get_by_text("MLA latent:", exact=False).first.wait_for()
+    page.get_by_text("dtypes", exact=True).click()
+    wait_idle(page)
+    page.get_by_role("tab", name="Against batch").click()
+    wait_idle(page)
+    no_exceptions(page)
+    screenshot(page, "memory_bill_deepseek_dtypes")
+
+
+def test_model_lab_page(app_url, page):
+    open_page(page, app_url, "model_lab")
+    page.get_by_role("button", name="Measure").wait_for()
+    wait_idle(page)
+    no_exceptions(page)
+    assert page.get_by_text("Model", exact=True).count() >= 1  # the app's sidebar, not a bare page
+    page.get_by_role("button", name="Measure").click()
+    page.get_by_text("faster with the cache").first.wait_for(timeout=180_000)
+    wait_idle(page)
+    no_exceptions(page)
+    screenshot(page, "model_lab")
+
+    page.get_by_role("slider", name="Query heads").press("ArrowLeft")  # 8 -> 7 heads: 256 does not divide
+    wait_idle(page)
+    page.get_by_text("does not divide into 7 heads").wait_for()
+    assert page.get_by_text("faster with the cache").count() >= 1  # the last results stay
+    no_exceptions(page)
+    screenshot(page, "model_lab_bad_heads")

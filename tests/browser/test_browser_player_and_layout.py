@@ -1,0 +1,146 @@
+"""Issue 12 in a real browser: Play/Pause keeps the view, nothing is cut off at 1280x720, and the
+app asks no host but its own for anything."""
+
+import re
+import shutil
+import time
+from urllib.parse import urlparse
+
+import pytest
+from test_browser import no_exceptions, prefill_lesson
+
+from chromium import CHROMIUM, ROOT, browser_page, running_app, wait_idle
+
+pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
+                                reason="Debian's chromium is not installed (.ci/run installs it)")
+
+SLOW_S = 400  # this machine's cores are shared: a step or a measurement can take minutes
+SLOW_MS = SLOW_S * 1000
+
+# text cut with an ellipsis, or a code block that hides part of a line behind a sideways scroll
+CUT_OFF_JS = """() => {
+  const cut = [];
+  const selectors = '[data-testid="stMetricLabel"], [data-testid="stMetricValue"], [data-testid="stMetricDelta"],'
+    + ' [data-testid="stBaseButton-secondary"] p, [data-testid="stBaseButton-primary"] p, [data-testid="stCode"] pre,'
+    + ' [data-testid="stMarkdownContainer"] p';
+  for (const el of document.querySelectorAll(selectors)) {
+    if (!el.getClientRects().length || !el.clientWidth || !el.innerText.trim()) continue;  // hidden or empty
+    for (const node of [el, ...el.querySelectorAll('*')]) {
+      if (node.scrollWidth > node.clientWidth + 1 && (getComputedStyle(node).textOverflow === 'ellipsis'
+          || node.tagName === 'PRE')) {
+        cut.push(el.innerText.slice(0, 60));
+        break;
+      }
+    }
+  }
+  return cut;
+}"""
+
+
+@pytest.fixture(scope="module")
+def app_url():
+    (ROOT / "artifacts").mkdir(exist_ok=True)
+    with running_app() as url:
+        yield url
+
+
+def shown_step(page) -> int | None:
+    """The step the lesson's message describes: 0 for prefill, N for 'Decode step N'."""
+    text = page.locator("[data-testid='stAlertContentSuccess']").first.inner_text()
+    if text.startswith("Prefill."):
+        return 0
+    found = re.match(r"Decode step (\d+)", text)
+    return int(found.group(1)) if found else None
+
+
+def view_slider(page):
+    return page.get_by_role("slider", name=re.compile("Look back at step"))
+
+
+def slider_value(page) -> int:
+    return int(view_slider(page).input_value())  # a native range input: its value, not aria-valuenow
+
+
+def test_play_follows_the_newest_step_and_pause_keeps_the_view(app_url):
+    with browser_page(1280, 720) as page:
+        page.set_default_timeout(SLOW_MS)
+        prefill_lesson(page, app_url)
+        for _ in range(5):
+            page.get_by_role("button", name="Next token").click()
+            wait_idle(page, timeout=SLOW_S)
+        assert shown_step(page) == 5
+        for _ in range(3):  # one key at a time: a key pressed while the page reruns can be lost
+            view_slider(page).focus()
+            view_slider(page).press("ArrowLeft")
+            wait_idle(page, timeout=SLOW_S)
+        assert shown_step(page) == 2 == slider_value(page)
+        page.get_by_role("button", name="Play").click()
+        seen, deadline = [], time.time() + SLOW_S
+        while time.time() < deadline and (not seen or max(seen) < 9):
+            step = shown_step(page)
+            if step is not None and (seen or step >= 6):  # from the first step Play ran
+                seen.append(step)
+            time.sleep(0.3)
+        # playing shows the newest step: never the old view (2) or prefill (0) again
+        assert seen and max(seen) >= 9 and min(seen) >= 6, seen
+        assert seen == sorted(seen), seen
+        page.get_by_role("button", name="Pause").click()
+        wait_idle(page, timeout=SLOW_S)
+        paused = shown_step(page)
+        assert paused == int(view_slider(page).get_attribute("max"))
+        time.sleep(3)
+        wait_idle(page, timeout=SLOW_S)
+        assert shown_step(page) == paused == slider_value(page)
+        no_exceptions(page)
+
+
+@pytest.mark.parametrize("width, height", [(1280, 720), (1920, 1080)])
+def test_nothing_is_cut_off(app_url, width, height):
+    with browser_page(width, height) as page:
+        page.set_default_timeout(SLOW_MS)
+        prefill_lesson(page, app_url)
+        for _ in range(3):
+            page.get_by_role("button", name="Next token").click()
+            wait_idle(page, timeout=SLOW_S)
+        for view in ("Cache per layer", "Work saved", "Memory bill"):
+            page.locator("[data-testid='stRadio']").get_by_text(view, exact=True).click()
+            wait_idle(page, timeout=SLOW_S)
+            assert page.evaluate(CUT_OFF_JS) == [], view
+        page.goto(f"{app_url}/prefill_decode?presenter=1")
+        page.get_by_role("button", name="Prefill").wait_for()
+        wait_idle(page, timeout=SLOW_S)
+        page.get_by_role("button", name="Prefill").click()
+        wait_idle(page, timeout=SLOW_S)
+        assert page.evaluate(CUT_OFF_JS) == [], "presenter mode"
+        page.goto(f"{app_url}/paged_batching")
+        page.get_by_role("button", name="Start").click()
+        wait_idle(page, timeout=SLOW_S)
+        for _ in range(2):
+            page.get_by_role("button", name="Step", exact=True).click()
+            wait_idle(page, timeout=SLOW_S)
+        assert page.evaluate(CUT_OFF_JS) == [], "paged"
+        no_exceptions(page)
+
+
+MAIN_ACTIONS = {"": None, "prefill_decode": "Prefill", "memory_bill": None, "model_lab": "Measure",
+                "paged_batching": "Start", "cache_strategies": "Run every strategy",
+                "batch_generation": "Run the batch"}
+
+
+def test_no_request_leaves_the_app(app_url):
+    own = urlparse(app_url).netloc
+    with browser_page(1280, 720) as page:
+        page.set_default_timeout(SLOW_MS)
+        requests = []
+        page.on("request", lambda request: requests.append(request.url))
+        for path, action in MAIN_ACTIONS.items():
+            page.goto(f"{app_url}/{path}")
+            page.locator("[data-testid='stMain'] h1").first.wait_for()
+            wait_idle(page, timeout=SLOW_S)
+            if action:
+                page.get_by_role("button", name=action).first.click()
+                wait_idle(page, timeout=SLOW_S)
+            no_exceptions(page)
+        outside = [url for url in requests if urlparse(url).scheme in ("http", "https", "ws", "wss")
+                   and urlparse(url).netloc != own]
+        assert requests and outside == []

@@ -1,0 +1,83 @@
+"""Presenter mode on every page at 1280x720 (a classroom projector): no text cut, a screenshot each.
+
+The screenshots go to screenshots/presenter/ (ignored by git, so a test run never changes the
+tree); copy them to docs/presenter/ by hand to refresh the pictures the docs show.
+"""
+
+import shutil
+import time
+
+import pytest
+
+from kvviz.lessons.registry import LECTURE
+
+from chromium import CHROMIUM, ROOT, browser_page, running_app, wait_idle
+
+pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
+                                reason="Debian's chromium is not installed (.ci/run installs it)")
+SHOTS = ROOT / "screenshots" / "presenter"
+
+# Text elements whose content is wider than their box while the box clips it (hidden, clip, ellipsis).
+CUT_TEXT_JS = """() => [...document.querySelectorAll('[data-testid="stMain"] *')].filter(e => {
+    const text = [...e.childNodes].some(n => n.nodeType === 3 && n.textContent.trim());
+    if (!text || e.clientWidth === 0) return false;
+    const style = getComputedStyle(e);
+    const clips = ['hidden', 'clip'].includes(style.overflowX) || style.textOverflow === 'ellipsis';
+    return clips && e.scrollWidth > e.clientWidth + 1;
+  }).map(e => e.textContent.trim().slice(0, 60))"""
+
+
+@pytest.fixture(scope="module")
+def app_url():
+    (ROOT / "artifacts").mkdir(exist_ok=True)
+    with running_app() as url:
+        yield url
+
+
+def url_of(app_url, lesson):
+    name = lesson.path.removeprefix("lessons/").removesuffix(".py")
+    return f"{app_url}/" if name == "home" else f"{app_url}/{name}"
+
+
+def check(page, name, where, cut):
+    """Record text cut anywhere on the page (scrolled through), and keep a screenshot of the first screen."""
+    problems = page.evaluate(CUT_TEXT_JS)
+    if problems:
+        cut[where] = problems
+    page.screenshot(path=str(SHOTS / f"{name}.png"))
+
+
+def test_presenter_mode_on_every_page_at_1280x720(app_url):
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    cut = {}
+    with browser_page(width=1280, height=720) as page:
+        for index, lesson in enumerate(LECTURE):
+            page.goto(url_of(app_url, lesson) + "?presenter=1")
+            page.locator("h1").first.wait_for()
+            wait_idle(page, settle=1.0)
+            if lesson.path.endswith("prefill_decode.py"):
+                page.get_by_role("button", name="Prefill").click()
+                wait_idle(page)
+            time.sleep(0.5)
+            assert page.locator("section[data-testid='stSidebar']").is_hidden()
+            assert page.get_by_role("button", name="Leave presenter mode").is_visible()
+            if index + 1 < len(LECTURE):  # Next reachable without the sidebar
+                assert page.get_by_role("link", name=f"Next: {LECTURE[index + 1].title}").first.is_visible()
+            # charts scaled: plotly's base font is larger than the normal 16 px
+            if page.locator(".js-plotly-plot").count():
+                size = page.evaluate("() => document.querySelector('.js-plotly-plot').layout.font.size")
+                assert size > 16
+            name = f"{index}-{lesson.path.removeprefix('lessons/').removesuffix('.py')}"
+            check(page, name, lesson.title, cut)
+            if lesson.path.endswith("prefill_decode.py"):  # the two explanation views too
+                for view, short in (("Inside attention", "inside"), ("Why decode is memory-bound", "bound")):
+                    page.get_by_text(view, exact=True).click()
+                    wait_idle(page, settle=1.0)
+                    page.get_by_text(view, exact=True).evaluate("e => e.scrollIntoView({block: 'start'})")
+                    check(page, f"{name}-{short}", f"{lesson.title} / {view}", cut)
+        # the way out works: presenter mode off, the sidebar back
+        page.get_by_role("button", name="Leave presenter mode").click()
+        wait_idle(page)
+        assert page.locator("section[data-testid='stSidebar']").is_visible()
+        assert "presenter" not in page.url
+    assert not cut, f"text cut at 1280x720 in presenter mode: {cut}"

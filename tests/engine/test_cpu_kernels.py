@@ -1,0 +1,211 @@
+"""The compiled paged-attention kernel: the same outputs as attention over gathered keys and
+values, in every shape the engine meets, and the engine's choice of it."""
+
+import pytest
+import torch
+
+from kvviz import Engine, SamplingParams
+from kvviz.engine.cpu import kernels as cpu_kernels
+from kvviz.engine.cpu.kernels import KernelMetadata
+
+kernel = cpu_kernels.load()
+needs_kernel = pytest.mark.skipif(kernel is None, reason=f"no compiled kernel here: {cpu_kernels.why_not()}")
+
+
+def reference(query, key_cache, value_cache, tables, token_seq, token_pos, window, scale, softcap):
+    """Plain attention, one token at a time, over keys read through the block table."""
+    num_tokens, num_heads, head_dim = query.shape
+    block_size, num_kv_heads = key_cache.shape[1], key_cache.shape[2]
+    group = num_heads // num_kv_heads
+    out = torch.empty_like(query)
+    for n in range(num_tokens):
+        last = int(token_pos[n])
+        first = max(0, last - window + 1) if window else 0
+        blocks = tables[token_seq[n]].long()
+        keys = key_cache[blocks].reshape(-1, num_kv_heads, head_dim)[first:last + 1]  # (L, KVH, D)
+        values = value_cache[blocks].reshape(-1, num_kv_heads, head_dim)[first:last + 1]
+        keys, values = keys.repeat_interleave(group, 1).double(), values.repeat_interleave(group, 1).double()
+        scores = torch.einsum("hd,lhd->hl", query[n].double(), keys) * scale  # (H, L)
+        if softcap:
+            scores = torch.tanh(scores / softcap) * softcap
+        out[n] = torch.einsum("hl,lhd->hd", scores.softmax(-1), values).float()
+    return out
+
+
+def random_step(num_heads, num_kv_heads, head_dim, lengths, chunk, block_size=16, seed=0):
+    """A pool with requests of the given context lengths; each runs its last `chunk` tokens."""
+    generator = torch.Generator().manual_seed(seed)
+    max_blocks = max(-(-n // block_size) for n in lengths)
+    num_blocks = len(lengths) * max_blocks + 3
+    key_cache = torch.randn(num_blocks, block_size, num_kv_heads, head_dim, generator=generator)
+    value_cache = torch.randn(num_blocks, block_size, num_kv_heads, head_dim, generator=generator)
+    tables = torch.randperm(num_blocks, generator=generator)[:len(lengths) * max_blocks]
+    tables = tables.view(len(lengths), max_blocks).to(torch.int32)  # blocks scattered over the pool
+    token_seq, token_pos = [], []
+    for s, n in enumerate(lengths):
+        for pos in range(max(0, n - chunk), n):
+            token_seq.append(s)
+            token_pos.append(pos)
+    # queries laid out as the model hands them over: (1, H, N, D) seen as (N, H, D), not contiguous
+    query = torch.randn(1, num_heads, len(token_seq), head_dim, generator=generator)[0].transpose(0, 1)
+    metadata = KernelMetadata(tables, torch.tensor(token_seq, dtype=torch.int32),
+                              torch.tensor(token_pos, dtype=torch.int32))
+    return query, key_cache, value_cache, metadata
+
+
+CASES = {
+    "GQA decode": dict(num_heads=8, num_kv_heads=2, head_dim=64, lengths=[1, 17, 200, 33], chunk=1),
+    "MHA prefill chunks": dict(num_heads=4, num_kv_heads=4, head_dim=32, lengths=[40, 7, 70], chunk=24),
+    "MQA, head size 40": dict(num_heads=6, num_kv_heads=1, head_dim=40, lengths=[300, 5], chunk=3),
+    "more heads than one item holds": dict(num_heads=96, num_kv_heads=2, head_dim=16, lengths=[50, 9], chunk=2),
+    "MQA with 80 heads": dict(num_heads=80, num_kv_heads=1, head_dim=8, lengths=[20], chunk=1),
+    "head size 128, long": dict(num_heads=4, num_kv_heads=2, head_dim=128, lengths=[600], chunk=5),
+}
+
+
+@needs_kernel
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("window, softcap", [(None, None), (10, None), (None, 5.0)])
+def test_kernel_matches_attention_over_gathered_blocks(case, window, softcap):
+    query, key_cache, value_cache, metadata = random_step(**CASES[case])
+    scale = query.shape[-1] ** -0.5
+    out = torch.full(query.shape, float("nan"))
+    kernel(query, key_cache, value_cache, out, metadata, window, scale, softcap)
+    expected = reference(query, key_cache, value_cache, metadata.block_tables, metadata.token_seq,
+                         metadata.token_pos, window, scale, softcap)
+    torch.testing.assert_close(out, expected, atol=2e-5, rtol=1e-4)
+
+
+@needs_kernel
+def test_kernel_uses_every_thread_count():
+    query, key_cache, value_cache, metadata = random_step(**CASES["GQA decode"])
+    outs = []
+    threads = torch.get_num_threads()
+    try:
+        for count in (1, 3):
+            torch.set_num_threads(count)
+            out = torch.empty(query.shape)
+            outs.append(kernel(query, key_cache, value_cache, out, metadata, None, 0.125, None).clone())
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(outs[0], outs[1])  # each work item is one thread's: no order of sums changes
+
+
+@needs_kernel
+def test_engine_takes_the_kernel_by_default_and_agrees_with_sdpa():
+    from kvviz.bench import build_random_llama
+    from kvviz.models import CustomShape
+
+    model = build_random_llama(CustomShape(num_layers=2, hidden_size=128, num_heads=4, num_kv_heads=2,
+                                           vocab_size=256, max_context=256))
+    generator = torch.Generator().manual_seed(3)
+    shared = torch.randint(0, 255, (40,), generator=generator).tolist()
+    prompts = [shared + torch.randint(0, 255, (n,), generator=generator).tolist() for n in (3, 30, 70)]
+    prompts += [torch.randint(0, 255, (n,), generator=generator).tolist() for n in (1, 5, 120)]
+    params = SamplingParams(max_tokens=24, ignore_eos=True)
+    outputs = {}
+    # a small pool and step budget: chunked prefill, prefix hits and preemption, all under the kernel
+    for attention in ("auto", "sdpa"):
+        engine = Engine(model, attention=attention, num_blocks=20, block_size=8, max_num_batched_tokens=32)
+        assert (engine.attention_kernel is not None) == (attention == "auto")
+        outputs[attention] = [o.token_ids for o in engine.generate(prompts, params)]
+        assert engine.scheduler.num_preemptions > 0 and engine.stats["cached_tokens"] > 0
+    assert outputs["auto"] == outputs["sdpa"]
+
+
+def test_engine_keeps_sdpa_where_the_kernel_does_not_apply():
+    from kvviz.bench import build_random_llama
+    from kvviz.models import CustomShape
+
+    shape = CustomShape(num_layers=1, hidden_size=64, num_heads=4, num_kv_heads=2, vocab_size=64, max_context=64)
+    assert Engine(build_random_llama(shape, dtype=torch.bfloat16), num_blocks=8).attention_kernel is None
+    assert Engine(build_random_llama(shape), use_cache=False).attention_kernel is None
+    with pytest.raises(Exception, match="attention must be 'auto' or 'sdpa'"):
+        Engine(build_random_llama(shape), attention="flash")
+
+
+def test_kernel_can_be_turned_off_and_says_why(monkeypatch):
+    monkeypatch.setenv("KVVIZ_CPU_KERNELS", "0")
+    kernels, why_not = cpu_kernels._build_and_load()
+    assert kernels is None and "KVVIZ_CPU_KERNELS=0" in why_not
+    monkeypatch.setenv("KVVIZ_CPU_KERNELS", "1")
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.delenv("CC", raising=False)
+    kernels, why_not = cpu_kernels._build_and_load()
+    assert kernels is None and "No C compiler" in why_not
+
+
+@needs_kernel
+def test_only_linears_and_gated_silu_mlps_are_switched():
+    from kvviz.engine.cpu import packed_layers
+
+    from tiny_models import tiny_model
+
+    if not torch.backends.mkldnn.is_available():
+        pytest.skip("no oneDNN here")
+    switched = {arch: packed_layers.install(tiny_model(arch)) for arch in ("llama", "gemma2", "gpt2")}
+    assert "model.layers.0.mlp" in switched["llama"] and "lm_head" in switched["llama"]
+    assert "model.norm" not in switched["llama"]  # norms keep their own forward
+    assert "model.layers.0.mlp.down_proj" in switched["gemma2"]
+    assert not any(name.endswith("mlp") for name in switched["gemma2"])  # GELU, not SiLU
+    assert "lm_head" in switched["gpt2"] and not any("attn" in name for name in switched["gpt2"])  # Conv1D stays
+
+
+@needs_kernel
+@pytest.mark.parametrize("arch", ["llama", "gemma2"])
+def test_switched_modules_give_their_own_results_inside_the_engine(arch):
+    from kvviz.engine.cpu import packed_layers
+    from kvviz.engine.step_context import engine_step
+
+    from tiny_models import tiny_model
+
+    if not torch.backends.mkldnn.is_available():
+        pytest.skip("no oneDNN here")
+    model = tiny_model(arch)
+    names = packed_layers.install(model)
+    assert names
+    with engine_step():
+        for name in names:
+            module = model.get_submodule(name)
+            width = module.in_features if hasattr(module, "in_features") else module.gate_proj.in_features
+            x = torch.randn(1, 5, width)
+            with torch.inference_mode():
+                packed = module(x)
+                own = type(module).forward(module, x)
+            torch.testing.assert_close(packed, own, rtol=1e-4, atol=1e-5)
+            assert module.forward.__func__.__module__ == "kvviz.engine.cpu.packed_layers"
+
+
+@needs_kernel
+def test_silu_and_mul_is_the_gated_activation_in_the_plain_layout():
+    gate_up = torch.randn(2, 5, 2 * 33) * 6  # (..., 2I): gate then up in each row
+    expected = torch.nn.functional.silu(gate_up[..., :33]) * gate_up[..., 33:]
+    torch.testing.assert_close(kernel.silu_and_mul(gate_up), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_linears_are_packed_where_they_fit_and_a_copied_model_packs_again(monkeypatch):
+    import copy
+
+    from kvviz.bench import build_random_llama
+    from kvviz.engine.cpu import packed_layers
+    from kvviz.models import CustomShape
+
+    if kernel is None or not torch.backends.mkldnn.is_available():
+        pytest.skip("no compiled kernels or no oneDNN here")
+    shape = CustomShape(num_layers=1, hidden_size=64, num_heads=4, num_kv_heads=2, vocab_size=64, max_context=64)
+    model = build_random_llama(shape)
+    monkeypatch.setattr(packed_layers, "PACK_MEMORY_FRACTION", 0.0)  # as if memory were short
+    Engine(model, num_blocks=8)
+    assert getattr(model.lm_head, "kvviz_packed", None) is None
+    assert "quarter of the free memory" in model.kvviz_why_not_packed
+    monkeypatch.undo()
+    Engine(model, num_blocks=8)
+    assert model.lm_head.kvviz_packed is not None and model.model.layers[0].mlp.kvviz_gate_up_packed is not None
+    twin = copy.deepcopy(model)  # oneDNN's tensors cannot be copied: the twin starts unpacked
+    assert twin.lm_head.kvviz_packed is None
+    params = SamplingParams(max_tokens=12, ignore_eos=True)
+    prompts = [[1, 2, 3, 4, 5], list(range(40))]
+    packed_out = [o.token_ids for o in Engine(model, num_blocks=16).generate(prompts, params)]
+    assert twin.lm_head.kvviz_packed is None  # nothing ran on the twin yet
+    twin_out = [o.token_ids for o in Engine(twin, num_blocks=16).generate(prompts, params)]
+    assert twin.lm_head.kvviz_packed is not None and twin_out == packed_out

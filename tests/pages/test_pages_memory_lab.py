@@ -1,0 +1,188 @@
+"""The Memory bill and Model lab pages under Streamlit's AppTest, and kvviz.lessons.model_lab.logic without Streamlit."""
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+from streamlit.testing.v1 import AppTest
+
+from kvviz.lessons.model_lab import logic as lab
+from kvviz.memory_bill import PRESETS, ModelShape, format_bytes, kv_cache_bytes
+from kvviz.models import CustomShape, ModelLoadError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def open_page(path: str) -> AppTest:
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
+    at.run()
+    at.switch_page(path).run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def metric(at: AppTest, label: str) -> str:
+    return next(m.value for m in at.metric if m.label == label)
+
+
+# ---- Memory bill ---------------------------------------------------------------------------
+
+@pytest.fixture()
+def bill():
+    return open_page("lessons/memory_bill.py")
+
+
+def test_bill_opens_on_llama_with_the_formula_filled_in(bill):
+    llama = PRESETS["llama-3.1-8b"]
+    assert metric(bill, "KV cache") == format_bytes(kv_cache_bytes(llama, 8192, 1, 2)) == "1.00 GiB"
+    assert any("32 layers × 8 KV heads × 128 dims × 8,192 tokens" in code.value for code in bill.code)
+    assert not bill.error
+
+
+def test_bill_follows_the_preset_and_the_sliders(bill):
+    bill.selectbox(key="bill_preset").set_value("gemma-2-9b").run()
+    gemma = PRESETS["gemma-2-9b"]
+    assert metric(bill, "KV cache") == format_bytes(kv_cache_bytes(gemma, 8192, 1, 2))
+    assert bill.slider(key="bill_layers").value == gemma.num_layers  # the sliders took the preset's numbers
+    assert len(bill.code) >= 2  # a hybrid: one formula line for full layers, one for sliding ones
+
+    bill.slider(key="bill_kv_heads").set_value(4).run()
+    bill.select_slider(key="bill_dtype").set_value("int4").run()
+    bill.select_slider(key="bill_batch").set_value(16).run()
+    bill.select_slider(key="bill_context").set_value(32768).run()
+    expected = kv_cache_bytes(replace(gemma, num_kv_heads=4), 32768, 16, 0.5)
+    assert not bill.exception
+    assert metric(bill, "KV cache") == format_bytes(expected)
+
+
+def test_bill_answers_the_reverse_questions(bill):
+    from kvviz import memory_bill
+
+    bill.selectbox(key="bill_device").set_value("A100 40GB").run()
+    llama = PRESETS["llama-3.1-8b"]
+    assert metric(bill, "Requests that fit") == f"{memory_bill.max_requests(llama, 8192, 'A100 40GB', 2, 0.9):,}"
+    assert metric(bill, "Token slots") == f"{memory_bill.max_cached_tokens(llama, 'A100 40GB', 2, 0.9):,}"
+    bill.selectbox(key="bill_device").set_value("custom size").run()
+    bill.number_input(key="bill_custom_gib").set_value(24).run()
+    assert metric(bill, "Requests that fit") == f"{memory_bill.max_requests(llama, 8192, 24 * 2**30, 2, 0.9):,}"
+    bill.selectbox(key="bill_device").set_value("this machine").run()
+    assert not bill.exception
+
+
+@pytest.mark.parametrize("key, value, words", [
+    ("bill_kv_heads", 3, "must divide"),  # 32 query heads cannot share 3 KV heads
+    ("bill_window", 200_000, "larger than the context"),
+])
+def test_bill_bad_settings_give_one_sentence_and_keep_the_page(bill, key, value, words):
+    widget = bill.number_input(key=key) if key == "bill_window" else bill.slider(key=key)
+    widget.set_value(value).run()
+    assert not bill.exception
+    assert len(bill.error) == 1 and words in bill.error[0].value
+    assert metric(bill, "KV cache") == "1.00 GiB"  # the last settings that made sense are still shown
+
+
+def test_bill_kv_heads_cannot_be_set_below_one(bill):
+    assert bill.slider(key="bill_kv_heads").min == 1  # zero KV heads is not offered, so never billed
+
+
+def test_bill_compares_dtypes_and_handles_mla(bill):
+    bill.radio(key="bill_compare").set_value("dtypes").run()
+    assert not bill.exception
+    bill.selectbox(key="bill_preset").set_value("deepseek-v3").run()
+    deepseek = PRESETS["deepseek-v3"]
+    assert not bill.exception and not bill.error
+    assert metric(bill, "KV cache") == format_bytes(kv_cache_bytes(deepseek, 8192, 1, 2))
+
+
+# ---- Model lab -----------------------------------------------------------------------------
+
+def press_measure(at: AppTest) -> None:
+    next(b for b in at.button if b.label == "Measure").click().run()
+
+
+def test_lab_measures_and_keeps_results_through_a_bad_setting():
+    at = open_page("lessons/model_lab.py")
+    assert "lab_result" not in at.session_state
+    press_measure(at)
+    assert not at.exception and not at.error
+    result = at.session_state["lab_result"]
+    assert [t.context for t in result.timings] == lab.lab_contexts(512)
+    for timing in result.timings:
+        assert timing.cache_bytes == timing.formula_bytes == timing.context * result.bytes_per_token
+        assert timing.cached_s > 0 and timing.uncached_s > 0
+    assert metric(at, "Parameters") == f"{result.num_params / 1e6:,.2f}M"
+
+    at.slider(key="lab_heads").set_value(7).run()  # 256 does not divide into 7 heads
+    press_measure(at)
+    assert not at.exception
+    assert len(at.error) == 1 and "7 heads" in at.error[0].value
+    assert at.session_state["lab_result"] is result  # the earlier measurement stays
+    assert metric(at, "Parameters") == f"{result.num_params / 1e6:,.2f}M"
+
+    at.slider(key="lab_heads").set_value(8).run()
+    at.slider(key="lab_layers").set_value(32).run()
+    at.slider(key="lab_hidden").set_value(2048).run()  # far beyond what a CPU measures in seconds
+    assert len(at.error) == 1 and "parameters" in at.error[0].value
+
+
+# ---- kvviz.lessons.model_lab.logic without Streamlit ------------------------------------------------------
+
+TINY = CustomShape(num_layers=2, hidden_size=64, num_heads=4, num_kv_heads=2, max_context=64)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return lab.build_lab_model(TINY, device="cpu")
+
+
+def test_lab_contexts_double_up_to_the_longest_that_stays_cached():
+    assert lab.lab_contexts(512) == [16, 32, 64, 128, 256, 510]
+    assert lab.lab_contexts(64) == [16, 32, 62]
+    assert lab.lab_contexts(16) == [14]
+
+
+def test_estimate_matches_the_built_model(tiny):
+    cost = lab.estimate(TINY, device="cpu")
+    assert cost.num_params == sum(p.numel() for p in tiny.model.parameters())
+    assert cost.weight_bytes == sum(p.nbytes for p in tiny.model.parameters())
+    assert cost.bytes_per_token == kv_cache_bytes(ModelShape(num_layers=2, num_kv_heads=2, head_dim=16), 1, 1, 4)
+
+
+@pytest.mark.parametrize("shape, words", [
+    (replace(TINY, num_heads=5), "does not divide into 5 heads"),
+    (replace(TINY, num_kv_heads=3), "cannot share 3 KV heads"),
+    (CustomShape(num_layers=32, hidden_size=2048, num_heads=16, num_kv_heads=4), "parameters"),
+])
+def test_build_refuses_with_one_sentence(shape, words):
+    with pytest.raises(ModelLoadError, match=words):
+        lab.build_lab_model(shape, device="cpu")
+
+
+def test_decode_times_and_cache_bytes(tiny):
+    contexts = [4, 16, 62]
+    timings = lab.measure_decode_times(tiny, contexts, repeats=2)
+    shape = ModelShape(num_layers=2, num_kv_heads=2, head_dim=16)
+    assert [t.context for t in timings] == contexts
+    for timing in timings:
+        assert timing.cache_bytes == timing.formula_bytes == kv_cache_bytes(shape, timing.context, 1, 4)
+        assert timing.cached_s > 0 and timing.uncached_s > 0
+
+
+@pytest.mark.parametrize("contexts", [[], [1], [63], [64]])
+def test_decode_times_refuse_lengths_outside_the_context(tiny, contexts):
+    with pytest.raises(ValueError):
+        lab.measure_decode_times(tiny, contexts)
+
+
+def test_measure_describes_the_model(tiny):
+    result = lab.measure(tiny, [8, 32], repeats=1, sample_tokens=4)
+    assert result.num_params == sum(p.numel() for p in tiny.model.parameters())
+    assert result.weight_bytes == result.num_params * torch.empty((), dtype=tiny.dtype).element_size()
+    assert result.bytes_per_token == 2 * 2 * 2 * 16 * 4
+    assert "32 tokens" in result.formula and f"{32 * result.bytes_per_token:,} bytes" in result.formula
+    assert isinstance(result.sample_text, str)
+    rows = result.rows()
+    assert [r["context"] for r in rows] == [8, 32]
+    assert rows[1]["cache bytes (measured)"] == rows[1]["cache bytes (formula)"]
+    assert result.to_dict()["timings"][0]["context"] == 8

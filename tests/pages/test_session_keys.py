@@ -1,0 +1,107 @@
+"""Every session key has one owner, and loading another model clears exactly the lessons' runs."""
+
+import pytest
+
+from kvviz.lessons import registry
+from kvviz.lessons.registry import LECTURE
+
+from conftest import open_lesson
+
+
+def declared() -> dict:
+    """One value under every key the lessons clear, one under a widget of each, and the app's own."""
+    keys = {key: 1 for lesson in registry.state_modules() for key in lesson.KEYS}
+    keys.update({"lesson_guess_0_bytes_after_five": 1, "paged_block_size": 8, "spec_k": 4, "batch_count": 16,
+                 "strategies_gqa_heads": 2, "eviction_budget": 16, "fork_n": 3, "swap_num_blocks": 9,
+                 "model_source": "bundled", "presenter": True, "bill_layers": 32, "lab_result": "kept"})
+    return keys
+
+
+def test_each_lesson_resets_exactly_its_own_keys():
+    for lesson in registry.state_modules():
+        session = declared()
+        lesson.reset(session)
+        gone = set(declared()) - set(session)
+        assert gone and all(registry.cleared(key, lesson) for key in gone), lesson.__name__
+        assert not any(registry.cleared(key, lesson) for key in session), lesson.__name__
+
+
+def test_a_model_change_clears_every_run_and_keeps_the_inputs():
+    session = declared()
+    registry.reset_lessons(session)
+    assert set(session) == {"paged_block_size", "spec_k", "batch_count", "strategies_gqa_heads", "eviction_budget",
+                            "fork_n", "swap_num_blocks", "model_source", "presenter", "bill_layers", "lab_result"}
+
+
+def test_every_declared_key_has_one_owner():
+    for key in declared():
+        assert len(registry.owners(key)) == 1, (key, registry.owners(key))
+
+
+def session_keys(at) -> set[str]:
+    return set(at.session_state.keys())
+
+
+RUN_BUTTONS = ("Prefill", "Next token", "Start", "Step")  # the prefill lesson's, then the paged and speculative ones
+
+
+def click(at, label):
+    next(b for b in at.button if b.label == label).click().run()
+    assert not at.exception
+
+
+@pytest.mark.parametrize("path", [lesson.path for lesson in LECTURE])
+def test_every_key_a_page_makes_has_one_owner(path):
+    at = open_lesson(path)
+    for label in RUN_BUTTONS:
+        if any(b.label == label and not b.disabled for b in at.button):
+            click(at, label)
+    for key in session_keys(at):
+        assert len(registry.owners(key)) == 1, (path, key, registry.owners(key))
+
+
+def load_model_again(at):
+    at.text_input(key="model_request").set_value("bundled")
+    click(at, "Load model")
+
+
+def cleared_by_someone(key: str) -> bool:
+    return any(registry.cleared(key, lesson) for lesson in registry.state_modules())
+
+
+def test_loading_a_model_leaves_no_paged_key_behind():
+    at = open_lesson("lessons/paged_batching.py")
+    click(at, "Start")
+    click(at, "Step")
+    before = session_keys(at)
+    assert {"lesson_paged", "paged_view_step", "paged_questions"} <= before
+    load_model_again(at)
+    after = session_keys(at)
+    assert not {key for key in after if cleared_by_someone(key)}
+    assert {key for key in before if not cleared_by_someone(key)} <= after  # widgets, model picker, presenter mode
+    assert {"paged_block_size", "paged_editor", "model_source", "presenter"} <= after
+
+
+def test_loading_a_model_reruns_the_linked_prefill_lesson_on_it():
+    at = open_lesson("lessons/prefill_decode.py")
+    click(at, "Prefill")
+    click(at, "Next token")
+    old = at.session_state["lesson"]
+    before = session_keys(at)
+    load_model_again(at)
+    # every lesson key went; the page read its link again (?prompt=...&step=1) and ran it anew
+    assert at.session_state["lesson"] is not old
+    assert len(at.session_state["lesson"].records) == len(old.records)
+    assert {key for key in before if not cleared_by_someone(key)} <= session_keys(at)
+
+
+@pytest.mark.parametrize("path, module", [("lessons/paged_batching.py", "paged_batching.state"),
+                                          ("lessons/speculative.py", "speculative.state")])
+def test_the_reset_button_clears_its_lessons_keys(path, module):
+    lesson = next(lesson for lesson in registry.state_modules() if lesson.__name__.endswith(module))
+    at = open_lesson(path)
+    click(at, "Start")
+    click(at, "Step")
+    assert any(registry.cleared(key, lesson) for key in session_keys(at))
+    click(at, "Reset")
+    assert not any(registry.cleared(key, lesson) for key in session_keys(at))
