@@ -1,4 +1,4 @@
-"""DESIGN.md's public API, spelled exactly as it is written there."""
+"""The public API of docs/design.md, spelled exactly as it is written there."""
 
 from kvviz import PRESETS, Engine, ModelShape, SamplingParams, kv_cache_bytes, load_model
 
