@@ -70,7 +70,8 @@ def install(model: torch.nn.Module) -> list[str]:
                     module.kvviz_packed = Packed.of(module.weight)
                 if "forward" not in vars(module):
                     module.forward = types.MethodType(packed_linear, module)
-            mlps = {name: m for name, m in model.named_modules() if _is_gated_silu_mlp(m)}
+            mlps = {name: m for name, m in model.named_modules()  # checked once: a switched one stays switched
+                    if getattr(vars(m).get("forward"), "__func__", None) is packed_gated_mlp or _is_gated_silu_mlp(m)}
             for module in mlps.values():
                 if getattr(module, "kvviz_gate_up_packed", None) is None:
                     module.kvviz_gate_up_packed = Packed.of(torch.cat([module.gate_proj.weight,
