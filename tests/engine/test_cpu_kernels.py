@@ -209,3 +209,23 @@ def test_linears_are_packed_where_they_fit_and_a_copied_model_packs_again(monkey
     assert twin.lm_head.kvviz_packed is None  # nothing ran on the twin yet
     twin_out = [o.token_ids for o in Engine(twin, num_blocks=16).generate(prompts, params)]
     assert twin.lm_head.kvviz_packed is not None and twin_out == packed_out
+
+
+def test_a_switched_model_copied_and_cast_to_bfloat16_runs_its_own_mlps():
+    """The bench copies a model the engine has switched and casts it to bfloat16: the switched
+    forwards must then run their own product, not the float32-only packed path."""
+    import copy
+
+    from kvviz.bench import build_random_llama
+    from kvviz.engine.cpu import packed_layers
+    from kvviz.models import CustomShape
+
+    if kernel is None or not torch.backends.mkldnn.is_available():
+        pytest.skip("no compiled kernels or no oneDNN here")
+    shape = CustomShape(num_layers=1, hidden_size=64, num_heads=4, num_kv_heads=2, vocab_size=64, max_context=64)
+    model = build_random_llama(shape)
+    assert "model.layers.0.mlp" in packed_layers.install(model)
+    half = copy.deepcopy(model).to(torch.bfloat16)
+    assert packed_layers.install(half) == []  # nothing float32 left to pack
+    outs = Engine(half, num_blocks=16).generate([[1, 2, 3, 4, 5]], SamplingParams(max_tokens=6, ignore_eos=True))
+    assert len(outs[0].token_ids) == 6 and outs[0].finish_reason == "length"

@@ -70,8 +70,7 @@ def install(model: torch.nn.Module) -> list[str]:
                     module.kvviz_packed = Packed.of(module.weight)
                 if "forward" not in vars(module):
                     module.forward = types.MethodType(packed_linear, module)
-            mlps = {name: m for name, m in model.named_modules()  # checked once: a switched one stays switched
-                    if getattr(vars(m).get("forward"), "__func__", None) is packed_gated_mlp or _is_gated_silu_mlp(m)}
+            mlps = {name: m for name, m in model.named_modules() if _is_gated_silu_mlp(m)}
             for module in mlps.values():
                 if getattr(module, "kvviz_gate_up_packed", None) is None:
                     module.kvviz_gate_up_packed = Packed.of(torch.cat([module.gate_proj.weight,
@@ -122,7 +121,9 @@ def _is_gated_silu_mlp(module) -> bool:
     down(silu(gate(x)) * up(x)), checked on a random input; needs the compiled silu_and_mul."""
     parts = [getattr(module, name, None) for name in ("gate_proj", "up_proj", "down_proj")]
     if not all(type(p) is torch.nn.Linear and p.bias is None and p.weight.dtype == torch.float32 for p in parts):
-        return False
+        return False  # a copy cast to bfloat16 keeps its switched forward, which then runs its own
+    if getattr(vars(module).get("forward"), "__func__", None) is packed_gated_mlp:
+        return True  # checked when it was switched, still float32
     kernels = cpu_kernels.load()
     if kernels is None or parts[0].weight.shape != parts[1].weight.shape:
         return False
