@@ -106,9 +106,7 @@ st.caption("Blue: prompt (prefill). Orange: generated, one per decode step. Outl
            "the last chip is the token just sampled, whose key and value enter the cache at the next step.")
 
 # one view at a time: only the chosen view is computed, so a step redraws quickly
-VIEWS = ["Cache per layer", "Keys and values", "Attention", "Inside attention", "Work saved", "Memory bill",
-         "Why decode is memory-bound"]
-view = st.radio("View", VIEWS, horizontal=True, key="lesson_view", label_visibility="collapsed")
+view = st.radio("View", ls.VIEWS, horizontal=True, key="lesson_view", label_visibility="collapsed")
 
 if view == "Cache per layer":
     st.plotly_chart(figures.cache_growth(entered, info["layers"]), width="stretch")

@@ -208,3 +208,51 @@ def test_pause_pressed_while_a_played_step_is_undrawn_shows_the_newest_step():
     click(at, "Pause")
     assert at.slider(key="lesson_view_step").value == newest == at.slider(key="lesson_view_step").max
     assert at.success[0].value.startswith(f"**Decode step {newest}.**")
+
+
+def test_a_sampled_lesson_reopens_from_its_link_with_the_same_tokens_step_and_view():
+    """The URL carries tokens to generate, the sampling and the view, not only the prompt and step."""
+    from streamlit.testing.v1 import AppTest
+
+    from conftest import ROOT
+
+    at = open_lesson("lessons/prefill_decode.py")
+    at.slider(key="lesson_max_tokens").set_value(9).run()
+    at.toggle(key="lesson_greedy").set_value(False).run()
+    at.slider(key="lesson_temperature").set_value(1.5).run()
+    at.number_input(key="lesson_seed").set_value(7).run()
+    click(at, "Prefill")
+    for _ in range(4):
+        click(at, "Next token")
+    at.radio(key="lesson_view").set_value("Work saved").run()
+    link = dict(at.query_params)
+    assert link["greedy"] == "0" and link["seed"] == "7" and link["tokens"] == "9" and link["step"] == "4"
+    texts = at.session_state["lesson"].token_texts
+
+    again = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
+    again.query_params.update(link)
+    again.run()
+    again.switch_page("lessons/prefill_decode.py").run()
+    lesson = again.session_state["lesson"]
+    assert again.session_state["lesson_view_step"] == 4
+    assert lesson.token_texts == texts  # same sampled text, not a greedy one
+    assert lesson.settings.sampling.temperature == 1.5 and lesson.settings.sampling.max_tokens == 9
+    assert again.radio(key="lesson_view").value == "Work saved"
+    assert not again.error
+
+
+def test_a_link_with_bad_settings_says_which_and_keeps_the_defaults():
+    from streamlit.testing.v1 import AppTest
+
+    from conftest import ROOT
+
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
+    at.query_params.update({"prompt": "KING:\n", "tokens": "lots", "temperature": "nan", "view": "<b>x</b>",
+                            "greedy": "0", "step": "2"})
+    at.run()
+    at.switch_page("lessons/prefill_decode.py").run()
+    message = at.error[0].value
+    assert "tokens 'lots' is not a number" in message and "temperature nan is outside" in message
+    assert "view" in message
+    assert at.session_state["lesson_temperature"] == 0.8 and at.radio(key="lesson_view").value == "Cache per layer"
+    assert at.session_state["lesson_view_step"] == 2

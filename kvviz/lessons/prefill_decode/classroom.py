@@ -14,13 +14,27 @@ KEY_PREFIXES = ("lesson_guess_",)  # one guess widget per question asked
 
 
 def sync_query_params(prompt: str, step: int | None) -> None:
-    """Keep the lesson's model, prompt and step in the URL, so a link reopens the same view."""
-    st.query_params["model"] = st.session_state.get("model_source", "bundled")
-    st.query_params["prompt"] = prompt
-    if step is None:
-        st.query_params.pop("step", None)
-    else:
-        st.query_params["step"] = str(step)
+    """Keep what the lesson ran in the URL, so a link reopens the same tokens at the same step and view:
+    model, prompt, tokens to generate, sampling (when not greedy: temperature, top-k, top-p, seed),
+    step and view. state.restore_from_query reads them back."""
+    params = {"model": st.session_state.get("model_source", "bundled"), "prompt": prompt,
+              "tokens": str(st.session_state.get("lesson_max_tokens", 48))}
+    if not st.session_state.get("lesson_greedy", True):
+        params |= {"greedy": "0", "temperature": f"{st.session_state['lesson_temperature']:g}",
+                   "top_k": str(st.session_state["lesson_top_k"]), "top_p": f"{st.session_state['lesson_top_p']:g}",
+                   "seed": str(st.session_state["lesson_seed"])}
+    if step is not None:
+        params["step"] = str(step)
+    if st.session_state.get("lesson_view"):
+        params["view"] = st.session_state["lesson_view"]
+    for key in LINK_KEYS - params.keys():
+        st.query_params.pop(key, None)
+    for key, value in params.items():
+        if st.query_params.get(key) != value:
+            st.query_params[key] = value
+
+
+LINK_KEYS = frozenset({"model", "prompt", "tokens", "greedy", "temperature", "top_k", "top_p", "seed", "step", "view"})
 
 
 def predict_panel(lesson) -> None:

@@ -119,8 +119,41 @@ def reset(state) -> None:
     drop(state, KEYS)
 
 
+# what a link may set, with the bounds of the page's own widgets: key -> (session key, type, low, high)
+LINK_SETTINGS = {"tokens": ("lesson_max_tokens", int, 1, MAX_LESSON_TOKENS),
+                 "temperature": ("lesson_temperature", float, 0.1, 2.0), "top_k": ("lesson_top_k", int, 0, 200),
+                 "top_p": ("lesson_top_p", float, 0.05, 1.0), "seed": ("lesson_seed", int, 0, 2**31 - 1)}
+VIEWS = ("Cache per layer", "Keys and values", "Attention", "Inside attention", "Work saved", "Memory bill",
+              "Why decode is memory-bound")  # the page's views, in its order
+
+
+def _link_settings(params) -> list[str]:
+    """Set the widgets a link names (tokens, sampling, view); returns one sentence per value refused."""
+    notes = []
+    for name, (key, kind, low, high) in LINK_SETTINGS.items():
+        if name not in params:
+            continue
+        try:
+            value = kind(params[name])
+        except ValueError:
+            notes.append(f"The link's {name} {params[name][:20]!r} is not a number; it keeps {DEFAULTS[key]}.")
+            continue
+        if not low <= value <= high:  # NaN too
+            notes.append(f"The link's {name} {params[name][:20]} is outside {low}-{high}; it keeps {DEFAULTS[key]}.")
+            continue
+        st.session_state[key] = value
+    st.session_state["lesson_greedy"] = params.get("greedy", "1") != "0"
+    if "view" in params:
+        if params["view"] in VIEWS:
+            st.session_state["lesson_view"] = params["view"]
+        else:
+            notes.append(f"The link's view {params['view'][:40]!r} is not one of this page's; showing the cache.")
+    return notes
+
+
 def restore_from_query() -> None:
-    """Open the lesson a link describes (?prompt=...&step=N), once per session."""
+    """Open the lesson a link describes (?prompt=...&tokens=..&step=N&view=..., and the sampling
+    when not greedy), once per session: the same tokens at the same step."""
     params = st.query_params
     if st.session_state.get("lesson_query_done"):
         return
@@ -129,26 +162,27 @@ def restore_from_query() -> None:
         return
     st.session_state["lesson_prompt"] = params["prompt"]
     on_prompt_edit()
-    if "step" not in params:
-        return
-    note = None
-    try:
-        target = max(0, int(params["step"]))
-    except ValueError:
-        note, target = "The link's step is not a number; showing the lesson from prefill.", 0
-    last = MAX_LESSON_TOKENS - 1  # a lesson of the slider's most tokens ends at this step
-    if target > last:
-        note, target = f"The link's step {target:,} is past the last step a lesson reaches; showing step {last}.", last
-    st.session_state["lesson_max_tokens"] = min(max(st.session_state.get("lesson_max_tokens", 48), target + 1),
-                                                MAX_LESSON_TOKENS)
-    on_prefill()
-    for _ in range(target):  # at most one real step per step asked for
-        current = lesson()
-        if current is None or current.finished:
-            break
-        on_next_token()
-    if note is not None and "lesson_error" not in st.session_state:
-        st.session_state["lesson_error"] = note
+    notes = _link_settings(params)
+    if "step" in params:
+        try:
+            target = max(0, int(params["step"]))
+        except ValueError:
+            notes.append("The link's step is not a number; showing the lesson from prefill.")
+            target = 0
+        last = MAX_LESSON_TOKENS - 1  # a lesson of the slider's most tokens ends at this step
+        if target > last:
+            notes.append(f"The link's step {target:,} is past the last step a lesson reaches; showing step {last}.")
+            target = last
+        st.session_state["lesson_max_tokens"] = min(max(int(setting("lesson_max_tokens")), target + 1),
+                                                    MAX_LESSON_TOKENS)
+        on_prefill()
+        for _ in range(target):  # at most one real step per step asked for
+            current = lesson()
+            if current is None or current.finished:
+                break
+            on_next_token()
+    if notes and "lesson_error" not in st.session_state:
+        st.session_state["lesson_error"] = " ".join(notes)
 
 
 def on_example() -> None:
