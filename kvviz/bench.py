@@ -367,12 +367,16 @@ def _sync(device: torch.device) -> None:
 
 
 def repeated(run, repeats: int) -> SystemRun:
-    """Run `repeats` times; keep the first run's outputs and the median time."""
-    runs = [run() for _ in range(max(1, repeats))]
+    """Run `repeats` times; see median_run."""
+    return median_run([run() for _ in range(max(1, repeats))])
+
+
+def median_run(runs: list[SystemRun]) -> SystemRun:
+    """The first run's outputs with the median time of all; every run's seconds in details["all_seconds"]."""
     first = runs[0]
     if first.outputs is not None:
         first.seconds = statistics.median(r.seconds for r in runs)
-        first.details["all_seconds"] = [round(r.seconds, 3) for r in runs]
+        first.details["all_seconds"] = [r.seconds for r in runs]
     return first
 
 

@@ -6,7 +6,7 @@ from kvviz.engine.engine import Engine
 from kvviz.engine.scheduler import Scheduler
 from kvviz.lessons.batch_generation import figures
 from kvviz.lessons.batch_generation import state as bs
-from kvviz.lessons.batch_generation.logic import run_batch
+from kvviz.lessons.batch_generation.logic import COMPARE_REPEATS, run_batch
 from kvviz.throughput import DEFINITION, throughput_text
 from kvviz.ui.common import current_model, show_code
 from kvviz.workloads import UPLOAD_LIMITS
@@ -113,7 +113,9 @@ with results_tab:
 with compare_tab:
     st.markdown("The same prompts through transformers' `generate` as one usually writes it: static "
                 "batches, left-padded, each batch generating until its longest request is done. Both "
-                "sides run greedy, every request to its length, and are timed end to end.")
+                f"sides run greedy, every request to its length. Each side runs once to warm up, then "
+                f"{COMPARE_REPEATS} times, the two taking turns; each side's time is its median run, "
+                "timed from the first step to the last token, without drawing.")
     a, b = st.columns([1, 1])
     a.number_input("transformers batch size", 1, 1024, bs.DEFAULTS["batch_hf_batch_size"], key="batch_hf_batch_size")
     b.button("Run both and compare", on_click=bs.on_compare, width="stretch")
@@ -122,21 +124,27 @@ with compare_tab:
     compared = bs.comparison()
     if compared is not None:
         used = compared.kvviz.details
-        st.caption(f"kvviz ran with its settings above: at most {done.settings.engine.max_num_seqs} requests at once, "
-                   f"{done.settings.engine.max_num_batched_tokens} tokens per step, {used['num_blocks']} blocks of "
-                   f"{done.settings.engine.block_size}. This is a new run of the same prompts, timed end to end "
-                   f"without live charts, so it can differ from the run above. {DEFINITION.capitalize()}: "
-                   + "; ".join(f"{side} {throughput_text(run.output_tokens, run.seconds, 'of generate')}"
-                               for side, run in (("kvviz", compared.kvviz), ("transformers", compared.transformers)))
-                   + " (the tokens transformers generated past a request's length not counted).")
+        low, high = compared.speedup_range
         c = st.columns(3)
-        c[0].metric("kvviz is", f"{compared.speedup:.2f}× as fast", help="Output tokens per second, kvviz over "
-                                                                        "transformers.")
+        c[0].metric("kvviz is", f"{compared.speedup:.2f}× as fast",
+                    help=f"The ratio of the median output tokens per second, kvviz over transformers; "
+                         f"pairing single runs gives {low:.2f}× to {high:.2f}×.")
         c[1].metric("Outputs identical", f"{compared.agreement.num_equal} of {compared.agreement.num_requests}")
         c[2].metric("Tokens transformers generated", f"{compared.transformers.generated_tokens:,}",
                     f"{compared.transformers.generated_tokens - compared.transformers.output_tokens:,} thrown away",
                     delta_color="off")
+        st.caption(f"Single runs paired give {low:.2f}× to {high:.2f}×. {DEFINITION.capitalize()}, medians: "
+                   + "; ".join(f"{side} {throughput_text(run.output_tokens, run.seconds, 'of generate')}"
+                               for side, run in (("kvviz", compared.kvviz), ("transformers", compared.transformers)))
+                   + " (the tokens transformers generated past a request's length not counted). kvviz ran with "
+                   f"its settings above: at most {done.settings.engine.max_num_seqs} requests at once, "
+                   f"{done.settings.engine.max_num_batched_tokens} tokens per step, {used['num_blocks']} blocks of "
+                   f"{done.settings.engine.block_size}. The headline above counts engine steps only, during a run "
+                   "that also drew its charts, so it differs from these figures.")
+        if (note := compared.busy_note()) is not None:
+            st.warning(note)
         st.plotly_chart(figures.speed_comparison(compared.rows()), width="stretch")
+        st.dataframe(compared.rows(), hide_index=True, width="stretch")
 
 if bs.vllm_available():  # vLLM's own environment exists (scripts/setup_vllm.sh)
     with st.expander("The same batch on vLLM"):

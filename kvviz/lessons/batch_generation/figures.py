@@ -125,9 +125,12 @@ def speed_comparison(rows: list[dict]) -> go.Figure:
              for r in rows]
     speeds = [r["output tokens/s"] for r in rows]
     colors = [SYSTEMS["kvviz"] if r["system"] == "kvviz" else SYSTEMS["transformers"] for r in rows]
-    fig = go.Figure(go.Bar(y=names, x=speeds, orientation="h", marker_color=colors,
-                           text=[f"{s:,.0f} tokens/s" for s in speeds], textposition="auto",
+    error = dict(type="data", symmetric=False, thickness=2, width=8, color="#111827",
+                 array=[r["fastest run tokens/s"] - r["output tokens/s"] for r in rows],
+                 arrayminus=[r["output tokens/s"] - r["slowest run tokens/s"] for r in rows])
+    fig = go.Figure(go.Bar(y=names, x=speeds, orientation="h", marker_color=colors, error_x=error,
+                           text=[f"{s:,.0f} tokens/s" for s in speeds], textposition="inside",
                            textfont=dict(size=18), hoverinfo="skip"))
     fig.update_yaxes(autorange="reversed")
-    fig.update_xaxes(title="output tokens per second (requested tokens only)", rangemode="tozero")
+    fig.update_xaxes(title="output tokens per second, median run (bars: slowest to fastest)", rangemode="tozero")
     return _layout(fig, "Same prompts, same model, greedy", height=260, showlegend=False)

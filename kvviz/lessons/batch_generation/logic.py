@@ -24,7 +24,7 @@ from kvviz.engine import Engine, EngineConfig, SamplingParams
 from kvviz.engine.kv_cache import CacheShape
 from kvviz.engine.model_parts import model_parts
 from kvviz.models import available_memory_bytes
-from kvviz.throughput import output_tokens_per_s
+from kvviz.throughput import busy_note, machine_load, output_tokens_per_s
 from kvviz.workloads import Workload, WorkloadError, jsonl_lines, request_sampling
 
 
@@ -174,23 +174,45 @@ def run_batch(lm, workload: Workload, settings: BatchSettings | None = None, pro
 
 
 # ---- against transformers ----------------------------------------------------------------
+COMPARE_REPEATS = 3  # timed runs of each side, after one warm-up of each
+
+
 @dataclass(slots=True)
 class TransformersComparison:
-    """kvviz and transformers `generate` on the same prompts, greedy, every request to its length."""
+    """kvviz and transformers `generate` on the same prompts, greedy, every request to its length:
+    each side warmed up once, then timed COMPARE_REPEATS times, the two sides taking turns, so that
+    a busy moment of the machine falls on both. Each SystemRun keeps its median time and, in
+    details["all_seconds"], every run's."""
 
     kvviz: bench.SystemRun
     transformers: bench.SystemRun
     agreement: bench.Agreement
     hf_batch_size: int
+    load_before: float | None = None  # the machine's 1-minute load average when the runs started
 
     @property
     def speedup(self) -> float:
-        """kvviz's output tokens per second over transformers'."""
+        """The ratio of the median output tokens per second, kvviz over transformers."""
         return self.kvviz.tokens_per_s / self.transformers.tokens_per_s if self.transformers.tokens_per_s else 0.0
 
+    @property
+    def speedup_range(self) -> tuple[float, float]:
+        """The lowest and highest ratio any pairing of one kvviz run with one transformers run gives."""
+        ours, theirs = self.kvviz.details["all_seconds"], self.transformers.details["all_seconds"]
+        return min(theirs) / max(ours), max(theirs) / max(min(ours), 1e-9)
+
+    def busy_note(self) -> str | None:
+        """One sentence when the times say the machine was busy, else None."""
+        return busy_note([self.kvviz.details["all_seconds"], self.transformers.details["all_seconds"]],
+                         self.load_before)
+
     def rows(self) -> list[dict]:
-        return [{"system": run.name, "seconds": run.seconds, "output tokens": run.output_tokens,
-                 "tokens generated": run.generated_tokens, "output tokens/s": run.tokens_per_s}
+        return [{"system": run.name, "median seconds": run.seconds,
+                 "all runs (s)": ", ".join(f"{s:.2f}" for s in run.details["all_seconds"]),
+                 "output tokens": run.output_tokens, "tokens generated": run.generated_tokens,
+                 "output tokens/s": run.tokens_per_s,
+                 "slowest run tokens/s": output_tokens_per_s(run.output_tokens, max(run.details["all_seconds"])),
+                 "fastest run tokens/s": output_tokens_per_s(run.output_tokens, min(run.details["all_seconds"]))}
                 for run in (self.kvviz, self.transformers)]
 
 
@@ -207,18 +229,28 @@ def generate_twin(model):
 
 
 def compare_with_transformers(lm, workload: Workload, settings: BatchSettings | None = None,
-                              hf_batch_size: int = 16) -> TransformersComparison:
-    """Run the workload greedily in kvviz's engine and in transformers `generate`; time both."""
+                              hf_batch_size: int = 16, repeats: int = COMPARE_REPEATS) -> TransformersComparison:
+    """Run the workload greedily in kvviz's engine and in transformers `generate`: one untimed
+    warm-up of each on the first two requests, then `repeats` timed runs of each, in turns."""
     settings = settings or BatchSettings()
     if not len(workload):
         raise WorkloadError("There are no prompts to run; upload a file or make a synthetic workload.")
     if hf_batch_size < 1:
         raise WorkloadError(f"The transformers batch size must be at least 1, not {hf_batch_size}.")
     model = model_parts(lm).model
-    kvviz = bench.run_kvviz(model, workload, settings.engine, num_blocks=settings.pool_blocks(lm, workload))
-    transformers = bench.run_hf_generate(generate_twin(model), workload, hf_batch_size)
+    twin = generate_twin(model)
+    num_blocks = settings.pool_blocks(lm, workload)
+    load_before = machine_load()
+    warmup = workload.head(2)
+    bench.run_kvviz(model, warmup, settings.engine, num_blocks=num_blocks)  # first-call costs are nobody's speed
+    bench.run_hf_generate(twin, warmup, hf_batch_size)
+    ours, theirs = [], []
+    for _ in range(max(1, repeats)):
+        ours.append(bench.run_kvviz(model, workload, settings.engine, num_blocks=num_blocks))
+        theirs.append(bench.run_hf_generate(twin, workload, hf_batch_size))
+    kvviz, transformers = (bench.median_run(runs) for runs in (ours, theirs))
     return TransformersComparison(kvviz, transformers, bench.compare_outputs(kvviz.outputs, transformers.outputs),
-                                  hf_batch_size)
+                                  hf_batch_size, load_before)
 
 
 def live_summary(points: list[StepPoint]) -> dict:
