@@ -31,11 +31,15 @@ def _forget_error() -> None:
     st.session_state.pop("lab_error", None)
 
 
-def _measure() -> None:
-    """Build (or reuse) the model and time it; on a refusal keep the previous results."""
+def _measure(bar) -> None:
+    """Build (or reuse) the model and time it, moving `bar` (an st.progress) along the context
+    lengths; on a refusal keep the previous results."""
+    def progress(done: int, total: int, text: str) -> None:
+        bar.progress(done / total, text=f"{text} ({done} of {total} lengths done)")
+
     try:
         lm = built_model(_shape())
-        result = lab.measure(lm, lab.lab_contexts(lm.max_context), repeats=REPEATS)
+        result = lab.measure(lm, lab.lab_contexts(lm.max_context), repeats=REPEATS, progress=progress)
     except (ModelLoadError, EngineError, ValueError) as error:
         st.session_state["lab_error"] = str(error)
         return
@@ -60,7 +64,8 @@ with controls:
     st.slider("Head size (0: hidden size ÷ heads)", 0, 256, 0, step=8, key="lab_head_dim", **forget)
     st.slider("MLP size (0: about 8/3 of the hidden size)", 0, 8192, 0, step=64, key="lab_mlp", **forget)
     st.select_slider("Longest context to measure", LONGEST_CONTEXTS, value=512, key="lab_context", **forget)
-    st.button("Measure", type="primary", on_click=_measure, width="stretch")
+    measure_now = st.button("Measure", type="primary", width="stretch")
+    bar_slot = st.empty()
     try:
         cost = lab.estimate(_shape())
         st.caption(f"This shape: **{cost.num_params / 1e6:,.1f}M parameters**, {format_bytes(cost.weight_bytes)} "
@@ -104,6 +109,10 @@ def show_summary(result: lab.LabResult) -> None:
         st.code(result.sample_text, language=None, wrap_lines=True)
 
 
+if measure_now:
+    _measure(bar_slot.progress(0.0, text="Building the model with random weights"))
+    bar_slot.empty()
+
 with results:
     problem = shape_problem or st.session_state.get("lab_error")
     if problem:
@@ -120,6 +129,8 @@ with results:
             st.warning("The sliders have changed since this measurement: the results below are from the "
                        "previous shape. Press **Measure** to measure this one.", icon=":material/history:")
         show_summary(result)
+        if (note := result.busy_note()) is not None:
+            st.warning(note)
 
 if result is not None:
     left, right = st.columns(2)

@@ -186,3 +186,21 @@ def test_measure_describes_the_model(tiny):
     assert [r["context"] for r in rows] == [8, 32]
     assert rows[1]["cache bytes (measured)"] == rows[1]["cache bytes (formula)"]
     assert result.to_dict()["timings"][0]["context"] == 8
+
+
+def test_measure_reports_progress_for_every_context_length(tiny):
+    calls = []
+    lab.measure(tiny, [8, 16, 32], repeats=1, sample_tokens=0, progress=lambda *call: calls.append(call))
+    assert [done for done, _, _ in calls] == [0, 0, 1, 2]  # the warm-up, then each length before it is timed
+    assert all(total == 3 for _, total, _ in calls)
+    assert "Warming up" in calls[0][2] and "32 tokens" in calls[-1][2]
+
+
+def test_the_lab_page_measures_its_default_shape_with_a_progress_bar():
+    at = open_page("lessons/model_lab.py")
+    press_measure(at)
+    assert not at.exception and not at.error
+    result = at.session_state["lab_result"]
+    assert [t.context for t in result.timings] == lab.lab_contexts(512)  # the default longest context
+    assert result.load_before is None or result.load_before >= 0
+    assert metric(at, "With the cache").endswith("ms")

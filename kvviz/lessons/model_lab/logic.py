@@ -34,6 +34,7 @@ from kvviz.models import (
     pick_dtype,
     validate_shape,
 )
+from kvviz.throughput import busy_note, machine_load
 
 # Keep a measurement to seconds: a bigger model is refused with its size rather than left to
 # run for minutes on a laptop's CPU. A GPU has room for ten times more.
@@ -91,6 +92,12 @@ class LabResult:
     device: str
     timings: list[DecodeTiming] = field(default_factory=list)
     sample_text: str | None = None  # what the random weights write, to show it is nonsense
+    load_before: float | None = None  # the machine's 1-minute load average when the timing started
+
+    def busy_note(self) -> str | None:
+        """One sentence when the timings say the machine was busy, else None."""
+        return busy_note([[t.cached_spread_s[0], t.cached_s] for t in self.timings]
+                         + [[t.uncached_spread_s[0], t.uncached_s] for t in self.timings], self.load_before)
 
     def rows(self) -> list[dict]:
         """The timings as table rows, in milliseconds and bytes."""
@@ -174,7 +181,7 @@ def cache_shape_of(lm: LoadedModel) -> ModelShape:
 
 
 def measure(lm: LoadedModel, contexts: list[int], repeats: int = 3, seed: int = 0,
-            sample_tokens: int = 12) -> LabResult:
+            sample_tokens: int = 12, progress=None) -> LabResult:
     """Describe `lm` and time its decode steps at each context length (see measure_decode_times)."""
     info = lm.describe()
     shape = cache_shape_of(lm)
@@ -184,17 +191,20 @@ def measure(lm: LoadedModel, contexts: list[int], repeats: int = 3, seed: int = 
         weight_bytes=sum(p.nbytes for p in lm.model.parameters()), dtype_bytes=dtype_bytes,
         bytes_per_token=kv_cache_bytes(shape, 1, 1, dtype_bytes),
         formula=bill_breakdown(shape, max(contexts), 1, dtype_bytes)[0].formula,
-        device=str(lm.device), timings=measure_decode_times(lm, contexts, repeats, seed))
+        device=str(lm.device), load_before=machine_load(),
+        timings=measure_decode_times(lm, contexts, repeats, seed, progress))
     if sample_tokens and lm.tokenizer is not None:
         result.sample_text = sample_nonsense(lm, sample_tokens)
     return result
 
 
 def measure_decode_times(lm: LoadedModel, contexts: list[int], repeats: int = 3,
-                         seed: int = 0) -> list[DecodeTiming]:
+                         seed: int = 0, progress=None) -> list[DecodeTiming]:
     """For each context c: the median forward time of `repeats` warm decode steps with c tokens in
     context, with the cache (one new token) and without (all c tokens again), their spread, and the
-    cache bytes. Near the end of the context each repeat takes a fresh pair of engines."""
+    cache bytes. Near the end of the context each repeat takes a fresh pair of engines.
+
+    progress: optional callable(done, total, text), called before each context is timed."""
     if not contexts:
         raise ValueError("Give at least one context length to measure.")
     if min(contexts) < 2 or max(contexts) > lm.max_context - 2:
@@ -206,9 +216,13 @@ def measure_decode_times(lm: LoadedModel, contexts: list[int], repeats: int = 3,
     vocab_size = lm.model.get_output_embeddings().weight.shape[0]
     shape = cache_shape_of(lm)
     dtype_bytes = torch.empty((), dtype=lm.dtype).element_size()
-    _warm_up(lm, vocab_size, rng)
+    if progress is not None:
+        progress(0, len(contexts), "Warming up: the first forward passes are not timed")
+    _warm_up(lm, vocab_size, rng, max(contexts))
     timings = []
-    for context in contexts:
+    for done, context in enumerate(contexts):
+        if progress is not None:
+            progress(done, len(contexts), f"Timing {repeats} steps each way at {context:,} tokens of context")
         prompt = [rng.randrange(vocab_size) for _ in range(context - 1)]
         cached_s, uncached_s, cache_bytes = [], [], 0
         while len(cached_s) < repeats:
@@ -246,12 +260,14 @@ def _one_request_engine(lm: LoadedModel, prompt: list[int], num_decodes: int, us
     return engine
 
 
-def _warm_up(lm: LoadedModel, vocab_size: int, rng: random.Random) -> None:
-    """The first forward passes pay for allocations and kernel choices; keep them out of the timings."""
-    for use_cache in (True, False):
-        engine = _one_request_engine(lm, [rng.randrange(vocab_size) for _ in range(8)], 2, use_cache)
-        for _ in range(3):
-            engine.step()
+def _warm_up(lm: LoadedModel, vocab_size: int, rng: random.Random, longest: int) -> None:
+    """The first forward passes pay for allocations, thread start-up and kernel choices, at the
+    shortest and at the longest context alike; keep them out of the timings."""
+    for length in sorted({8, longest - 1}):
+        for use_cache in (True, False):
+            engine = _one_request_engine(lm, [rng.randrange(vocab_size) for _ in range(length)], 2, use_cache)
+            for _ in range(3):
+                engine.step()
 
 
 def sample_nonsense(lm: LoadedModel, num_tokens: int = 12, prompt: str = "ROMEO:") -> str:
