@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 # ModelShape and the presets live in kvviz.shapes; they are re-exported here, where users look.
 from kvviz.shapes import (  # noqa: F401
@@ -41,11 +41,56 @@ DTYPE_BYTES = {"fp32": 4, "float32": 4, "fp16": 2, "float16": 2, "half": 2, "bf1
 
 
 def dtype_bytes(name: str) -> float:
-    """Bytes per value for a dtype name ("bf16", "torch.float16", ...); int4 is 0.5."""
+    """Bytes per value for a dtype name ("bf16", "torch.float16", ...); int4 is 0.5, its codes alone."""
     key = str(name).lower().removeprefix("torch.")
     if key not in DTYPE_BYTES:
         raise ValueError(f"Unknown dtype {name!r}; use one of {', '.join(DTYPE_BYTES)}.")
     return DTYPE_BYTES[key]
+
+
+# --- Quantized values: codes, plus a scale and a zero point per group --------------------------
+
+QUANTIZED_BITS = {"int8": 8, "int4": 4}
+QUANT_GROUP_SIZE = 64  # cache values per scale and zero point (transformers' QuantizedCache default)
+WEIGHT_GROUP_SIZE = 128  # weights per scale and zero point (the usual GPTQ / AWQ group)
+
+
+def quantized_row_bits(row_len: int, bits: int, group_size: int, scale_bytes: float) -> int:
+    """Bits of one row of row_len values (a key, a value, MLA's latent) stored as `bits`-bit codes.
+
+    Assumption (as in HQQ/quanto caches and kvviz.strategies.quantized): each group of group_size
+    values along the row keeps its own scale and zero point, both in scale_bytes (the model's
+    dtype); a row that group_size does not divide ends in a short group. At group 64 and bf16
+    scales int4 costs 4 + 2 × 16 / 64 = 4.5 bits a value; at group 32, 5 bits.
+    """
+    groups = math.ceil(row_len / group_size)
+    return row_len * bits + groups * 2 * round(scale_bytes * 8)
+
+
+def cache_format(name: str, scale_bytes: float = 2, group_size: int = QUANT_GROUP_SIZE) -> dict:
+    """kv_cache_bytes's dtype_bytes and options for a cache stored as `name`.
+
+    int8 and int4 are quantized caches (codes + a scale and zero point per group, in scale_bytes);
+    every other name stores plain values.
+        kv_cache_bytes(shape, tokens, batch, **cache_format("int4"))
+    """
+    key = str(name).lower().removeprefix("torch.")
+    if key in QUANTIZED_BITS:
+        return {"dtype_bytes": scale_bytes, "quant_bits": QUANTIZED_BITS[key], "quant_group_size": group_size}
+    return {"dtype_bytes": dtype_bytes(name)}
+
+
+def bits_per_value(name: str, scale_bytes: float = 2, group_size: int = QUANT_GROUP_SIZE) -> float:
+    """Bits one value costs in this format, its share of the group's scale and zero point included."""
+    key = str(name).lower().removeprefix("torch.")
+    if key in QUANTIZED_BITS:
+        return quantized_row_bits(group_size, QUANTIZED_BITS[key], group_size, scale_bytes) / group_size
+    return dtype_bytes(name) * 8
+
+
+def weight_bytes_per_param(name: str) -> float:
+    """Bytes one parameter costs in this dtype; int4/int8 weights pay a bf16 scale and zero point per 128."""
+    return bits_per_value(name, 2, WEIGHT_GROUP_SIZE) / 8
 
 
 def format_bytes(num_bytes: float) -> str:
@@ -69,22 +114,29 @@ def tokens_held(shape: ModelShape, kind: str, tokens: int, *, block_size: int | 
     return held
 
 
+def cached_rows(shape: ModelShape, kind: str) -> list[tuple[int, int]]:
+    """What one token leaves in one layer of this kind: (row length, rows of that length).
+
+    A key and a value per KV head (DeepSeek-style heads have keys wider than values), or MLA's one
+    latent row with its RoPE key beside it."""
+    if kind == MLA:
+        return [(shape.kv_lora_rank + shape.qk_rope_head_dim, 1)]
+    value_len = shape.v_head_dim or shape.head_dim
+    if value_len == shape.head_dim:
+        return [(shape.head_dim, 2 * shape.num_kv_heads)]
+    return [(shape.head_dim, shape.num_kv_heads), (value_len, shape.num_kv_heads)]
+
+
 def _layer_bits(shape, kind, held, dtype_bytes, quant_bits, quant_group_size, quant_residual_tokens):
     """Bits one request's cache takes in one layer of this kind, for `held` token slots."""
-    # A token's cache is a few rows of numbers: K and V per KV head, or MLA's single latent row.
-    if kind == MLA:
-        rows, row_len = 1, shape.kv_lora_rank + shape.qk_rope_head_dim
-    else:
-        rows, row_len = 2 * shape.num_kv_heads, shape.head_dim
-    value_bits = round(dtype_bytes * 8)
+    rows = cached_rows(shape, kind)
+    token_bits = sum(length * count for length, count in rows) * round(dtype_bytes * 8)
     if quant_bits is None:
-        return held * rows * row_len * value_bits
-    # Assumption (as in HQQ/quanto caches): each group of quant_group_size values along a row
-    # stores its own scale and zero point, both in the unquantized dtype.
-    groups_per_row = math.ceil(row_len / quant_group_size)
-    quantized_row_bits = row_len * quant_bits + groups_per_row * 2 * value_bits
+        return held * token_bits
+    quantized_token_bits = sum(count * quantized_row_bits(length, quant_bits, quant_group_size, dtype_bytes)
+                               for length, count in rows)
     recent = min(held, quant_residual_tokens)  # KIVI-style: the newest tokens stay full precision
-    return rows * ((held - recent) * quantized_row_bits + recent * row_len * value_bits)
+    return (held - recent) * quantized_token_bits + recent * token_bits
 
 
 def _check_cache_args(tokens, batch, dtype_bytes, block_size, reserved_tokens, quant_bits,
@@ -176,11 +228,15 @@ def _formula(shape, kind, num_layers, tokens, held, batch, dtype_bytes, options)
     """The left-hand side of the bill for one layer kind, every factor named."""
     block_size, reserved = options.get("block_size"), options.get("reserved_tokens")
     quant_bits, residual = options.get("quant_bits"), options.get("quant_residual_tokens", 0)
+    value_len = shape.v_head_dim or shape.head_dim
     if kind == MLA:
         row = f"({shape.kv_lora_rank} latent + {shape.qk_rope_head_dim} RoPE) dims"
-        row_len, factors = shape.kv_lora_rank + shape.qk_rope_head_dim, [f"{num_layers} layers"]
+        factors = [f"{num_layers} layers"]
+    elif value_len != shape.head_dim:  # one key row and one narrower value row per KV head
+        row = f"({shape.head_dim} K + {value_len} V) dims"
+        factors = [f"{num_layers} layers", f"{shape.num_kv_heads} KV heads"]
     else:
-        row, row_len = f"{shape.head_dim} dims", shape.head_dim
+        row = f"{shape.head_dim} dims"
         factors = ["2 (K and V)", f"{num_layers} layers", f"{shape.num_kv_heads} KV heads"]
     unpaged = min(reserved or tokens, shape.sliding_window) if kind == SLIDING else (reserved or tokens)
     notes = [note for note, applies in (
@@ -192,7 +248,8 @@ def _formula(shape, kind, num_layers, tokens, held, batch, dtype_bytes, options)
     value_text = f"{dtype_bytes:g} byte" + ("s" if dtype_bytes != 1 else "")
     if quant_bits is None:
         return " × ".join(factors + [row, token_text, request_text, value_text])
-    groups = math.ceil(row_len / options.get("quant_group_size", 64))
+    group_size = options.get("quant_group_size", QUANT_GROUP_SIZE)
+    groups = sum(math.ceil(length / group_size) for length, _ in cached_rows(shape, kind))  # per row above
     quantized = f"{row} × {quant_bits} bits ÷ 8 + {groups} groups × 2 (scale, zero) × {value_text}"
     recent = min(held, residual)
     if not recent:
@@ -210,10 +267,11 @@ def weights_bytes(shape: ModelShape, dtype_bytes: float = 2) -> int:
     return math.ceil(shape.num_params * dtype_bytes)
 
 
-def bytes_per_token_by_kind(shape: ModelShape, dtype_bytes: float = 2) -> dict[str, int]:
+def bytes_per_token_by_kind(shape: ModelShape, dtype_bytes: float = 2, **cache_options) -> dict[str, int]:
     """Bytes one more token adds in all layers of each kind (a sliding layer: only until its window is full)."""
     result: dict[str, int] = {}
-    for kind, layer_bytes in zip(shape.layer_kinds, kv_cache_bytes_per_layer(shape, 1, 1, dtype_bytes)):
+    per_layer = kv_cache_bytes_per_layer(shape, 1, 1, dtype_bytes, **{**cache_options, "block_size": None})
+    for kind, layer_bytes in zip(shape.layer_kinds, per_layer):
         result[kind] = result.get(kind, 0) + layer_bytes
     return result
 
@@ -231,36 +289,46 @@ class TensorParallelShare:
     cache_bytes_all_gpus: int  # replicated heads counted once per copy
 
 
-def tensor_parallel_share(shape: ModelShape, gpus: int, tokens: int, batch: int = 1, dtype_bytes: float = 2,
-                          *, weights_dtype_bytes: float | None = None, **cache_options) -> TensorParallelShare:
-    """Split the weights and the KV heads over `gpus` GPUs, as vLLM and Megatron do.
+def per_gpu_shape(shape: ModelShape, gpus: int) -> ModelShape:
+    """One GPU's share under tensor parallelism, as a shape of its own (the shape itself for 1 GPU).
 
-    Each GPU runs num_heads / gpus query heads and keeps the KV heads they read. With fewer KV
-    heads than GPUs, each KV head is copied onto gpus / kv_heads GPUs (every GPU still needs the
-    keys its query heads read). MLA's latent is not split by head, so every GPU keeps all of it.
+    Each GPU runs num_heads / gpus query heads, keeps the KV heads they read and holds 1 / gpus of
+    every weight matrix, as vLLM and Megatron split a model. With fewer KV heads than GPUs each
+    GPU keeps one KV head, copied onto gpus / kv_heads GPUs (every GPU needs the keys its query
+    heads read). MLA's latent is not split by head, so every GPU keeps all of it. Every bill of
+    this module, applied to the returned shape, answers for one GPU.
     """
-    from dataclasses import replace
-
     check_positive("gpus", gpus)
-    heads = shape.num_heads or shape.num_kv_heads
+    if gpus == 1:
+        return shape
+    heads, kv = shape.num_heads or shape.num_kv_heads, shape.num_kv_heads
     if heads % gpus:
         raise ValueError(f"{heads} query heads do not split evenly over {gpus} GPUs; "
                          f"pick a GPU count that divides {heads}.")
-    kv = shape.num_kv_heads
     if shape.kv_lora_rank is not None:
-        per_gpu, copies = kv, gpus
+        kv_per_gpu = kv
     elif kv >= gpus:
         if kv % gpus:
             raise ValueError(f"{kv} KV heads do not split evenly over {gpus} GPUs; "
                              f"pick a GPU count that divides {kv}.")
-        per_gpu, copies = kv // gpus, 1
+        kv_per_gpu = kv // gpus
     else:
         if gpus % kv:
             raise ValueError(f"{gpus} GPUs cannot share {kv} KV heads evenly; pick a multiple of {kv}.")
-        per_gpu, copies = 1, gpus // kv
-    cache = kv_cache_bytes(replace(shape, num_kv_heads=per_gpu), tokens, batch, dtype_bytes, **cache_options)
-    weights = math.ceil(weights_bytes(shape, weights_dtype_bytes or dtype_bytes) / gpus)
-    return TensorParallelShare(gpus, per_gpu, copies, weights, cache, cache * gpus)
+        kv_per_gpu = 1
+    num_params = None if shape.num_params is None else -(-shape.num_params // gpus)
+    return replace(shape, name=f"{shape.name} (1 of {gpus} GPUs)", num_heads=heads // gpus,
+                   num_kv_heads=kv_per_gpu, num_params=num_params)
+
+
+def tensor_parallel_share(shape: ModelShape, gpus: int, tokens: int, batch: int = 1, dtype_bytes: float = 2,
+                          *, weights_dtype_bytes: float | None = None, **cache_options) -> TensorParallelShare:
+    """What each of `gpus` GPUs holds when the model is split over them (see per_gpu_shape)."""
+    one = per_gpu_shape(shape, gpus)
+    copies = gpus if shape.kv_lora_rank is not None else max(1, gpus // shape.num_kv_heads)
+    cache = kv_cache_bytes(one, tokens, batch, dtype_bytes, **cache_options)
+    weights = weights_bytes(one, weights_dtype_bytes or dtype_bytes)
+    return TensorParallelShare(gpus, one.num_kv_heads, copies, weights, cache, cache * gpus)
 
 
 # --- The reverse questions: what fits? --------------------------------------------------------
@@ -314,12 +382,20 @@ def memory_bytes(spec: str | int) -> int:
 
 
 def cache_budget_bytes(shape: ModelShape, device_memory: str | int, dtype_bytes: float = 2,
-                       utilization: float = 0.9, *, weights_dtype_bytes: float | None = None) -> int:
-    """Bytes left for the cache: the usable share of memory minus the weights (0 if they don't fit)."""
+                       utilization: float = 0.9, *, weights_dtype_bytes: float | None = None, gpus: int = 1) -> int:
+    """Bytes left for the cache: the usable share of memory minus the weights (0 if they don't fit).
+
+    gpus > 1: the room of all of them together under tensor parallelism, counted in bytes of the
+    unsplit bill (one GPU's room × the share of the KV heads it holds), so it compares with
+    kv_cache_bytes(shape, ...): a KV head copied onto two GPUs adds no room.
+    """
     if not 0 < utilization <= 1:
         raise ValueError(f"utilization must be above 0 and at most 1, not {utilization!r}.")
+    one = per_gpu_shape(shape, gpus)
     usable = int(memory_bytes(device_memory) * utilization)  # like vLLM's gpu_memory_utilization
-    return max(0, usable - weights_bytes(shape, weights_dtype_bytes or dtype_bytes))
+    room = max(0, usable - weights_bytes(one, weights_dtype_bytes or dtype_bytes))
+    shares = 1 if shape.kv_lora_rank is not None else shape.num_kv_heads // one.num_kv_heads
+    return room * shares
 
 
 def max_cached_tokens(shape: ModelShape, device_memory: str | int, dtype_bytes: float = 2,
@@ -368,19 +444,26 @@ def max_context(shape: ModelShape, batch: int, device_memory: str | int, dtype_b
 
 
 def fit_summary(shape: ModelShape, tokens: int, batch: int, device_memory: str | int, dtype_bytes: float = 2,
-                utilization: float = 0.9, *, weights_dtype_bytes: float | None = None, **cache_options) -> str:
+                utilization: float = 0.9, *, gpus: int = 1, weights_dtype_bytes: float | None = None,
+                **cache_options) -> str:
     """One sentence: does this bill fit on that memory, and what room is left?
-    dtype_bytes is the cache's; weights_dtype_bytes the weights' (default: the same)."""
+
+    dtype_bytes is the cache's; weights_dtype_bytes the weights' (default: the same). gpus > 1:
+    the model is split by tensor parallelism and every figure is one GPU's (per_gpu_shape)."""
+    one = per_gpu_shape(shape, gpus)
     usable = int(memory_bytes(device_memory) * utilization)
-    weights = weights_bytes(shape, weights_dtype_bytes or dtype_bytes)
+    weights = weights_bytes(one, weights_dtype_bytes or dtype_bytes)
     if weights > usable:
-        return (f"Does not fit: the weights alone ({format_bytes(weights)}) exceed the {format_bytes(usable)} "
-                f"usable ({utilization:.0%} of memory); use a smaller dtype or split the model across devices.")
-    cache = kv_cache_bytes(shape, tokens, batch, dtype_bytes, **cache_options)
+        whose, advice = (("the weights alone", "use a smaller dtype or split the model across devices") if gpus == 1
+                         else ("each GPU's share of the weights", "use a smaller dtype or more GPUs"))
+        return (f"Does not fit: {whose} ({format_bytes(weights)}) exceed the {format_bytes(usable)} "
+                f"usable ({utilization:.0%} of memory); {advice}.")
+    cache = kv_cache_bytes(one, tokens, batch, dtype_bytes, **cache_options)
     verdict = "Fits" if weights + cache <= usable else "Does not fit"
-    room = max_requests(shape, max(tokens, 1), device_memory, dtype_bytes, utilization,
+    where, each = ("", "") if gpus == 1 else (f" on each of {gpus} GPUs", " per GPU")
+    room = max_requests(one, max(tokens, 1), device_memory, dtype_bytes, utilization,
                         weights_dtype_bytes=weights_dtype_bytes, **cache_options)
-    return (f"{verdict}: weights {format_bytes(weights)} + cache {format_bytes(cache)} of "
+    return (f"{verdict}{where}: weights {format_bytes(weights)} + cache {format_bytes(cache)}{each} of "
             f"{format_bytes(usable)} usable ({utilization:.0%}); room for {room:,} such requests at once.")
 
 
@@ -391,28 +474,43 @@ class AttentionVariant:
     name: str
     values_per_token_per_layer: int
     bytes_per_token: int
+    this_model: bool = False  # how the shape itself attends
+    hypothetical: bool = False  # sizes the model does not have (a latent for a model without MLA)
 
 
-def compare_attention_variants(hidden_size: int, num_heads: int, num_layers: int, dtype_bytes: float = 2,
-                               *, gqa_kv_heads: int = 8, kv_lora_rank: int | None = None,
-                               qk_rope_head_dim: int | None = None) -> list[AttentionVariant]:
-    """MHA, GQA, MQA and MLA cache bytes per token for one model size (MLA as in DeepSeek-V3)."""
-    for what, value in (("hidden_size", hidden_size), ("num_heads", num_heads), ("num_layers", num_layers),
-                        ("gqa_kv_heads", gqa_kv_heads)):
-        check_positive(what, value)
-    if hidden_size % num_heads or num_heads % gqa_kv_heads:
-        raise ValueError(f"num_heads ({num_heads}) must divide hidden_size ({hidden_size}) and be a multiple "
-                         f"of gqa_kv_heads ({gqa_kv_heads}); pick sizes that divide evenly.")
-    head_dim = hidden_size // num_heads
-    kv_lora_rank = kv_lora_rank or 4 * head_dim  # DeepSeek-V3: 512 = 4 × 128
-    qk_rope_head_dim = qk_rope_head_dim or max(1, head_dim // 2)  # DeepSeek-V3: 64 = 128 / 2
-    def shape(kv_heads, **mla):
-        return ModelShape(num_layers=num_layers, num_kv_heads=kv_heads, head_dim=head_dim, **mla)
-    variants = [(f"MHA ({num_heads} KV heads)", shape(num_heads), 2 * num_heads * head_dim),
-                (f"GQA ({gqa_kv_heads} KV heads)", shape(gqa_kv_heads), 2 * gqa_kv_heads * head_dim),
-                ("MQA (1 KV head)", shape(1), 2 * head_dim),
-                (f"MLA (latent {kv_lora_rank} + RoPE {qk_rope_head_dim})",
-                 shape(num_heads, kv_lora_rank=kv_lora_rank, qk_rope_head_dim=qk_rope_head_dim),
-                 kv_lora_rank + qk_rope_head_dim)]
-    return [AttentionVariant(name, values, kv_bytes_per_token(variant, dtype_bytes))
-            for name, variant, values in variants]
+def compare_attention_variants(shape: ModelShape, dtype_bytes: float = 2, *, gqa_kv_heads: int | None = None,
+                               **cache_options) -> list[AttentionVariant]:
+    """MHA, GQA, MQA and MLA cache per token for one model's layers and query heads.
+
+    Every head keeps a key of head_dim values and a value of v_head_dim (DeepSeek-V3: 192 and 128),
+    so MHA caches heads × (key + value) values per token and layer: 40,960 for DeepSeek-V3, 71×
+    its 576-value latent (the DeepSeek-V2 paper's Table 1 counts 2 × heads × 128 = 32,768 instead,
+    keys without their RoPE part). GQA shows the model's own KV heads, or 8 (or the nearest divisor
+    of the query heads below it) for MHA, MQA and MLA models. A model without MLA gets DeepSeek-V3's
+    latent scaled to its head size (4 × head_dim + head_dim / 2), marked hypothetical.
+    """
+    heads = shape.num_heads or shape.num_kv_heads
+    mla = shape.kv_lora_rank is not None
+    if gqa_kv_heads is None:
+        own = not mla and 1 < shape.num_kv_heads < heads
+        gqa_kv_heads = shape.num_kv_heads if own else next(d for d in range(min(8, heads), 0, -1) if heads % d == 0)
+    if heads % gqa_kv_heads:
+        raise ValueError(f"{heads} query heads cannot be shared evenly by {gqa_kv_heads} KV heads; "
+                         f"pick a number of KV heads that divides {heads}.")
+    heads_only = replace(shape, num_heads=heads, num_kv_heads=heads, kv_lora_rank=None, qk_rope_head_dim=None)
+    key, value = shape.head_dim, shape.v_head_dim or shape.head_dim
+    widths = f"K {key} + V {value}" if key != value else f"{key} dims"
+    latent = shape.kv_lora_rank or 4 * key  # DeepSeek-V3: 512 = 4 × 128
+    rope = shape.qk_rope_head_dim or max(1, key // 2)  # DeepSeek-V3: 64 = 128 / 2
+    own_kind = "MLA" if mla else "MHA" if shape.num_kv_heads == heads else "MQA" if shape.num_kv_heads == 1 else "GQA"
+    rows = [("MHA", f"MHA ({heads} KV heads, {widths})", replace(heads_only, num_kv_heads=heads)),
+            ("GQA", f"GQA ({gqa_kv_heads} KV heads, {widths})", replace(heads_only, num_kv_heads=gqa_kv_heads)),
+            ("MQA", f"MQA (1 KV head, {widths})", replace(heads_only, num_kv_heads=1)),
+            ("MLA", f"MLA (latent {latent} + RoPE {rope}" + (")" if mla else ", hypothetical)"),
+             replace(heads_only, kv_lora_rank=latent, qk_rope_head_dim=rope))]
+    variants = []
+    for kind, name, variant in rows:
+        values = sum(length * count for length, count in cached_rows(variant, variant.layer_kinds[0]))
+        variants.append(AttentionVariant(name, values, kv_bytes_per_token(variant, dtype_bytes, **cache_options),
+                                         this_model=kind == own_kind, hypothetical=kind == "MLA" and not mla))
+    return variants

@@ -25,9 +25,10 @@ class ModelShape:
     """The numbers of a decoder that decide its cache size (and, with num_params, its weights)."""
     num_layers: int                      # transformer blocks; each one has its own cache
     num_kv_heads: int                    # K/V heads (= num_heads for MHA, 1 for MQA)
-    head_dim: int                        # length of each key and value vector
+    head_dim: int                        # length of each key vector (and value vector, unless v_head_dim)
     name: str = "custom"
-    num_heads: int | None = None         # query heads; only shown, the cache does not depend on them
+    num_heads: int | None = None         # query heads; the cache does not depend on them, but KV heads divide them
+    v_head_dim: int | None = None        # length of each value vector when it differs from the key's (DeepSeek)
     hidden_size: int | None = None
     num_params: int | None = None        # total parameters, for the weights' share of memory
     layer_types: tuple[str, ...] | None = None  # per layer FULL or SLIDING; None: all alike
@@ -36,16 +37,23 @@ class ModelShape:
     qk_rope_head_dim: int | None = None  # MLA: the decoupled RoPE key stored beside the latent
     max_context: int | None = None       # the longest context the model was built for
     vocab_size: int | None = None
+    tied_embeddings: bool | None = None  # the output layer reuses the input embedding matrix; None: unknown
     dtype: torch.dtype | None = None     # the weights' (and so the cache's) dtype; None: not loaded
 
     def __post_init__(self):
-        for field in ("num_layers", "num_kv_heads", "head_dim", "num_heads", "hidden_size",
+        for field in ("num_layers", "num_kv_heads", "head_dim", "num_heads", "v_head_dim", "hidden_size",
                       "num_params", "sliding_window", "kv_lora_rank", "qk_rope_head_dim",
                       "max_context", "vocab_size"):
             check_positive(field, getattr(self, field), optional=True)
         if (self.kv_lora_rank is None) != (self.qk_rope_head_dim is None):
             raise ValueError("An MLA shape needs both kv_lora_rank and qk_rope_head_dim; "
                              "give both or neither.")
+        if self.kv_lora_rank is None and self.num_heads and self.num_heads % self.num_kv_heads:
+            # GQA: every KV head serves the same number of query heads (MLA caches no heads to divide)
+            divisors = [d for d in range(1, self.num_heads + 1) if self.num_heads % d == 0]
+            listed = ", ".join(map(str, divisors[:-1])) + f" or {divisors[-1]}" if len(divisors) > 1 else "1"
+            raise ValueError(f"{self.num_heads} query heads cannot be shared evenly by {self.num_kv_heads} KV heads; "
+                             f"pick a number of KV heads that divides {self.num_heads} ({listed}).")
         if self.layer_types is not None:
             object.__setattr__(self, "layer_types", tuple(self.layer_types))  # lists hash badly
             if len(self.layer_types) != self.num_layers:
@@ -100,8 +108,11 @@ class ModelShape:
         head_dim = first("head_dim") or hidden_size // num_heads
         max_context = first("max_position_embeddings", "n_positions", "n_ctx")
         kv_lora_rank, qk_rope_head_dim = first("kv_lora_rank"), first("qk_rope_head_dim")
+        v_head_dim = first("v_head_dim")
         if kv_lora_rank is not None:  # DeepSeek sets head_dim to the RoPE part; report a whole key head
             head_dim = (first("qk_nope_head_dim") or 0) + qk_rope_head_dim
+        if v_head_dim == head_dim:
+            v_head_dim = None
         window = first("sliding_window")
         if getattr(text, "use_sliding_window", True) is False:  # Qwen2 lists a window it does not use
             window = None
@@ -118,9 +129,11 @@ class ModelShape:
                                  "describe the model with ModelShape(...) instead.")
             layer_types = tuple(FULL if window is None else kind for kind in layer_types)
         name = name or getattr(config, "name_or_path", None) or getattr(config, "model_type", "custom")
+        tied = getattr(config, "tie_word_embeddings", None)  # Gemma-3 sets it on the outer config
         return cls(name=name,
                    num_layers=num_layers, num_kv_heads=num_kv_heads, head_dim=head_dim, num_heads=num_heads,
-                   hidden_size=hidden_size, layer_types=layer_types, sliding_window=window,
+                   v_head_dim=v_head_dim, tied_embeddings=tied, hidden_size=hidden_size,
+                   layer_types=layer_types, sliding_window=window,
                    kv_lora_rank=kv_lora_rank, qk_rope_head_dim=qk_rope_head_dim,
                    max_context=max_context, vocab_size=first("vocab_size"), dtype=dtype)
 
@@ -140,40 +153,41 @@ def _alternating(num_layers: int, period: int) -> tuple[str, ...]:
     return tuple(FULL if (i + 1) % period == 0 else SLIDING for i in range(num_layers))
 
 
-def _preset(name, layers, heads, kv_heads, head_dim, hidden, params, context, vocab, **extra):
+def _preset(name, layers, heads, kv_heads, head_dim, hidden, params, context, vocab, tied, **extra):
     return ModelShape(name=name, num_layers=layers, num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim,
-                      hidden_size=hidden, num_params=params, max_context=context, vocab_size=vocab, **extra)
+                      hidden_size=hidden, num_params=params, max_context=context, vocab_size=vocab,
+                      tied_embeddings=tied, **extra)
 
 
 PRESETS = {p.name: p for p in (
-    # name, layers, query heads, KV heads, head_dim, hidden, parameters, context, vocab  # Hub config
-    _preset("gpt2", 12, 12, 12, 64, 768, 124_439_808, 1024, 50257),                  # openai-community/gpt2
-    _preset("gpt2-xl", 48, 25, 25, 64, 1600, 1_557_611_200, 1024, 50257),            # openai-community/gpt2-xl
-    _preset("llama-2-7b", 32, 32, 32, 128, 4096, 6_738_415_616, 4096, 32000),        # meta-llama/Llama-2-7b-hf
-    _preset("llama-3.1-8b", 32, 32, 8, 128, 4096, 8_030_261_248, 131072, 128256),    # meta-llama/Llama-3.1-8B
-    _preset("llama-3.1-70b", 80, 64, 8, 128, 8192, 70_553_706_496, 131072, 128256),  # meta-llama/Llama-3.1-70B
-    _preset("llama-3.1-405b", 126, 128, 8, 128, 16384, 405_853_388_800, 131072, 128256),  # ...Llama-3.1-405B
-    _preset("mistral-7b-v0.1", 32, 32, 8, 128, 4096, 7_241_732_096, 32768, 32000,    # mistralai/Mistral-7B-v0.1
+    # name, layers, query heads, KV heads, head_dim, hidden, parameters, context, vocab, tied embeddings
+    _preset("gpt2", 12, 12, 12, 64, 768, 124_439_808, 1024, 50257, True),                  # openai-community/gpt2
+    _preset("gpt2-xl", 48, 25, 25, 64, 1600, 1_557_611_200, 1024, 50257, True),            # openai-community/gpt2-xl
+    _preset("llama-2-7b", 32, 32, 32, 128, 4096, 6_738_415_616, 4096, 32000, False),        # meta-llama/Llama-2-7b-hf
+    _preset("llama-3.1-8b", 32, 32, 8, 128, 4096, 8_030_261_248, 131072, 128256, False),    # meta-llama/Llama-3.1-8B
+    _preset("llama-3.1-70b", 80, 64, 8, 128, 8192, 70_553_706_496, 131072, 128256, False),  # meta-llama/Llama-3.1-70B
+    _preset("llama-3.1-405b", 126, 128, 8, 128, 16384, 405_853_388_800, 131072, 128256, False),  # ...Llama-3.1-405B
+    _preset("mistral-7b-v0.1", 32, 32, 8, 128, 4096, 7_241_732_096, 32768, 32000, False,    # mistralai/Mistral-7B-v0.1
             sliding_window=4096),
-    _preset("mixtral-8x7b", 32, 32, 8, 128, 4096, 46_702_792_704, 32768, 32000),     # mistralai/Mixtral-8x7B-v0.1
-    _preset("qwen2.5-0.5b", 24, 14, 2, 64, 896, 494_032_768, 32768, 151936),         # Qwen/Qwen2.5-0.5B
-    _preset("qwen2.5-7b", 28, 28, 4, 128, 3584, 7_615_616_512, 131072, 152064),      # Qwen/Qwen2.5-7B
-    _preset("qwen2.5-72b", 80, 64, 8, 128, 8192, 72_706_203_648, 131072, 152064),    # Qwen/Qwen2.5-72B
-    _preset("gemma-2-9b", 42, 16, 8, 256, 3584, 9_241_705_984, 8192, 256000,         # google/gemma-2-9b
+    _preset("mixtral-8x7b", 32, 32, 8, 128, 4096, 46_702_792_704, 32768, 32000, False),     # mistralai/Mixtral-8x7B-v0.1
+    _preset("qwen2.5-0.5b", 24, 14, 2, 64, 896, 494_032_768, 32768, 151936, True),         # Qwen/Qwen2.5-0.5B
+    _preset("qwen2.5-7b", 28, 28, 4, 128, 3584, 7_615_616_512, 131072, 152064, False),      # Qwen/Qwen2.5-7B
+    _preset("qwen2.5-72b", 80, 64, 8, 128, 8192, 72_706_203_648, 131072, 152064, False),    # Qwen/Qwen2.5-72B
+    _preset("gemma-2-9b", 42, 16, 8, 256, 3584, 9_241_705_984, 8192, 256000, True,         # google/gemma-2-9b
             sliding_window=4096, layer_types=_alternating(42, 2)),
-    _preset("gemma-2-27b", 46, 32, 16, 128, 4608, 27_227_128_320, 8192, 256000,      # google/gemma-2-27b
+    _preset("gemma-2-27b", 46, 32, 16, 128, 4608, 27_227_128_320, 8192, 256000, True,      # google/gemma-2-27b
             sliding_window=4096, layer_types=_alternating(46, 2)),
     # google/gemma-3-27b-it text_config; parameters of the language model (the vision tower adds ~0.4B)
-    _preset("gemma-3-27b", 62, 32, 16, 128, 5376, 27_009_346_304, 131072, 262208,
+    _preset("gemma-3-27b", 62, 32, 16, 128, 5376, 27_009_346_304, 131072, 262208, True,
             sliding_window=1024, layer_types=_alternating(62, 6)),
     # microsoft/Phi-3-mini-128k-instruct: its listed window (262,144) exceeds the context, so all full
-    _preset("phi-3-mini", 32, 32, 32, 96, 3072, 3_821_079_552, 131072, 32064),
+    _preset("phi-3-mini", 32, 32, 32, 96, 3072, 3_821_079_552, 131072, 32064, False),
     # deepseek-ai/DeepSeek-V3: 671B is the paper's total (the Hub's 685B adds the MTP module);
     # head_dim = qk_nope 128 + qk_rope 64, the key a head would cache without the latent
-    _preset("deepseek-v3", 61, 128, 128, 192, 7168, 671_000_000_000, 163840, 129280,
-            kv_lora_rank=512, qk_rope_head_dim=64),
-    _preset("smollm2-135m", 30, 9, 3, 64, 576, 134_515_008, 8192, 49152),            # HuggingFaceTB/SmolLM2-135M
-    _preset("bundled", 6, 8, 2, 32, 256, 5_278_976, 512, 4096),                      # scripts/train_bundled_model.py
+    _preset("deepseek-v3", 61, 128, 128, 192, 7168, 671_000_000_000, 163840, 129280, False,
+            v_head_dim=128, kv_lora_rank=512, qk_rope_head_dim=64),
+    _preset("smollm2-135m", 30, 9, 3, 64, 576, 134_515_008, 8192, 49152, True),            # HuggingFaceTB/SmolLM2-135M
+    _preset("bundled", 6, 8, 2, 32, 256, 5_278_976, 512, 4096, True),                      # scripts/train_bundled_model.py
 )}
 
 

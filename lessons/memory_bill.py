@@ -1,11 +1,10 @@
 """Lesson 2: the memory bill. What the cache weighs, what fits, and what GQA, MQA and MLA save."""
 
-from dataclasses import replace
-
 import streamlit as st
 
 from kvviz import memory_bill
 from kvviz.lessons.memory_bill import figures
+from kvviz.lessons.memory_bill import logic as bill
 from kvviz.memory_bill import ACCELERATORS, MLA, PRESETS, SLIDING, GiB, format_bytes
 
 DTYPES = ["fp32", "bf16", "fp8", "int4"]
@@ -17,13 +16,23 @@ GPU_COUNTS = [1, 2, 4, 8, 16]
 
 
 def _load_preset() -> None:
-    """Set the sliders to the chosen preset's numbers."""
-    shape = PRESETS[st.session_state["bill_preset"]]
-    st.session_state.update(
-        bill_layers=shape.num_layers, bill_heads=shape.num_heads or shape.num_kv_heads,
-        bill_kv_heads=shape.num_kv_heads, bill_head_dim=shape.head_dim,
-        bill_window=shape.sliding_window or 0, bill_latent=shape.kv_lora_rank or 0,
-        bill_rope=shape.qk_rope_head_dim or 0)
+    """Set the sliders to the chosen preset's numbers (picking "custom" leaves them as they are)."""
+    name = st.session_state["bill_preset"]
+    if name != bill.CUSTOM:
+        st.session_state["bill_base"] = name
+        st.session_state.update(bill.slider_values(PRESETS[name]))
+
+
+def _slider_state() -> dict[str, int]:
+    """The sliders' numbers; a slider this model does not show (KV heads for MLA) keeps the preset's."""
+    state = st.session_state
+    return {key: state.get(key, value) for key, value in bill.slider_values(PRESETS[state["bill_base"]]).items()}
+
+
+def _slider_moved() -> None:
+    """Show "custom" in the preset box once the sliders leave the preset, so that picking it again restores it."""
+    base = PRESETS[st.session_state["bill_base"]]
+    st.session_state["bill_preset"] = base.name if bill.is_preset(base, _slider_state()) else bill.CUSTOM
 
 
 if "bill_preset" not in st.session_state:
@@ -39,27 +48,38 @@ st.markdown(
 
 controls, results = st.columns([1, 2], gap="large")
 with controls:
-    st.selectbox("Start from a model", list(PRESETS), key="bill_preset", on_change=_load_preset)
-    preset = PRESETS[st.session_state["bill_preset"]]
-    st.slider("Layers", 1, 128, key="bill_layers")
-    st.slider("Query heads", 1, 128, key="bill_heads")
+    st.selectbox("Start from a model", list(PRESETS) + [bill.CUSTOM], key="bill_preset", on_change=_load_preset,
+                 help="Moving a slider below turns this into \"custom\"; pick the model again to restore its numbers.")
+    if st.session_state["bill_preset"] == bill.CUSTOM:
+        st.caption(f"Sliders moved from **{st.session_state['bill_base']}**; pick it above to restore its numbers.")
+    preset = PRESETS[st.session_state["bill_base"]]
+    st.slider("Layers", 1, 128, key="bill_layers", on_change=_slider_moved)
+    st.slider("Query heads", 1, 128, key="bill_heads", on_change=_slider_moved)
     if preset.kv_lora_rank is None:
-        st.slider("KV heads", 1, 128, key="bill_kv_heads",
-                  help="Heads whose keys and values are cached. Equal to the query heads: MHA; fewer: GQA; one: MQA.")
-        st.slider("Head size (values per key or value vector)", 8, 512, step=8, key="bill_head_dim")
+        st.slider("KV heads", 1, 128, key="bill_kv_heads", on_change=_slider_moved,
+                  help="Heads whose keys and values are cached. Equal to the query heads: MHA; fewer: GQA; one: MQA. "
+                       "Each KV head serves the same number of query heads, so it must divide them.")
+        st.slider("Head size (values per key or value vector)", 8, 512, step=8, key="bill_head_dim",
+                  on_change=_slider_moved)
         st.number_input("Sliding window in tokens (0: none)", 0, 2**21, step=512, key="bill_window",
+                        on_change=_slider_moved,
                         help="Sliding-window layers keep only the newest tokens. In a hybrid model "
                              "(Gemma) only some layers slide.")
     else:  # MLA caches a latent per token, not K and V per head: only its two sizes apply
         st.number_input("MLA latent size (values cached per token and layer)", 16, 8192, step=64, key="bill_latent",
+                        on_change=_slider_moved,
                         help="The compressed vector from which every head's key and value are rebuilt.")
         st.number_input("MLA RoPE key size (values cached beside the latent)", 8, 1024, step=16, key="bill_rope",
+                        on_change=_slider_moved,
                         help="A small key that carries the rotary position, shared by all heads.")
-    st.select_slider("Cache dtype (bytes per cached value)", DTYPES, value="bf16", key="bill_dtype",
-                     format_func=lambda name: f"{name} ({memory_bill.dtype_bytes(name):g} B)")
+    st.select_slider("Cache dtype (bits per cached value)", DTYPES, value="bf16", key="bill_dtype",
+                     format_func=lambda name: f"{name} ({memory_bill.bits_per_value(name):g} bits)",
+                     help=f"int4 stores 4-bit codes plus a bf16 scale and zero point for every "
+                          f"{memory_bill.QUANT_GROUP_SIZE} values, as the Cache strategies lesson measures.")
     st.select_slider("Weights dtype (bytes per parameter)", DTYPES, value="bf16", key="bill_weights_dtype",
-                     format_func=lambda name: f"{name} ({memory_bill.dtype_bytes(name):g} B)",
-                     help="Chosen apart from the cache: an int4 cache with bf16 weights is common.")
+                     format_func=lambda name: f"{name} ({memory_bill.weight_bytes_per_param(name):g} B)",
+                     help="Chosen apart from the cache: an int4 cache with bf16 weights is common. int4 weights "
+                          f"carry a bf16 scale and zero point for every {memory_bill.WEIGHT_GROUP_SIZE} weights.")
     st.select_slider("GPUs (tensor parallel)", GPU_COUNTS, value=1, key="bill_gpus",
                      help="Each GPU runs a share of the heads and holds a share of every weight matrix.")
     st.select_slider("Context: tokens per request", CONTEXTS, value=8192, key="bill_context",
@@ -73,44 +93,11 @@ with controls:
 
 state = st.session_state
 dtype_name = state["bill_dtype"]
-dtype_bytes = memory_bill.dtype_bytes(dtype_name)
-weights_dtype_bytes = memory_bill.dtype_bytes(state["bill_weights_dtype"])
+cache_format = memory_bill.cache_format(dtype_name)  # int4: codes + scales and zero points, bf16
+weights_dtype_bytes = memory_bill.weight_bytes_per_param(state["bill_weights_dtype"])
 context, batch, utilization = state["bill_context"], state["bill_batch"], state["bill_utilization"]
 device_name = state["bill_device"]
 device = int(state.get("bill_custom_gib", 48) * GiB) if device_name == "custom size" else device_name
-
-
-def chosen_shape():
-    """The preset with the sliders' numbers; kvviz.memory_bill refuses impossible ones with a ValueError."""
-    if preset.kv_lora_rank is not None:  # MLA: the latent and RoPE sizes, never KV heads or a window
-        return replace(preset, num_layers=state["bill_layers"], num_heads=state["bill_heads"],
-                       kv_lora_rank=state["bill_latent"], qk_rope_head_dim=state["bill_rope"])
-    window = state["bill_window"] or None
-    layer_types = preset.layer_types if window and preset.layer_types else None  # no window: all full
-    shape = replace(preset, num_layers=state["bill_layers"], num_heads=state["bill_heads"],
-                    num_kv_heads=state["bill_kv_heads"], head_dim=state["bill_head_dim"],
-                    sliding_window=window, layer_types=layer_types)
-    if shape.layer_types is not None and len(shape.layer_types) != shape.num_layers:
-        # a hybrid keeps its pattern of sliding and full layers when the layer count changes
-        period = next(i + 1 for i, kind in enumerate(preset.layer_types) if kind != SLIDING)
-        shape = replace(shape, layer_types=tuple(
-            SLIDING if (i + 1) % period else memory_bill.FULL for i in range(shape.num_layers)))
-    return shape
-
-
-def attention_variants(shape):
-    """MHA, GQA, MQA and MLA for this many query heads of this size; refuses KV heads that do not divide."""
-    return memory_bill.compare_attention_variants(
-        shape.num_heads * shape.head_dim, shape.num_heads, shape.num_layers, dtype_bytes,
-        gqa_kv_heads=_gqa_heads(shape), kv_lora_rank=shape.kv_lora_rank,
-        qk_rope_head_dim=shape.qk_rope_head_dim)
-
-
-def _gqa_heads(shape) -> int:
-    """The GQA row shows this model's own KV heads, or 8 (or a divisor near it) for MHA and MQA models."""
-    if shape.kv_lora_rank is None and shape.num_kv_heads not in (1, shape.num_heads):
-        return shape.num_kv_heads  # kvviz refuses it if it does not divide the query heads
-    return next((d for d in range(min(8, shape.num_heads - 1), 0, -1) if shape.num_heads % d == 0), 1)
 
 
 def per_token_by_kind(shape, by_kind: dict, tokens: int) -> str:
@@ -130,11 +117,7 @@ def per_token_by_kind(shape, by_kind: dict, tokens: int) -> str:
 
 def tensor_parallel(shape, gpus: int) -> None:
     """What each GPU holds when the model is split over `gpus` GPUs, and whether that fits one of them."""
-    try:
-        share = memory_bill.tensor_parallel_share(shape, gpus, context, batch, dtype_bytes, **weights_options)
-    except ValueError as problem:
-        st.warning(str(problem))
-        return
+    share = memory_bill.tensor_parallel_share(shape, gpus, context, batch, **cache_format, **weights_options)
     st.markdown(f"**Split over {gpus} GPUs (tensor parallel): each GPU holds**")
     a, b, c = st.columns(3)
     a.metric("Weights per GPU", format_bytes(share.weights_bytes_per_gpu), help=f"All weights ÷ {gpus}.")
@@ -157,27 +140,32 @@ def tensor_parallel(shape, gpus: int) -> None:
 
 
 try:
-    shape = chosen_shape()
-    variants = attention_variants(shape)
+    shape = bill.shape_from_sliders(preset, _slider_state())
     state["bill_last_good"] = shape
     error = None
-except ValueError as problem:  # one sentence from kvviz.memory_bill; show the last settings that worked
+except ValueError as problem:  # one sentence from kvviz.shapes; show the last settings that worked
     error = str(problem)
     shape = state.get("bill_last_good", preset)
-    variants = attention_variants(shape)
-cache_bytes = memory_bill.kv_cache_bytes(shape, context, batch, dtype_bytes)
+variants = memory_bill.compare_attention_variants(shape, **cache_format)
+cache_bytes = memory_bill.kv_cache_bytes(shape, context, batch, **cache_format)
 
 total_bytes = memory_bill.memory_bytes(device)
 usable_bytes = int(total_bytes * utilization)
 weights_bytes = memory_bill.weights_bytes(shape, weights_dtype_bytes)
 weights_options = {"weights_dtype_bytes": weights_dtype_bytes}
+gpus, split_error = state["bill_gpus"], None
+try:  # with tensor parallelism, what fits is asked of one GPU's share
+    one_gpu = memory_bill.per_gpu_shape(shape, gpus)
+except ValueError as problem:
+    gpus, one_gpu, split_error = 1, shape, str(problem)
+on_device = device_name if gpus == 1 else f"each of {gpus} × {device_name}"
 
 with results:
     if error:
         st.error(error)
         st.caption("The numbers below are still those of the last settings that made sense.")
-    per_token = memory_bill.kv_bytes_per_token(shape, dtype_bytes)
-    by_kind = memory_bill.bytes_per_token_by_kind(shape, dtype_bytes)
+    per_token = memory_bill.kv_bytes_per_token(shape, **cache_format)
+    by_kind = memory_bill.bytes_per_token_by_kind(shape, **cache_format)
     a, b, c = st.columns(3)
     a.metric("KV cache", format_bytes(cache_bytes),
              help=f"{batch:,} request(s) × {context:,} tokens, as kvviz.memory_bill.kv_cache_bytes computes it.")
@@ -193,37 +181,45 @@ with results:
     if SLIDING in by_kind:
         st.markdown(per_token_by_kind(shape, by_kind, context))
     st.markdown("**The formula, filled in**")
-    for line in memory_bill.bill_breakdown(shape, context, batch, dtype_bytes):
+    for line in memory_bill.bill_breakdown(shape, context, batch, **cache_format):
         st.code(f"{memory_bill.KIND_LABELS[line.kind]}: {line.formula}", language=None, wrap_lines=True)
     if context > (shape.max_context or context):
         st.warning(f"{shape.name} was built for {shape.max_context:,} tokens; the bill above is for "
                    f"{context:,} anyway.")
-    summary = memory_bill.fit_summary(shape, context, batch, device, dtype_bytes, utilization, **weights_options)
+    if split_error:
+        st.warning(f"{split_error} The figures below are for one GPU.")
+    summary = memory_bill.fit_summary(shape, context, batch, device, utilization=utilization, gpus=gpus,
+                                      **cache_format, **weights_options)
     (st.success if summary.startswith("Fits") else st.warning)(summary)
-    st.plotly_chart(figures.memory_stack(device_name if device_name != "custom size" else "custom",
-                                         total_bytes, usable_bytes, weights_bytes, cache_bytes),
+    name_on_chart = device_name if device_name != "custom size" else "custom"
+    st.plotly_chart(figures.memory_stack(name_on_chart if gpus == 1 else f"one of {gpus} × {name_on_chart}",
+                                         total_bytes, usable_bytes,
+                                         memory_bill.weights_bytes(one_gpu, weights_dtype_bytes),
+                                         memory_bill.kv_cache_bytes(one_gpu, context, batch, **cache_format)),
                     width="stretch")
-    room = memory_bill.cache_budget_bytes(shape, device, dtype_bytes, utilization, **weights_options)
+    room = memory_bill.cache_budget_bytes(shape, device, utilization=utilization, gpus=gpus, **weights_options)
     model_limit = shape.max_context or CONTEXTS[-1]
-    longest = memory_bill.max_context(shape, batch, device, dtype_bytes, utilization, context_limit=model_limit,
-                                 **weights_options)
-    requests = memory_bill.max_requests(shape, context, device, dtype_bytes, utilization, **weights_options)
-    slots = memory_bill.max_cached_tokens(shape, device, dtype_bytes, utilization, **weights_options)
+    longest = memory_bill.max_context(one_gpu, batch, device, utilization=utilization, context_limit=model_limit,
+                                      **cache_format, **weights_options)
+    requests = memory_bill.max_requests(one_gpu, context, device, utilization=utilization,
+                                        **cache_format, **weights_options)
+    slots = memory_bill.max_cached_tokens(one_gpu, device, utilization=utilization, **cache_format, **weights_options)
     a, b, c = st.columns(3)
     a.metric("Requests that fit", f"{requests:,}", help=f"Requests of {context:,} tokens each, at once.")
     b.metric("Longest context", f"{longest:,}",
              help=(f"Tokens each of {batch:,} requests can hold" if batch > 1 else "Tokens one request can hold")
                   + (", capped at the model's own context length." if longest == model_limit else "."))
     c.metric("Token slots", f"{slots:,}",
-             help=f"{format_bytes(room)} left for the cache ÷ {format_bytes(per_token)} per token.")
-    st.caption(f"**The reverse questions.** On {device_name}, {requests:,} requests of {context:,} tokens fit "
+             help=f"{format_bytes(room)} left for the cache ÷ {format_bytes(per_token)} per token"
+                  + ("." if gpus == 1 else f", both counted over all {gpus} GPUs."))
+    st.caption(f"**The reverse questions.** On {on_device}, {requests:,} requests of {context:,} tokens fit "
                f"at once; {f'{batch:,} requests can each' if batch > 1 else 'one request can'} hold up to "
                f"{longest:,} tokens"
                + (" (the model's own limit)" if longest == model_limit else "")
                + f"; the cache has room for {slots:,} tokens in all.")
 
-    if state["bill_gpus"] > 1:
-        tensor_parallel(shape, state["bill_gpus"])
+    if gpus > 1:
+        tensor_parallel(shape, gpus)
 
 st.subheader("Why the cache, not the weights, limits batch and context")
 st.markdown(
@@ -238,14 +234,14 @@ if state.get("bill_compare", "models") == "models":
     right.multiselect("Models to compare (each in its own colour)", list(PRESETS),
                       default=["llama-3.1-70b", "qwen2.5-7b", "gemma-2-9b"], key="bill_compare_models",
                       max_selections=6)
-    lines = [(shape, dtype_name, dtype_bytes)] + [(PRESETS[name], dtype_name, dtype_bytes)
-                                                  for name in state.get("bill_compare_models", [])
-                                                  if name != shape.name]  # yours is drawn already
+    lines = [(shape, dtype_name, cache_format)] + [(PRESETS[name], dtype_name, cache_format)
+                                                   for name in state.get("bill_compare_models", [])
+                                                   if name != shape.name]  # yours is drawn already
 else:
     right.caption("Your model in every dtype: same colour, one line style per dtype.")
-    lines = [(shape, name, memory_bill.dtype_bytes(name)) for name in DTYPES]
-current = (shape, dtype_name, dtype_bytes)
-budget_label = f"room for the cache on {device_name}: {format_bytes(room)}"
+    lines = [(shape, name, memory_bill.cache_format(name)) for name in DTYPES]
+current = (shape, dtype_name, cache_format)
+budget_label = f"room for the cache on {device_name if gpus == 1 else f'{gpus} × {device_name}'}: {format_bytes(room)}"
 
 context_tab, batch_tab, variants_tab, layers_tab = st.tabs(
     ["Against context", "Against batch", "MHA · GQA · MQA · MLA", "Per layer"])
@@ -262,14 +258,11 @@ with variants_tab:
         "shrinks by the group size; *multi-query attention* (MQA) shares a single KV head among all of them. "
         "*Multi-head latent attention* (MLA, DeepSeek-V2 and V3) caches one compressed vector per token and "
         "layer, and rebuilds each head's keys and values from it when attending.")
-    index = 3 if shape.kv_lora_rank else 0 if shape.num_kv_heads == shape.num_heads else \
-        2 if shape.num_kv_heads == 1 else 1
-    st.plotly_chart(figures.attention_variants(variants, context, batch, current=index), width="stretch")
-    st.caption(f"All four for {shape.num_layers} layers, {shape.num_heads} query heads of size {shape.head_dim}, "
-               f"{dtype_name}. The dark bar is how your settings attend.")
+    st.plotly_chart(figures.attention_variants(variants, context, batch), width="stretch")
+    st.caption(bill.variants_note(shape, variants, dtype_name))
 with layers_tab:
     kinds = shape.layer_kinds
-    st.plotly_chart(figures.layer_breakdown(memory_bill.kv_cache_bytes_per_layer(shape, context, batch, dtype_bytes),
+    st.plotly_chart(figures.layer_breakdown(memory_bill.kv_cache_bytes_per_layer(shape, context, batch, **cache_format),
                                             kinds), width="stretch")
     if SLIDING in kinds and len(set(kinds)) > 1:
         st.caption(f"A hybrid model: sliding-window layers stop growing at {shape.sliding_window:,} tokens, "

@@ -129,9 +129,29 @@ def test_weights_and_dtypes():
 
 
 def test_attention_variants_for_one_model_size():
-    variants = {v.name.split()[0]: v.bytes_per_token for v in memory_bill.compare_attention_variants(4096, 32, 32)}
+    compared = memory_bill.compare_attention_variants(PRESETS["llama-3.1-8b"])
+    variants = {v.name.split()[0]: v.bytes_per_token for v in compared}
     # per token: 2 × 32 layers × heads × 128 dims × 2 bytes; MLA: 32 layers × (512 + 64) × 2 bytes
     assert variants == {"MHA": 524_288, "GQA": 131_072, "MQA": 16_384, "MLA": 36_864}
+    assert [v.this_model for v in compared] == [False, True, False, False]  # Llama-3.1-8B is GQA
+    mla = compared[3]  # Llama has no latent: the bar is a what-if and says so
+    assert mla.hypothetical and "hypothetical" in mla.name
+
+
+def test_deepseek_v3_against_mha_counts_keys_and_values_apart():
+    # DeepSeek-V3 config: 128 heads, qk_nope 128 + qk_rope 64 = 192 per key, v_head_dim 128,
+    # kv_lora_rank 512. Real MHA: 128 × (192 + 128) = 40,960 values per token and layer (71× the
+    # 576-value latent); V counted as 192 wide would give 49,152 (85×).
+    compared = memory_bill.compare_attention_variants(PRESETS["deepseek-v3"])
+    mha, mla = compared[0], compared[3]
+    assert mha.values_per_token_per_layer == 40_960 and "K 192 + V 128" in mha.name
+    assert mla.values_per_token_per_layer == 576 and mla.this_model and not mla.hypothetical
+    assert round(mha.values_per_token_per_layer / mla.values_per_token_per_layer) == 71
+    assert mha.bytes_per_token == 61 * 40_960 * 2
+    # the bill of such an MHA model counts K and V rows apart too
+    as_mha = ModelShape(num_layers=61, num_kv_heads=128, head_dim=192, v_head_dim=128)
+    assert kv_cache_bytes(as_mha, 1) == mha.bytes_per_token
+    assert "(192 K + 128 V) dims" in memory_bill.bill_breakdown(as_mha, 1)[0].formula
 
 
 # --- Presets and configs ----------------------------------------------------------------------
@@ -294,7 +314,9 @@ def test_memory_sizes(monkeypatch):
     (lambda: memory_bill.memory_bytes("lots"), "Unknown memory size"),
     (lambda: memory_bill.cache_budget_bytes(PRESETS["gpt2"], "T4 16GB", utilization=1.5), "utilization must be"),
     (lambda: memory_bill.weights_bytes(ARTICLE), "no parameter count"),
-    (lambda: memory_bill.compare_attention_variants(4096, 32, 32, gqa_kv_heads=5), "divide evenly"),
+    (lambda: memory_bill.compare_attention_variants(PRESETS["llama-3.1-8b"], gqa_kv_heads=5), "divides 32"),
+    (lambda: ModelShape(num_layers=1, num_heads=32, num_kv_heads=3, head_dim=8),
+     "32 query heads cannot be shared evenly by 3 KV heads; pick a number of KV heads that divides 32"),
 ])
 def test_bad_input_says_what_is_wrong(call, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(")) as error:

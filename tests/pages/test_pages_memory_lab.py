@@ -8,7 +8,7 @@ import torch
 from streamlit.testing.v1 import AppTest
 
 from kvviz.lessons.model_lab import logic as lab
-from kvviz.memory_bill import PRESETS, ModelShape, format_bytes, kv_cache_bytes
+from kvviz.memory_bill import PRESETS, ModelShape, cache_format, format_bytes, kv_cache_bytes
 from kvviz.models import CustomShape, ModelLoadError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,7 +51,7 @@ def test_bill_follows_the_preset_and_the_sliders(bill):
     bill.select_slider(key="bill_dtype").set_value("int4").run()
     bill.select_slider(key="bill_batch").set_value(16).run()
     bill.select_slider(key="bill_context").set_value(32768).run()
-    expected = kv_cache_bytes(replace(gemma, num_kv_heads=4), 32768, 16, 0.5)
+    expected = kv_cache_bytes(replace(gemma, num_kv_heads=4), 32768, 16, **cache_format("int4"))
     assert not bill.exception
     assert metric(bill, "KV cache") == format_bytes(expected)
 
@@ -71,7 +71,7 @@ def test_bill_answers_the_reverse_questions(bill):
 
 
 @pytest.mark.parametrize("key, value, words", [
-    ("bill_kv_heads", 3, "must divide"),  # 32 query heads cannot share 3 KV heads
+    ("bill_kv_heads", 3, "divides 32 (1, 2, 4, 8, 16 or 32)"),  # 32 query heads cannot share 3 KV heads
     ("bill_window", 200_000, "larger than the context"),
 ])
 def test_bill_bad_settings_give_one_sentence_and_keep_the_page(bill, key, value, words):

@@ -83,8 +83,8 @@ def _power_ticks(values: list[int]) -> dict:
     return dict(tickvals=values, ticktext=[label(v) for v in values])
 
 
-def _bytes_curve(fig, xs, shape, tokens_of, batch_of, dtype_name, dtype_bytes, label, color, width):
-    ys = [kv_cache_bytes(shape, tokens_of(x), batch_of(x), dtype_bytes) for x in xs]
+def _bytes_curve(fig, xs, shape, tokens_of, batch_of, dtype_name, cache_format, label, color, width):
+    ys = [kv_cache_bytes(shape, tokens_of(x), batch_of(x), **cache_format) for x in xs]
     fig.add_scatter(
         x=xs, y=[_gib(y) for y in ys], name=label, mode="lines",
         line=dict(color=color, width=width, dash=DTYPE_DASH.get(dtype_name, "solid")),
@@ -96,7 +96,7 @@ def _bytes_curve(fig, xs, shape, tokens_of, batch_of, dtype_name, dtype_bytes, l
 def _curves(fig, lines, current, xs, tokens_of, batch_of):
     """One line per (shape, dtype): your model black (thick in your dtype), the others in the order picked."""
     low, high, others = math.inf, 0, 0
-    for shape, dtype_name, dtype_bytes in lines:
+    for shape, dtype_name, cache_format in lines:
         if (shape, dtype_name) == current[:2]:
             color, width, label = YOURS, 6, f"yours: {shape.name} · {dtype_name}"
         elif shape == current[0]:  # your model in another dtype
@@ -104,7 +104,7 @@ def _curves(fig, lines, current, xs, tokens_of, batch_of):
         else:
             color, width, label = compared_color(others), 3, f"{shape.name} · {dtype_name}"
             others += 1
-        ys = _bytes_curve(fig, xs, shape, tokens_of, batch_of, dtype_name, dtype_bytes, label, color, width)
+        ys = _bytes_curve(fig, xs, shape, tokens_of, batch_of, dtype_name, cache_format, label, color, width)
         low, high = min(low, min(ys)), max(high, max(ys))
     return low, high
 
@@ -128,20 +128,20 @@ def _here(fig, x, num_bytes):
                        ax=-70, ay=-50, font=dict(size=18, color="black"), bgcolor="white", bordercolor="black")
 
 
-def cache_vs_context(lines: list[tuple[ModelShape, str, float]], contexts: list[int], batch: int,
-                     current: tuple[ModelShape, str, float], context: int,
+def cache_vs_context(lines: list[tuple[ModelShape, str, dict]], contexts: list[int], batch: int,
+                     current: tuple[ModelShape, str, dict], context: int,
                      budget_bytes: int | None = None, budget_label: str = "") -> go.Figure:
     """KV cache bytes against tokens per request, for `batch` requests; log axes.
 
-    lines: (shape, dtype name, bytes per value) per curve; those of `current`'s shape are drawn
+    lines: (shape, dtype name, kvviz.memory_bill.cache_format of it) per curve; those of `current`'s shape are drawn
     black and thick, and `current` is ringed at `context`; budget_bytes, if given, is the room the
     chosen accelerator leaves for the cache.
     """
     fig = go.Figure()
     low, high = _curves(fig, lines, current, contexts, lambda x: x, lambda x: batch)
     _budget_line(fig, budget_bytes, budget_label)
-    shape, _name, dtype_bytes = current
-    _here(fig, context, kv_cache_bytes(shape, context, batch, dtype_bytes))
+    shape, _name, cache_format = current
+    _here(fig, context, kv_cache_bytes(shape, context, batch, **cache_format))
     fig.update_xaxes(title="tokens per request (context)", type="log", **_power_ticks(contexts[::2]))
     fig.update_yaxes(title="KV cache", type="log", **_byte_ticks(low, max(high, budget_bytes or 0)))
     requests = f"{batch:,} request" + ("s" if batch != 1 else "")
@@ -149,15 +149,15 @@ def cache_vs_context(lines: list[tuple[ModelShape, str, float]], contexts: list[
                    legend=dict(font=dict(size=16)))
 
 
-def cache_vs_batch(lines: list[tuple[ModelShape, str, float]], batches: list[int], context: int,
-                   current: tuple[ModelShape, str, float], batch: int,
+def cache_vs_batch(lines: list[tuple[ModelShape, str, dict]], batches: list[int], context: int,
+                   current: tuple[ModelShape, str, dict], batch: int,
                    budget_bytes: int | None = None, budget_label: str = "") -> go.Figure:
     """KV cache bytes against requests at once, each of `context` tokens; log axes."""
     fig = go.Figure()
     low, high = _curves(fig, lines, current, batches, lambda x: context, lambda x: x)
     _budget_line(fig, budget_bytes, budget_label)
-    shape, _name, dtype_bytes = current
-    _here(fig, batch, kv_cache_bytes(shape, context, batch, dtype_bytes))
+    shape, _name, cache_format = current
+    _here(fig, batch, kv_cache_bytes(shape, context, batch, **cache_format))
     fig.update_xaxes(title="requests at once (batch)", type="log", tickvals=batches[::2])
     fig.update_yaxes(title="KV cache", type="log", **_byte_ticks(low, max(high, budget_bytes or 0)))
     return layout(fig, f"…and with the batch ({context:,} tokens each)", height=500,
@@ -198,24 +198,27 @@ def memory_stack(device_name: str, total_bytes: int, usable_bytes: int, weights_
     return fig
 
 
-def attention_variants(variants: list[AttentionVariant], tokens: int, batch: int, current: int | None = None
-                       ) -> go.Figure:
-    """Cache bytes for the same model size under MHA, GQA, MQA and MLA; `current` is highlighted."""
+def attention_variants(variants: list[AttentionVariant], tokens: int, batch: int) -> go.Figure:
+    """Cache bytes for the same model size under MHA, GQA, MQA and MLA, each against the first (MHA).
+
+    The model's own way is dark; a hypothetical bar (sizes the model does not have) is hatched."""
     totals = [v.bytes_per_token * tokens * batch for v in variants]
-    baseline = variants[0].bytes_per_token
-    names = [v.name for v in variants]
-    colors = [CACHE if i == current else "#A5B8D0" for i in range(len(variants))]
+    baseline = variants[0]
+    colors = [CACHE if v.this_model else "#A5B8D0" for v in variants]
     text = [f"{format_bytes(total)} · {format_bytes(v.bytes_per_token)} per token"
-            + ("" if i == 0 else f" · {baseline / v.bytes_per_token:.0f}× less")
-            for i, (v, total) in enumerate(zip(variants, totals))]
-    fig = go.Figure(go.Bar(y=names, x=[_gib(t) for t in totals], orientation="h", marker_color=colors,
+            + ("" if v is baseline else f" · {baseline.bytes_per_token / v.bytes_per_token:.0f}× less than MHA")
+            for v, total in zip(variants, totals)]
+    fig = go.Figure(go.Bar(y=[v.name for v in variants], x=[_gib(t) for t in totals], orientation="h",
+                           marker_color=colors, marker_line_color=INK, marker_line_width=1,
+                           marker_pattern_shape=["/" if v.hypothetical else "" for v in variants],
+                           marker_pattern_fgcolor=INK,
                            text=text, textposition="outside", textfont=dict(size=16, color=INK),
                            cliponaxis=False,
                            hovertemplate="%{y}: %{text}<extra></extra>"))
     fig.update_yaxes(autorange="reversed")
     fig.update_xaxes(title=f"KV cache (GiB) for {batch:,} × {tokens:,} tokens",
                      range=[0, _gib(max(totals)) * 1.9])
-    return layout(fig, "Same model size, four ways to attend", height=360, margin=dict(l=260, r=30, t=70, b=60))
+    return layout(fig, "Same model size, four ways to attend", height=360, margin=dict(l=330, r=30, t=70, b=60))
 
 
 def layer_breakdown(per_layer_bytes: list[int], kinds: tuple[str, ...]) -> go.Figure:

@@ -1,0 +1,77 @@
+"""The "Memory bill" lesson without Streamlit: the shape the sliders describe, and the notes under the charts.
+
+The page (lessons/memory_bill.py) keeps its sliders' numbers in session state under the keys of
+slider_values; these functions turn them into a ModelShape and say whether it is still the preset
+it started from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from kvviz.memory_bill import FULL, SLIDING, AttentionVariant, ModelShape
+
+CUSTOM = "custom (sliders moved)"  # the preset box's entry once the sliders leave the preset's numbers
+_MLA_KEYS = ("bill_layers", "bill_heads", "bill_latent", "bill_rope")  # an MLA model shows only these
+_HEADS_KEYS = ("bill_layers", "bill_heads", "bill_kv_heads", "bill_head_dim", "bill_window")
+
+
+def slider_values(preset: ModelShape) -> dict[str, int]:
+    """The sliders' numbers for a preset, by widget key (0: no window, no latent)."""
+    return {"bill_layers": preset.num_layers, "bill_heads": preset.num_heads or preset.num_kv_heads,
+            "bill_kv_heads": preset.num_kv_heads, "bill_head_dim": preset.head_dim,
+            "bill_window": preset.sliding_window or 0, "bill_latent": preset.kv_lora_rank or 0,
+            "bill_rope": preset.qk_rope_head_dim or 0}
+
+
+def is_preset(preset: ModelShape, values: dict[str, int]) -> bool:
+    """Do the sliders that this kind of model shows still hold the preset's numbers?"""
+    own = slider_values(preset)
+    return all(values[key] == own[key] for key in (_MLA_KEYS if preset.kv_lora_rank else _HEADS_KEYS))
+
+
+def shape_from_sliders(preset: ModelShape, values: dict[str, int]) -> ModelShape:
+    """The preset with the sliders' numbers, named "<preset> (modified)" once they differ from it.
+
+    Impossible numbers (KV heads that do not divide the query heads, a window longer than the
+    context) raise kvviz's one-sentence ValueError.
+    """
+    name = preset.name if is_preset(preset, values) else f"{preset.name} (modified)"
+    if preset.kv_lora_rank is not None:  # MLA: the latent and RoPE sizes, never KV heads or a window
+        return replace(preset, name=name, num_layers=values["bill_layers"], num_heads=values["bill_heads"],
+                       kv_lora_rank=values["bill_latent"], qk_rope_head_dim=values["bill_rope"])
+    window = values["bill_window"] or None
+    layer_types = preset.layer_types if window and preset.layer_types else None  # no window: all full
+    shape = replace(preset, name=name, num_layers=values["bill_layers"], num_heads=values["bill_heads"],
+                    num_kv_heads=values["bill_kv_heads"], head_dim=values["bill_head_dim"],
+                    sliding_window=window, layer_types=layer_types)
+    if shape.layer_types is not None and len(shape.layer_types) != shape.num_layers:
+        # a hybrid keeps its pattern of sliding and full layers when the layer count changes
+        period = next(i + 1 for i, kind in enumerate(preset.layer_types) if kind != SLIDING)
+        shape = replace(shape, layer_types=tuple(
+            SLIDING if (i + 1) % period else FULL for i in range(shape.num_layers)))
+    return shape
+
+
+def variants_note(shape: ModelShape, variants: list[AttentionVariant], dtype_name: str) -> str:
+    """The caption under the MHA · GQA · MQA · MLA chart: what each bar counts and which baseline "× less" uses."""
+    heads = shape.num_heads or shape.num_kv_heads
+    value = shape.v_head_dim or shape.head_dim
+    sizes = (f"keys of {shape.head_dim} and values of {value} numbers" if value != shape.head_dim
+             else f"keys and values of {shape.head_dim} numbers")
+    mha = variants[0]
+    parts = [(f"All four for {shape.num_layers} layers and {heads} query heads, {sizes} per head, {dtype_name}. "
+              f"The dark bar is how your settings attend; \"× less\" is against the MHA bar, where every head "
+              f"caches its own key and value: {mha.values_per_token_per_layer:,} numbers per token and layer.")]
+    mla = next(v for v in variants if v.name.startswith("MLA"))
+    if shape.kv_lora_rank is not None:
+        key_without_rope = shape.head_dim - shape.qk_rope_head_dim
+        paper = 2 * heads * key_without_rope
+        parts.append(f"The DeepSeek-V2 paper (Table 1) counts MHA as 2 × {heads} heads × {key_without_rope} = "
+                     f"{paper:,} numbers, keys without their {shape.qk_rope_head_dim} RoPE values: "
+                     f"{paper / mla.values_per_token_per_layer:.0f}× the {mla.values_per_token_per_layer:,}-number "
+                     f"latent, where the MHA bar is {mha.values_per_token_per_layer / mla.values_per_token_per_layer:.0f}×.")
+    if mla.hypothetical:
+        parts.append("The hatched MLA bar is hypothetical: this model has no latent, so the bar uses DeepSeek-V3's "
+                     "proportions (a latent of 4 head sizes and a RoPE key of half a head) at this head size.")
+    return " ".join(parts)
