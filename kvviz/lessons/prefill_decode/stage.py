@@ -1,0 +1,68 @@
+"""The Prefill and decode lesson as the stage draws it (kvviz.ui.stage): every step, built once.
+
+    data = stage_data(lesson, step=3, presenter=False)
+
+Everything comes from the lesson's records and traces: the tokens, the newest token's attention,
+the request's block table and the bill of each step. A step's data does not change once it ran,
+so it is built once per step and kept on the lesson (`lesson.stage_steps`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kvviz.memory_bill import format_bytes
+
+
+def stage_data(lesson, step: int, presenter: bool = False) -> dict:
+    """The stage's data for the steps this lesson has shown so far (a replay: every recorded step)."""
+    info = lesson.model_info
+    records = lesson.records if lesson.replay else lesson.visible_records
+    cache = lesson.__dict__.setdefault("stage_steps", [])
+    while len(cache) < len(records):
+        cache.append(_step(lesson, len(cache)))
+    steps = cache[:len(records)]
+    per_token = steps[0]["bill"]["bytes_per_token"]
+    shown = steps[-1]["num_tokens"] + (1 if steps[-1]["sampled"] else 0)
+    return {"tokens": lesson.token_texts[:shown], "prompt_tokens": len(lesson.prompt_token_ids),
+            "layers": info["layers"], "heads": info["heads"], "block_size": lesson.settings.block_size,
+            "num_blocks": lesson.engine.num_blocks if lesson.engine is not None else _pool_blocks(lesson, records),
+            "bytes_per_token": per_token,
+            "per_token_formula": (f"2 (K and V) × {info['layers']} layers × {info['kv_heads']} KV heads × "
+                                  f"{info['head_dim']} values × {info['dtype_bytes']} bytes"),
+            "presenter": presenter, "step": min(step, len(steps) - 1), "steps": steps}
+
+
+def _step(lesson, step: int) -> dict:
+    record = lesson.records[step]
+    num_tokens = lesson.num_tokens_at(step)
+    before = lesson.num_tokens_at(step - 1) if step else 0
+    attention = np.asarray(lesson.traces[step].attention)[:, :, :num_tokens]  # (layers, heads, tokens)
+    bill = lesson.bill(step, lesson.model_info["dtype_bytes"])
+    blocks, _, returned = lesson.held(step)
+    note = (f"The request finished in this step: its {len(blocks)} blocks went back to the pool, the figures "
+            "are what it held until then." if returned else None)
+    return {"num_tokens": num_tokens, "new": list(range(before, num_tokens)), "sampled": bool(record.sampled),
+            "attention": np.rint(attention * 255).clip(0, 255).astype(int).tolist(),
+            "block_table": blocks,
+            "bill": {"formula_bytes": bill["formula_bytes"], "token_bytes": bill["token_bytes"],
+                     "blocks": bill["blocks"], "block_bytes": bill["block_bytes"], "slack_bytes": bill["slack_bytes"],
+                     "bytes_per_token": bill["bytes_per_token"], "note": note},
+            "sentence": _sentence(lesson, step, num_tokens, before, bill)}
+
+
+def _sentence(lesson, step: int, num_tokens: int, before: int, bill: dict) -> str:
+    layers = lesson.model_info["layers"]
+    if step == 0:
+        return (f"Prefill: all {num_tokens} prompt tokens ran through the model in one pass; each of the {layers} "
+                f"layers now holds their keys and values ({format_bytes(bill['token_bytes'])}).")
+    last = step == len(lesson.records) - 1 and lesson.finished
+    return (f"Decode step {step}: only the newest token ran; its K and V joined the {before} cached positions in "
+            f"every layer, and its query read all {num_tokens}." + (" The lesson is done." if last else ""))
+
+
+def _pool_blocks(lesson, records) -> int:
+    """A replay has no engine: the pool's size from its bytes."""
+    memory = records[0].memory
+    block_bytes = memory.bytes_per_token * lesson.settings.block_size
+    return max(1, memory.allocated_bytes // block_bytes) if block_bytes else 1
