@@ -6,21 +6,40 @@ from kvviz.lessons.cache_strategies import eviction_view as eviction_state
 from kvviz.lessons.cache_strategies import figures
 from kvviz.lessons.cache_strategies import state as ss
 from kvviz.lessons.cache_strategies.gqa import mean_pool_heads
-from kvviz.lessons.cache_strategies.logic import compare_strategies
+from kvviz.lessons.cache_strategies.logic import (
+    STATIC_MOST_TOKENS,
+    compare_strategies,
+    static_reservation,
+)
 from kvviz.lessons.uploads import file_buttons
-from kvviz.memory_bill import format_bytes
+from kvviz.memory_bill import SLIDING, format_bytes
 from kvviz.strategies import QuantizedKV, SlidingWindowKV, StaticKV
 from kvviz.ui.common import current_model, plain, show_code
 
 st.title("Cache strategies")
+lm = current_model()
+info = lm.describe()
+lesson_shown = ss.strategies()
+reserved = static_reservation(info["max_context"])
+if lesson_shown is not None:  # the comparison on screen may come from a file made on another model
+    reserved = next((r.options["capacity"] for r in lesson_shown["results"] if r.strategy == "static"), reserved)
+slides = SLIDING in lm.shape.layer_kinds
 st.markdown(
     "A cache is a trade: memory against time against exactness. Here the same prompt runs under "
-    "each strategy: the **dynamic** cache grows a token at a time, a **static** one reserves the "
-    "whole context up front, a **sliding window** keeps only the newest tokens, a **quantized** one "
-    "stores keys and values in 8 or 4 bits, the **paged** engine hands out fixed-size blocks, and "
-    "**no cache** recomputes everything. Every byte and millisecond below is measured.")
-
-info = current_model().describe()
+    "each strategy: the **dynamic** cache grows a token at a time, a **static** one reserves "
+    f"{reserved:,} tokens up front (the model's whole context, or {STATIC_MOST_TOKENS:,} if that is longer), a "
+    "**sliding window** keeps only the newest tokens, a **quantized** one stores keys and values in 8 or "
+    "4 bits, the **paged** engine hands out fixed-size blocks, and **no cache** recomputes everything. "
+    "The bytes held, the errors and the milliseconds below are measured; the formula beside them is "
+    "computed from the model's config.")
+st.markdown(
+    "**Dynamic or static** is also a question of compiled code: a dynamic cache changes shape at every "
+    "step, which compiled paths (torch.compile, CUDA graphs) handle badly, while a static cache keeps one "
+    "shape and compiles well, at the price of the room a shorter request leaves empty. **A sliding window "
+    "is safe only in layers trained with one** (Mistral, Gemma's local layers): elsewhere, dropping old "
+    "keys changes what the model can attend to. "
+    + ("This model has sliding-window layers; the window here is applied to every layer."
+       if slides else "This model's layers all use full attention, so here the window is an approximation."))
 left, right = st.columns([3, 2])
 with left:
     st.text_area("Prompt", value=ss.EXAMPLE_PROMPT, key="strategies_prompt", height=100)

@@ -9,7 +9,13 @@ token *attend* to all the tokens before it, and for that it needs each earlier t
 **value** vectors. Recomputing them for the whole text at every step would repeat almost all of the
 work. The **KV cache** keeps them instead: computed once, stored, and read back at every later step.
 
-kvviz runs a real model in front of you, so every number here is measured, not simulated.
+kvviz runs a real model in front of you, and its numbers are of two kinds. **Measured**: what the
+model and the engine do here (the bytes the cache holds, its keys and values, attention, blocks,
+tokens per pass, errors and step times). **Computed** from a model's config with the article's
+formula and from an accelerator's data sheet: the Memory bill and its tensor-parallel split, the
+roofline in *Why decode is memory-bound* (its "this machine" line measures the speeds it uses) and
+the bill on *Putting it together*.
+
 The lessons, in the order a lecture takes them:
 """)
 lecture_table()

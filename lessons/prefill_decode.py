@@ -7,6 +7,7 @@ import streamlit as st
 from kvviz.engine.engine import Engine
 from kvviz.engine.runner import paged_attention
 from kvviz.engine.scheduler import Scheduler
+from kvviz.lessons.navigation import taught_later
 from kvviz.lessons.prefill_decode import figures
 from kvviz.lessons.prefill_decode import state as ls
 from kvviz.lessons.prefill_decode.classroom import export_and_replay, predict_panel, sync_query_params
@@ -143,6 +144,7 @@ def attention_view():
                                               lesson.token_texts, layer), width="stretch")
     st.caption(f"{info['heads']} query heads share {info['kv_heads']} KV heads (grouped-query attention): "
                "heads in one group read the same cached keys but weigh them differently.")
+    taught_later("memory_bill", "Grouped-query and multi-query attention (GQA, MQA)")
 
 
 if view == "Keys and values":
@@ -153,6 +155,7 @@ if view == "Inside attention":
     inside_attention(lesson, step)
 if view == "Why decode is memory-bound":
     memory_bound(lesson, step)
+    taught_later("memory_bill", "Accelerators' memory, GQA and MQA, int8 and int4 caches")
 if view == "Work saved":
     rows = lesson.work()[:step + 1]
     st.plotly_chart(figures.work_saved(rows), width="stretch")
@@ -183,9 +186,11 @@ if view == "Memory bill":
     st.caption(f"The engine's whole pool is {format_bytes(bill['pool_bytes'])} (preallocated blocks). "
                "Formula and measured bytes agree because the engine stores exactly K and V for each layer "
                "and KV head, nothing more.")
+    taught_later("paged_batching", "Blocks, the last block's slack and the preallocated pool")
 
 with st.expander("Predict, then reveal", expanded=bool(st.session_state.get("lesson_questions"))):
     predict_panel(lesson)
+    taught_later("paged_batching", "Blocks, which the second question asks about")
 
 show_code(Engine.step, Engine._run, Scheduler.schedule, paged_attention,
           caption="The engine code that ran this step: schedule, one forward pass, and the attention "

@@ -13,10 +13,13 @@ from kvviz.lessons.uploads import file_buttons
 from kvviz.ui.common import show_code
 
 st.title("Speculative decoding")
+st.caption("Beyond the article, whose arc ends at Putting it together: a way to get more than one token "
+           "from a decode pass, with the same cache.")
 st.markdown(
-    "A decode step reads every weight and the whole cache to produce **one** token. Running a few "
-    "more tokens through the same pass costs little more, so: guess the next tokens, and let the "
-    "model check the guesses. Here the guesses are free. When the last few tokens appeared earlier "
+    "A decode step reads every weight and the whole cache to produce **one** token. While decode is "
+    "memory-bound (that reading, not the arithmetic, sets the time), running a few more tokens through "
+    "the same pass costs little more, so: guess the next tokens, and let the model check the guesses. "
+    "Here the guesses are free. When the last few tokens appeared earlier "
     "in the text, the tokens that came after them then are the **drafts** (prompt lookup). One "
     "forward pass gives the model's choice after each draft. Drafts are **accepted** while they "
     "match that choice, and the model's own next token comes on top. **Rejected** drafts already wrote "

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from kvviz.lessons.registry import LECTURE, index_of, neighbours
+from kvviz.lessons.registry import BY_KEY, LECTURE, index_of, neighbours
 
 
 def pages() -> list:
@@ -41,6 +41,17 @@ def footer_container():
     """A container that CSS moves below everything the page draws, so it ends pages that stop early."""
     st.html(FOOTER_CSS)
     return st.container(key="lecture_footer")
+
+
+def taught_in(key: str, words: str) -> str:
+    """The label of a forward link: `words` are used on this page before the lesson `key` teaches them."""
+    lesson = BY_KEY[key]
+    return f"{words}: taught in {lesson.title} (lesson {LECTURE.index(lesson)})"
+
+
+def taught_later(key: str, words: str) -> None:
+    """One line linking forward to the lesson that teaches `words`, for a page that uses them first."""
+    st.page_link(BY_KEY[key].path, label=taught_in(key, words), icon=":material/north_east:")
 
 
 def lecture_table() -> None:

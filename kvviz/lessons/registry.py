@@ -34,6 +34,9 @@ class Lesson:
         return f"lessons/{self.key}.py"
 
 
+# The article's arc first (prefill and decode, the bill, paging, strategies, putting it together), each
+# lesson after the ones whose words it uses; Speculative decoding goes beyond the article, and the
+# sources close the list. A word used before its lesson links forward (navigation.taught_later).
 LECTURE = (
     Lesson("home", "What kvviz teaches", ":material/school:",
            "The idea in one paragraph and the path through the lessons.", 2),
@@ -49,21 +52,24 @@ LECTURE = (
     Lesson("paged_batching", "Paged cache and batching", ":material/grid_view:",
            "Blocks, block tables and prefix sharing: how several requests share one pool without waste.", 8,
            ("state", "fork_view", "swap_view"), replays=True),
-    Lesson("speculative", "Speculative decoding", ":material/fast_forward:",
-           "Guess the next tokens from earlier text, check them all in one forward pass, and roll back "
-           "the cache slots of the wrong guesses.", 6, ("state",), replays=True),
+    Lesson("batch_generation", "Batch generation", ":material/dynamic_feed:",
+           "Many prompts through the same engine with continuous batching, and its throughput.", 5, ("state",)),
     Lesson("cache_strategies", "Cache strategies", ":material/compare_arrows:",
            "Dynamic, static, sliding-window and quantized caches side by side: bytes, time and output.", 6,
            ("state", "eviction_view"), replays=True),
-    Lesson("batch_generation", "Batch generation", ":material/dynamic_feed:",
-           "Many prompts through the same engine with continuous batching, and its throughput.", 5, ("state",)),
+    Lesson("putting_it_together", "Putting it together", ":material/checklist:",
+           "Which cache and which strategy for a script, a chat server and a long-context job, with this "
+           "model's bill.", 3),
+    Lesson("speculative", "Speculative decoding", ":material/fast_forward:",
+           "Beyond the article: guess the next tokens from earlier text, check them all in one forward pass, "
+           "and roll back the cache slots of the wrong guesses.", 6, ("state",), replays=True),
     Lesson("sources", "Where this comes from", ":material/menu_book:",
            "The papers and code each lesson rests on, with links.", 2),
 )
 BY_KEY = {lesson.key: lesson for lesson in LECTURE}
 # keys of the app itself, which stay when another model loads: the model picker, presenter mode,
-# the Memory bill and the Model lab (it builds its own model)
-APP_INPUTS = ("model_", "presenter", "bill_", "lab_")
+# the Memory bill, the Model lab (it builds its own model) and Putting it together (sizes, not runs)
+APP_INPUTS = ("model_", "presenter", "bill_", "lab_", "together_")
 
 
 def index_of(title: str) -> int | None:

@@ -8,6 +8,9 @@ code from 0 to 2**bits - 1:
 
 4-bit codes are packed two to a byte. Like KIVI and transformers' QuantizedCache, the newest
 `residual` tokens stay in full precision and are quantized only when they leave that window.
+Unlike KIVI, which groups keys per channel (one channel across a run of tokens) and values per
+token, keys are grouped here as values are, along head_dim within each token, as transformers'
+QuantizedCache does.
 Attention reads the cache dequantized; the full-precision copy it builds is temporary.
 """
 

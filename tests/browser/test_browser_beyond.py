@@ -88,9 +88,9 @@ def test_speculative_page_stepped_and_run_matches_the_engine(app_url, lm):
         page.get_by_text(f"Both finished: {len(expected.records)} forward passes with drafts against "
                          f"{len(expected.plain_records)} without, for the same tokens.").wait_for()
         check(page, "speculative-end")
-        # away to the Paged page and back: the run is still there
-        page.get_by_role("link", name="Previous: Paged cache and batching").first.click()
-        page.get_by_role("tab", name=FORK_TAB).wait_for()
+        # away to the page before (the closing page of the article's arc) and back: the run is still there
+        page.get_by_role("link", name="Previous: Putting it together").first.click()
+        page.get_by_text("The long-context job's choices").first.wait_for()
         wait_idle(page)
         page.get_by_role("link", name="Next: Speculative decoding").first.click()
         page.get_by_role("button", name="Reset", exact=True).wait_for()  # not Plotly's "Reset axes"

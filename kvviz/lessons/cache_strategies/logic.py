@@ -13,7 +13,8 @@ Two runs per strategy:
   KL(full || strategy) of the next-token distribution;
 - free-running, its own greedy picks: its text, and the first step where it leaves the full
   cache's output.
-Memory and time per step come from the free run; nothing is assumed, all of it is measured.
+Memory and time per step come from the free run and are measured; the formula and kvviz.memory_bill's
+prediction beside them are computed from the model's config.
 """
 
 from __future__ import annotations
@@ -41,11 +42,15 @@ DEFAULT_STRATEGIES = (
 )
 
 
+def static_reservation(max_context: int) -> int:
+    """Tokens the lesson's static cache reserves: the model's whole context, up to STATIC_MOST_TOKENS."""
+    return min(max_context, STATIC_MOST_TOKENS)
+
+
 def lesson_specs(window: int, group_size: int, residual: int, max_context: int = 512) -> list[StrategySpec]:
-    """The strategies the lesson compares, with the page's options. Static reserves the model's
-    context, up to STATIC_MOST_TOKENS."""
+    """The strategies the lesson compares, with the page's options (static: static_reservation)."""
     quantized = {"group_size": group_size, "residual": residual}
-    static = {} if max_context <= STATIC_MOST_TOKENS else {"capacity": STATIC_MOST_TOKENS}
+    static = {} if max_context <= STATIC_MOST_TOKENS else {"capacity": static_reservation(max_context)}
     return [StrategySpec("dynamic"), StrategySpec("static", static), StrategySpec("sliding_window", {"window": window}),
             StrategySpec("quantized", {"bits": 8, **quantized}), StrategySpec("quantized", {"bits": 4, **quantized}),
             StrategySpec("paged"), StrategySpec("no_cache")]

@@ -11,7 +11,9 @@ ANALOGY = [
     ("the page table", "the block table: logical block i → physical block id"),
     ("a page fault: map a frame on first touch", "a full last block: take one free block from the pool"),
     ("shared pages (copy-on-write)", "shared prefix blocks, counted by reference"),
-    ("swapping out a process", "preemption: free a request's blocks and recompute it later"),
+    ("swapping a process out to disk, and back in",
+     ("preemption: copy a request's blocks to CPU memory and back (swap mode), or free them and recompute "
+      "them when it resumes (the default)")),
 ]
 
 
@@ -26,8 +28,9 @@ def paging_explained(expanded: bool = False) -> None:
             "blocks are free, and attention reads them back through the block table.")
         st.table([{"operating system": os_side, "paged KV cache": cache_side} for os_side, cache_side in ANALOGY])
         st.markdown(
-            "**Paging is not caching.** Paging decides *where* a request's keys and values live, so no "
-            "memory is reserved that no token uses; it does not keep anything that would otherwise be "
-            "thrown away. **Prefix caching builds on it:** because a block is an addressable unit with a "
+            "**Paging is not caching.** Paging decides *where* a request's keys and values live: memory is "
+            "taken one block at a time as tokens arrive, so nothing is reserved ahead and the only unused "
+            "room is the empty slots of each request's last block (its slack). It does not keep anything "
+            "that would otherwise be thrown away. **Prefix caching builds on it:** because a block is an addressable unit with a "
             "hash of the tokens it holds, a new request whose prompt starts with the same tokens can "
             "point its block table at the existing blocks instead of computing them again.")

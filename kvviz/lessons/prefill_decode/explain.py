@@ -41,8 +41,9 @@ def attention_shapes(heads: int, kv_heads: int, head_dim: int, num_keys: int) ->
         ("scores = q · K_cacheᵀ / √d",
          f"({heads}, {num_keys}): each query head against its KV head's {num_keys} keys, "
          f"÷ √{head_dim} = {head_dim ** 0.5:.2f}" + (f"; {group} query heads share each KV head" if group > 1 else "")),
-        ("weights = softmax(scores)", f"({heads}, {num_keys}): each row sums to 1 over positions 0..{num_keys - 1}"),
-        ("out = weights · V_cache", f"({heads}, {head_dim}): then W_O mixes the heads back to the model width"),
+        ("p = softmax(scores)",
+         f"({heads}, {num_keys}): attention probabilities, each row sums to 1 over positions 0..{num_keys - 1}"),
+        ("out = p · V_cache", f"({heads}, {head_dim}): then W_O mixes the heads back to the model width"),
     ]
 
 

@@ -154,8 +154,8 @@ def memory_bound(lesson, step: int) -> None:
         + (f", for {batch} requests at once" if batch > 1 else "")
         + f": it reads every weight once (**{format_bytes(step_cost.weight_bytes)}**: {num_params:,} "
           f"parameters × {weight_bytes} bytes) and the whole cache (**{format_bytes(step_cost.cache_bytes)}**, "
-          f"the memory bill for {context:,} tokens), and does **{step_cost.flops:,.0f} FLOPs** (2 per weight "
-          f"per token, plus q·Kᵀ and weights·V).")
+          f"the memory bill for {context:,} tokens), and does **{step_cost.flops:,.0f} FLOPs** (2 per parameter "
+          f"per token, plus attention's q·Kᵀ and its softmax probabilities times V).")
     c1, c2, c3, c4 = st.columns(4)
     c1.metric("Bytes read", format_bytes(step_cost.bytes_read), help="Weights + cache, per step.")
     c2.metric("FLOPs per byte", f"{step_cost.intensity:.2f}",
