@@ -454,9 +454,11 @@ def fit_summary(shape: ModelShape, tokens: int, batch: int, device_memory: str |
     usable = int(memory_bytes(device_memory) * utilization)
     weights = weights_bytes(one, weights_dtype_bytes or dtype_bytes)
     if weights > usable:
-        whose, advice = (("the weights alone", "use a smaller dtype or split the model across devices") if gpus == 1
-                         else ("each GPU's share of the weights", "use a smaller dtype or more GPUs"))
-        return (f"Does not fit: {whose} ({format_bytes(weights)}) exceed the {format_bytes(usable)} "
+        if gpus == 1:
+            whose, verb, advice = "the weights alone", "exceed", "use a smaller dtype or split the model across devices"
+        else:
+            whose, verb, advice = "each GPU's share of the weights", "exceeds", "use a smaller dtype or more GPUs"
+        return (f"Does not fit: {whose} ({format_bytes(weights)}) {verb} the {format_bytes(usable)} "
                 f"usable ({utilization:.0%} of memory); {advice}.")
     cache = kv_cache_bytes(one, tokens, batch, dtype_bytes, **cache_options)
     verdict = "Fits" if weights + cache <= usable else "Does not fit"

@@ -283,6 +283,22 @@ def test_nothing_fits_when_the_weights_alone_do_not():
     assert memory_bill.max_requests(big, 1024, "H200 141GB", dtype_bytes=1) > 0  # fp8 weights fit on an H200
 
 
+def test_fit_with_tensor_parallel_is_one_gpus_share():
+    # docs/scale-out.md: Llama-3.1-70B over 8 H100s holds 16.43 GiB of weights a GPU, room for 177 requests
+    seventy = PRESETS["llama-3.1-70b"]
+    one = memory_bill.per_gpu_shape(seventy, 8)
+    assert (one.num_heads, one.num_kv_heads, one.num_params) == (8, 1, 70_553_706_496 // 8)
+    assert memory_bill.fit_summary(seventy, 8192, 1, "H100 80GB", gpus=8) == (
+        "Fits on each of 8 GPUs: weights 16.43 GiB + cache 320.00 MiB per GPU of 72.00 GiB usable (90%); "
+        "room for 177 such requests at once.")
+    # the room of 8 GPUs in bytes of the unsplit bill: 8 × one GPU's, since each holds 1 of the 8 KV heads
+    room = memory_bill.cache_budget_bytes(seventy, "H100 80GB", gpus=8)
+    assert room == 8 * memory_bill.cache_budget_bytes(one, "H100 80GB")
+    assert room // kv_cache_bytes(seventy, 8192) == 177
+    assert memory_bill.fit_summary(PRESETS["llama-3.1-405b"], 8192, 1, "H100 80GB", gpus=8).startswith(
+        "Does not fit: each GPU's share of the weights (94.50 GiB) exceeds")
+
+
 def test_memory_sizes(monkeypatch):
     assert memory_bill.ACCELERATORS["H100 80GB"] == 80 * GIB
     assert {"H200 141GB", "A100 40GB", "A100 80GB", "L4 24GB", "RTX 4090 24GB", "T4 16GB"} <= set(memory_bill.ACCELERATORS)
