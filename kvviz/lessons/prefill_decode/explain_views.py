@@ -23,7 +23,8 @@ MACHINE = "this machine (measured)"
 
 def lesson_shape(info: dict) -> ModelShape:
     return ModelShape(name=info["name"], num_layers=info["layers"], num_kv_heads=info["kv_heads"],
-                      head_dim=info["head_dim"], num_heads=info["heads"], num_params=info["parameters"])
+                      head_dim=info["head_dim"], num_heads=info["heads"], num_params=info["parameters"],
+                      hidden_size=info.get("hidden_size"), max_context=info.get("max_context"))
 
 
 def decode_rows(lesson, step: int, layer: int, head: int) -> list[np.ndarray]:
@@ -148,29 +149,41 @@ def memory_bound(lesson, step: int) -> None:
     step_cost = costs[0]
     prefill = roofline.prefill_step(shape, num_params, len(lesson.prompt_token_ids),
                                     weight_bytes=weight_bytes, cache_bytes=cache_bytes)
+    multiplied, looked_up = roofline.multiplied_params(shape, num_params), roofline.untied_embedding_params(shape)
     st.markdown(
         f"One decode step of {'this model' if model_name == THIS_MODEL else model_name} with "
         f"**{context:,} tokens** in the cache"
         + (f", for {batch} requests at once" if batch > 1 else "")
-        + f": it reads every weight once (**{format_bytes(step_cost.weight_bytes)}**: {num_params:,} "
-          f"parameters × {weight_bytes} bytes) and the whole cache (**{format_bytes(step_cost.cache_bytes)}**, "
-          f"the memory bill for {context:,} tokens), and does **{step_cost.flops:,.0f} FLOPs** (2 per parameter "
-          f"per token, plus attention's q·Kᵀ and its softmax probabilities times V).")
+        + f": it reads every weight it multiplies once (**{format_bytes(step_cost.weight_bytes)}**: {multiplied:,} "
+          f"parameters × {weight_bytes} bytes"
+        + (f"; the {looked_up:,} of the input embedding are looked up, one row per token, not read whole"
+           if looked_up else "")
+        + f") and the whole cache (**{format_bytes(step_cost.cache_bytes)}**, "
+          f"the memory bill for {context:,} tokens), and does **{step_cost.flops:,.0f} FLOPs** (2 per multiplied "
+          f"parameter per token, plus attention's q·Kᵀ and its softmax probabilities times V).")
+    st.markdown("\n".join(f"- **{term}**: {text}" for term, text in roofline.DEFINITIONS))
+    for problem in roofline.what_if_problems(shape, step_cost, device):
+        st.warning(problem)
+
+    def ceiling(cost) -> str:
+        return f"{cost.tokens_per_second(device):,.0f}" if cost.fits(device) else "does not fit"
+
     c1, c2, c3, c4 = st.columns(4)
     c1.metric("Bytes read", format_bytes(step_cost.bytes_read), help="Weights + cache, per step.")
-    c2.metric("FLOPs per byte", f"{step_cost.intensity:.2f}",
+    c2.metric("Arithmetic intensity (FLOP/byte)", f"{step_cost.intensity:.2f}",
               help=f"The roof of {device.name} turns at {device.ridge:.0f} FLOPs per byte.")
     c3.metric("Bound by", step_cost.bound(device),
               help=f"{step_cost.intensity:.2f} FLOP/B is {'below' if step_cost.intensity < device.ridge else 'above'} "
                    f"the ridge at {device.ridge:.0f} FLOP/B.")
-    c4.metric("Ceiling (tokens/s)", f"{step_cost.tokens_per_second(device):,.0f}",
-              help=f"{batch} token(s) per step ÷ the step's least time, max(FLOPs ÷ peak, bytes ÷ bandwidth).")
+    c4.metric("Ceiling (tokens/s)", ceiling(step_cost),
+              help=f"{batch} token(s) per step ÷ the step's least time, max(FLOPs ÷ peak, bytes ÷ bandwidth); "
+                   f"none when the weights and the cache do not fit in {format_bytes(device.memory_bytes)}.")
     st.plotly_chart(figures.roofline(device, costs, prefill), width="stretch")
     st.caption(f"{device.name}: {device.note}. The prefill point runs all {prefill.context} prompt tokens per "
                "weight read, so it sits far further right.")
     st.table([{"cache": cost.label, "cache bytes": format_bytes(cost.cache_bytes),
                "bytes read": format_bytes(cost.bytes_read), "FLOPs per byte": f"{cost.intensity:.2f}",
-               "ceiling (tokens/s)": f"{cost.tokens_per_second(device):,.0f}"} for cost in costs])
+               "ceiling (tokens/s)": ceiling(cost)} for cost in costs])
     measured_against_bound()
     st.markdown(
         "Fewer KV heads (GQA, MQA) and fewer bits per cached value shrink the cache share of the bytes "
