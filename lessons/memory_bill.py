@@ -18,7 +18,9 @@ GPU_COUNTS = [1, 2, 4, 8, 16]
 def _load_preset() -> None:
     """Set the sliders to the chosen preset's numbers (picking "custom" leaves them as they are)."""
     name = st.session_state["bill_preset"]
-    if name != bill.CUSTOM:
+    if name == bill.CUSTOM:
+        _slider_moved()  # sliders still on the preset: the box goes back to its name
+    else:
         st.session_state["bill_base"] = name
         st.session_state.update(bill.slider_values(PRESETS[name]))
 

@@ -100,6 +100,8 @@ def test_tensor_parallel_verdict_is_the_per_gpu_figure():
 
 def test_kv_heads_that_do_not_divide_say_so_in_the_sliders_terms_and_the_preset_comes_back():
     at = open_lesson("lessons/memory_bill.py")
+    at.selectbox(key="bill_preset").set_value("custom (sliders moved)").run()
+    assert at.selectbox(key="bill_preset").value == "llama-3.1-8b"  # nothing moved: still the preset
     at.slider(key="bill_kv_heads").set_value(3).run()
     assert not at.exception and len(at.error) == 1
     message = at.error[0].value

@@ -40,17 +40,14 @@ def shape_from_sliders(preset: ModelShape, values: dict[str, int]) -> ModelShape
     if preset.kv_lora_rank is not None:  # MLA: the latent and RoPE sizes, never KV heads or a window
         return replace(preset, name=name, num_layers=values["bill_layers"], num_heads=values["bill_heads"],
                        kv_lora_rank=values["bill_latent"], qk_rope_head_dim=values["bill_rope"])
-    window = values["bill_window"] or None
-    layer_types = preset.layer_types if window and preset.layer_types else None  # no window: all full
-    shape = replace(preset, name=name, num_layers=values["bill_layers"], num_heads=values["bill_heads"],
-                    num_kv_heads=values["bill_kv_heads"], head_dim=values["bill_head_dim"],
-                    sliding_window=window, layer_types=layer_types)
-    if shape.layer_types is not None and len(shape.layer_types) != shape.num_layers:
-        # a hybrid keeps its pattern of sliding and full layers when the layer count changes
+    window, layers = values["bill_window"] or None, values["bill_layers"]
+    layer_types = None  # no window, or not a hybrid: every layer alike
+    if window and preset.layer_types:  # a hybrid keeps its pattern of sliding and full layers at any depth
         period = next(i + 1 for i, kind in enumerate(preset.layer_types) if kind != SLIDING)
-        shape = replace(shape, layer_types=tuple(
-            SLIDING if (i + 1) % period else FULL for i in range(shape.num_layers)))
-    return shape
+        layer_types = tuple(SLIDING if (i + 1) % period else FULL for i in range(layers))
+    return replace(preset, name=name, num_layers=layers, num_heads=values["bill_heads"],
+                   num_kv_heads=values["bill_kv_heads"], head_dim=values["bill_head_dim"],
+                   sliding_window=window, layer_types=layer_types)
 
 
 def variants_note(shape: ModelShape, variants: list[AttentionVariant], dtype_name: str) -> str:
