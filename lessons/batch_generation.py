@@ -28,7 +28,7 @@ with workload_col:
     upload_problem = None
     if source == bs.UPLOAD:
         st.file_uploader(f"A .txt file (one prompt per line) or a .jsonl file (one {{\"prompt\": ...}} per line), "
-                         f"{UPLOAD_LIMITS}", key="batch_upload")
+                         f"{UPLOAD_LIMITS}", key="batch_upload", on_change=bs.on_new_upload)
         summary, upload_problem = bs.upload_summary()
         if not hasattr(st.session_state.get("batch_upload"), "getvalue"):
             st.caption("Nothing uploaded yet.")

@@ -9,6 +9,7 @@ from kvviz.engine.scheduler import Scheduler
 from kvviz.lessons.paged_batching import figures
 from kvviz.lessons.paged_batching import state as ps
 from kvviz.lessons.paged_batching.fork_view import fork_view
+from kvviz.lessons.paged_batching.logic import waste_text
 from kvviz.lessons.paged_batching.paging_note import paging_explained
 from kvviz.lessons.paged_batching.swap_view import swap_view
 from kvviz.lessons.prefill_decode import predict
@@ -101,9 +102,9 @@ m[2].metric("Prefix-cache hit rate", f"{prefix['hit_rate']:.0%}", f"{prefix['blo
                  "blocks were not computed again.")
 m = st.columns(3)
 m[0].metric("Contiguous reservation", format_bytes(comparison["contiguous_bytes"]),
-            f"{comparison['contiguous_waste']:.0%} wasted", delta_color="off", delta_arrow="off",
+            waste_text(comparison["contiguous_waste"]), delta_color="off", delta_arrow="off",
             help=f"Each request reserves the model's whole context ({lesson.max_context} tokens) up front.")
-m[1].metric("Paged blocks", format_bytes(comparison["paged_bytes"]), f"{comparison['paged_waste']:.0%} wasted",
+m[1].metric("Paged blocks", format_bytes(comparison["paged_bytes"]), waste_text(comparison["paged_waste"]),
             delta_color="off", delta_arrow="off",
             help=f"{comparison['paged_blocks']} blocks hold {comparison['paged_slots']} slots "
                  f"for {comparison['distinct_tokens']} distinct tokens: a block shared by "

@@ -11,8 +11,9 @@ from kvviz.lessons.navigation import taught_later
 from kvviz.lessons.prefill_decode import figures
 from kvviz.lessons.prefill_decode import state as ls
 from kvviz.lessons.prefill_decode.classroom import export_and_replay, predict_panel, sync_query_params
-from kvviz.lessons.prefill_decode.explain import logit_difference_note
+from kvviz.lessons.prefill_decode.explain import bill_note, logit_difference_note, work_table
 from kvviz.lessons.prefill_decode.explain_views import inside_attention, memory_bound
+from kvviz.lessons.prefill_decode.logic import steps_text
 from kvviz.memory_bill import format_bytes
 from kvviz.ui.common import show_code, token_chips
 
@@ -78,7 +79,7 @@ if lesson is None:
 # ---- which step we look at -----------------------------------------------------------------
 last_step = len(lesson.visible_records) - 1
 if lesson.replay:
-    st.info(f"Replaying a recorded lesson ({lesson.model_info['name']}, {len(lesson.records)} steps): "
+    st.info(f"Replaying a recorded lesson ({lesson.model_info['name']}, {steps_text(len(lesson.records))}): "
             "every view is drawn from the file; no model runs. Press Next token to reveal the next step.")
 step = ls.view_step(last_step, playing)
 if last_step > 0:
@@ -98,8 +99,9 @@ elif not lesson.finished or step < last_step:
                f"were appended to every layer's cache (the red column), and its query attended to all "
                f"{num_tokens} cached positions. The rows cached earlier were read, not recomputed.")
 else:
-    st.success(f"**Done.** {len(lesson.records) - 1} decode steps, each running one token against the "
-               f"growing cache. The **Work saved** view adds up what recomputing everything would have cost. "
+    st.success(f"**Done.** {steps_text(len(lesson.records)).capitalize()}, each decode step running one token "
+               "against the growing cache. The **Work saved** view adds up what recomputing everything would "
+               "have cost. "
                + (ls.stop_note(lesson) or ""))
 st.markdown(token_chips(lesson.token_texts[:num_tokens + (1 if record.sampled else 0)],
                         entered + ([step + 1] if record.sampled else []), step), unsafe_allow_html=True)
@@ -168,7 +170,7 @@ if view == "Work saved":
     c.metric("Largest logit difference", f"{max(diffs):.2e}" if diffs else "n/a",
              help="Between the cached run and a run that recomputes everything, over all steps so far.")
     st.caption(logit_difference_note(max(diffs) if diffs else None, info["dtype"]))
-    st.dataframe(rows, width="stretch", hide_index=True)
+    st.dataframe(work_table(rows), width="stretch", hide_index=True)
     st.caption("Tokens run are counts: they come out the same on every run and every machine. How long a "
                "step takes is measured in the Model lab, as the median of several warm runs.")
 if view == "Memory bill":
@@ -180,12 +182,13 @@ if view == "Memory bill":
     a.metric("Formula", format_bytes(bill["formula_bytes"]))
     b.metric("Measured", format_bytes(bill["token_bytes"]),  # a short label: four columns at 1280 px
              help="Bytes of the engine's cache that hold this request's tokens' keys and values.")
-    c.metric("Blocks in use", format_bytes(bill["block_bytes"]),
-             help="The engine hands out whole blocks; the empty slots of the last block are slack.")
-    d.metric("Last block's slack", format_bytes(bill["slack_bytes"]))
-    st.caption(f"The engine's whole pool is {format_bytes(bill['pool_bytes'])} (preallocated blocks). "
-               "Formula and measured bytes agree because the engine stores exactly K and V for each layer "
-               "and KV head, nothing more.")
+    c.metric("Blocks in use", f"{bill['blocks']} blocks", format_bytes(bill["block_bytes"]), delta_color="off",
+             delta_arrow="off", help=f"The engine hands out whole blocks of {lesson.settings.block_size} tokens; "
+                                     "the empty slots of the last block are slack.")
+    d.metric("Last block's slack", format_bytes(bill["slack_bytes"]),
+             f"{bill['slack_slots']} empty slot{'' if bill['slack_slots'] == 1 else 's'}", delta_color="off",
+             delta_arrow="off")
+    st.caption(bill_note(bill))
     taught_later("paged_batching", "Blocks, the last block's slack and the preallocated pool")
 
 with st.expander("Predict, then reveal", expanded=bool(st.session_state.get("lesson_questions"))):

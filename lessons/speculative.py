@@ -19,8 +19,8 @@ st.markdown(
     "A decode step reads every weight and the whole cache to produce **one** token. While decode is "
     "memory-bound (that reading, not the arithmetic, sets the time), running a few more tokens through "
     "the same pass costs little more, so: guess the next tokens, and let the model check the guesses. "
-    "Here the guesses are free. When the last few tokens appeared earlier "
-    "in the text, the tokens that came after them then are the **drafts** (prompt lookup). One "
+    "Here the guesses are free. When the last few tokens also appeared earlier in the text, the "
+    "tokens that followed that earlier appearance become the **drafts** (prompt lookup). One "
     "forward pass gives the model's choice after each draft. Drafts are **accepted** while they "
     "match that choice, and the model's own next token comes on top. **Rejected** drafts already wrote "
     "their keys and values into the cache, so they are **rolled back**. The text is exactly what "
@@ -58,8 +58,9 @@ if lesson is None:
 last = len(lesson.records) - 1
 step = min(st.session_state.get("spec_view", last), last)
 if last > 0:
-    st.session_state["spec_view_step"] = step  # Streamlit forgets a widget's value while its page is away
-    st.slider("Look back at forward pass", 0, last, key="spec_view_step", on_change=ss.on_look_back)
+    st.session_state["spec_view_step"] = step + 1  # Streamlit forgets a widget's value while its page is away
+    st.slider("Look back at forward pass", 1, last + 1, key="spec_view_step", on_change=ss.on_look_back,
+              help="Passes are counted from 1: pass 1 is the prefill.")
 rows = lesson.draft_steps()[:step + 1]
 row = rows[-1]
 summary = lesson.summary(step)
@@ -75,7 +76,7 @@ m[2].metric("Tokens per pass", f"{summary['tokens_per_pass']:.2f}", help="Plain 
 m[3].metric("Drafts accepted", f"{summary['accepted']} of {summary['proposed']}",
             f"{summary['acceptance']:.0%}" if summary["proposed"] else None, delta_color="off", delta_arrow="off")
 
-st.markdown(f"**Forward pass {row.step}**: the drafts, and the model's verdict")
+st.markdown(f"**Forward pass {row.number}**: the drafts, and the model's verdict")
 context = lesson.prompt_token_ids + lesson.output(step - 1) if step else lesson.prompt_token_ids
 st.markdown(ss.draft_chips(row, decode, context), unsafe_allow_html=True)
 if step == 0:
@@ -108,7 +109,7 @@ elif lesson.drafts_done and not lesson.replay:
 
 with st.expander("Every pass: drafts, verdicts, rollbacks", expanded=False):
     st.table(pd.DataFrame([{
-        "pass": str(r.step), "drafts": decode(r.draft_token_ids).replace("\n", "⏎") or "—",
+        "pass": str(r.number), "drafts": decode(r.draft_token_ids).replace("\n", "⏎") or "—",
         "accepted": r.num_accepted, "kept": decode(r.added_token_ids).replace("\n", "⏎"),
         "slots rolled back": len(r.rolled_back_slots),
         "freed block ids": ", ".join(map(str, r.freed_block_ids)) or "—"} for r in rows]).set_index("pass"))

@@ -1,5 +1,7 @@
 """The Paged lesson's fork and swap views under AppTest, checked against the engine's records."""
 
+import itertools
+
 import pytest
 
 from kvviz.lessons.paged_batching import fork as fork_lesson
@@ -36,11 +38,33 @@ def test_the_fork_view_shows_shared_blocks_copies_and_memory_saved(app):
     assert metric(app, "Copies (copy-on-write)").value == str(after["copies"]) == str(n - 1)
     assert after["shared_blocks"] == run.num_prompt_tokens // 4  # only full prompt blocks stay shared
     saved = (n - 1) * (run.num_prompt_tokens // 4)
-    assert after["blocks_saved"] == saved
-    assert metric(app, "Saved at the peak").value == format_bytes(saved * run.bytes_per_block)
+    assert after["blocks_saved_now"] == saved
+    assert metric(app, "Saved now").value == format_bytes(saved * run.bytes_per_block)
     texts = next(t.value for t in app.table if "text" in t.value.columns)
     assert list(texts["text"]) == run.texts and len(texts) == n  # one text per sample
     assert not app.exception
+
+
+def test_the_fork_views_peaks_never_fall_over_the_steps(app):
+    """A peak is the most held at any step so far; the saving now may fall (the first decode step copies
+    the partly filled prompt block), and the page names it so."""
+    click(app, "Fork")
+    run = app.session_state["lesson_fork"]
+    shown_peaks, saved_now = [], []
+    for step in range(len(run.records)):
+        app.slider(key="fork_view_step").set_value(step).run()
+        facts = fork_lesson.summary(run, step)
+        assert not [m.label for m in app.metric if "peak" in m.label.lower()], "no metric is named a peak"
+        caption = next(c.value for c in app.caption if c.value.startswith("Peak so far"))
+        peaks = (facts["peak_blocks"], facts["separate_peak_blocks"])
+        assert f": {peaks[0]} (" in caption and f"sharing the prompt, {peaks[1]} (" in caption
+        shown_peaks.append(peaks)
+        saved_now.append(facts["blocks_saved_now"])
+        assert metric(app, "Saved now").value == format_bytes(facts["bytes_saved_now"])
+        assert facts["blocks_saved_now"] == facts["separate_blocks_now"] - facts["blocks_now"]
+    for kind in range(2):
+        assert all(a[kind] <= b[kind] for a, b in itertools.pairwise(shown_peaks)), shown_peaks
+    assert saved_now[1] < saved_now[0], "the copies at the first decode step take some of the saving back"
 
 
 def test_the_fork_view_refuses_an_empty_prompt_in_one_sentence(app):

@@ -48,6 +48,13 @@ def test_a_small_pool_preempts_and_still_finishes(app):
     kinds = {e.kind for r in lesson.records for e in r.events}
     assert "preempt" in kinds
     assert all(r.status == "finished" for r in lesson.records[-1].requests)
+    # nothing is held at the end, so there is no share of it to call wasted (it read "0% wasted")
+    metrics = {m.label: m for m in app.metric}
+    for label in ("Contiguous reservation", "Paged blocks"):
+        assert (metrics[label].value, metrics[label].delta) == ("0 bytes", "no request holds memory")
+    app.slider(key="paged_view_step").set_value(3).run()
+    comparison = lesson.reservation_comparison(3)
+    assert {m.label: m.delta for m in app.metric}["Paged blocks"] == f"{comparison['paged_waste']:.0%} wasted"
 
 
 def test_a_pool_too_small_for_any_request_says_so(app):

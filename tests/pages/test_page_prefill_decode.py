@@ -3,6 +3,11 @@
 import numpy as np
 import pytest
 
+from kvviz.lessons.prefill_decode.file import export_lesson, import_lesson
+from kvviz.lessons.prefill_decode.logic import Lesson, LessonSettings, lesson_sampling
+from kvviz.lessons.prefill_decode.state import DEFAULTS
+from kvviz.memory_bill import format_bytes
+
 from conftest import open_lesson
 
 
@@ -63,6 +68,8 @@ def test_memory_bill_matches_the_measured_bytes(app):
     assert bill["token_bytes"] + bill["slack_bytes"] == bill["block_bytes"]
     metrics = {m.label: m.value for m in app.metric}
     assert "Formula" in metrics and metrics["Formula"] == metrics["Measured"]
+    assert metrics["Blocks in use"] == f"{bill['blocks']} blocks"  # a count; its bytes are the delta
+    assert next(m for m in app.metric if m.label == "Blocks in use").delta == format_bytes(bill["block_bytes"])
 
 
 def test_bad_prompts_show_one_sentence_and_keep_the_lesson(app):
@@ -87,3 +94,78 @@ def test_play_runs_steps_until_paused(app):
     while not lesson.finished:
         button(app, "Next token").click().run()
     assert len(lesson.records) == 3 and not app.session_state["lesson_playing"]
+
+
+def show_lesson(lesson, view: str):
+    """A fresh page session showing `lesson` (live or replayed) at its last step, in `view`."""
+    at = open_lesson("lessons/prefill_decode.py")
+    at.session_state["lesson"] = lesson
+    at.session_state["lesson_view"] = view
+    at.session_state["lesson_view_step"] = len(lesson.records) - 1
+    at.run()
+    assert not at.exception
+    return at
+
+
+def test_the_finished_lesson_bills_what_its_last_step_held_live_and_replayed(bundled):
+    """The default lesson to its end: the engine gave the request's blocks back in its last step, so that
+    step's MemoryRecord holds nothing; the bill shows what the request held during the step."""
+    lesson = Lesson.start(bundled, LessonSettings(DEFAULTS["lesson_prompt"],  # the page's defaults: greedy, 48
+                                                  lesson_sampling(max_tokens=DEFAULTS["lesson_max_tokens"])))
+    lesson.prefill()
+    while lesson.next_token() is not None:
+        pass
+    last = len(lesson.records) - 1
+    assert last == 47 and lesson.records[last].memory.used_block_bytes == 0  # the pool took the blocks back
+    end = lesson.bill(last, 4)
+    assert end["formula_bytes"] == end["token_bytes"] > 0  # it read 0 bytes held after the step
+    for step, record in enumerate(lesson.records):
+        bill = lesson.bill(step, 4)
+        assert bill["formula_bytes"] == bill["token_bytes"] == bill["tokens"] * record.memory.bytes_per_token > 0
+        assert bill["blocks"] == -(-bill["tokens"] // 16)
+        assert bill["token_bytes"] + bill["slack_bytes"] == bill["block_bytes"]
+        if step < last:  # the request still holds its blocks: the engine's own count, to the byte
+            assert not bill["returned"]
+            assert (bill["token_bytes"], bill["block_bytes"], bill["slack_bytes"]) == (
+                record.memory.token_bytes, record.memory.used_block_bytes, record.memory.slack_bytes)
+    assert end["returned"] and end["tokens"] == len(lesson.prompt_token_ids) + 47 and end["blocks"] == 4
+    replay = import_lesson(export_lesson(lesson))
+    while replay.next_token() is not None:
+        pass
+    for shown in (lesson, replay):
+        at = show_lesson(shown, "Memory bill")
+        metrics = {m.label: m.value for m in at.metric}
+        assert metrics["Formula"] == metrics["Measured"] == format_bytes(end["token_bytes"]) != "0 bytes"
+        assert metrics["Blocks in use"] == "4 blocks"
+        assert metrics["Last block's slack"] == format_bytes(end["slack_bytes"])
+        caption = next(c.value for c in at.caption if "pool" in c.value)
+        assert "agree" in caption and "4 blocks then went back to the pool" in caption
+        done = at.success[0].value
+        assert "Prefill + 47 decode steps" in done
+    banner = next(i.value for i in at.info if "Replaying" in i.value)  # the replay counts them the same way
+    assert "prefill + 47 decode steps" in banner and "48" not in banner
+
+
+def test_the_work_table_names_its_columns_and_writes_no_none_or_rounded_zero(bundled):
+    lesson = Lesson.start(bundled, LessonSettings(DEFAULTS["lesson_prompt"], lesson_sampling(max_tokens=6)))
+    lesson.prefill()
+    while lesson.next_token() is not None:
+        pass
+    at = show_lesson(lesson, "Work saved")
+    table = at.dataframe[0].value
+    differences = list(table["largest logit difference"])
+    expected = [r["max_logit_difference"] for r in lesson.work()]
+    assert differences == ["0 (identical)" if d == 0 else f"{d:.1e}" for d in expected]
+    assert all(d != 0 for d in expected[1:]) and not any(text.startswith("0.0") for text in differences)
+    assert "None" not in table.to_string() and "with_cache_tokens" not in table.columns
+
+
+def test_an_unanswered_prediction_is_revealed_as_unanswered_and_not_scored(app):
+    button(app, "Prefill").click().run()
+    app.selectbox(key="lesson_question_kind").set_value("blocks_after_next").run()
+    app.button(key="lesson_ask").click().run()
+    button(app, "Next token").click().run()  # no guess typed
+    assert not app.exception
+    shown = " ".join(m.value for m in app.markdown)
+    assert "No answer was given" in shown and "not scored" in shown and "You said" not in shown
+    assert "score 0 / 0" in shown

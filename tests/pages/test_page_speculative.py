@@ -2,6 +2,8 @@
 
 import pytest
 
+from kvviz.lessons.speculative import figures
+
 from conftest import open_lesson
 
 
@@ -37,6 +39,17 @@ def test_steps_show_the_records_numbers(app):
     last = lesson.records[-1].drafts[0]
     assert chips.count("title='draft accepted'") == last.num_accepted
     assert chips.count("title='draft rejected: rolled back'") == len(last.draft_token_ids) - last.num_accepted
+    # passes are counted from 1 everywhere: the heading, the slider, the table and the chart
+    assert any(m.value.startswith("**Forward pass 7**") for m in app.markdown)
+    slider = app.slider(key="spec_view_step")
+    assert (slider.min, slider.max, slider.value) == (1, 7, 7)
+    table = next(t.value for t in app.table if "drafts" in t.value.columns)
+    assert list(table.index) == [str(number) for number in range(1, 8)]
+    assert list(figures.tokens_per_pass(rows).data[0].x) == list(range(1, 8))
+    slider.set_value(1).run()
+    assert any(m.value.startswith("**Forward pass 1**") for m in app.markdown)
+    assert {m.label: m.value for m in app.metric}["Forward passes"] == "1"
+    assert app.session_state["spec_view"] == 0  # the record it shows
 
 
 def test_run_to_the_end_compares_forward_passes(app):
@@ -51,7 +64,7 @@ def test_run_to_the_end_compares_forward_passes(app):
     assert f"{len(lesson.records)} forward passes with drafts against 24 without" in app.success[0].value
     # look back at a pass with a rollback: its caption names the slots the records hold
     rolled = next(r for r in lesson.draft_steps() if r.rolled_back_slots)
-    app.slider(key="spec_view_step").set_value(rolled.step).run()
+    app.slider(key="spec_view_step").set_value(rolled.number).run()
     caption = next(c.value for c in app.caption if "rolled back" in c.value)
     assert ", ".join(map(str, rolled.rolled_back_slots)) in caption
     assert lesson.engine.pool.num_free_blocks == lesson.engine.num_blocks  # rollbacks leaked nothing

@@ -189,6 +189,12 @@ def test_batch_uploads_are_checked(batch_page):
     result = at.session_state["lesson_batch"]
     assert [row["prompt (end)"] for row in result.rows()] == ["ROMEO:", "JULIET:"]
     assert all(3 <= len(o.token_ids) <= 6 for o in result.outputs)
+    assert [h for h in at.subheader if "2 requests in" in h.value]
+    # another file: the results on screen ran the old prompts, so they go until the next run
+    at.file_uploader(key="batch_upload").set_value(("q.txt", b"KING:\nQUEEN:\nHAMLET:\n", "text/plain")).run()
+    assert not at.exception and "3 prompts" in at.success[0].value
+    assert "lesson_batch" not in at.session_state and not [h for h in at.subheader if "requests in" in h.value]
+    assert any("Run the batch" in i.value for i in at.info)
 
 
 def test_batch_job_pieces(bundled):

@@ -98,6 +98,13 @@ def workload() -> Workload:
                               output_len, int(setting("batch_prefix")), int(setting("batch_seed")))
 
 
+def on_new_upload() -> None:
+    """Another prompt file (or none): the results on the page ran the old prompts, so they go."""
+    for key in ("lesson_batch", "lesson_batch_compare", "lesson_batch_vllm", "batch_error", "batch_compare_error",
+                "batch_vllm_error"):
+        st.session_state.pop(key, None)
+
+
 def upload_summary() -> tuple[str | None, str | None]:
     """(what the uploaded file holds, or the sentence saying why it cannot be used)."""
     try:

@@ -75,19 +75,22 @@ def copies(run: ForkRun, up_to_step: int | None = None) -> list[dict]:
 
 
 def summary(run: ForkRun, step: int) -> dict:
-    """The fork at a glance, after `step`: shared blocks, copies, and peak blocks saved so far."""
+    """The fork at a glance, after `step`: shared blocks, copies, blocks saved now, and the peaks so far.
+
+    The saving now can fall (the first decode step copies the shared, partly filled prompt block);
+    a peak is the most blocks held at any step up to `step`, so it never falls."""
     shared = [b for b in run.pool_blocks(step) if b.ref_cnt > 1]
     held = [blocks_held(run, s) for s in range(step + 1)]
     copied = copies(run, step)
-    fork_peak, separate_peak = max(h[0] for h in held), max(h[1] for h in held)  # most held at any step so far
+    blocks_now, separate_now = held[step]
     return {
         "n": len(run.sample_ids),
         "shared_blocks": len(shared),
         "max_ref_cnt": max((b.ref_cnt for b in shared), default=1),
         "copies": len(copied), "copied_bytes": sum(c["bytes"] for c in copied),
-        "blocks_now": held[step][0], "separate_blocks_now": held[step][1],
-        "peak_blocks": fork_peak, "separate_peak_blocks": separate_peak,
-        "blocks_saved": separate_peak - fork_peak,
-        "bytes_saved": (separate_peak - fork_peak) * run.bytes_per_block,
+        "blocks_now": blocks_now, "separate_blocks_now": separate_now,
+        "blocks_saved_now": separate_now - blocks_now,
+        "bytes_saved_now": (separate_now - blocks_now) * run.bytes_per_block,
+        "peak_blocks": max(h[0] for h in held), "separate_peak_blocks": max(h[1] for h in held),
         "full_prompt_blocks": run.num_prompt_tokens // run.block_size,
     }

@@ -61,12 +61,18 @@ def fork_view() -> None:
                 delta_color="off", delta_arrow="off")
     m[2].metric("Blocks held now", facts["blocks_now"], f"{facts['separate_blocks_now']} if independent",
                 delta_color="off", delta_arrow="off")
-    m[3].metric("Saved at the peak", format_bytes(facts["bytes_saved"]), f"{facts['blocks_saved']} blocks",
+    m[3].metric("Saved now", format_bytes(facts["bytes_saved_now"]), f"{facts['blocks_saved_now']} blocks",
                 delta_color="off", delta_arrow="off",
-                help=f"{facts['peak_blocks']} blocks against {facts['separate_peak_blocks']} for {facts['n']} "
+                help=f"{facts['blocks_now']} blocks against {facts['separate_blocks_now']} for {facts['n']} "
                      f"independent requests, {format_bytes(run.bytes_per_block)} a block. The {facts['n'] - 1} "
                      f"extra samples save the prompt's {facts['full_prompt_blocks']} full blocks each; "
-                     "a partly filled last prompt block is copied by all writers but one.")
+                     "a partly filled last prompt block is copied by all writers but one, so the saving can fall "
+                     "at the first decode step.")
+    st.caption(f"Peak so far, the most blocks held at once up to this step: {facts['peak_blocks']} "
+               f"({format_bytes(facts['peak_blocks'] * run.bytes_per_block)}) for the {facts['n']} samples "
+               f"sharing the prompt, {facts['separate_peak_blocks']} "
+               f"({format_bytes(facts['separate_peak_blocks'] * run.bytes_per_block)}) for {facts['n']} "
+               "independent requests.")
     record = run.records[step]
     left, right = st.columns([3, 2])
     with left:

@@ -149,9 +149,9 @@ class PagedLesson:
             "requests": len(live), "tokens": tokens, "distinct_tokens": distinct_tokens,
             "paged_blocks": len(filled), "paged_slots": paged_slots,
             "contiguous_bytes": reserved_tokens * per_token,
-            "contiguous_waste": 1 - tokens / reserved_tokens if reserved_tokens else 0.0,
+            "contiguous_waste": 1 - tokens / reserved_tokens if reserved_tokens else None,  # None: nothing held
             "paged_bytes": paged_slots * per_token,
-            "paged_waste": 1 - distinct_tokens / paged_slots if paged_slots else 0.0,
+            "paged_waste": 1 - distinct_tokens / paged_slots if paged_slots else None,
         }
 
     def prefix_stats(self, step: int) -> dict:
@@ -172,3 +172,8 @@ class PagedLesson:
         return {"looked_up_tokens": looked_up, "cached_tokens": hit,
                 "hit_rate": hit / looked_up if looked_up else 0.0,
                 "blocks_saved": hit // self.block_size}
+
+
+def waste_text(share: float | None) -> str:
+    """A reservation's wasted share as the metrics show it; None (nothing held) has no share to show."""
+    return "no request holds memory" if share is None else f"{share:.0%} wasted"

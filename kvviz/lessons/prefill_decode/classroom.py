@@ -42,7 +42,8 @@ def predict_panel(lesson) -> None:
     for question in questions:
         predict.reveal(question, lesson)
     right, answered = predict.score(questions)
-    st.markdown(f"**Predict, then reveal** · score {right} / {answered}")
+    st.markdown(f"**Predict, then reveal** · score {right} / {answered}",
+                help="Right answers out of the questions answered and revealed; one left blank is not scored.")
     a, b = st.columns([3, 1])
     kind = a.selectbox("Question", predict.QUESTION_KINDS, key="lesson_question_kind",
                        format_func=lambda k: {"bytes_after_five": "Bytes after five more tokens?",
@@ -55,15 +56,12 @@ def predict_panel(lesson) -> None:
     open_questions = [q for q in questions if not q.revealed]
     for index, question in enumerate(open_questions):
         st.markdown(question.text)
-        guess = st.number_input(f"Your guess ({question.unit})", min_value=0.0, step=1.0,
-                                key=f"lesson_guess_{question.asked_at}_{question.kind}")
-        question.guess = guess
+        question.guess = st.number_input(f"Your guess ({question.unit})", min_value=0.0, step=1.0, value=None,
+                                         key=f"lesson_guess_{question.asked_at}_{question.kind}",
+                                         placeholder="Type a number; a blank guess is not scored")
         st.caption(f"Step to {question.target} to see the engine's answer.")
     for question in reversed([q for q in questions if q.revealed][-3:]):
-        verdict = "right" if question.correct else "not quite"
-        st.markdown(f"{'✅' if question.correct else '❌'} {question.text} You said "
-                    f"**{question.guess:,.0f}**; the engine holds **{question.answer:,.0f} {question.unit}** "
-                    f"at step {question.target} ({verdict}).")
+        st.markdown(predict.verdict(question))
 
 
 def export_and_replay(lesson) -> None:

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from kvviz.memory_bill import format_bytes
+
 
 def small_example(prompt_tokens: int = 4, generated: int = 3) -> list[dict]:
     """Token computations per step to generate `generated` tokens after a prompt, with and without a cache.
@@ -118,3 +120,35 @@ def logit_difference_note(difference: float | None, dtype: str) -> str:
     return (f"Not exactly zero because the cached step and the full recompute add the same products in a "
             f"different order (cached blocks against one long row), and {dtype} rounds each partial sum. "
             f"Below {tolerance:g} counts as equal for {dtype}; {difference:.2e} is {verdict}.")
+
+
+def bill_note(bill: dict) -> str:
+    """The memory bill's caption (`bill` from Lesson.bill): the pool, whether formula and measured
+    bytes agree, and at the request's last step where its blocks went."""
+    pool = f"The engine's whole pool is {format_bytes(bill['pool_bytes'])} (preallocated blocks). "
+    difference = bill["token_bytes"] - bill["formula_bytes"]
+    if difference == 0:
+        verdict = ("Formula and measured bytes agree because the engine stores exactly K and V for each layer "
+                   "and KV head, nothing more.")
+    else:
+        verdict = (f"Formula and measured bytes differ by {format_bytes(abs(difference))}: the engine holds "
+                   f"{'more' if difference > 0 else 'less'} than K and V for this request's tokens.")
+    if not bill["returned"]:
+        return pool + verdict
+    blocks = f"{bill['blocks']} block{'' if bill['blocks'] == 1 else 's'}"
+    return (pool + verdict + f" The request finished at this step: the figures are what it held during the step, "
+            f"and its {blocks} then went back to the pool, which now holds nothing for it.")
+
+
+def work_table(rows: list[dict]) -> list[dict]:
+    """Lesson.work() rows as the Work saved table shows them: named columns, and the logit difference
+    as text, so that a tiny difference is not rounded to 0.00 and a missing one does not read "None"."""
+    def difference(value: float | None) -> str:
+        if value is None:
+            return "not compared (no token sampled)"
+        return "0 (identical)" if value == 0 else f"{value:.1e}"
+
+    return [{"step": row["step"], "tokens run, with cache": row["with_cache_tokens"],
+             "tokens run, without": row["without_cache_tokens"], "total with cache": row["with_cache_total"],
+             "total without": row["without_cache_total"],
+             "largest logit difference": difference(row["max_logit_difference"])} for row in rows]

@@ -194,14 +194,40 @@ class Lesson:
                          "max_logit_difference": self.logit_difference(step)})
         return rows
 
+    def held(self, step: int) -> tuple[list[int], int, bool]:
+        """(the blocks the request held during `step`, the tokens cached in them, whether it finished then).
+
+        A request's blocks go back to the pool in the step it finishes, so that step's record holds
+        none: they are read from the step's "finish" event, which lists the blocks it gave back."""
+        request = self.records[step].requests[0]
+        if request.status != "finished":
+            return list(request.block_table), request.num_computed_tokens, False
+        returned = next((e.block_ids for e in self.records[step].events
+                         if e.kind == "finish" and e.request_id == request.request_id), [])
+        return list(returned), request.num_computed_tokens, True
+
     def bill(self, step: int, dtype_bytes: int) -> dict:
-        """The formula for this request's tokens beside the bytes the engine's blocks hold."""
+        """The formula for this request's tokens beside the bytes its blocks held during `step`.
+
+        Measured from the engine's block table and the bytes of one token's K and V in its tensors,
+        as the engine's MemoryRecord counts them; at the last step, what the request held before its
+        blocks went back to the pool ("returned")."""
         record = self.records[step]
         shape = summary_shape(self.model_info)  # a replayed lesson has the summary, not the model
         tokens = self.num_tokens_at(step)
         lines = bill_breakdown(shape, tokens=tokens, batch=1, dtype_bytes=dtype_bytes)
+        blocks, cached_tokens, returned = self.held(step)
+        per_token = record.memory.bytes_per_token
+        block_bytes = len(blocks) * self.settings.block_size * per_token
         return {"tokens": tokens, "formula": [line.formula for line in lines],
                 "formula_bytes": sum(line.num_bytes for line in lines),
-                "token_bytes": record.memory.token_bytes, "block_bytes": record.memory.used_block_bytes,
-                "slack_bytes": record.memory.slack_bytes, "pool_bytes": record.memory.allocated_bytes,
-                "bytes_per_token": record.memory.bytes_per_token}
+                "token_bytes": cached_tokens * per_token, "blocks": len(blocks), "block_bytes": block_bytes,
+                "slack_slots": len(blocks) * self.settings.block_size - cached_tokens,
+                "slack_bytes": block_bytes - cached_tokens * per_token, "returned": returned,
+                "pool_bytes": record.memory.allocated_bytes, "bytes_per_token": per_token}
+
+
+def steps_text(num_steps: int) -> str:
+    """A lesson's steps as the pages count them: "prefill + 47 decode steps" for 48 step records."""
+    decode = num_steps - 1
+    return "prefill only" if decode == 0 else f"prefill + {decode} decode step{'s' if decode > 1 else ''}"

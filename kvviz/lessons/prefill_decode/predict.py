@@ -67,6 +67,15 @@ def reveal(question: Question, lesson: Lesson) -> bool:
     return True
 
 
+def verdict(question: Question) -> str:
+    """A revealed question with the engine's answer; a question left blank is shown, not judged."""
+    answer = f"the engine holds **{question.answer:,.0f} {question.unit}** at step {question.target}"
+    if question.guess is None:
+        return f"➖ {question.text} No answer was given; {answer} (not scored)."
+    mark, word = ("✅", "right") if question.correct else ("❌", "not quite")
+    return f"{mark} {question.text} You said **{question.guess:,.0f}**; {answer} ({word})."
+
+
 def score(questions: list[Question]) -> tuple[int, int]:
     """(right, answered) over the questions revealed so far."""
     answered = [q for q in questions if q.revealed and q.guess is not None]

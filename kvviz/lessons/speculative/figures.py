@@ -27,13 +27,13 @@ def _whole_ticks(largest: int) -> dict:
 def tokens_per_pass(rows) -> go.Figure:
     """Per forward pass: accepted drafts and the model's own token (kept), rejected drafts (rolled back).
 
-    rows: DraftStep-like objects with step, num_accepted, num_rejected, added_token_ids."""
-    steps = [r.step for r in rows]
+    rows: DraftStep-like objects with number, num_accepted, num_rejected, added_token_ids."""
+    passes = [r.number for r in rows]  # counted from 1, as the page counts them
     own = [len(r.added_token_ids) - r.num_accepted for r in rows]  # 1, or 0 past a stop
     fig = go.Figure([
-        go.Bar(x=steps, y=own, name="model's own", marker_color=MODEL),
-        go.Bar(x=steps, y=[r.num_accepted for r in rows], name="accepted", marker_color=ACCEPTED),
-        go.Bar(x=steps, y=[r.num_rejected for r in rows], name="rejected (rolled back)",
+        go.Bar(x=passes, y=own, name="model's own", marker_color=MODEL),
+        go.Bar(x=passes, y=[r.num_accepted for r in rows], name="accepted", marker_color=ACCEPTED),
+        go.Bar(x=passes, y=[r.num_rejected for r in rows], name="rejected (rolled back)",
                marker=dict(color=REJECTED, opacity=0.45, pattern_shape="x")),
     ])
     fig.update_layout(barmode="stack")

@@ -31,6 +31,11 @@ class DraftStep:
     freed_block_ids: list[int]  # blocks the rollback emptied
 
     @property
+    def number(self) -> int:
+        """This pass counted from 1, as the page counts passes: pass 1 is the prefill."""
+        return self.step + 1
+
+    @property
     def num_rejected(self) -> int:
         return len(self.draft_token_ids) - self.num_accepted
 

@@ -51,8 +51,9 @@ def on_step(count: int = 1) -> None:
 
 
 def on_look_back() -> None:
-    """Keep the pass the slider shows outside the widget, so it survives a visit to another page."""
-    st.session_state["spec_view"] = st.session_state["spec_view_step"]
+    """Keep the pass the slider shows outside the widget, so it survives a visit to another page.
+    The slider counts passes from 1; "spec_view" is the index of the pass's record."""
+    st.session_state["spec_view"] = st.session_state["spec_view_step"] - 1
 
 
 def exporter():
