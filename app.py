@@ -20,6 +20,7 @@ from kvviz.ui.presenter import presenter_mode
 st.set_page_config(page_title="kvviz · the KV cache, live", layout="wide",
                    page_icon=str(Path(__file__).parent / "kvviz" / "ui" / "favicon.png"))
 
+st.html("<style>[data-testid='stMainBlockContainer'] {padding-top: 2.5rem;}</style>")  # a projector's height is short
 page = st.navigation(navigation.pages())
 keep_settings()
 model_sidebar(on_model_change=registry.reset_lessons)

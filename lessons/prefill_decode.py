@@ -15,38 +15,58 @@ from kvviz.lessons.prefill_decode.explain import bill_note, logit_difference_not
 from kvviz.lessons.prefill_decode.explain_views import inside_attention, memory_bound
 from kvviz.lessons.prefill_decode.logic import steps_text
 from kvviz.memory_bill import format_bytes
-from kvviz.ui.common import show_code, token_chips
+from kvviz.lessons.prefill_decode.stage import stage_data
+from kvviz.ui.common import plain, show_code
+from kvviz.ui.stage import show_stage
 
 ls.set_defaults()
 ls.restore_from_query()
-st.title("Prefill and decode")
+if ls.lesson() is None:
+    st.title("Prefill and decode")
+else:  # the stage needs the height: a smaller title (none in presenter mode, whose top bar names the lessons)
+    if not st.session_state.get("presenter"):
+        st.subheader("Prefill and decode", anchor=False)
+    st.html("<style>[data-testid='stAlertContainer'] {padding: 0.45rem 0.9rem;}</style>")
 
-# ---- the prompt and the controls -----------------------------------------------------------
-left, right = st.columns([3, 2])
-with left:
-    st.selectbox("Example prompts", ls.EXAMPLE_PROMPTS, key="lesson_example", on_change=ls.on_example, index=None,
-                 placeholder="Your own prompt", format_func=lambda prompt: prompt.replace("\n", " ⏎ "))
-    st.text_area("Prompt", key="lesson_prompt", height=90, on_change=ls.on_prompt_edit)
-with right:
-    st.slider("Tokens to generate", 1, ls.MAX_LESSON_TOKENS, key="lesson_max_tokens")
-    with st.expander("Sampling"):
-        st.toggle("Greedy (always the most likely token)", key="lesson_greedy")
-        greedy = st.session_state["lesson_greedy"]
-        st.slider("Temperature", 0.1, 2.0, step=0.1, key="lesson_temperature", disabled=greedy)
-        st.slider("Top-k (0 = off)", 0, 200, key="lesson_top_k", disabled=greedy)
-        st.slider("Top-p", 0.05, 1.0, step=0.05, key="lesson_top_p", disabled=greedy)
-        st.number_input("Seed", 0, 2**31 - 1, key="lesson_seed", disabled=greedy)
-
+# ---- the prompt and the controls: in full before Prefill, folded into a popover after it -----
 lesson = ls.lesson()
 playing = st.session_state.get("lesson_playing", False)
-buttons = st.columns([1, 1.5, 1, 1.5, 1], vertical_alignment="bottom")  # "Next token" fits in presenter type
-buttons[0].button("Prefill", type="primary", on_click=ls.on_prefill, width="stretch")
-buttons[1].button("Next token", on_click=ls.on_next_token, width="stretch", shortcut="Right",
+
+
+def prompt_and_settings() -> None:
+    left, right = st.columns([3, 2])
+    with left:
+        st.selectbox("Example prompts", ls.EXAMPLE_PROMPTS, key="lesson_example", on_change=ls.on_example, index=None,
+                     placeholder="Your own prompt", format_func=lambda prompt: prompt.replace("\n", " ⏎ "))
+        st.text_area("Prompt", key="lesson_prompt", height=90, on_change=ls.on_prompt_edit)
+    with right:
+        st.slider("Tokens to generate", 1, ls.MAX_LESSON_TOKENS, key="lesson_max_tokens")
+        with st.expander("Sampling"):
+            st.toggle("Greedy (always the most likely token)", key="lesson_greedy")
+            greedy = st.session_state["lesson_greedy"]
+            st.slider("Temperature", 0.1, 2.0, step=0.1, key="lesson_temperature", disabled=greedy)
+            st.slider("Top-k (0 = off)", 0, 200, key="lesson_top_k", disabled=greedy)
+            st.slider("Top-p", 0.05, 1.0, step=0.05, key="lesson_top_p", disabled=greedy)
+            st.number_input("Seed", 0, 2**31 - 1, key="lesson_seed", disabled=greedy)
+    st.button("Prefill", type="primary", on_click=ls.on_prefill, width="stretch" if lesson else "content",
+              help="Run the prompt through the model in one pass (a new lesson).")
+
+
+if lesson is None:
+    prompt_and_settings()
+    buttons = st.columns([1.5, 1, 1.5, 1, 2.5], vertical_alignment="bottom")
+    buttons[0].button("Next token", width="stretch", shortcut="Right", disabled=True)
+else:  # one toolbar row: the stage below gets the screen
+    buttons = st.columns([1.5, 1, 1.5, 1, 2.5], vertical_alignment="bottom")  # "Next token" fits in presenter type
+    buttons[0].button("Next token", on_click=ls.on_next_token, width="stretch", shortcut="Right",
+                      disabled=lesson.finished)
+buttons[1].button("Pause" if playing else "Play", on_click=ls.on_toggle_play, width="stretch", shortcut="P",
                   disabled=lesson is None or lesson.finished)
-buttons[2].button("Pause" if playing else "Play", on_click=ls.on_toggle_play, width="stretch", shortcut="P",
-                  disabled=lesson is None or lesson.finished)
-buttons[3].select_slider("Play speed", ["slow", "normal", "fast"], value="normal", key="lesson_speed")
-buttons[4].button("Reset", on_click=ls.on_reset, width="stretch")
+buttons[2].select_slider("Play speed", ["slow", "normal", "fast"], value="normal", key="lesson_speed")
+buttons[3].button("Reset", on_click=ls.on_reset, width="stretch")
+if lesson is not None:
+    with buttons[4].popover("Prompt and settings", icon=":material/tune:", width="stretch"):
+        prompt_and_settings()
 if "lesson_error" in st.session_state:
     st.error(st.session_state["lesson_error"])
 
@@ -69,44 +89,43 @@ if playing and lesson is not None and not lesson.finished:
     ticker()
     st.session_state["lesson_ticker_inline"] = False
 
-with st.expander("Export or replay a lesson"):
-    export_and_replay(lesson)
 if lesson is None:
     st.info("Type a prompt and press **Prefill**. The whole prompt goes through the model in one "
             "forward pass, and every layer stores each prompt token's key and value vectors.")
+    with st.expander("Export or replay a lesson"):
+        export_and_replay(lesson)
     st.stop()
 
-# ---- which step we look at -----------------------------------------------------------------
+# ---- which step we look at: the stage steps in the browser and tells the server -------------
 last_step = len(lesson.visible_records) - 1
 if lesson.replay:
-    st.info(f"Replaying a recorded lesson ({lesson.model_info['name']}, {steps_text(len(lesson.records))}): "
-            "every view is drawn from the file; no model runs. Press Next token to reveal the next step.")
+    st.caption(f"Replaying a recorded lesson ({plain(lesson.model_info['name'])}, {steps_text(len(lesson.records))}): "
+               "every view is drawn from the file; no model runs. Step with the stage's arrows or Next token.")
 step = ls.view_step(last_step, playing)
-if last_step > 0:
-    st.slider("Look back at step (0 = prefill)", 0, last_step, key="lesson_view_step", disabled=playing,
-              help="Pause to look back; while playing, the view follows the newest step.")
-sync_query_params(lesson.settings.prompt, step)
 record, info = lesson.records[step], lesson.model_info
 num_tokens = lesson.num_tokens_at(step)
 entered = lesson.entered_step(step)
 
 if step == 0:
     st.success(f"**Prefill.** All {len(lesson.prompt_token_ids)} prompt tokens ran through the model in one "
-               f"pass. Each of the {info['layers']} layers now holds a key and a value for every prompt token, "
-               f"and the last position's output picked the first new token. Press **Next token**.")
+               f"pass; each of the {info['layers']} layers now holds their keys and values, and the last "
+               "position's output picked the first new token.")
 elif not lesson.finished or step < last_step:
-    st.success(f"**Decode step {step}.** Only the newest token ran through the model: its key and value "
-               f"were appended to every layer's cache (the red column), and its query attended to all "
-               f"{num_tokens} cached positions. The rows cached earlier were read, not recomputed.")
+    st.success(f"**Decode step {step}.** Only the newest token ran: its key and value joined every layer's "
+               f"cache (red outline), and its query read all {num_tokens} cached positions, which were read, "
+               "not recomputed.")
 else:
     st.success(f"**Done.** {steps_text(len(lesson.records)).capitalize()}, each decode step running one token "
                "against the growing cache. The **Work saved** view adds up what recomputing everything would "
                "have cost. "
                + (ls.stop_note(lesson) or ""))
-st.markdown(token_chips(lesson.token_texts[:num_tokens + (1 if record.sampled else 0)],
-                        entered + ([step + 1] if record.sampled else []), step), unsafe_allow_html=True)
-st.caption("Blue: prompt (prefill). Orange: generated, one per decode step. Outlined: added this step; "
-           "the last chip is the token just sampled, whose key and value enter the cache at the next step.")
+show_stage(stage_data(lesson, step, bool(st.session_state.get("presenter"))), key="lesson_stage",
+           on_step=ls.on_stage_step)
+if last_step > 0:
+    st.slider("Look back at step (0 = prefill)", 0, last_step, key="lesson_view_step", disabled=playing,
+              help="Or step in the diagram (its arrows, or ← → when it has the focus). While playing, the "
+                   "views follow the newest step.")
+sync_query_params(lesson.settings.prompt, step)
 
 # one view at a time: only the chosen view is computed, so a step redraws quickly
 view = st.radio("View", ls.VIEWS, horizontal=True, key="lesson_view", label_visibility="collapsed")
@@ -191,6 +210,8 @@ if view == "Memory bill":
     st.caption(bill_note(bill))
     taught_later("paged_batching", "Blocks, the last block's slack and the preallocated pool")
 
+with st.expander("Export or replay a lesson"):
+    export_and_replay(lesson)
 with st.expander("Predict, then reveal", expanded=bool(st.session_state.get("lesson_questions"))):
     predict_panel(lesson)
     taught_later("paged_batching", "Blocks, which the second question asks about")

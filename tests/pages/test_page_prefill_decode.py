@@ -142,7 +142,7 @@ def test_the_finished_lesson_bills_what_its_last_step_held_live_and_replayed(bun
         assert "agree" in caption and "4 blocks then went back to the pool" in caption
         done = at.success[0].value
         assert "Prefill + 47 decode steps" in done
-    banner = next(i.value for i in at.info if "Replaying" in i.value)  # the replay counts them the same way
+    banner = next(c.value for c in at.caption if "Replaying" in c.value)  # the replay counts them the same way
     assert "prefill + 47 decode steps" in banner and "48" not in banner
 
 

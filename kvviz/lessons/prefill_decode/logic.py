@@ -63,6 +63,7 @@ class Lesson:
     replay: bool = False  # loaded from a file: no model, steps come from the records
     replay_position: int = 0  # in a replay, the last step revealed so far
     released: bool = False  # freed after its session ended
+    stage_steps: list[dict] = field(default_factory=list)  # each step as the stage draws it (stage.py), once
 
     @classmethod
     def start(cls, lm, settings: LessonSettings) -> "Lesson":
@@ -158,6 +159,7 @@ class Lesson:
         self.traces.clear()
         self.records.clear()
         self.twin_records.clear()
+        self.stage_steps.clear()
         self.released = True
 
     # ---- what the views show -------------------------------------------------------------

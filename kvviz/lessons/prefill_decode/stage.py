@@ -3,22 +3,21 @@
     data = stage_data(lesson, step=3, presenter=False)
 
 Everything comes from the lesson's records and traces: the tokens, the newest token's attention,
-the request's block table and the bill of each step. A step's data does not change once it ran,
-so it is built once per step and kept on the lesson (`lesson.stage_steps`).
+the request's block table and the bill of each step; the page says the step's sentence. A step's
+data does not change once it ran, so it is built once per step and kept on the lesson
+(`lesson.stage_steps`).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from kvviz.memory_bill import format_bytes
-
 
 def stage_data(lesson, step: int, presenter: bool = False) -> dict:
     """The stage's data for the steps this lesson has shown so far (a replay: every recorded step)."""
     info = lesson.model_info
     records = lesson.records if lesson.replay else lesson.visible_records
-    cache = lesson.__dict__.setdefault("stage_steps", [])
+    cache = lesson.stage_steps
     while len(cache) < len(records):
         cache.append(_step(lesson, len(cache)))
     steps = cache[:len(records)]
@@ -47,18 +46,7 @@ def _step(lesson, step: int) -> dict:
             "block_table": blocks,
             "bill": {"formula_bytes": bill["formula_bytes"], "token_bytes": bill["token_bytes"],
                      "blocks": bill["blocks"], "block_bytes": bill["block_bytes"], "slack_bytes": bill["slack_bytes"],
-                     "bytes_per_token": bill["bytes_per_token"], "note": note},
-            "sentence": _sentence(lesson, step, num_tokens, before, bill)}
-
-
-def _sentence(lesson, step: int, num_tokens: int, before: int, bill: dict) -> str:
-    layers = lesson.model_info["layers"]
-    if step == 0:
-        return (f"Prefill: all {num_tokens} prompt tokens ran through the model in one pass; each of the {layers} "
-                f"layers now holds their keys and values ({format_bytes(bill['token_bytes'])}).")
-    last = step == len(lesson.records) - 1 and lesson.finished
-    return (f"Decode step {step}: only the newest token ran; its K and V joined the {before} cached positions in "
-            f"every layer, and its query read all {num_tokens}." + (" The lesson is done." if last else ""))
+                     "bytes_per_token": bill["bytes_per_token"], "note": note}}
 
 
 def _pool_blocks(lesson, records) -> int:

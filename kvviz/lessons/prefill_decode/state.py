@@ -15,6 +15,7 @@ from kvviz.engine import EngineError
 from kvviz.lessons.prefill_decode.logic import MAX_LESSON_TOKENS, Lesson, LessonSettings, lesson_sampling
 from kvviz.ui import live_lessons
 from kvviz.ui.common import current_model, drop, page_sampling
+from kvviz.ui.stage import chosen_step
 
 EXAMPLE_PROMPTS = [
     "ROMEO:\nBut soft, what light through yonder window breaks?",
@@ -32,7 +33,7 @@ DEFAULTS = {"lesson_prompt": EXAMPLE_PROMPTS[0], "lesson_example": EXAMPLE_PROMP
 KEYS = frozenset(DEFAULTS) | {  # the run, the player, the views' choices and the link's one reading
     "lesson", "lesson_view_step", "lesson_playing", "lesson_error", "lesson_questions", "lesson_last_tick",
     "lesson_ticker_inline", "lesson_query_done", "lesson_speed", "lesson_view", "lesson_kv_layer",
-    "lesson_kv_head", "lesson_attention_layer"}
+    "lesson_kv_head", "lesson_attention_layer", "lesson_stage"}
 
 
 def set_defaults() -> None:
@@ -96,6 +97,18 @@ def on_toggle_play() -> None:
         # Pause stops on the newest step. The ticker may have stepped in a run the browser never
         # drew, and the slider value sent with this press is then one step behind.
         st.session_state["lesson_view_step"] = len(current.visible_records) - 1
+
+
+def on_stage_step() -> None:
+    """The stage moved to another step in the browser: the views below follow it. A replay reveals
+    the steps up to it; moving by hand pauses Play."""
+    current, chosen = lesson(), chosen_step("lesson_stage")
+    if current is None or chosen is None:
+        return
+    if current.replay:
+        current.replay_position = max(current.replay_position, min(int(chosen), len(current.records) - 1))
+    st.session_state["lesson_view_step"] = min(int(chosen), len(current.visible_records) - 1)
+    st.session_state["lesson_playing"] = False
 
 
 def view_step(last_step: int, playing: bool) -> int:

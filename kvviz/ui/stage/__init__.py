@@ -20,7 +20,7 @@ runs then). The data, which a lesson builds from its engine records:
         attention   [layer][head][position]: the newest token's weights, integers 0-255
         block_table physical block of each logical block
         bill        formula_bytes, token_bytes, blocks, block_bytes, slack_bytes, note (or None)
-        sentence    what happened, in one sentence or two
+        sentence    optional: what happened, in one sentence or two (else the page says it)
 """
 
 from __future__ import annotations

@@ -125,7 +125,7 @@ export default function (component) {
     for (let h = 0; h < d.heads; h++) html("option", { value: String(h) }, headPick, `head ${h}`);
     headPick.value = String(state.head);
     headPick.onchange = () => { state.head = Number(headPick.value); draw(); };
-    html("div", { class: "sentence", "data-testid": "stage-sentence" }, root, step.sentence);
+    if (step.sentence) html("div", { class: "sentence", "data-testid": "stage-sentence" }, root, step.sentence);
 
     // ---- the tokens --------------------------------------------------------------------------------
     const chips = html("div", { class: "chips" }, root);
@@ -149,19 +149,24 @@ export default function (component) {
     const labelWidth = 70 * scale;
     const maxTokens = d.steps[last].num_tokens;
     const column = Math.max(3, Math.min(26 * scale, (gridWidth - labelWidth - 8) / Math.max(maxTokens, 1)));
-    const row = Math.max(9, Math.min(15 * scale, 180 / d.layers));
+    const row = Math.max(6, Math.min(11, 110 / d.layers)); // K and V rows of a layer; its label spans both
     const headerHeight = 16 * scale + 8;
-    const attentionHeight = 36 * scale;
-    const labelsHeight = column >= 11 ? 56 * scale : 0; // token texts under their columns, where they fit
+    const attentionHeight = 2 * (d.presenter ? 16 : 12) + 4;
+    const labelsHeight = column >= 11 ? 40 * scale : 0; // token texts under their columns, where they fit
     const gridHeight = headerHeight + attentionHeight + d.layers * (2 * row + 4) + 8 + labelsHeight;
     const wrap = html("div", { class: "stagebox" }, root);
     const svg = el("svg", { width: gridWidth, height: gridHeight, class: "cache", "data-testid": "stage-cache" });
     wrap.appendChild(svg);
-    el("text", { x: 0, y: 14 * scale, class: "title" }, svg, "Each layer's cache: K and V for every position");
+    const titleText = el("text", { x: 0, y: 14 * scale, class: "title" }, svg, "Each layer's cache: ");
+    el("tspan", { class: "k-word" }, titleText, "K");
+    titleText.appendChild(document.createTextNode(" over "));
+    el("tspan", { class: "v-word" }, titleText, "V");
+    titleText.appendChild(document.createTextNode(" for every cached position"));
     const top = headerHeight;
     // the newest token's attention, as bars above its columns
-    el("text", { x: 0, y: top + attentionHeight - 6, class: "label" }, svg, "attention");
-    el("text", { x: 0, y: top + 10, class: "label" }, svg, `max ${(100 * strongestOf(weights)).toFixed(0)}%`);
+    const labelSize = d.presenter ? 16 : 12;
+    el("text", { x: 0, y: top + labelSize - 2, class: "label" }, svg, "attention");
+    el("text", { x: 0, y: top + 2 * labelSize - 1, class: "label" }, svg, `max ${(100 * strongestOf(weights)).toFixed(0)}%`);
     const newest = step.num_tokens - 1;
     const strongest = Math.max(strongestOf(weights), 1e-9);
     for (let t = 0; t < step.num_tokens; t++) {
@@ -173,8 +178,8 @@ export default function (component) {
     }
     for (let l = 0; l < d.layers; l++) {
       const y = top + attentionHeight + 4 + l * (2 * row + 4);
-      el("text", { x: 0, y: y + row - 2, class: "label" }, svg, `L${l} K`);
-      el("text", { x: 0, y: y + 2 * row - 2, class: "label" }, svg, "V");
+      el("text", { x: 0, y: y + row, class: "label", "dominant-baseline": "middle" }, svg, `layer ${l}`);
+      if (l === 0) el("title", {}, svg.lastChild, "Each layer holds a row of keys (K) over a row of values (V)");
       const layerWeights = attentionOf(step, l, state.head);
       for (let t = 0; t < step.num_tokens; t++) {
         const x = labelWidth + t * column;
@@ -197,7 +202,7 @@ export default function (component) {
         const text = shown(d.tokens[t]);
         el("text", { x, y: base, class: `tok${step.new.includes(t) ? " fresh" : ""}`, "data-token": String(t),
                      transform: `rotate(-55 ${x} ${base})`, "text-anchor": "end", dy: "0.9em" }, svg,
-           text.length > 7 ? `${text.slice(0, 6)}…` : text);
+           text.length > 6 ? `${text.slice(0, 5)}…` : text);
       }
     }
 

@@ -1,0 +1,140 @@
+"""The stage (issue 24) in a real browser at a projector's 1280x720: one screen after Prefill and
+three Next token, normal and presenter mode; hovering a token lights it everywhere; the smallest
+type; the numbers equal the engine's; a replayed lesson steps in the browser without a rerun per step.
+
+Screenshots go to docs/screenshots/ (kept in the repository, for people to look at).
+"""
+
+import shutil
+import time
+
+import pytest
+from test_browser import app_url, no_exceptions  # noqa: F401  (fixture)
+
+from kvviz.memory_bill import format_bytes
+
+from chromium import CHROMIUM, ROOT, browser_page, wait_idle
+
+pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
+                                reason="Debian's chromium is not installed (.ci/run installs it)")
+SHOTS = ROOT / "docs" / "screenshots"
+SLOW_S = 400  # shared cores: a step can take long
+
+# the smallest font of any visible text inside the stage (HTML and SVG)
+SMALLEST_FONT_JS = """(stage) => {
+  let smallest = 1000;
+  for (const node of [stage, ...stage.querySelectorAll('*')]) {
+    const own = [...node.childNodes].some(c => c.nodeType === 3 && c.textContent.trim());
+    if (!own || !node.getClientRects().length) continue;
+    smallest = Math.min(smallest, parseFloat(getComputedStyle(node).fontSize));
+  }
+  return smallest;
+}"""
+
+
+def press(page, name):
+    page.get_by_role("button", name=name, exact=False).first.click()
+    wait_idle(page, timeout=SLOW_S)
+
+
+def open_and_step(page, url, presenter):
+    page.goto(f"{url}/prefill_decode" + ("?presenter=1" if presenter else ""))
+    page.get_by_role("button", name="Prefill", exact=True).wait_for()
+    wait_idle(page, timeout=SLOW_S)
+    press(page, "Prefill")
+    for _ in range(3):
+        press(page, "Next token")
+    page.locator("[data-testid='stage-step']").get_by_text("Step 3 of 3").wait_for()
+
+
+@pytest.fixture(scope="module")
+def lesson_at_step_3():
+    """The page's default lesson, run here by the engine itself to step 3."""
+    from kvviz.lessons.prefill_decode.logic import Lesson, LessonSettings
+    from kvviz.lessons.prefill_decode.state import EXAMPLE_PROMPTS, PAGE_SAMPLING
+    from kvviz.models import load_model
+
+    lesson = Lesson.start(load_model("bundled"), LessonSettings(EXAMPLE_PROMPTS[0], PAGE_SAMPLING))
+    lesson.prefill()
+    for _ in range(3):
+        lesson.next_token()
+    return lesson
+
+
+@pytest.mark.parametrize("presenter", [False, True])
+def test_the_stage_fits_one_screen_lights_a_token_everywhere_and_is_legible(app_url, presenter,  # noqa: F811
+                                                                           lesson_at_step_3):
+    with browser_page(1280, 720) as page:
+        open_and_step(page, app_url, presenter)
+        no_exceptions(page)
+        time.sleep(0.6)  # the new column's slide-in
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SHOTS / f"stage_{'presenter' if presenter else 'normal'}_1280x720.png"))
+
+        sentence = page.locator("[data-testid='stAlertContentSuccess']").first.bounding_box()
+        chips = page.locator(".kvviz-stage .chips").bounding_box()
+        cache = page.locator("[data-testid='stage-cache']").bounding_box()
+        for name, box in (("sentence", sentence), ("chips", chips), ("diagram", cache)):
+            assert box["y"] >= 0 and box["y"] + box["height"] <= 720, (name, box)  # the first screen, no scrolling
+
+        stage = page.locator("[data-testid='kvviz-stage']")
+        smallest = stage.evaluate(SMALLEST_FONT_JS)
+        assert smallest >= (16 if presenter else 12), smallest
+
+        # the numbers are the engine's
+        bill = lesson_at_step_3.bill(3, lesson_at_step_3.model_info["dtype_bytes"])
+        blocks, _, _ = lesson_at_step_3.held(3)
+        entries = page.locator("[data-testid='stage-block-table'] .entry").all_inner_texts()
+        assert entries == [f"{logical}→{block}" for logical, block in enumerate(blocks)]
+        cached = lesson_at_step_3.num_tokens_at(3)
+        assert page.locator(".kvviz-stage .chip").count() == cached + 1  # and the token just sampled
+        text = page.locator("[data-testid='stage-bill']").inner_text()
+        assert f"{cached} tokens" in text and f"measured {format_bytes(bill['token_bytes'])}" in text
+
+        # hovering a prompt token lights its chip, its K and V in every layer, its block and its slot
+        page.locator(".kvviz-stage .chip[data-token='3']").hover()
+        layers = lesson_at_step_3.model_info["layers"]
+        lit_layers = page.locator(".kvviz-stage rect.cell.lit").evaluate_all(
+            "cells => [...new Set(cells.map(c => c.dataset.layer + c.classList.contains('k')))].length")
+        assert lit_layers == 2 * layers  # K and V of every layer
+        assert page.locator(f".kvviz-stage .entry.lit[data-block='{blocks[0]}']").count() == 1
+        assert page.locator(".kvviz-stage .slot.lit").count() == 1
+        assert "position 3" in page.locator("[data-testid='stage-readout']").inner_text()
+
+
+def test_a_replayed_lesson_steps_in_the_browser_without_a_rerun_per_step(app_url, tmp_path):  # noqa: F811
+    from kvviz.lessons.prefill_decode.file import export_lesson
+    from kvviz.lessons.prefill_decode.logic import Lesson, LessonSettings
+    from kvviz.lessons.prefill_decode.state import EXAMPLE_PROMPTS, PAGE_SAMPLING
+    from kvviz.models import load_model
+
+    run = Lesson.start(load_model("bundled"), LessonSettings(EXAMPLE_PROMPTS[0], PAGE_SAMPLING))
+    run.prefill()
+    while run.next_token() is not None:
+        pass
+    assert len(run.records) == 48
+    with browser_page(1280, 720) as page:
+        sent = []  # every message and request the browser sends to the server
+        page.on("websocket", lambda ws: ws.on("framesent", lambda frame: sent.append("frame")))
+        page.on("request", lambda request: sent.append(request.url))
+        page.goto(f"{app_url}/prefill_decode")
+        page.get_by_role("button", name="Prefill", exact=True).wait_for()
+        wait_idle(page, timeout=SLOW_S)
+        page.get_by_text("Export or replay a lesson").click()
+        page.locator("[data-testid='stFileUploaderDropzoneInput']").set_input_files(files=[{
+            "name": "lesson.json", "mimeType": "application/json", "buffer": export_lesson(run).encode()}])
+        wait_idle(page, timeout=SLOW_S)
+        page.locator("[data-testid='stage-step']").wait_for()
+        before = len(sent)
+        stage = page.locator("[data-testid='kvviz-stage']")
+        stage.focus()
+        start = time.time()
+        for _ in range(47):
+            page.keyboard.press("ArrowRight")
+        page.locator("[data-testid='stage-step']").get_by_text("Step 47 of 47").wait_for(timeout=5000)
+        stepped_s = time.time() - start
+        assert len(sent) - before == 0, sent[before:]  # 47 steps, not one message to the server yet
+        assert stepped_s < 10
+        wait_idle(page, settle=1.0, timeout=SLOW_S)  # then the one debounced report: the views follow
+        page.get_by_text("Done.", exact=False).first.wait_for(timeout=SLOW_S * 1000)
+        no_exceptions(page)
