@@ -1,0 +1,87 @@
+"""The lecture taught to its last step in a real browser (issue 23): on every engine-driven page, at
+the end, no two numbers on one screen contradict each other or the engine.
+
+Prefill and decode is opened at its last step from a link (the link runs every step on the server);
+Paged cache and batching and Speculative decoding are run to the end with their own buttons.
+"""
+
+import re
+import shutil
+from urllib.parse import urlencode
+
+import pytest
+from test_browser import app_url, no_exceptions  # noqa: F401  (fixture)
+
+from kvviz.lessons.prefill_decode.logic import Lesson, LessonSettings
+from kvviz.lessons.prefill_decode.state import EXAMPLE_PROMPTS, PAGE_SAMPLING
+from kvviz.memory_bill import format_bytes
+from kvviz.models import load_model
+
+from chromium import CHROMIUM, ROOT, browser_page, wait_idle
+
+pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
+                                reason="Debian's chromium is not installed (.ci/run installs it)")
+SLOW_S = 400
+
+
+def metric(page, label):
+    box = page.locator("[data-testid='stMetric']").filter(has=page.get_by_text(label, exact=True))
+    return box.locator("[data-testid='stMetricValue']").first.inner_text().strip()
+
+
+def press(page, name):
+    page.get_by_role("button", name=name, exact=True).first.click()
+    wait_idle(page, timeout=SLOW_S)
+
+
+def test_prefill_and_decode_at_its_last_step_bills_what_it_held(app_url):  # noqa: F811
+    lesson = Lesson.start(load_model("bundled"), LessonSettings(EXAMPLE_PROMPTS[0], PAGE_SAMPLING))
+    lesson.prefill()
+    while lesson.next_token() is not None:
+        pass
+    last = len(lesson.records) - 1
+    bill = lesson.bill(last, lesson.model_info["dtype_bytes"])
+    assert bill["token_bytes"] == bill["formula_bytes"] > 0  # what the page must show
+
+    with browser_page(1280, 720) as page:
+        link = urlencode({"prompt": EXAMPLE_PROMPTS[0], "step": last, "view": "Memory bill"})
+        page.goto(f"{app_url}/prefill_decode?{link}")
+        page.get_by_text("Done.", exact=False).first.wait_for(timeout=SLOW_S * 1000)
+        wait_idle(page, timeout=SLOW_S)
+        no_exceptions(page)
+        assert page.locator("[data-testid='stage-step']").inner_text() == f"Step {last} of {last}"
+        formula, measured = metric(page, "Formula"), metric(page, "Measured")
+        assert formula == measured == format_bytes(bill["formula_bytes"])  # not "0 bytes" after the finish
+        assert metric(page, "Blocks in use") == f"{bill['blocks']} blocks"
+        stage_bill = page.locator("[data-testid='stage-bill']").inner_text()
+        assert f"= {formula}" in stage_bill and f"measured {measured}" in stage_bill
+        assert "went back to the pool" in stage_bill
+        done = page.locator("[data-testid='stAlertContentSuccess']").first.inner_text()
+        assert f"prefill + {last} decode steps" in done.lower()
+
+
+def test_speculative_decoding_at_its_end_adds_up(app_url):  # noqa: F811
+    with browser_page(1280, 720) as page:
+        page.goto(f"{app_url}/speculative")
+        page.get_by_role("button", name="Start", exact=True).wait_for()
+        wait_idle(page, timeout=SLOW_S)
+        press(page, "Start")
+        press(page, "Run to the end")
+        no_exceptions(page)
+        passes, tokens = int(metric(page, "Forward passes")), int(metric(page, "Tokens generated"))
+        per_pass = float(metric(page, "Tokens per pass"))
+        assert passes > 0 and abs(per_pass - tokens / passes) < 0.006  # the three figures agree
+        accepted, proposed = map(int, re.match(r"(\d+) of (\d+)", metric(page, "Drafts accepted")).groups())
+        assert accepted <= proposed
+
+
+def test_paged_batching_at_its_end_adds_up(app_url):  # noqa: F811
+    with browser_page(1280, 720) as page:
+        page.goto(f"{app_url}/paged_batching")
+        page.get_by_role("button", name="Start", exact=True).wait_for()
+        wait_idle(page, timeout=SLOW_S)
+        press(page, "Start")
+        press(page, "Run to the end")
+        no_exceptions(page)
+        assert page.locator("[data-testid='stMetricValue']").filter(has_text="None").count() == 0
+        assert page.get_by_text("0% wasted").count() == 0 or page.get_by_text("no request holds memory").count()
