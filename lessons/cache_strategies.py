@@ -14,6 +14,7 @@ from kvviz.lessons.cache_strategies.logic import (
 from kvviz.lessons.uploads import file_buttons
 from kvviz.memory_bill import SLIDING, format_bytes
 from kvviz.strategies import QuantizedKV, SlidingWindowKV, StaticKV
+from kvviz.throughput import busy_note
 from kvviz.ui.common import current_model, plain, show_code
 
 st.title("Cache strategies")
@@ -99,6 +100,8 @@ else:
                    f"{pool}no cache holds nothing.")
     with time_tab:
         st.plotly_chart(figures.time_per_step(results), width="stretch")
+        if (note := busy_note([[ms / 1e3 for ms in r.decode_ms] for r in results], None)) is not None:
+            st.warning(note)
         st.caption("Left, the work, which is the same on every run: step 0 runs the whole prompt; after it "
                    "a cached step runs one token, while without a cache every step runs the whole sequence "
                    "again. Right, the time, measured: each bar is the median over the timed runs of the mean "
