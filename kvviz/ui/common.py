@@ -106,7 +106,9 @@ def show_code(*objects, caption: str = "") -> None:
 # its page is away, so the page came back showing a default beside a run made with another value.
 KEPT_SETTINGS = ("spec_prompt", "spec_k", "spec_max_tokens", "spec_block_size",
                  "fork_prompt", "fork_n", "fork_block_size", "fork_max_tokens",
-                 "swap_num_blocks", "swap_max_tokens", "swap_timed_runs")
+                 "swap_num_blocks", "swap_max_tokens", "swap_timed_runs",
+                 # Prefill and decode's view choices, kept while another view is shown
+                 "lesson_kv_layer", "lesson_kv_head", "lesson_attention_layer")
 
 
 def keep_settings() -> None:

@@ -169,3 +169,17 @@ def test_an_unanswered_prediction_is_revealed_as_unanswered_and_not_scored(app):
     shown = " ".join(m.value for m in app.markdown)
     assert "No answer was given" in shown and "not scored" in shown and "You said" not in shown
     assert "score 0 / 0" in shown
+
+
+def test_a_views_layer_and_head_survive_a_visit_to_another_view():
+    at = open_lesson("lessons/prefill_decode.py")
+    next(b for b in at.button if b.label == "Prefill").click().run()
+    at.radio(key="lesson_view").set_value("Keys and values").run()
+    at.selectbox(key="lesson_kv_layer").set_value(3).run()
+    at.selectbox(key="lesson_kv_head").set_value(1).run()
+    at.radio(key="lesson_view").set_value("Attention").run()
+    at.selectbox(key="lesson_attention_layer").set_value(2).run()
+    at.radio(key="lesson_view").set_value("Keys and values").run()
+    assert at.selectbox(key="lesson_kv_layer").value == 3 and at.selectbox(key="lesson_kv_head").value == 1
+    at.radio(key="lesson_view").set_value("Attention").run()
+    assert at.selectbox(key="lesson_attention_layer").value == 2
