@@ -133,7 +133,13 @@ def read_prompts(path: Path) -> list[str]:
     """A .txt file gives one prompt per non-empty line; a .jsonl file one {"prompt": ...} per line."""
     if not path.is_file():
         raise ValueError(f"There is no prompts file at {str(path)!r}; give a .txt or .jsonl file.")
-    return parse_prompts(path.read_text(encoding="utf-8", errors="strict"), path.name)
+    try:
+        text = path.read_text(encoding="utf-8", errors="strict")
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{str(path)!r} is not UTF-8 text (byte {error.object[error.start]:#04x} at offset "
+                         f"{error.start:,} cannot be read); save it as UTF-8, one prompt per line or one "
+                         "{\"prompt\": ...} object per line.") from None
+    return parse_prompts(text, path.name)
 
 
 def parse_prompts(text: str, name: str) -> list[str]:

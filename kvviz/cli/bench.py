@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+from pathlib import Path
 
 import torch
 
@@ -32,6 +33,7 @@ from kvviz.bench import (
     system_key,
     targets,
 )
+from kvviz.cli.common import check_output_path, write_atomically
 from kvviz.engine.config import DEFAULTS
 from kvviz.engine.kv_cache import CacheShape
 from kvviz.models import ModelLoadError, available_memory_bytes, load_model
@@ -74,7 +76,9 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     add("--dtype", default=None, help="float32, bfloat16 or float16 (default: float32 on CPU)")
     add("--skip-hf", action="store_true", help="run kvviz only")
     add("--quick", action="store_true", help="small sizes for a smoke test (overrides the sizes above)")
-    add("--json", metavar="OUT", default=None, help="also write the results to this JSON file")
+    add("--json", metavar="OUT", default=None,
+        help="also write the results to this JSON file: a new or regular file, replaced whole at the end "
+             "(a folder, link, device or pipe is refused before the bench starts)")
     add("--against", choices=("vllm",), default=None, help="also run vLLM on the mixed workload (kvviz/vllm/backend.py)")
     add("--vllm-python", default=None, help="vLLM's interpreter (default: $KVVIZ_VLLM_PYTHON or .venv-vllm/bin/python)")
     return parser
@@ -98,6 +102,11 @@ def run_bench(args: argparse.Namespace) -> int:
         for key, value in QUICK.items():
             setattr(args, key, value)
     problem = _check_args(args)
+    if problem is None and args.json:
+        try:
+            check_output_path(Path(args.json), "--json")  # before the bench, not after it
+        except ValueError as error:
+            problem = str(error)
     if problem is None and args.against == "vllm":
         problem = missing_message(args.vllm_python)
     if problem:
@@ -165,8 +174,7 @@ def run_bench(args: argparse.Namespace) -> int:
     results["targets"] = targets(results)
     print_kvviz_only(results)
     if args.json:
-        with open(args.json, "w") as out:
-            json.dump(results, out, indent=2)
+        write_atomically(Path(args.json), [json.dumps(results, indent=2), "\n"], "--json")
         print(f"results written to {args.json}")
     return 0
 

@@ -29,7 +29,9 @@ def add_generate_arguments(parser: argparse.ArgumentParser) -> None:
     add = parser.add_argument
     add("--model", default="bundled", help="bundled | a Hugging Face id (local cache) | a folder")
     add("--prompts", required=True, help=".txt (a prompt per line) or .jsonl ({\"prompt\": ...})")
-    add("--out", default="outputs.jsonl", help="where the JSONL of outputs goes")
+    add("--out", default="outputs.jsonl",
+        help="where the JSONL of outputs goes: a new or regular file, replaced whole once the job is done "
+             "(a link, a device such as /dev/stdout, or a pipe is refused)")
     add("--max-tokens", type=int, default=64,  # more than SamplingParams' 32: a job, not a demo
         help="tokens to generate per prompt")
     add("--temperature", type=float, default=SAMPLING_DEFAULTS.temperature, help="0 is greedy")
@@ -63,12 +65,15 @@ def cmd_generate(args) -> int:
     if args.backend == "vllm" and kvviz_only:
         raise ValueError(f"{kvviz_only[0]} is a setting of kvviz's engine, not passed to vLLM; "
                          "drop it or run without --backend vllm.")
+    config = engine_config(args)
+    sampling_params(args).validate(max_num_seqs=config.max_num_seqs)  # a bad flag is refused before any work
     if args.backend == "vllm":  # the same job on vLLM, in its own environment
         return generate_on_vllm(args)
+    config.validate()
     prompts = read_prompts(Path(args.prompts))
     check_output_path(Path(args.out))
     lm = load_model(args.model, device=args.device, dtype=args.dtype)
-    engine = Engine(lm, engine_config(args))
+    engine = Engine(lm, config)
     # with --seed, prompt i samples with seed + i*n: reproducible, no two samples alike
     params = [request_sampling(sampling_params(args), i) for i in range(len(prompts))]
     bar = tqdm(total=len(prompts), unit="req", desc=f"{lm.name} on {lm.device}", file=sys.stderr)
@@ -119,6 +124,7 @@ def sampling(args, num_prompts: int, stop_ids: list[int]) -> list[dict]:
 def generate_on_vllm(args) -> int:
     """`generate --backend vllm`: the same prompts, flags, JSONL and summary as the kvviz backend."""
     prompts = read_prompts(Path(args.prompts))
+    check_output_path(Path(args.out))
     python = vllm.require_python(args.vllm_python)
     folder = vllm.model_folder(args.model)
     try:

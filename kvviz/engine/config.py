@@ -4,13 +4,23 @@
     Engine(lm, max_num_seqs=8)                   # one override
     Engine(lm, EngineConfig(block_size=8), record_blocks=True)
 
-The command line, the bench and the pages read their defaults from here.
+The command line, the bench and the pages read their defaults from here. `validate` is the one
+check of every setting's type and range; what depends on the model (the pool's bytes against
+free memory, the block size against the context) the Engine checks before it allocates.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from numbers import Integral, Real
+
+# Upper bounds on the sizes, each for what it makes the machine do.
+MAX_NUM_BLOCKS = 2**20  # a block costs about 460 bytes of bookkeeping: 2**20 blocks take ~0.5 GB and seconds to build
+MAX_NUM_SEQS = 1024  # requests running at once; a pool sized from memory holds this many full contexts
+MAX_NUM_BATCHED_TOKENS = 2**21  # tokens of one forward pass, whose activations grow with it; a 1M context fits
+MAX_SPECULATIVE_TOKENS = 16  # draft tokens run after every greedy decode
+MAX_PROMPT_LOOKUP = 16  # n-gram length: the lookup scans the context once per length, every step
 
 
 @dataclass(slots=True)
@@ -23,7 +33,7 @@ class EngineConfig:
     enable_chunked_prefill: bool = True  # a long prompt may run over several steps
     use_cache: bool = True  # False: recompute every token every step (the lesson's "no cache")
     record_blocks: bool = False  # True: every StepRecord also lists every block of the pool
-    memory_fraction: float = 0.9  # of free memory the pool may take when num_blocks is None
+    memory_fraction: float = 0.9  # of free memory the pool and swap space may take (a sized pool: half of it)
     speculative_tokens: int = 0  # draft tokens a greedy decode proposes by prompt lookup; 0: off
     prompt_lookup_max: int = 3  # longest n-gram looked up in the context to find drafts
     prompt_lookup_min: int = 1  # shortest n-gram tried before giving up on drafts
@@ -40,26 +50,49 @@ class EngineConfig:
         return dataclasses.replace(self, **overrides)
 
     def validate(self) -> None:
-        if min(self.block_size, self.max_num_seqs, self.max_num_batched_tokens) < 1:
-            raise ValueError("block_size, max_num_seqs and max_num_batched_tokens must all be at least 1.")
-        if self.num_blocks is not None and self.num_blocks < 1:
-            raise ValueError(f"The pool needs at least one block, not {self.num_blocks}.")
+        """Refuse, in one sentence, a setting of the wrong type or out of its range."""
+        _whole("block_size", self.block_size, 1, None, "tokens per block")
+        _whole("num_blocks", self.num_blocks, 1, MAX_NUM_BLOCKS, "each block costs about 460 bytes of "
+               "bookkeeping and time to build", none="size the pool from free memory")
+        _whole("max_num_seqs", self.max_num_seqs, 1, MAX_NUM_SEQS, "requests running at once")
+        _whole("max_num_batched_tokens", self.max_num_batched_tokens, 1, MAX_NUM_BATCHED_TOKENS,
+               "tokens in one forward pass, whose activations grow with it")
+        _whole("swap_space_blocks", self.swap_space_blocks, 1, MAX_NUM_BLOCKS, "CPU blocks for preemption mode "
+               "'swap'", none="as many as the pool")
+        _whole("speculative_tokens", self.speculative_tokens, 0, MAX_SPECULATIVE_TOKENS,
+               "draft tokens run after every greedy decode, 0 for off")
+        _whole("prompt_lookup_min", self.prompt_lookup_min, 1, MAX_PROMPT_LOOKUP, "the shortest n-gram looked up")
+        _whole("prompt_lookup_max", self.prompt_lookup_max, 1, MAX_PROMPT_LOOKUP,
+               "the longest n-gram looked up; the lookup scans the context once per length")
+        for name in ("enable_prefix_caching", "enable_chunked_prefill", "use_cache", "record_blocks"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be True or False, not {getattr(self, name)!r}.")
+        fraction = self.memory_fraction
+        if isinstance(fraction, bool) or not isinstance(fraction, Real) or not 0 < fraction <= 1:
+            raise ValueError(f"memory_fraction (the share of free memory the pool may take) must be a number in "
+                             f"(0, 1], not {fraction!r}.")
         if self.preemption_mode not in ("recompute", "swap"):
             raise ValueError(f"preemption_mode must be 'recompute' or 'swap', not {self.preemption_mode!r}.")
         if self.attention not in ("auto", "sdpa"):
             raise ValueError(f"attention must be 'auto' or 'sdpa', not {self.attention!r}.")
-        if self.swap_space_blocks is not None and self.swap_space_blocks < 1:
-            raise ValueError(f"The swap space needs at least one block, not {self.swap_space_blocks}.")
-        if not 0 < self.memory_fraction <= 1:
-            raise ValueError(f"memory_fraction must be in (0, 1], not {self.memory_fraction}.")
-        if self.speculative_tokens < 0:
-            raise ValueError(f"speculative_tokens must be 0 (off) or more, not {self.speculative_tokens}.")
-        if not 1 <= self.prompt_lookup_min <= self.prompt_lookup_max:
+        if self.prompt_lookup_min > self.prompt_lookup_max:
             raise ValueError("prompt_lookup_min and prompt_lookup_max must satisfy 1 <= min <= max, not "
                              f"{self.prompt_lookup_min} and {self.prompt_lookup_max}.")
         if self.speculative_tokens and not self.use_cache:
             raise ValueError("Speculative decoding writes draft tokens into the KV cache, so it needs "
                              "use_cache=True; turn the cache on or set speculative_tokens=0.")
+
+
+def _whole(name: str, value, low: int, high: int | None, reason: str, none: str | None = None) -> None:
+    """Refuse `value` unless it is a whole number from `low` to `high` (high None: no upper bound;
+    `none` set: None is allowed too, and means that)."""
+    if none is not None and value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, Integral) or value < low or (high is not None and value > high):
+        allowed = f"a whole number from {low}" + (f" to {high:,}" if high is not None else " up")
+        if none is not None:
+            allowed = f"None ({none}) or {allowed}"
+        raise ValueError(f"{name} must be {allowed} ({reason}), not {value!r}.")
 
 
 DEFAULTS = EngineConfig()

@@ -15,8 +15,8 @@ import numpy as np
 import torch
 
 from kvviz.engine.batch import build_step_batch
-from kvviz.engine.block_pool import BlockPool
-from kvviz.engine.config import EngineConfig
+from kvviz.engine.block_pool import BLOCK_BOOKKEEPING_BYTES, BlockPool
+from kvviz.engine.config import MAX_NUM_BLOCKS, EngineConfig
 from kvviz.engine.cpu import kernels as cpu_kernels
 from kvviz.engine.fork import fork_samples
 from kvviz.engine.kv_cache import CacheShape, PagedKVCache, slots_for
@@ -34,15 +34,24 @@ from kvviz.engine.records import (
 )
 from kvviz.engine.request import Request
 from kvviz.engine.runner import install, run_forward
-from kvviz.engine.sampling import SamplingParams, sample
+from kvviz.engine.sampling import SamplingParams, non_finite_rows, sample
 from kvviz.engine.scheduler import ScheduledChunk, Scheduler
 from kvviz.engine.speculative import accept, last_rows, set_drafts
-from kvviz.engine.swap import SwapSpace
+from kvviz.engine.swap import SWAP_SLOT_BOOKKEEPING_BYTES, SwapSpace
+from kvviz.memory_bill import format_bytes
 from kvviz.models import available_memory_bytes
 
 
 class EngineError(ValueError):
     """A request or setting the engine refuses; the message says what to do."""
+
+
+class NonFiniteLogits(ArithmeticError):
+    """A step's logits hold NaN or +inf, or a row has no finite logit: nothing can be sampled."""
+
+    def __init__(self, row):
+        self.what = "NaN" if bool(row.isnan().any()) else "infinite" if bool(row.isposinf().any()) else "all -inf"
+        super().__init__(f"logits are {self.what}")
 
 
 @dataclass(slots=True)
@@ -90,6 +99,7 @@ class Engine:
         self.pool, self.cache, self.kv, self.num_blocks = None, None, None, 0
         if config.use_cache:
             self.num_blocks = config.num_blocks or self._blocks_that_fit(config.max_num_seqs, config.memory_fraction)
+            self._check_sizes()  # before allocating anything
             self.pool = BlockPool(self.num_blocks, config.block_size, config.enable_prefix_caching)
             self.cache = PagedKVCache(self.cache_shape, self.num_blocks, config.block_size, self.device)
             swap = None
@@ -124,11 +134,12 @@ class Engine:
 
     def check_request(self, prompt: str | list[int], params: SamplingParams) -> list[int]:
         """Tokenize and validate a request without queueing it; raises EngineError."""
-        if isinstance(params.max_tokens, bool) or not isinstance(params.max_tokens, int):
-            raise EngineError(f"max_tokens must be a whole number of tokens, not {params.max_tokens!r}.")
+        if not isinstance(params, SamplingParams):
+            raise EngineError(f"Sampling settings must be a SamplingParams, not {type(params).__name__}; "
+                              "write one such as SamplingParams(max_tokens=32).")
         try:
-            params.validate()
-        except (TypeError, ValueError) as error:  # TypeError: a setting of the wrong type, such as None
+            params.validate(max_num_seqs=self.config.max_num_seqs)
+        except ValueError as error:
             raise EngineError(str(error)) from None
         token_ids = self._tokenize(prompt)
         if len(token_ids) >= self.max_context:
@@ -184,6 +195,11 @@ class Engine:
             self.step_index += 1
             if not isinstance(error, Exception):
                 raise
+            if isinstance(error, NonFiniteLogits):
+                raise EngineError(f"The model's logits in step {self.step_index - 1} are {error.what}, so no "
+                                  f"token can be chosen: the step's {len(failed)} requests were stopped with "
+                                  "finish_reason 'error' and their blocks freed; check the weights for NaN, or "
+                                  "load the model in float32 if float16 overflowed.") from None
             raise EngineError(f"Step {self.step_index - 1} failed ({type(error).__name__}: {error}); its "
                               f"{len(failed)} requests were finished with finish_reason 'error' and their "
                               "blocks freed, and the engine can take new requests.") from error
@@ -202,6 +218,9 @@ class Engine:
         logits, forward_s = run_forward(self.model, batch)  # (R, V): 1 + drafts rows per sampling chunk
         self.stats["forward_s"] += forward_s
         sampling_chunks = [c for c in chunks if c.samples]
+        bad = non_finite_rows(logits)  # every row a token or a draft's verdict would come from
+        if bad:
+            raise NonFiniteLogits(logits[bad[0]])
         last_logits, rows = last_rows(logits, [c.num_drafts for c in sampling_chunks])  # (S, V)
         sampling_chunks, last_logits, rows = fork_samples(self, sampling_chunks, last_logits, rows)  # n > 1
         tokens = sample(last_logits, [c.request.params for c in sampling_chunks],
@@ -255,11 +274,20 @@ class Engine:
                  progress=None) -> list[RequestOutput]:
         """Run prompts to completion; outputs come back in the prompts' order, one per prompt.
 
+        prompts is a list (of texts or of token-id lists); a bare string is refused, not split
+        into characters. If any prompt is refused, or a step fails, nothing of this call stays queued.
+
         A prompt with SamplingParams(n=k) is prefilled once and forks into k samples; its one
         RequestOutput lists them all in `.samples` / `.texts` (`.token_ids` is sample 0's).
 
         progress: an optional callable(num_finished, num_total, record) called after each step.
         """
+        if not isinstance(prompts, (list, tuple)):
+            if isinstance(prompts, str):
+                raise EngineError("generate takes a list of prompts, not one string (it would be read as one "
+                                  f"prompt per character); pass [{prompts!r:.40}] for one prompt.")
+            raise EngineError(f"generate takes a list of prompts, not {prompts!r:.40}; pass a list such as "
+                              "[\"ROMEO:\"], or [[1, 2, 3]] for token ids.")
         params = params or SamplingParams()
         per_prompt = params if isinstance(params, list) else [params] * len(prompts)
         if len(per_prompt) != len(prompts):
@@ -267,9 +295,10 @@ class Engine:
                               "give one, or one per prompt.")
         for prompt, sampling in zip(prompts, per_prompt):  # refuse before queueing any
             self.check_request(prompt, sampling)
-        ids = [self.add_request(p, sp) for p, sp in zip(prompts, per_prompt)]
-        finished = 0
+        ids, finished = [], 0
         try:
+            for prompt, sampling in zip(prompts, per_prompt):
+                ids.append(self.add_request(prompt, sampling))
             while self.has_unfinished():
                 record = self.step()
                 finished += sum(r.status == "finished" and r.parent_id is None for r in record.requests)
@@ -360,6 +389,9 @@ class Engine:
 
     # ---- helpers -------------------------------------------------------------------------
     def _tokenize(self, prompt) -> list[int]:
+        if not isinstance(prompt, str) and not hasattr(prompt, "__len__"):
+            raise EngineError(f"A prompt is text or a list of token ids, not {prompt!r:.40}; a list of token ids "
+                              "goes inside the list of prompts, as in generate([[1, 2, 3]]).")
         if isinstance(prompt, str):
             if not prompt.strip():
                 raise EngineError("The prompt is empty; type some text to start from.")
@@ -398,7 +430,33 @@ class Engine:
 
     def _blocks_that_fit(self, max_num_seqs: int, memory_fraction: float) -> int:
         """Size the pool from free memory, but no larger than max_num_seqs full contexts."""
-        block_bytes = self.block_size * self.cache_shape.bytes_per_token
+        block_bytes = self.block_size * self.cache_shape.bytes_per_token + BLOCK_BOOKKEEPING_BYTES
         by_memory = int(available_memory_bytes(self.device) * memory_fraction * 0.5) // block_bytes
         by_need = max_num_seqs * blocks_needed(self.max_context, self.block_size)
-        return max(1, min(by_memory, by_need))
+        return max(1, min(by_memory, by_need, MAX_NUM_BLOCKS))
+
+    def _check_sizes(self) -> None:
+        """Refuse a pool or swap space that memory cannot hold (more than memory_fraction of what is
+        free), before any of it is allocated."""
+        block_bytes = self.block_size * self.cache_shape.bytes_per_token
+        pool_bytes = self.num_blocks * block_bytes
+        bookkeeping_bytes = self.num_blocks * BLOCK_BOOKKEEPING_BYTES  # the Block objects, in host memory
+        swap_slots = (self.config.swap_space_blocks or self.num_blocks) if self.config.preemption_mode == "swap" else 0
+        swap_bytes = swap_slots * (block_bytes + SWAP_SLOT_BOOKKEEPING_BYTES)  # host memory too
+        pool = f"A pool of {self.num_blocks:,} block{'s' * (self.num_blocks != 1)} of {self.block_size:,} tokens"
+        if self.device.type == "cpu":  # one memory holds all three
+            knobs = "num_blocks, block_size or swap_space_blocks" if swap_slots else "num_blocks or block_size"
+            self._check_fits(pool + (f" and {swap_slots:,} swap slots" if swap_slots else ""),
+                             pool_bytes + bookkeeping_bytes + swap_bytes, self.device, knobs)
+        else:
+            self._check_fits(pool, pool_bytes, self.device, "num_blocks or block_size")
+            self._check_fits(f"The bookkeeping of {self.num_blocks:,} blocks and {swap_slots:,} swap slots",
+                             bookkeeping_bytes + swap_bytes, torch.device("cpu"), "num_blocks or swap_space_blocks")
+
+    def _check_fits(self, what: str, num_bytes: int, device: torch.device, knobs: str) -> None:
+        free = available_memory_bytes(device)
+        allowed = free * self.config.memory_fraction
+        if num_bytes > allowed:
+            raise EngineError(f"{what} would take {format_bytes(num_bytes)}, but memory_fraction "
+                              f"{self.config.memory_fraction:g} of the {format_bytes(free)} free on {device.type} "
+                              f"is {format_bytes(allowed)}; lower {knobs}.")

@@ -14,6 +14,9 @@ import torch
 from kvviz.engine.kv_cache import CacheShape, PagedKVCache
 
 
+SWAP_SLOT_BOOKKEEPING_BYTES = 40  # a free-slot queue entry and its int (40 bytes measured over 10**6 slots)
+
+
 class SwapSpace:
     def __init__(self, shape: CacheShape, num_slots: int, block_size: int):
         assert num_slots > 0

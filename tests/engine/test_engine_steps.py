@@ -80,7 +80,7 @@ def test_engine_config_holds_the_settings_and_keywords_override_them(llama):
         Engine(llama, blocks=4)
     with pytest.raises(EngineError, match="by name"):
         Engine(llama, 16)
-    with pytest.raises(EngineError, match="at least 1"):
+    with pytest.raises(EngineError, match="max_num_batched_tokens must be a whole number from 1 to 2,097,152"):
         Engine(llama, max_num_batched_tokens=0)
 
 

@@ -157,7 +157,7 @@ def test_bad_settings_are_refused_in_one_sentence(llama):
         Engine(llama).generate([[1, 2]], SamplingParams(n=0))
     with pytest.raises(EngineError, match="preemption_mode must be"):
         Engine(llama, preemption_mode="discard")
-    with pytest.raises(EngineError, match="swap space needs at least one block"):
+    with pytest.raises(EngineError, match="swap_space_blocks must be None .as many as the pool. or a whole number"):
         Engine(llama, preemption_mode="swap", swap_space_blocks=0)
 
 

@@ -210,7 +210,7 @@ def test_prompt_lookup_and_greedy_verification():
 
 def test_bad_settings_are_refused_in_one_sentence():
     model = tiny_model("llama")
-    with pytest.raises(EngineError, match="speculative_tokens must be 0"):
+    with pytest.raises(EngineError, match="speculative_tokens must be a whole number from 0 to 16"):
         Engine(model, speculative_tokens=-1)
     with pytest.raises(EngineError, match="needs use_cache=True"):
         Engine(model, speculative_tokens=3, use_cache=False)
