@@ -11,25 +11,30 @@ from kvviz.lessons.paged_batching import state as ps
 from kvviz.lessons.paged_batching.fork_view import fork_view
 from kvviz.lessons.paged_batching.logic import waste_text
 from kvviz.lessons.paged_batching.paging_note import paging_explained
+from kvviz.lessons.paged_batching.stage import stage_data
 from kvviz.lessons.paged_batching.swap_view import swap_view
 from kvviz.lessons.prefill_decode import predict
 from kvviz.lessons.uploads import file_buttons
 from kvviz.memory_bill import format_bytes
 from kvviz.ui.common import show_code
+from kvviz.ui.stage import show_stage
 
-st.title("Paged cache and batching")
-st.markdown(
-    "A server runs many requests at once, and each grows at its own pace. Reserving one long "
-    "contiguous slab per request wastes much of it: in the serving systems before vLLM, "
-    "[Kwon et al. (2023)](https://arxiv.org/abs/2309.06180) measured only 20.4-38.2% of the KV cache "
-    "memory holding the keys and values of actual tokens, and [vLLM's write-up]"
-    "(https://blog.vllm.ai/2023/06/20/vllm.html) puts the waste at 60-80%, against under 4% with paging. "
-    "A **paged** cache cuts memory into fixed-size "
-    "**blocks**; each request has a **block table** that maps its logical blocks to physical ones, "
-    "and takes a new block only when its last one is full. Requests that start with the same "
-    "tokens share those blocks (**prefix caching**). When the pool runs out, the newest request is "
-    "**preempted**: its blocks are freed and it is recomputed later.")
-paging_explained()
+lesson = ps.paged()
+presenter = bool(st.session_state.get("presenter"))
+
+
+def introduction() -> None:
+    st.markdown(
+        "A server runs many requests at once, and each grows at its own pace. Reserving one long "
+        "contiguous slab per request wastes much of it: in the serving systems before vLLM, "
+        "[Kwon et al. (2023)](https://arxiv.org/abs/2309.06180) measured only 20.4-38.2% of the KV cache "
+        "memory holding the keys and values of actual tokens, and [vLLM's write-up]"
+        "(https://blog.vllm.ai/2023/06/20/vllm.html) puts the waste at 60-80%, against under 4% with paging. "
+        "A **paged** cache cuts memory into fixed-size "
+        "**blocks**; each request has a **block table** that maps its logical blocks to physical ones, "
+        "and takes a new block only when its last one is full. Requests that start with the same "
+        "tokens share those blocks (**prefix caching**). When the pool runs out, the newest request is "
+        "**preempted**: its blocks are freed and it is recomputed later.")
 
 
 def beyond_the_article() -> None:
@@ -41,52 +46,83 @@ def beyond_the_article() -> None:
         swap_view()
 
 
-st.data_editor(pd.DataFrame(ps.DEFAULT_TABLE), num_rows="dynamic", width="stretch", key="paged_editor",
-               column_config={"prompt": st.column_config.TextColumn(width="large"),
-                              "arrives at step": st.column_config.NumberColumn(min_value=0, max_value=50,
-                                                                               width="small"),
-                              "max tokens": st.column_config.NumberColumn(min_value=1, max_value=200,
-                                                                          width="small")})
-edited = st.session_state.get("paged_editor", {})
-table = pd.DataFrame(ps.DEFAULT_TABLE)
-for row, changes in edited.get("edited_rows", {}).items():
-    for column, value in changes.items():
-        table.loc[int(row), column] = value
-table = pd.concat([table, pd.DataFrame(edited.get("added_rows", []))], ignore_index=True)
-table = table.drop(index=[i for i in edited.get("deleted_rows", []) if i in table.index])
-st.session_state["paged_requests_table"] = table.to_dict("records")
+def requests_and_settings() -> None:
+    """The requests and the pool's settings: in full before a run, folded into a popover during one."""
+    st.data_editor(pd.DataFrame(ps.DEFAULT_TABLE), num_rows="dynamic", width="stretch", key="paged_editor",
+                   column_config={"prompt": st.column_config.TextColumn(width="large"),
+                                  "arrives at step": st.column_config.NumberColumn(min_value=0, max_value=50,
+                                                                                   width="small"),
+                                  "max tokens": st.column_config.NumberColumn(min_value=1, max_value=200,
+                                                                              width="small")})
+    edited = st.session_state.get("paged_editor", {})
+    table = pd.DataFrame(ps.DEFAULT_TABLE)
+    for row, changes in edited.get("edited_rows", {}).items():
+        for column, value in changes.items():
+            table.loc[int(row), column] = value
+    table = pd.concat([table, pd.DataFrame(edited.get("added_rows", []))], ignore_index=True)
+    table = table.drop(index=[i for i in edited.get("deleted_rows", []) if i in table.index])
+    st.session_state["paged_requests_table"] = table.to_dict("records")
 
-a, b, c = st.columns(3)
-a.slider("Block size (tokens)", *ps.BLOCK_SIZES, 8, key="paged_block_size")
-b.slider("Pool size (blocks)", *ps.POOL_SIZES, 40, key="paged_num_blocks")
-c.toggle("Prefix caching", value=True, key="paged_prefix")
+    a, b, c = st.columns(3)
+    a.slider("Block size (tokens)", *ps.BLOCK_SIZES, 8, key="paged_block_size")
+    b.slider("Pool size (blocks)", *ps.POOL_SIZES, 40, key="paged_num_blocks")
+    c.toggle("Prefix caching", value=True, key="paged_prefix")
+    if lesson is not None:
+        st.button("Start", type="primary", on_click=ps.on_start, width="stretch",
+                  help="A new run of these requests from step 0.")
 
-lesson = ps.paged()
-buttons = st.columns(4)
-buttons[0].button("Start", type="primary", on_click=ps.on_start, width="stretch")
-buttons[1].button("Step", on_click=ps.on_step, width="stretch", disabled=lesson is None or not lesson.can_step)
-buttons[2].button("Run to the end", on_click=ps.on_step, args=(500,), width="stretch",
-                  disabled=lesson is None or not lesson.can_step)
-buttons[3].button("Reset", on_click=ps.reset, args=(st.session_state,), width="stretch", key="paged_reset")
+
+if lesson is None:
+    st.title("Paged cache and batching")
+    introduction()
+    paging_explained()
+    requests_and_settings()
+    buttons = st.columns(4)
+    buttons[0].button("Start", type="primary", on_click=ps.on_start, width="stretch")
+    buttons[1].button("Step", width="stretch", disabled=True)
+    buttons[2].button("Run to the end", width="stretch", disabled=True)
+    buttons[3].button("Reset", on_click=ps.reset, args=(st.session_state,), width="stretch", key="paged_reset")
+else:  # one toolbar row: the stage below gets the screen (presenter mode's top bar names the lesson)
+    if not presenter:
+        st.subheader("Paged cache and batching", anchor=False)
+    buttons = st.columns([1, 1.5, 1, 2.3], vertical_alignment="bottom")
+    buttons[0].button("Step", on_click=ps.on_step, width="stretch", disabled=not lesson.can_step)
+    buttons[1].button("Run to the end", on_click=ps.on_step, args=(500,), width="stretch", disabled=not lesson.can_step)
+    buttons[2].button("Reset", on_click=ps.reset, args=(st.session_state,), width="stretch", key="paged_reset")
+    with buttons[3].popover("Requests and settings", icon=":material/tune:", width="stretch"):
+        st.html("<style>[data-testid='stPopoverBody'] {width: min(760px, 90vw);}</style>")  # the table's columns
+        requests_and_settings()
 if "paged_error" in st.session_state:
     st.error(st.session_state["paged_error"])
-with st.expander("Export or replay a lesson"):
-    file_buttons(ps.exporter(), "kvviz-paged-batching.json", "paged_upload",
-                 ps.replay)
-if lesson is not None and lesson.replay:
-    st.info(f"Replaying a recorded run ({lesson.model_name}, {len(lesson.records)} steps, block size "
-            f"{lesson.block_size}, a pool of {lesson.num_blocks} blocks, prefix caching "
-            f"{'on' if lesson.enable_prefix_caching else 'off'}), with no model. Press **Start** to run "
-            "the table above on the loaded model instead.")
+
+
+def export_and_replay() -> None:
+    with st.expander("Export or replay a lesson"):
+        file_buttons(ps.exporter(), "kvviz-paged-batching.json", "paged_upload", ps.replay)
+
+
 if lesson is None:
+    export_and_replay()
     st.info("Press **Start**: the engine admits the requests that arrive at step 0 and runs one step.")
     beyond_the_article()
     st.stop()
+if lesson.replay:
+    st.info(f"Replaying a recorded run ({lesson.model_name}, {len(lesson.records)} steps, block size "
+            f"{lesson.block_size}, a pool of {lesson.num_blocks} blocks, prefix caching "
+            f"{'on' if lesson.enable_prefix_caching else 'off'}), with no model. Press **Start** to run "
+            "the requests under **Requests and settings** on the loaded model instead.")
 
+# the stage: the requests' block tables and the pool, stepped in the browser; the views below follow it
 last = len(lesson.records) - 1
-if last > 0:
-    st.slider("Look back at step", 0, last, key="paged_view_step")
 step = min(st.session_state.get("paged_view_step", last), last)
+show_stage(stage_data(lesson, step, presenter), key="paged_stage", on_step=ps.on_stage_step)
+if last > 0:
+    st.slider("Look back at step", 0, last, key="paged_view_step",
+              help="Or step in the diagram (its arrows, or ← → when it has the focus).")
+export_and_replay()
+with st.expander("The idea: blocks, block tables, shared prefixes, preemption"):
+    introduction()
+paging_explained()
 record = lesson.records[step]
 labels = {rid: lesson.label(rid) for rid in lesson.request_ids.values()}
 

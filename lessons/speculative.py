@@ -9,58 +9,95 @@ from kvviz.engine.speculative import accept, propose_drafts
 from kvviz.lessons.speculative import figures
 from kvviz.lessons.speculative import state as ss
 from kvviz.lessons.speculative.logic import DEFAULT_PROMPT
+from kvviz.lessons.speculative.stage import stage_data
 from kvviz.lessons.uploads import file_buttons
 from kvviz.ui.common import show_code
-
-st.title("Speculative decoding")
-st.caption("Beyond the article, whose arc ends at Putting it together: a way to get more than one token "
-           "from a decode pass, with the same cache.")
-st.markdown(
-    "A decode step reads every weight and the whole cache to produce **one** token. While decode is "
-    "memory-bound (that reading, not the arithmetic, sets the time), running a few more tokens through "
-    "the same pass costs little more, so: guess the next tokens, and let the model check the guesses. "
-    "Here the guesses are free. When the last few tokens also appeared earlier in the text, the "
-    "tokens that followed that earlier appearance become the **drafts** (prompt lookup). One "
-    "forward pass gives the model's choice after each draft. Drafts are **accepted** while they "
-    "match that choice, and the model's own next token comes on top. **Rejected** drafts already wrote "
-    "their keys and values into the cache, so they are **rolled back**. The text is exactly what "
-    "plain greedy decoding gives; only the number of forward passes changes.")
-
-st.text_area("Prompt (a line that comes back gives the lookup something to copy)", value=DEFAULT_PROMPT,
-             key="spec_prompt", height=130)
-a, b, c = st.columns(3)
-a.slider("Draft tokens per step (k)", *ss.DRAFTS, 4, key="spec_k")
-b.slider("Tokens to generate", *ss.MAX_TOKENS, 48, key="spec_max_tokens")
-c.slider("Block size (tokens)", *ss.BLOCK_SIZES, 4, key="spec_block_size")
+from kvviz.ui.stage import show_stage
 
 lesson = ss.lesson()
-buttons = st.columns(4)
-buttons[0].button("Start", type="primary", on_click=ss.on_start, width="stretch", key="spec_start")
+presenter = bool(st.session_state.get("presenter"))
+
+
+def introduction() -> None:
+    st.caption("Beyond the article, whose arc ends at Putting it together: a way to get more than one token "
+               "from a decode pass, with the same cache.")
+    st.markdown(
+        "A decode step reads every weight and the whole cache to produce **one** token. While decode is "
+        "memory-bound (that reading, not the arithmetic, sets the time), running a few more tokens through "
+        "the same pass costs little more, so: guess the next tokens, and let the model check the guesses. "
+        "Here the guesses are free. When the last few tokens also appeared earlier in the text, the "
+        "tokens that followed that earlier appearance become the **drafts** (prompt lookup). One "
+        "forward pass gives the model's choice after each draft. Drafts are **accepted** while they "
+        "match that choice, and the model's own next token comes on top. **Rejected** drafts already wrote "
+        "their keys and values into the cache, so they are **rolled back**. The text is exactly what "
+        "plain greedy decoding gives; only the number of forward passes changes.")
+
+
+def prompt_and_settings() -> None:
+    """The prompt and the run's settings: in full before a run, folded into a popover during one."""
+    st.text_area("Prompt (a line that comes back gives the lookup something to copy)", value=DEFAULT_PROMPT,
+                 key="spec_prompt", height=130)
+    a, b, c = st.columns(3)
+    a.slider("Draft tokens per step (k)", *ss.DRAFTS, 4, key="spec_k")
+    b.slider("Tokens to generate", *ss.MAX_TOKENS, 48, key="spec_max_tokens")
+    c.slider("Block size (tokens)", *ss.BLOCK_SIZES, 4, key="spec_block_size")
+    if lesson is not None:
+        st.button("Start", type="primary", on_click=ss.on_start, width="stretch", key="spec_start",
+                  help="A new run of this prompt from the prefill.")
+
+
 stepped = lesson is None or lesson.replay or lesson.finished  # a replay takes no more steps
-buttons[1].button("Step", on_click=ss.on_step, width="stretch", key="spec_step", disabled=stepped)
-buttons[2].button("Run to the end", on_click=ss.on_step, args=(500,), width="stretch", key="spec_run",
-                  disabled=stepped)
-buttons[3].button("Reset", on_click=ss.reset, args=(st.session_state,), width="stretch", key="spec_reset")
+if lesson is None:
+    st.title("Speculative decoding")
+    introduction()
+    prompt_and_settings()
+    buttons = st.columns(4)
+    buttons[0].button("Start", type="primary", on_click=ss.on_start, width="stretch", key="spec_start")
+    buttons[1].button("Step", width="stretch", key="spec_step", disabled=True)
+    buttons[2].button("Run to the end", width="stretch", key="spec_run", disabled=True)
+    buttons[3].button("Reset", on_click=ss.reset, args=(st.session_state,), width="stretch", key="spec_reset")
+else:  # one toolbar row: the stage below gets the screen (presenter mode's top bar names the lesson)
+    if not presenter:
+        st.subheader("Speculative decoding", anchor=False)
+    buttons = st.columns([1, 1.5, 1, 2.3], vertical_alignment="bottom")
+    buttons[0].button("Step", on_click=ss.on_step, width="stretch", key="spec_step", disabled=stepped)
+    buttons[1].button("Run to the end", on_click=ss.on_step, args=(500,), width="stretch", key="spec_run",
+                      disabled=stepped)
+    buttons[2].button("Reset", on_click=ss.reset, args=(st.session_state,), width="stretch", key="spec_reset")
+    with buttons[3].popover("Prompt and settings", icon=":material/tune:", width="stretch"):
+        prompt_and_settings()
 if "spec_error" in st.session_state:
     st.error(st.session_state["spec_error"])
-with st.expander("Export or replay a lesson"):
-    file_buttons(ss.exporter(), "kvviz-speculative.json", "spec_upload", ss.replay)
-if lesson is not None and lesson.replay:
-    asked = lesson.settings
-    st.info(f"Replaying a recorded run ({lesson.model_name}, {len(lesson.records)} passes with drafts, "
-            f"k = {asked['num_speculative']}, block size {asked['block_size']}), with no model. Press **Start** "
-            "to run the prompt above on the loaded model instead.")
+
+
+def export_and_replay() -> None:
+    with st.expander("Export or replay a lesson"):
+        file_buttons(ss.exporter(), "kvviz-speculative.json", "spec_upload", ss.replay)
+
+
 if lesson is None:
+    export_and_replay()
     st.info("Press **Start**: the prompt is prefilled, then each **Step** is one forward pass of two "
             "engines, one with drafts and one without.")
     st.stop()
+if lesson.replay:
+    asked = lesson.settings
+    st.info(f"Replaying a recorded run ({lesson.model_name}, {len(lesson.records)} passes with drafts, "
+            f"k = {asked['num_speculative']}, block size {asked['block_size']}), with no model. Press **Start** "
+            "to run the prompt under **Prompt and settings** on the loaded model instead.")
 
+# the stage: the request's blocks, each pass's drafts filling slots and the rejected ones emptying again
 last = len(lesson.records) - 1
 step = min(st.session_state.get("spec_view", last), last)
+show_stage(stage_data(lesson, step, presenter), key="spec_stage", on_step=ss.on_stage_step)
 if last > 0:
     st.session_state["spec_view_step"] = step + 1  # Streamlit forgets a widget's value while its page is away
     st.slider("Look back at forward pass", 1, last + 1, key="spec_view_step", on_change=ss.on_look_back,
-              help="Passes are counted from 1: pass 1 is the prefill.")
+              help="Passes are counted from 1: pass 1 is the prefill. Or step in the diagram (its arrows, "
+                   "or ← → when it has the focus).")
+export_and_replay()
+with st.expander("The idea: drafts, one pass to check them, rollback"):
+    introduction()
 rows = lesson.draft_steps()[:step + 1]
 row = rows[-1]
 summary = lesson.summary(step)

@@ -96,8 +96,10 @@ def test_speculative_page_stepped_and_run_matches_the_engine(app_url, lm):
         page.get_by_role("button", name="Reset", exact=True).wait_for()  # not Plotly's "Reset axes"
         wait_idle(page)
         assert metric(page, "Forward passes") == str(len(expected.records))  # the latest pass, not pass 0
+        page.get_by_role("button", name="Prompt and settings").click()  # the settings fold away during a run
         shown = page.locator("[data-testid='stSlider']").filter(has_text="Draft tokens per step").inner_text()
         assert shown.split()[5] == "5", "the setting the run was made with, not the default"  # "Draft … (k) 5 1 8"
+        page.keyboard.press("Escape")
         press(page, "Reset")
         assert page.locator("[data-testid='stMetric']").count() == 0
         no_exceptions(page)

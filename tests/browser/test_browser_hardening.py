@@ -121,6 +121,7 @@ def test_a_paged_lesson_file_replays_on_its_page(browser, app_url, bundled):
     box = page.locator("[data-testid='stMetric']").filter(has_text="Preemptions so far")
     assert box.locator("[data-testid='stMetricValue']").inner_text().strip() == str(run.num_preemptions(last))
     assert run.num_preemptions(last) == run.engine.scheduler.num_preemptions > 0
+    page.get_by_role("button", name="Requests and settings").click()  # the settings fold away during a run
     pool = page.get_by_role("slider", name=re.compile("Pool size"))  # the controls show the file's run
     assert int(pool.input_value()) == run.num_blocks == 12
     assert page.get_by_role("button", name="Step", exact=True).is_disabled()

@@ -43,6 +43,7 @@ class PagedLesson:
     request_ids: dict[int, int] = field(default_factory=dict)  # spec index -> engine request id
     prompt_lengths: dict[int, int] = field(default_factory=dict)  # request id -> prompt tokens
     model_name: str = ""
+    stage_steps: list[dict] = field(default_factory=list)  # each step as the stage draws it (stage.py), once
 
     @classmethod
     def start(cls, lm, specs: list[RequestSpec], block_size: int, num_blocks: int,

@@ -8,6 +8,7 @@ from kvviz.engine import EngineError
 from kvviz.lessons.paged_batching.file import export_paged, import_paged
 from kvviz.lessons.paged_batching.logic import DEFAULT_REQUESTS, PagedLesson, RequestSpec
 from kvviz.ui.common import bound_export, current_model, drop, show_file_settings
+from kvviz.ui.stage import chosen_step
 
 KEYS = frozenset({"lesson_paged", "paged_view_step", "paged_error", "paged_questions", "paged_question_request",
                   "paged_upload_error"})  # the uploader itself is an input, kept
@@ -56,6 +57,13 @@ def on_step(count: int = 1) -> None:
         if lesson.step() is None:
             break
     st.session_state["paged_view_step"] = len(lesson.records) - 1
+
+
+def on_stage_step() -> None:
+    """The stage moved to another step in the browser: the views below follow it."""
+    current, chosen = paged(), chosen_step("paged_stage")
+    if current is not None and chosen is not None:
+        st.session_state["paged_view_step"] = min(int(chosen), len(current.records) - 1)
 
 
 def exporter():

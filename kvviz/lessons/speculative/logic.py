@@ -50,6 +50,7 @@ class SpeculativeLesson:
     plain_records: list[StepRecord] = field(default_factory=list)
     texts: dict[tuple[int, ...], str] = field(default_factory=dict)  # token ids -> the tokenizer's text
     model_name: str = ""
+    stage_steps: list[dict] = field(default_factory=list)  # each pass as the stage draws it (stage.py), once
 
     @classmethod
     def start(cls, lm, prompt: str, num_speculative: int, max_tokens: int, block_size: int) -> "SpeculativeLesson":

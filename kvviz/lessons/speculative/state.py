@@ -11,6 +11,7 @@ from kvviz.lessons.speculative.figures import ACCEPTED, MODEL, REJECTED
 from kvviz.lessons.speculative.file import export_speculative, import_speculative
 from kvviz.lessons.speculative.logic import DEFAULT_PROMPT, DraftStep, SpeculativeLesson
 from kvviz.ui.common import bound_export, current_model, drop, show_file_settings
+from kvviz.ui.stage import chosen_step
 
 KEY = "lesson_speculative"
 DRAFTS, MAX_TOKENS, BLOCK_SIZES = (1, 8), (8, 128), (2, 16)  # what the sliders offer
@@ -54,6 +55,13 @@ def on_look_back() -> None:
     """Keep the pass the slider shows outside the widget, so it survives a visit to another page.
     The slider counts passes from 1; "spec_view" is the index of the pass's record."""
     st.session_state["spec_view"] = st.session_state["spec_view_step"] - 1
+
+
+def on_stage_step() -> None:
+    """The stage moved to another pass in the browser: the views below follow it."""
+    current, chosen = lesson(), chosen_step("spec_stage")
+    if current is not None and chosen is not None:
+        st.session_state["spec_view"] = min(int(chosen), len(current.records) - 1)
 
 
 def exporter():

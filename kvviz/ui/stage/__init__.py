@@ -1,26 +1,52 @@
-"""The stage: one living diagram of a request's KV cache, drawn in the browser (stage.js, stage.css).
+"""The stage: one living diagram of the KV cache, drawn in the browser (the .js files, stage.css).
 
     step = show_stage(data, key="lesson_stage", on_step=callback)
 
-A Streamlit components-v2 component, plain JavaScript and SVG with no build step. It gets a
-whole lesson at once and steps, highlights and picks layers and heads in the browser; the step
-it shows comes back in st.session_state[key]["step"] a moment after the last change (on_step
-runs then). The data, which a lesson builds from its engine records:
+A Streamlit components-v2 component, plain JavaScript and SVG with no build step: the JavaScript
+files are joined in the order of JS_PARTS into one module. It gets a whole lesson at once and
+steps, highlights and picks layers and heads in the browser; the step it shows comes back in
+st.session_state[key]["step"] a moment after the last change (on_step runs then).
 
-    tokens          every token's text, prompt first, as far as the last step sampled
-    prompt_tokens   how many of them are the prompt
-    layers, heads   the model's layers and query heads
-    block_size, num_blocks, bytes_per_token, per_token_formula ("2 (K and V) × 6 layers × ...")
-    presenter       presenter mode: larger type
+The data, which a lesson builds from its engine records. Every lesson sends:
+
+    block_size, num_blocks, presenter (larger type)
     step            the step to show (the server's choice; the browser may move on from it)
-    steps           per step, 0 the prefill:
+    step_word, count_from   optional: how the bar names a step ("Pass", 1: "Pass 3 of 9");
+                    else "Step 2 of 9", and "Prefill (step 0 of 9)" on a step with attention
+    steps           per step: what it shows, below; each may carry
+        sentence    what happened, in one sentence or two
+
+What a step holds picks the picture.
+
+One request, layer by layer (cache.js; Prefill and decode): the data has tokens (every token's
+text, prompt first, as far as the last step sampled), prompt_tokens, layers, heads,
+bytes_per_token and per_token_formula ("2 (K and V) × 6 layers × ..."); each step has
         num_tokens  tokens whose K and V are in the cache after it
         new         positions it added
         sampled     whether it sampled a token (shown as the last chip, not yet cached)
         attention   [layer][head][position]: the newest token's weights, integers 0-255
         block_table physical block of each logical block
         bill        formula_bytes, token_bytes, blocks, block_bytes, slack_bytes, note (or None)
-        sentence    optional: what happened, in one sentence or two (else the page says it)
+
+Several requests into one pool (requests.js; Paged cache and batching): the data has requests,
+a list of {id, label, color}; each step has
+        requests    per request present: id, status ("running", "waiting", "finished"),
+                    num_tokens, num_preemptions, block_table, new_blocks (taken this step),
+                    hit_blocks (found in the prefix cache this step), gave_back (blocks a
+                    preemption or its finish gave back this step), returned (back after a
+                    preemption this step)
+        pool        every block held or holding a cached prefix: block, ref_count, owners,
+                    cached, filled (slots holding a token); a block not listed is free
+        num_preemptions   preemptions so far
+
+One request's blocks with its tokens and drafts (blocks.js; Speculative decoding): the data has
+tokens and prompt_tokens as above; each step has num_tokens, new and block_table as above, and
+        drafts      None, or tokens (texts), positions, accepted (how many, from the first),
+                    rolled_back (per rejected draft whose K and V were written: draft, block,
+                    offset, text), freed_blocks (blocks the rollback emptied)
+        summary     tokens, passes, tokens_per_pass, proposed, accepted, rolled_back_slots,
+                    freed_blocks, plain_tokens, plain_passes: the run so far
+        note        optional: a line under the numbers
 """
 
 from __future__ import annotations
@@ -30,9 +56,11 @@ from pathlib import Path
 import streamlit as st
 
 HERE = Path(__file__).resolve().parent
+JS_PARTS = ("dom.js", "cache.js", "requests.js", "blocks.js", "stage.js")  # stage.js last: it exports the component
 _stage = st.components.v2.component(
     "kvviz.stage", html='<div class="kvviz-stage" data-testid="kvviz-stage"></div>',
-    css=(HERE / "stage.css").read_text(encoding="utf-8"), js=(HERE / "stage.js").read_text(encoding="utf-8"))
+    css=(HERE / "stage.css").read_text(encoding="utf-8"),
+    js="\n".join((HERE / part).read_text(encoding="utf-8") for part in JS_PARTS))
 
 
 def show_stage(data: dict, key: str, on_step=None) -> int:

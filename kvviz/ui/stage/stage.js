@@ -1,70 +1,31 @@
-// The stage: one living diagram of a request's KV cache, drawn in the browser.
+// The stage: one living diagram of the KV cache, drawn in the browser.
 //
-// Python sends the whole lesson once (kvviz/ui/stage/__init__.py says the format): the tokens,
-// and per step the tokens in the cache, the newest token's attention in every layer and head,
-// the block table, the bill and one sentence. Stepping through recorded steps, hovering a token
-// and choosing a layer or head all happen here, without a server round trip; the step shown is
-// reported back (setStateValue "step") a moment after the last change, so that the views below
-// the stage follow it.
+// Python sends a whole lesson once (kvviz/ui/stage/__init__.py says the format). Stepping through
+// recorded steps, hovering a token, a request or a block, and choosing a layer or head all happen
+// here, without a server round trip; the step shown is reported back (setStateValue "step") a
+// moment after the last change, so that the views below the stage follow it.
+//
+// What a step holds picks the picture: a step with `requests` draws several requests' block
+// tables into one pool (requests.js); one with `attention` draws one request's cache layer by
+// layer (cache.js); otherwise one request's blocks with a token in each slot and the step's
+// drafts (blocks.js). dom.js holds the helpers; __init__.py joins the files in that order.
 //
 // Plain JavaScript and SVG, no build step and no request to any host.
 
-const SVG = "http://www.w3.org/2000/svg";
 const REPORT_AFTER_MS = 350; // a burst of arrow keys reports once
 
-function el(name, attrs = {}, parent = null, text = null) {
-  const node = document.createElementNS(SVG, name);
-  for (const [key, value] of Object.entries(attrs)) node.setAttribute(key, value);
-  if (text !== null) node.textContent = text;
-  if (parent) parent.appendChild(node);
-  return node;
-}
-
-function html(tag, attrs = {}, parent = null, text = null) {
-  const node = document.createElement(tag);
-  for (const [key, value] of Object.entries(attrs)) node.setAttribute(key, value);
-  if (text !== null) node.textContent = text;
-  if (parent) parent.appendChild(node);
-  return node;
-}
-
-function formatBytes(n) {
-  const units = [["GiB", 2 ** 30], ["MiB", 2 ** 20], ["KiB", 2 ** 10]];
-  for (const [unit, size] of units) if (n >= size) return `${(n / size).toFixed(2)} ${unit}`;
-  return `${n.toLocaleString("en-US")} bytes`;
-}
-
-function shown(text) {
-  // a token as its chip and column show it: newlines and spaces made visible
-  return text.replace(/\n/g, "⏎").replace(/ /g, "·") || "·";
-}
-
-// the newest token's attention over the cached positions, in layer `layer` (-1: mean of layers)
-// and head `head` (-1: mean of heads); weights were sent as integers 0-255
-function attentionOf(step, layer, head) {
-  const layers = layer < 0 ? step.attention.map((_, i) => i) : [layer];
-  const out = new Array(step.num_tokens).fill(0);
-  let count = 0;
-  for (const l of layers) {
-    const heads = head < 0 ? step.attention[l].map((_, i) => i) : [head];
-    for (const h of heads) {
-      const row = step.attention[l][h];
-      for (let t = 0; t < row.length; t++) out[t] += row[t] / 255;
-      count++;
-    }
-  }
-  return out.map((w) => w / Math.max(count, 1));
-}
-
-function strongestOf(weights) {
-  return weights.reduce((a, b) => Math.max(a, b), 0);
+function stepName(d, index, last) {
+  const word = d.step_word || "Step";
+  const from = d.count_from || 0;
+  if (!d.step_word && index === 0 && d.steps[0].attention) return `Prefill (step 0 of ${last})`;
+  return `${word} ${index + from} of ${last + from}`;
 }
 
 export default function (component) {
   const { data, parentElement, setStateValue } = component;
   const root = parentElement.querySelector(".kvviz-stage");
-  const state = root.__stage || (root.__stage = { step: null, hover: null, layer: -1, head: -1, timer: null,
-                                                  reported: null, drawnStep: null });
+  const state = root.__stage || (root.__stage = { step: null, hover: null, pinned: null, layer: -1, head: -1,
+                                                  timer: null, reported: null, drawnStep: null });
   state.data = data;
   const last = data.steps.length - 1;
   // the server's step wins when it moved (Next token, a link, a replay); else keep the browser's
@@ -101,169 +62,41 @@ export default function (component) {
     const step = d.steps[state.step];
     const previous = state.drawnStep;
     state.drawnStep = state.step;
-    const grew = previous !== null && state.step === previous + 1;
     root.innerHTML = "";
     root.dataset.step = String(state.step);
+    let readout = null;
+    let view = null;
+    const ctx = {
+      d, step, root, state, grew: previous !== null && state.step === previous + 1,
+      redraw: draw,
+      readoutIn(parent) { readout = html("span", { class: "readout", "data-testid": "stage-readout" }, parent); },
+      // light `target` ({token}, {request} or {block}) everywhere; a tap pins it, a second tap unpins it
+      hover(target, sticky = false) {
+        if (sticky) state.pinned = JSON.stringify(state.pinned) === JSON.stringify(target) ? null : target;
+        const shownTarget = target ?? state.pinned;
+        state.hover = shownTarget;
+        root.querySelectorAll(".lit").forEach((node) => node.classList.remove("lit"));
+        const lit = shownTarget && view ? view.explain(shownTarget) : null;
+        if (readout) readout.textContent = lit ? lit.text : view.idle;
+        if (!lit) return;
+        for (const selector of lit.lit) root.querySelectorAll(selector).forEach((node) => node.classList.add("lit"));
+      },
+    };
 
-    // ---- the bar: step controls, layer and head, the sentence ------------------------------------
+    // ---- the bar: step controls (layer and head where there is attention), the sentence -----------
     const bar = html("div", { class: "bar" }, root);
     const back = html("button", { class: "nav", "data-testid": "stage-back", title: "Step back (←)" }, bar, "◀");
     back.disabled = state.step === 0;
     back.onclick = () => go(state.step - 1);
-    html("span", { class: "where", "data-testid": "stage-step" }, bar,
-         state.step === 0 ? `Prefill (step 0 of ${last})` : `Step ${state.step} of ${last}`);
+    html("span", { class: "where", "data-testid": "stage-step" }, bar, stepName(d, state.step, last));
     const forward = html("button", { class: "nav", "data-testid": "stage-forward", title: "Step forward (→)" }, bar, "▶");
     forward.disabled = state.step === last;
     forward.onclick = () => go(state.step + 1);
-    const layerPick = html("select", { "aria-label": "Attention of layer", class: "pick" }, bar);
-    html("option", { value: "-1" }, layerPick, "attention: mean of layers");
-    for (let l = 0; l < d.layers; l++) html("option", { value: String(l) }, layerPick, `attention: layer ${l}`);
-    layerPick.value = String(state.layer);
-    layerPick.onchange = () => { state.layer = Number(layerPick.value); draw(); };
-    const headPick = html("select", { "aria-label": "Attention of head", class: "pick" }, bar);
-    html("option", { value: "-1" }, headPick, "mean of heads");
-    for (let h = 0; h < d.heads; h++) html("option", { value: String(h) }, headPick, `head ${h}`);
-    headPick.value = String(state.head);
-    headPick.onchange = () => { state.head = Number(headPick.value); draw(); };
+    if (step.attention) attentionPicks(ctx, bar);
     if (step.sentence) html("div", { class: "sentence", "data-testid": "stage-sentence" }, root, step.sentence);
 
-    // ---- the tokens --------------------------------------------------------------------------------
-    const chips = html("div", { class: "chips" }, root);
-    const visible = step.num_tokens + (step.sampled ? 1 : 0);
-    for (let t = 0; t < visible; t++) {
-      const kind = t >= step.num_tokens ? "sampled" : t < d.prompt_tokens ? "prompt" : "generated";
-      const chip = html("span", { class: `chip ${kind}${step.new.includes(t) ? " new" : ""}`, "data-token": String(t),
-                                  title: kind === "sampled" ? "just sampled: its K and V enter the cache at the next step"
-                                                            : `position ${t}` }, chips, shown(d.tokens[t]));
-      chip.onmouseenter = () => hover(t);
-      chip.onmouseleave = () => hover(null);
-      chip.onclick = () => hover(state.hover === t ? null : t, true);
-    }
-
-    // ---- the cache, the block table and the pool ----------------------------------------------------
-    const weights = attentionOf(step, state.layer, state.head);
-    const scale = d.presenter ? 1.35 : 1;
-    const width = Math.max(root.clientWidth || 900, 640);
-    const poolWidth = Math.min(330 * scale, width * 0.34);
-    const gridWidth = width - poolWidth - 24;
-    const labelWidth = 70 * scale;
-    const maxTokens = d.steps[last].num_tokens;
-    const column = Math.max(3, Math.min(26 * scale, (gridWidth - labelWidth - 8) / Math.max(maxTokens, 1)));
-    const row = Math.max(6, Math.min(11, 110 / d.layers)); // K and V rows of a layer; its label spans both
-    const headerHeight = 16 * scale + 8;
-    const attentionHeight = 2 * (d.presenter ? 16 : 12) + 4;
-    const labelsHeight = column >= 11 ? 40 * scale : 0; // token texts under their columns, where they fit
-    const gridHeight = headerHeight + attentionHeight + d.layers * (2 * row + 4) + 8 + labelsHeight;
-    const wrap = html("div", { class: "stagebox" }, root);
-    const svg = el("svg", { width: gridWidth, height: gridHeight, class: "cache", "data-testid": "stage-cache" });
-    wrap.appendChild(svg);
-    const titleText = el("text", { x: 0, y: 14 * scale, class: "title" }, svg, "Each layer's cache: ");
-    el("tspan", { class: "k-word" }, titleText, "K");
-    titleText.appendChild(document.createTextNode(" over "));
-    el("tspan", { class: "v-word" }, titleText, "V");
-    titleText.appendChild(document.createTextNode(" for every cached position"));
-    const top = headerHeight;
-    // the newest token's attention, as bars above its columns
-    const labelSize = d.presenter ? 16 : 12;
-    el("text", { x: 0, y: top + labelSize - 2, class: "label" }, svg, "attention");
-    el("text", { x: 0, y: top + 2 * labelSize - 1, class: "label" }, svg, `max ${(100 * strongestOf(weights)).toFixed(0)}%`);
-    const newest = step.num_tokens - 1;
-    const strongest = Math.max(strongestOf(weights), 1e-9);
-    for (let t = 0; t < step.num_tokens; t++) {
-      const x = labelWidth + t * column;
-      const h = Math.max(1, (weights[t] / strongest) * (attentionHeight - 6)); // the strongest fills the row
-      el("rect", { x: x + 0.5, y: top + attentionHeight - h, width: Math.max(column - 1, 1), height: h,
-                   class: `att${t === newest ? " query" : ""}`, "data-token": String(t) }, svg)
-        .appendChild(el("title", {}, null, `${shown(d.tokens[t])}: ${(100 * weights[t]).toFixed(1)}% of the newest token's attention`));
-    }
-    for (let l = 0; l < d.layers; l++) {
-      const y = top + attentionHeight + 4 + l * (2 * row + 4);
-      el("text", { x: 0, y: y + row, class: "label", "dominant-baseline": "middle" }, svg, `layer ${l}`);
-      if (l === 0) el("title", {}, svg.lastChild, "Each layer holds a row of keys (K) over a row of values (V)");
-      const layerWeights = attentionOf(step, l, state.head);
-      for (let t = 0; t < step.num_tokens; t++) {
-        const x = labelWidth + t * column;
-        const fresh = step.new.includes(t);
-        const strength = 0.25 + 0.75 * Math.min(1, layerWeights[t] * 4);
-        for (const [part, dy] of [["k", 0], ["v", row]]) {
-          const cell = el("rect", { x: x + 0.5, y: y + dy + 0.5, width: Math.max(column - 1, 1), height: row - 1,
-                                    class: `cell ${part}${fresh ? " fresh" : ""}${fresh && grew ? " slide" : ""}`,
-                                    "data-token": String(t), "data-layer": String(l), "fill-opacity": strength.toFixed(2) }, svg);
-          cell.onmouseenter = () => hover(t);
-          cell.onmouseleave = () => hover(null);
-        }
-      }
-    }
-
-    if (labelsHeight) {
-      const base = top + attentionHeight + 4 + d.layers * (2 * row + 4) + 6;
-      for (let t = 0; t < step.num_tokens; t++) {
-        const x = labelWidth + t * column + column / 2;
-        const text = shown(d.tokens[t]);
-        el("text", { x, y: base, class: `tok${step.new.includes(t) ? " fresh" : ""}`, "data-token": String(t),
-                     transform: `rotate(-55 ${x} ${base})`, "text-anchor": "end", dy: "0.9em" }, svg,
-           text.length > 6 ? `${text.slice(0, 5)}…` : text);
-      }
-    }
-
-    // the pool and this request's block table
-    const side = html("div", { class: "side" }, wrap);
-    side.style.width = `${poolWidth}px`;
-    html("div", { class: "title" }, side, `Block table: ${step.block_table.length} block${step.block_table.length === 1 ? "" : "s"} of ${d.block_size} tokens`);
-    const table = html("div", { class: "table", "data-testid": "stage-block-table" }, side);
-    step.block_table.forEach((block, logical) => {
-      const entry = html("span", { class: "entry", "data-block": String(block) }, table, `${logical}→${block}`);
-      entry.title = `logical block ${logical} (positions ${logical * d.block_size}-${(logical + 1) * d.block_size - 1}) lives in physical block ${block}`;
-    });
-    if (!step.block_table.length) html("span", { class: "entry empty" }, table, "none held");
-    html("div", { class: "title" }, side, `The pool: ${d.num_blocks} physical blocks`);
-    const pool = html("div", { class: "pool", "data-testid": "stage-pool" }, side);
-    const owner = new Map(step.block_table.map((block, logical) => [block, logical]));
-    for (let b = 0; b < d.num_blocks; b++) {
-      const box = html("div", { class: `block${owner.has(b) ? " held" : ""}`, "data-block": String(b) }, pool);
-      html("div", { class: "id" }, box, String(b));
-      const slots = html("div", { class: "slots" }, box);
-      for (let s = 0; s < d.block_size; s++) {
-        const position = owner.has(b) ? owner.get(b) * d.block_size + s : -1;
-        const filled = position >= 0 && position < step.num_tokens;
-        html("span", { class: `slot${filled ? " filled" : ""}${filled && step.new.includes(position) ? " fresh" : ""}`,
-                       "data-token": filled ? String(position) : "" }, slots);
-      }
-    }
-
-    // ---- the bill -------------------------------------------------------------------------------------
-    const bill = html("div", { class: "bill", "data-testid": "stage-bill" }, root);
-    const b = step.bill;
-    html("span", { class: "formula" }, bill,
-         `${step.num_tokens} tokens × ${d.per_token_formula} = ${formatBytes(b.formula_bytes)}`);
-    html("span", {}, bill, `measured ${formatBytes(b.token_bytes)}`);
-    html("span", {}, bill, `${b.blocks} block${b.blocks === 1 ? "" : "s"} held, ${formatBytes(b.block_bytes)}`);
-    html("span", {}, bill, `slack ${formatBytes(b.slack_bytes)}`);
-    const readout = html("span", { class: "readout", "data-testid": "stage-readout" }, bill, "hover a token");
-    if (b.note) html("div", { class: "note" }, bill, b.note);
-
-    function hover(t, sticky = false) {
-      if (sticky) state.pinned = t;
-      const target = t === null ? (state.pinned ?? null) : t;
-      state.hover = target;
-      root.querySelectorAll(".lit").forEach((node) => node.classList.remove("lit"));
-      if (target === null || target >= step.num_tokens + (step.sampled ? 1 : 0)) {
-        readout.textContent = "hover a token";
-        return;
-      }
-      root.querySelectorAll(`[data-token="${target}"]`).forEach((node) => node.classList.add("lit"));
-      if (target < step.num_tokens) {
-        const logical = Math.floor(target / d.block_size);
-        const block = step.block_table[logical];
-        root.querySelectorAll(`[data-block="${block}"]`).forEach((node) => node.classList.add("lit"));
-        readout.textContent = `“${shown(d.tokens[target])}” (position ${target}): ${formatBytes(d.bytes_per_token)} in `
-          + `${d.layers} layers, slot ${target % d.block_size} of block ${block}, `
-          + `${(100 * weights[target]).toFixed(1)}% of the newest token's attention`;
-      } else {
-        readout.textContent = `“${shown(d.tokens[target])}” was just sampled: its K and V enter the cache at the next step`;
-      }
-    }
-    if (state.hover !== null) hover(state.hover);
+    view = step.requests ? drawRequests(ctx) : step.attention ? drawCache(ctx) : drawBlocks(ctx);
+    ctx.hover(state.hover);
   }
 
   draw();
