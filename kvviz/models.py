@@ -274,6 +274,11 @@ def _load_pretrained(where: str, name: str, source: str, device, dtype) -> Loade
         tokenizer = AutoTokenizer.from_pretrained(where, local_files_only=True, trust_remote_code=False)
     except Exception:  # a checkpoint without tokenizer still runs on token ids
         tokenizer = None
+    vocab_size = model.get_input_embeddings().weight.shape[0]
+    if tokenizer is not None and len(tokenizer) > vocab_size:  # its ids past the table: an IndexError mid-lesson
+        raise ModelLoadError(f"The tokenizer of {name!r} has {len(tokenizer):,} tokens but the model's embedding "
+                             f"table holds {vocab_size:,}, so some text would give ids the model cannot look up; "
+                             "put the tokenizer that came with these weights beside them.")
     model.to(device).eval()
     return LoadedModel(model, tokenizer, device, dtype, name, source, _max_context(config))
 

@@ -23,6 +23,8 @@ from kvviz.engine.sampling import SamplingParams
 from kvviz.models import default_heldout_text
 
 MAX_UPLOAD_BYTES = 2 * 1024 * 1024  # a classroom's prompt file, not a dataset
+MAX_PROMPTS_FILE_BYTES = 64 * 2**20  # the command line's --prompts: read only when no larger
+MAX_PROMPT_CHARS = 1_000_000  # one prompt, about 250,000 tokens: checked before the tokenizer reads it
 MAX_UPLOAD_PROMPTS = 1024  # prompts in one uploaded file
 MAX_JOB_TOKENS = 200_000  # prompt tokens plus tokens to generate, over the whole job
 UPLOAD_LIMITS = (f"at most {MAX_UPLOAD_BYTES // 2**20} MiB and {MAX_UPLOAD_PROMPTS:,} prompts, "
@@ -130,11 +132,22 @@ def synthetic_workload(tokenizer, vocab_size: int, count: int = 16, prompt_len: 
 
 # ---- files of prompts: the command line and uploads ---------------------------------------
 def read_prompts(path: Path) -> list[str]:
-    """A .txt file gives one prompt per non-empty line; a .jsonl file one {"prompt": ...} per line."""
+    """A .txt file gives one prompt per non-empty line; a .jsonl file one {"prompt": ...} per line.
+
+    The file is read only up to MAX_PROMPTS_FILE_BYTES (a 2 GB file was read whole, 28 s and 4.4 GB,
+    before the tokenizer aborted the process), and its bytes are decoded as an upload's are."""
     if not path.is_file():
         raise ValueError(f"There is no prompts file at {str(path)!r}; give a .txt or .jsonl file.")
+    size = path.stat().st_size
+    if size <= MAX_PROMPTS_FILE_BYTES:  # a bigger file is not opened
+        with path.open("rb") as file:
+            data = file.read(MAX_PROMPTS_FILE_BYTES + 1)  # no more, even if the file grows while it is read
+        size = max(size, len(data))
+    if size > MAX_PROMPTS_FILE_BYTES:
+        raise ValueError(f"{str(path)!r} is {size / 2**20:,.1f} MiB, more than the {MAX_PROMPTS_FILE_BYTES // 2**20} "
+                         "MiB a prompts file may be; split it into smaller files.")
     try:
-        text = path.read_text(encoding="utf-8", errors="strict")
+        text = data.decode("utf-8")
     except UnicodeDecodeError as error:
         raise ValueError(f"{str(path)!r} is not UTF-8 text (byte {error.object[error.start]:#04x} at offset "
                          f"{error.start:,} cannot be read); save it as UTF-8, one prompt per line or one "
@@ -148,6 +161,10 @@ def parse_prompts(text: str, name: str) -> list[str]:
     Lines end at \\n (or \\r\\n) only: a form feed or U+2028 inside a prompt stays in that prompt.
     """
     lines = [line.removesuffix("\r") for line in text.removeprefix("\ufeff").split("\n")]
+    for number, line in enumerate(lines, 1):  # before the tokenizer: a 5 MB line took 19 s and 1.5 GB
+        if len(line) > MAX_PROMPT_CHARS:
+            raise ValueError(f"Line {number} of {name} has {len(line):,} characters, more than the "
+                             f"{MAX_PROMPT_CHARS:,} a prompt may have; shorten it or split it into several.")
     if name.lower().endswith(".jsonl"):
         prompts = [_jsonl_prompt(line, number, name) for number, line in enumerate(lines, 1) if line.strip()]
     else:
@@ -170,6 +187,11 @@ def _jsonl_prompt(line: str, number: int, name: str) -> str:
     if not isinstance(prompt, str):
         raise ValueError(f"Line {number} of {name} has no \"prompt\" string; "
                          "write one object like {\"prompt\": \"...\"} per line.")
+    try:
+        prompt.encode("utf-8")
+    except UnicodeEncodeError:  # JSON's "\ud800" escape: half of a character, which no tokenizer reads
+        raise ValueError(f"Line {number} of {name} holds a lone surrogate (\\ud800 to \\udfff), half of a "
+                         "character; write the whole character or remove it.") from None
     return prompt
 
 
@@ -213,7 +235,8 @@ def upload_workload(tokenizer, name: str, data: bytes, output_len: tuple[int, in
     total = sum(map(len, token_ids)) + sum(output_lens)
     if total > MAX_JOB_TOKENS:
         raise WorkloadError(f"{Path(name).name} makes a job of {total:,} tokens (prompts plus outputs), more than "
-                            f"the {MAX_JOB_TOKENS:,} allowed; upload fewer or shorter prompts, or ask for fewer tokens.")
+                            f"the {MAX_JOB_TOKENS:,} allowed; upload fewer or shorter prompts, or ask for fewer "
+                            "tokens.")
     return Workload(Path(name).name, token_ids, output_lens, prompts)
 
 

@@ -9,7 +9,8 @@ from kvviz.lessons.batch_generation import state as bs
 from kvviz.lessons.batch_generation.logic import COMPARE_REPEATS, run_batch
 from kvviz.throughput import DEFINITION, throughput_text
 from kvviz.ui.common import current_model, show_code
-from kvviz.workloads import UPLOAD_LIMITS
+from kvviz.ui.text import plain
+from kvviz.workloads import MAX_UPLOAD_BYTES, UPLOAD_LIMITS
 
 st.title("Batch generation")
 info = current_model().describe()
@@ -28,12 +29,13 @@ with workload_col:
     upload_problem = None
     if source == bs.UPLOAD:
         st.file_uploader(f"A .txt file (one prompt per line) or a .jsonl file (one {{\"prompt\": ...}} per line), "
-                         f"{UPLOAD_LIMITS}", key="batch_upload", on_change=bs.on_new_upload)
+                         f"{UPLOAD_LIMITS}", key="batch_upload", on_change=bs.on_new_upload,
+                         max_upload_size=MAX_UPLOAD_BYTES // 2**20)  # the browser refuses a bigger file unsent
         summary, upload_problem = bs.upload_summary()
         if not hasattr(st.session_state.get("batch_upload"), "getvalue"):
             st.caption("Nothing uploaded yet.")
         elif upload_problem:
-            st.error(upload_problem)
+            st.error(plain(upload_problem))  # it names the file: as typed, never markdown
         else:
             st.success(summary)
     else:
@@ -51,8 +53,10 @@ with settings_col:
     a, b = st.columns(2)
     a.select_slider("Block size (tokens)", [1, 2, 4, 8, 16, 32, 64], bs.DEFAULTS["batch_block_size"],
                     key="batch_block_size")
-    b.number_input("Pool size in blocks (0: room for every request)", 0, 1_000_000, bs.DEFAULTS["batch_num_blocks"],
-                   key="batch_num_blocks", help="Make it small to watch requests wait and get preempted.")
+    b.number_input("Pool size in blocks (0: room for every request)", 0, bs.POOL_BLOCKS_MOST,
+                   bs.DEFAULTS["batch_num_blocks"], key="batch_num_blocks",
+                   help="Make it small to watch requests wait and get preempted. At most what the prompts can "
+                        "fill and what memory holds.")
     a.number_input("Most requests running at once", 1, 1024, bs.DEFAULTS["batch_max_num_seqs"],
                    key="batch_max_num_seqs")
     b.number_input("Token budget per step", 1, 65_536, bs.DEFAULTS["batch_max_batched_tokens"],
@@ -76,7 +80,7 @@ progress_slot, live_slot = st.empty(), st.empty()
 if st.button("Run the batch", type="primary", disabled=upload_problem is not None):
     bs.run(progress_slot, live_slot)
 if bs.error():
-    st.error(bs.error())
+    st.error(plain(bs.error()))
 
 done = bs.result()
 if done is None:
@@ -120,7 +124,7 @@ with compare_tab:
     a.number_input("transformers batch size", 1, 1024, bs.DEFAULTS["batch_hf_batch_size"], key="batch_hf_batch_size")
     b.button("Run both and compare", on_click=bs.on_compare, width="stretch")
     if "batch_compare_error" in st.session_state:
-        st.error(st.session_state["batch_compare_error"])
+        st.error(plain(st.session_state["batch_compare_error"]))
     compared = bs.comparison()
     if compared is not None:
         used = compared.kvviz.details
@@ -141,6 +145,10 @@ with compare_tab:
                    f"{done.settings.engine.max_num_batched_tokens} tokens per step, {used['num_blocks']} blocks of "
                    f"{done.settings.engine.block_size}. The headline above counts engine steps only, during a run "
                    "that also drew its charts, so it differs from these figures.")
+        if compared.cut_requests:
+            st.info(f"{compared.cut_requests} of the {compared.agreement.num_requests} requests asked for more tokens "
+                    f"than fit the model's context of {compared.max_context:,} tokens, where kvviz stops: both sides "
+                    "generated them only up to it, so they did the same work.")
         if (note := compared.busy_note()) is not None:
             st.warning(note)
         st.plotly_chart(figures.speed_comparison(compared.rows()), width="stretch")

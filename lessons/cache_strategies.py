@@ -15,7 +15,8 @@ from kvviz.lessons.uploads import file_buttons
 from kvviz.memory_bill import SLIDING, format_bytes
 from kvviz.strategies import QuantizedKV, SlidingWindowKV, StaticKV
 from kvviz.throughput import busy_note
-from kvviz.ui.common import current_model, plain, show_code
+from kvviz.ui.common import current_model, show_code
+from kvviz.ui.text import plain
 
 st.title("Cache strategies")
 lm = current_model()

@@ -2,6 +2,7 @@
 
 import streamlit as st
 
+from kvviz.budget import WorkTooLarge
 from kvviz.engine import EngineError
 from kvviz.lessons.model_lab import figures
 from kvviz.lessons.model_lab import logic as lab
@@ -10,7 +11,6 @@ from kvviz.models import CustomShape, ModelLoadError
 from kvviz.ui.common import show_code
 
 LONGEST_CONTEXTS = [128, 256, 512, 1024, 2048]
-REPEATS = 5  # decode steps timed per context; the plot shows their median
 
 
 @st.cache_resource(show_spinner="Building the model with random weights…", max_entries=2)
@@ -39,7 +39,7 @@ def _measure(bar) -> None:
 
     try:
         lm = built_model(_shape())
-        result = lab.measure(lm, lab.lab_contexts(lm.max_context), repeats=REPEATS, progress=progress)
+        result = lab.measure(lm, lab.lab_contexts(lm.max_context), repeats=lab.LAB_REPEATS, progress=progress)
     except (ModelLoadError, EngineError, ValueError) as error:
         st.session_state["lab_error"] = str(error)
         return
@@ -71,9 +71,9 @@ with controls:
         st.caption(f"This shape: **{cost.num_params / 1e6:,.1f}M parameters**, {format_bytes(cost.weight_bytes)} "
                    f"of weights, head size {cost.head_dim}, MLP {cost.intermediate_size}, "
                    f"**{format_bytes(cost.bytes_per_token)} of cache per token**.")
-        lab.check_lab_size(_shape())
+        lab.check_lab_size(_shape())  # its parameters, and the measurement's work (kvviz.budget)
         shape_problem = None
-    except ModelLoadError as error:
+    except (ModelLoadError, WorkTooLarge) as error:
         shape_problem = str(error)
 
 

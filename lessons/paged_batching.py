@@ -18,6 +18,7 @@ from kvviz.lessons.uploads import file_buttons
 from kvviz.memory_bill import format_bytes
 from kvviz.ui.common import show_code
 from kvviz.ui.stage import show_stage
+from kvviz.ui.text import plain
 
 lesson = ps.paged()
 presenter = bool(st.session_state.get("presenter"))
@@ -107,7 +108,7 @@ if lesson is None:
     beyond_the_article()
     st.stop()
 if lesson.replay:
-    st.info(f"Replaying a recorded run ({lesson.model_name}, {len(lesson.records)} steps, block size "
+    st.info(f"Replaying a recorded run ({plain(lesson.model_name)}, {len(lesson.records)} steps, block size "
             f"{lesson.block_size}, a pool of {lesson.num_blocks} blocks, prefix caching "
             f"{'on' if lesson.enable_prefix_caching else 'off'}), with no model. Press **Start** to run "
             "the requests under **Requests and settings** on the loaded model instead.")
@@ -153,11 +154,11 @@ with left:
 with right:
     st.plotly_chart(figures.schedule_timeline(lesson.records[:step + 1][-12:], labels), width="stretch")
     st.markdown("**Events this step**")
-    events = [{"event": e.kind, "request": labels.get(e.request_id, "—"), "blocks": ", ".join(map(str, e.block_ids))}
-              for e in record.events]
+    events = [{"event": plain(e.kind), "request": labels.get(e.request_id, "—"),
+               "blocks": ", ".join(map(str, e.block_ids))} for e in record.events]
     # st.table wraps long cells; a dataframe would cut block lists and texts off at the column's edge
     st.table(pd.DataFrame(events or [{"event": "—", "request": "", "blocks": ""}]).set_index("event"))
-    texts = [{"request": labels[rid], "state": state, "text": text}
+    texts = [{"request": labels[rid], "state": plain(state), "text": plain(text)}  # st.table reads markdown
              for rid, (state, text) in sorted(lesson.texts_so_far(step).items()) if rid in labels]
     if texts:
         st.markdown("**Generated so far**")

@@ -16,7 +16,8 @@ from kvviz.lessons.prefill_decode.explain_views import inside_attention, memory_
 from kvviz.lessons.prefill_decode.logic import steps_text
 from kvviz.memory_bill import format_bytes
 from kvviz.lessons.prefill_decode.stage import stage_data
-from kvviz.ui.common import plain, show_code
+from kvviz.ui.common import show_code
+from kvviz.ui.text import plain
 from kvviz.ui.stage import show_stage
 
 ls.set_defaults()

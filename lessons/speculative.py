@@ -13,6 +13,7 @@ from kvviz.lessons.speculative.stage import stage_data
 from kvviz.lessons.uploads import file_buttons
 from kvviz.ui.common import show_code
 from kvviz.ui.stage import show_stage
+from kvviz.ui.text import plain
 
 lesson = ss.lesson()
 presenter = bool(st.session_state.get("presenter"))
@@ -82,7 +83,7 @@ if lesson is None:
     st.stop()
 if lesson.replay:
     asked = lesson.settings
-    st.info(f"Replaying a recorded run ({lesson.model_name}, {len(lesson.records)} passes with drafts, "
+    st.info(f"Replaying a recorded run ({plain(lesson.model_name)}, {len(lesson.records)} passes with drafts, "
             f"k = {asked['num_speculative']}, block size {asked['block_size']}), with no model. Press **Start** "
             "to run the prompt under **Prompt and settings** on the loaded model instead.")
 
@@ -146,16 +147,16 @@ elif lesson.drafts_done and not lesson.replay:
 
 with st.expander("Every pass: drafts, verdicts, rollbacks", expanded=False):
     st.table(pd.DataFrame([{
-        "pass": str(r.number), "drafts": decode(r.draft_token_ids).replace("\n", "⏎") or "—",
-        "accepted": r.num_accepted, "kept": decode(r.added_token_ids).replace("\n", "⏎"),
+        "pass": str(r.number), "drafts": plain(decode(r.draft_token_ids).replace("\n", "⏎")) or "—",
+        "accepted": r.num_accepted, "kept": plain(decode(r.added_token_ids).replace("\n", "⏎")),
         "slots rolled back": len(r.rolled_back_slots),
         "freed block ids": ", ".join(map(str, r.freed_block_ids)) or "—"} for r in rows]).set_index("pass"))
 
 st.markdown("**Generated so far**")
 plain_passes = min(plain_until + 1, len(lesson.plain_records))
 texts = pd.DataFrame([
-    {"decoding": f"with drafts, {step + 1} passes", "text": decode(lesson.output(step))},
-    {"decoding": f"plain, {plain_passes} passes", "text": decode(lesson.output(plain_until, plain=True))},
+    {"decoding": f"with drafts, {step + 1} passes", "text": plain(decode(lesson.output(step)))},  # st.table: markdown
+    {"decoding": f"plain, {plain_passes} passes", "text": plain(decode(lesson.output(plain_until, plain=True)))},
 ]).set_index("decoding")
 st.table(texts)
 

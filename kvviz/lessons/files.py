@@ -2,9 +2,10 @@
 
 A file is JSON with a format ("kvviz-lesson/3"), the lesson it holds (files of the first
 lesson, written before the other lessons could export, have no lesson field) and that lesson's
-fields. Older formats are refused with a sentence naming theirs. `read_lesson_file` checks the size, the JSON and the envelope; each lesson's builder
-checks its fields with `typed`, `check_keys` and `check_range`, which raise FieldError, and
-`build_checked` turns that into one sentence naming the field.
+fields. Older formats are refused with a sentence naming theirs. `read_lesson_file` checks the size,
+the JSON and the envelope; each lesson's builder checks its fields with `typed`, `check_keys` and
+`check_range`, which raise FieldError, and `build_checked` turns that into one sentence naming the
+field. A text field that is half of a character (a lone surrogate) is refused: no page could show it.
 """
 
 from __future__ import annotations
@@ -119,14 +120,26 @@ def typed(value, kind, where: str):
     if kind is str:
         if not isinstance(value, str) or len(value) > 100_000:
             raise FieldError(where, "must be text")
+        if not value.isascii() and not _encodes(value):  # JSON's "\ud800" escape gives half a character
+            raise FieldError(where, "holds a lone surrogate (\\ud800 to \\udfff), half of a character, which no "
+                                    "page can show")
         return value
     raise FieldError(where, "has a type kvviz does not read")
+
+
+def _encodes(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def check_keys(value: dict, where: str, allowed: set, required: set | None = None) -> None:
     unknown = sorted(set(value) - allowed)
     if unknown:
-        raise FieldError(f"{where}.{str(unknown[0])[:40]}".lstrip("."), "is not one kvviz writes")
+        name = str(unknown[0])[:40].encode("utf-8", "backslashreplace").decode("utf-8")  # the sentence must print
+        raise FieldError(f"{where}.{name}".lstrip("."), "is not one kvviz writes")
     missing = sorted((allowed if required is None else required) - set(value))
     if missing:
         raise FieldError(f"{where}.{missing[0]}".lstrip("."), "is missing")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import html
 import inspect
-import re
 from dataclasses import replace
 
 import streamlit as st
@@ -12,6 +11,7 @@ import streamlit as st
 from kvviz.engine import SamplingParams
 from kvviz.models import ModelLoadError, allowed_source, load_model
 from kvviz.ui.colors import PHASE
+from kvviz.ui.text import plain
 
 DEFAULT_SOURCE = "bundled"
 
@@ -72,11 +72,6 @@ def page_sampling(setting, prefix: str, sampling: SamplingParams) -> SamplingPar
         return sampling
     return replace(sampling, temperature=float(setting(prefix + "temperature")),
                    top_k=int(setting(prefix + "top_k")), top_p=float(setting(prefix + "top_p")))
-
-
-def plain(text: str) -> str:
-    """Text that Streamlit's markdown shows as typed: no links, images, emphasis or emoji codes."""
-    return re.sub(r"([\\`*_{}\[\]()<>#+\-.!|~:$])", r"\\\1", text)
 
 
 def token_chips(tokens: list[str], entered_step: list[int], latest_step: int) -> str:

@@ -1,8 +1,10 @@
 """Live lessons on this server: a budget, and freeing the lesson of a session that has ended.
 
 Streamlit keeps a closed tab's session (and its session_state) until it reaps it lazily, so
-each lesson is registered under its session id and freed as soon as the runtime no longer
-lists that session as active. The budget is KVVIZ_MAX_LESSONS (default 60) lessons at once.
+each lesson is registered under its session id and kind (a session may run a Prefill and decode
+lesson and a Speculative one, each with its own engines) and freed as soon as the runtime no
+longer lists that session as active. The budget is KVVIZ_MAX_LESSONS (default 60) lessons at once.
+A lesson has `released` and `release()`.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from streamlit.runtime.scriptrunner_utils.script_run_context import get_script_r
 DEFAULT_MAX_LESSONS = 60
 SWEEP_EVERY_S = 10.0
 _lock = threading.Lock()
-_live: dict[str, weakref.ref] = {}  # session id -> that session's running lesson
+_live: dict[tuple[str, str], weakref.ref] = {}  # (session id, lesson kind) -> that session's running lesson
 _sweeper: threading.Thread | None = None
 
 
@@ -39,13 +41,13 @@ def sweep() -> int:
     """Free the lessons of sessions that ended; return how many lessons stay live."""
     freed = 0
     with _lock:
-        for session_id, ref in list(_live.items()):
+        for key, ref in list(_live.items()):
             lesson = ref()
             if lesson is None or lesson.released:
-                del _live[session_id]
-            elif _session_ended(session_id):
+                del _live[key]
+            elif _session_ended(key[0]):
                 lesson.release()  # drops its engines, pool and traces even while Streamlit keeps the session
-                del _live[session_id]
+                del _live[key]
                 freed += 1
         live = len(_live)
     if freed:
@@ -63,16 +65,17 @@ def _give_back_memory() -> None:
 
 
 def admit(lesson) -> str | None:
-    """Register this session's new lesson; a sentence instead when the server's budget is full."""
+    """Register this session's new lesson, in place of its earlier one of the same kind; a sentence
+    instead when the server's budget is full."""
     ctx = get_script_run_ctx(suppress_warning=True)
-    session_id = ctx.session_id if ctx is not None else "no-session"
+    key = (ctx.session_id if ctx is not None else "no-session", type(lesson).__name__)
     sweep()
     with _lock:
-        others = sum(1 for sid in _live if sid != session_id)
+        others = sum(1 for held in _live if held != key)
         if others >= max_lessons():
             return (f"This server is running its limit of {max_lessons()} live lessons; try again when a "
                     "classmate closes their tab, or replay a lesson file, which runs no model.")
-        _live[session_id] = weakref.ref(lesson)
+        _live[key] = weakref.ref(lesson)
     _start_sweeper()
     return None
 

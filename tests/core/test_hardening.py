@@ -173,4 +173,5 @@ def test_typed_model_names_show_as_text_in_the_sidebar(monkeypatch):
     at.sidebar.text_input(key="model_request").set_value("./![x](http://example.com/a.png) **bold**").run()
     error = at.sidebar.error[0].value
     assert "There is no folder" in error
-    assert "\\!\\[x\\]\\(http\\:/example\\.com/a\\.png\\)" in error and "\\*\\*bold\\*\\*" in error
+    # escaped, and a word joiner after the colon: markdown finds no address to link in "http:⁠/example"
+    assert "\\!\\[x\\]\\(http\\:\u2060/example\\.com/a\\.png\\)" in error and "\\*\\*bold\\*\\*" in error

@@ -11,7 +11,7 @@ from kvviz.lessons.files import LESSON_FORMAT, MAX_LESSON_BYTES, LessonFileError
 from kvviz.lessons.paged_batching.file import import_paged
 from kvviz.lessons.prefill_decode.file import import_lesson
 from kvviz.lessons.speculative.file import import_speculative
-from kvviz.ui.common import plain
+from kvviz.ui.text import plain
 
 from conftest import one_sentence, open_lesson
 

@@ -179,7 +179,8 @@ def test_batch_uploads_are_checked(batch_page):
     ]:
         at.file_uploader(key="batch_upload").set_value((name, data, "application/octet-stream")).run()
         assert not at.exception
-        assert len(at.error) == 1 and sentence in at.error[0].value, (name, [e.value for e in at.error])
+        assert len(at.error) == 1, (name, [e.value for e in at.error])
+        assert sentence in at.error[0].value.replace("\\", "").replace("\u2060", "")  # escaped for markdown
         assert button(at, "Run the batch").disabled
     jsonl = b'{"prompt": "ROMEO:"}\n\n{"prompt": "JULIET:"}\n'
     at.file_uploader(key="batch_upload").set_value(("p.jsonl", jsonl, "application/json")).run()

@@ -16,13 +16,16 @@ transformers' own `generate` (static, left-padded batches), reusing kvviz.bench.
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from time import perf_counter
 
 from kvviz import bench
+from kvviz.budget import Work, check_click
 from kvviz.engine import Engine, EngineConfig, SamplingParams
+from kvviz.engine.block_pool import BLOCK_BOOKKEEPING_BYTES
 from kvviz.engine.kv_cache import CacheShape
 from kvviz.engine.model_parts import model_parts
+from kvviz.memory_bill import format_bytes
 from kvviz.models import available_memory_bytes
 from kvviz.throughput import busy_note, machine_load, output_tokens_per_s
 from kvviz.workloads import Workload, WorkloadError, jsonl_lines, request_sampling
@@ -42,20 +45,83 @@ class BatchSettings:
     sampling_params: SamplingParams = field(default_factory=lambda: SamplingParams(seed=0, ignore_eos=True))
 
     def pool_blocks(self, lm, workload: Workload) -> int:
-        return self.engine.num_blocks or auto_pool_blocks(lm, workload, self.engine.block_size)
+        """The pool's blocks: room for every request (num_blocks None), or the size asked for, once
+        check_pool has found that the requests can fill it and memory holds it."""
+        if self.engine.num_blocks is None:
+            return auto_pool_blocks(lm, workload, self.engine.block_size)
+        check_pool(lm, workload, self.engine.num_blocks, self.engine.block_size)
+        return self.engine.num_blocks
 
     def sampling(self, max_tokens: int, request_index: int) -> SamplingParams:
         return request_sampling(self.sampling_params, request_index, max_tokens)
 
 
-def auto_pool_blocks(lm, workload: Workload, block_size: int, memory_fraction: float = 0.45) -> int:
+POOL_MEMORY_FRACTION = 0.45  # of free memory, the most a batch's pool may take
+
+
+def auto_pool_blocks(lm, workload: Workload, block_size: int) -> int:
     """Room for every request at its full length at once, but no more than a share of free memory
     (a thousand long requests on a full-size model would not fit)."""
+    return max(1, min(workload.blocks_needed(block_size), blocks_that_fit(lm, block_size)))
 
-    model = model_parts(lm).model
-    block_bytes = block_size * CacheShape.from_model(model).bytes_per_token
-    fit = int(available_memory_bytes(next(model.parameters()).device) * memory_fraction) // block_bytes
-    return max(1, min(workload.blocks_needed(block_size), fit))
+
+def block_bytes(lm, block_size: int) -> int:
+    """One block: its tokens' keys and values in every layer, and its bookkeeping in host memory."""
+    return block_size * CacheShape.from_model(model_parts(lm).model).bytes_per_token + BLOCK_BOOKKEEPING_BYTES
+
+
+def blocks_that_fit(lm, block_size: int) -> int:
+    device = next(model_parts(lm).model.parameters()).device
+    return int(available_memory_bytes(device) * POOL_MEMORY_FRACTION) // block_bytes(lm, block_size)
+
+
+def check_pool(lm, workload: Workload, num_blocks: int, block_size: int) -> None:
+    """A pool asked for by size: no larger than the requests can fill, nor than memory holds; one
+    sentence otherwise, before anything is allocated (the page's field reached 1,000,000 blocks:
+    3.8 GB for two prompts, or one 12.3 GB allocation that failed)."""
+    need = workload.blocks_needed(block_size)
+    if num_blocks > need:
+        raise WorkloadError(f"A pool of {num_blocks:,} blocks is more than these {len(workload)} requests can fill "
+                            f"({need:,} blocks of {block_size} tokens hold every one at its full length); set "
+                            f"{need:,} or fewer, or 0 for room for every request.")
+    fit = blocks_that_fit(lm, block_size)
+    if num_blocks > fit:
+        raise WorkloadError(f"A pool of {num_blocks:,} blocks of {block_size} tokens takes "
+                            f"{format_bytes(num_blocks * block_bytes(lm, block_size))}, more than the "
+                            f"{POOL_MEMORY_FRACTION:.0%} of free memory a batch may take; set {fit:,} blocks or fewer.")
+
+
+# ---- what a run costs, before it starts (kvviz.budget) --------------------------------------
+def within_context(workload: Workload, max_context: int) -> tuple[Workload, int]:
+    """The workload with each request's tokens to generate cut to what fits the model's context (the
+    engine stops there: a request of 255 prompt tokens asking for 300 in a 512-token context gets
+    257), and how many requests were cut."""
+    room = [min(want, max_context - len(prompt)) for prompt, want in zip(workload.prompts, workload.max_tokens)]
+    return replace(workload, max_tokens=room), sum(r < w for r, w in zip(room, workload.max_tokens))
+
+
+def batch_work(lm, workload: Workload, settings: BatchSettings) -> Work:
+    """The engine's forward passes for the batch: their FLOPs (kvviz.bench.model_flops) and their
+    number, at least the decode steps shared by max_num_seqs requests at a time and the tokens over
+    the token budget per step (preemptions add more)."""
+    parts = model_parts(lm)
+    work, _ = within_context(workload, parts.max_context)
+    running = max(1, min(settings.engine.max_num_seqs, len(work)))
+    steps = max(-(-work.num_output_tokens // running),
+                -(-(work.num_prompt_tokens + work.num_output_tokens) // settings.engine.max_num_batched_tokens))
+    return Work(bench.model_flops(parts.model, work), steps)
+
+
+def generate_work(model, workload: Workload, batch_size: int) -> Work:
+    """transformers' generate in static, left-padded batches: every row of a batch runs its widest
+    prompt and its longest output."""
+    work = Work()
+    for first in range(0, len(workload), batch_size):
+        prompts, wants = workload.prompts[first:first + batch_size], workload.max_tokens[first:first + batch_size]
+        width, new = max(map(len, prompts)), max(wants)
+        padded = Workload("padded", [[0] * width] * len(prompts), [new] * len(prompts))
+        work += Work(bench.model_flops(model, padded), new)
+    return work
 
 
 @dataclass(slots=True)
@@ -141,12 +207,17 @@ def run_batch(lm, workload: Workload, settings: BatchSettings | None = None, pro
     """Generate every request of the workload in one engine, recording a StepPoint per step.
 
     progress: optional callable(num_finished, num_total, points) after every step.
-    Raises kvviz.EngineError (a ValueError) for a request the pool or the model cannot hold.
+    Raises kvviz.EngineError (a ValueError) for a request the pool or the model cannot hold, and
+    WorkloadError or kvviz.budget.WorkTooLarge for a pool or a batch past its bounds, before any work.
     """
     settings = settings or BatchSettings()
     if not len(workload):
         raise WorkloadError("There are no prompts to run; upload a file or make a synthetic workload.")
-    engine = Engine(lm, settings.engine, num_blocks=settings.pool_blocks(lm, workload))
+    num_blocks = settings.pool_blocks(lm, workload)
+    check_click(batch_work(lm, workload, settings), next(model_parts(lm).model.parameters()).device,
+                f"This batch of {len(workload)} requests", "ask for fewer prompts or fewer tokens to generate, or "
+                "let more requests run at once")
+    engine = Engine(lm, settings.engine, num_blocks=num_blocks)
     params = [settings.sampling(n, i) for i, n in enumerate(workload.max_tokens)]
     points: list[StepPoint] = []
     start = perf_counter()
@@ -189,6 +260,8 @@ class TransformersComparison:
     agreement: bench.Agreement
     hf_batch_size: int
     load_before: float | None = None  # the machine's 1-minute load average when the runs started
+    cut_requests: int = 0  # requests whose tokens to generate were cut to the model's context, on both sides
+    max_context: int = 0
 
     @property
     def speedup(self) -> float:
@@ -231,26 +304,37 @@ def generate_twin(model):
 def compare_with_transformers(lm, workload: Workload, settings: BatchSettings | None = None,
                               hf_batch_size: int = 16, repeats: int = COMPARE_REPEATS) -> TransformersComparison:
     """Run the workload greedily in kvviz's engine and in transformers `generate`: one untimed
-    warm-up of each on the first two requests, then `repeats` timed runs of each, in turns."""
+    warm-up of each on the first two requests, then `repeats` timed runs of each, in turns.
+
+    Both sides generate no further than the model's context (kvviz stops there; transformers would
+    run on past it, and the two would do different work): requests asking for more are cut, and
+    counted in `cut_requests`. The whole comparison's work is estimated first (kvviz.budget)."""
     settings = settings or BatchSettings()
     if not len(workload):
         raise WorkloadError("There are no prompts to run; upload a file or make a synthetic workload.")
     if hf_batch_size < 1:
         raise WorkloadError(f"The transformers batch size must be at least 1, not {hf_batch_size}.")
-    model = model_parts(lm).model
-    twin = generate_twin(model)
-    num_blocks = settings.pool_blocks(lm, workload)
-    load_before = machine_load()
+    parts = model_parts(lm)
+    model = parts.model
+    num_blocks = settings.pool_blocks(lm, workload)  # as the batch ran
+    workload, cut = within_context(workload, parts.max_context)
     warmup = workload.head(2)
+    runs = max(1, repeats)
+    work = (batch_work(lm, warmup, settings) + generate_work(model, warmup, hf_batch_size)
+            + (batch_work(lm, workload, settings) + generate_work(model, workload, hf_batch_size)) * runs)
+    check_click(work, next(model.parameters()).device, f"Comparing {len(workload)} requests {runs} times each way",
+                "compare a smaller batch: run one with fewer prompts or fewer tokens to generate first")
+    twin = generate_twin(model)
+    load_before = machine_load()
     bench.run_kvviz(model, warmup, settings.engine, num_blocks=num_blocks)  # first-call costs are nobody's speed
     bench.run_hf_generate(twin, warmup, hf_batch_size)
     ours, theirs = [], []
-    for _ in range(max(1, repeats)):
+    for _ in range(runs):
         ours.append(bench.run_kvviz(model, workload, settings.engine, num_blocks=num_blocks))
         theirs.append(bench.run_hf_generate(twin, workload, hf_batch_size))
     kvviz, transformers = (bench.median_run(runs) for runs in (ours, theirs))
     return TransformersComparison(kvviz, transformers, bench.compare_outputs(kvviz.outputs, transformers.outputs),
-                                  hf_batch_size, load_before)
+                                  hf_batch_size, load_before, cut, parts.max_context)
 
 
 def live_summary(points: list[StepPoint]) -> dict:

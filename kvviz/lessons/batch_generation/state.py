@@ -23,8 +23,9 @@ from kvviz.lessons.batch_generation.logic import (
     run_batch,
 )
 from kvviz.ui.common import current_model, drop, page_sampling
+from kvviz.ui.text import plain
 from kvviz.vllm.backend import batch_on_vllm, find_python
-from kvviz.workloads import Workload, WorkloadError, synthetic_workload, upload_workload
+from kvviz.workloads import MAX_UPLOAD_BYTES, Workload, WorkloadError, synthetic_workload, upload_workload
 
 SYNTHETIC, UPLOAD = "Synthetic workload", "Upload a file"
 # the engine's own defaults, but a small running set and token budget, so a class sees requests wait
@@ -40,6 +41,7 @@ DEFAULTS = {"batch_source": SYNTHETIC, "batch_count": 16, "batch_prompt_len": (8
             "batch_block_size": PAGE_ENGINE.block_size, "batch_num_blocks": 0,  # 0: room for every request
             "batch_prefix_caching": PAGE_ENGINE.enable_prefix_caching, "batch_max_num_seqs": PAGE_ENGINE.max_num_seqs,
             "batch_max_batched_tokens": PAGE_ENGINE.max_num_batched_tokens, "batch_hf_batch_size": 16}
+POOL_BLOCKS_MOST = 65_536  # the pool field's top; what the prompts can fill and memory holds are checked on Run
 LIVE_EVERY_S = 0.5  # redraw the live charts this often
 BAR_EVERY_S = 0.1  # and move the progress bar at most this often
 
@@ -80,6 +82,9 @@ def workload() -> Workload:
         if upload is None or not hasattr(upload, "getvalue"):  # nothing, or a file just removed
             raise WorkloadError("No file is uploaded yet; upload a .txt or .jsonl file of prompts, "
                                 "or switch to a synthetic workload.")
+        if upload.size > MAX_UPLOAD_BYTES:  # said from its size, before its bytes are copied out
+            raise WorkloadError(f"{upload.name} is {upload.size / 2**20:.1f} MiB, more than the "
+                                f"{MAX_UPLOAD_BYTES // 2**20} MiB limit; upload fewer prompts.")
         # parse and tokenize a file once, not on every rerun of the page
         key = (upload.file_id, output_len, int(setting("batch_seed")), lm.name)
         cached = st.session_state.get("batch_upload_parsed")
@@ -106,12 +111,13 @@ def on_new_upload() -> None:
 
 
 def upload_summary() -> tuple[str | None, str | None]:
-    """(what the uploaded file holds, or the sentence saying why it cannot be used)."""
+    """(what the uploaded file holds, as markdown that shows its name as typed, or the sentence
+    saying why it cannot be used)."""
     try:
         work = workload()
     except WorkloadError as problem:
         return None, str(problem)
-    return f"{work.name}: {len(work)} prompts, {sum(map(len, work.prompts)):,} prompt tokens.", None
+    return f"{plain(work.name)}: {len(work)} prompts, {sum(map(len, work.prompts)):,} prompt tokens.", None
 
 
 def run(progress_slot, live_slot) -> None:
@@ -120,11 +126,12 @@ def run(progress_slot, live_slot) -> None:
     lm = current_model()
     try:
         work, chosen = workload(), settings()
+        num_blocks = chosen.pool_blocks(lm, work)  # a pool the prompts can fill and memory holds, or a sentence
     except WorkloadError as problem:
         st.session_state["batch_error"] = str(problem)
         return
-    num_blocks = chosen.pool_blocks(lm, work)
-    chosen = replace(chosen, engine=replace(chosen.engine, num_blocks=num_blocks))  # sized once: the live view and the engine agree
+    # sized once: the live view and the engine agree
+    chosen = replace(chosen, engine=replace(chosen.engine, num_blocks=num_blocks))
     bar = progress_slot.progress(0.0, text=f"Starting {len(work)} requests…")
     last_bar, last_draw = [0.0], [0.0]
 
@@ -142,7 +149,7 @@ def run(progress_slot, live_slot) -> None:
 
     try:
         outcome = run_batch(lm, work, chosen, progress=on_step)
-    except ValueError as problem:  # WorkloadError, EngineError
+    except ValueError as problem:  # WorkloadError, EngineError, kvviz.budget.WorkTooLarge: before the work
         st.session_state["batch_error"] = str(problem)
         progress_slot.empty()
         live_slot.empty()
@@ -182,7 +189,8 @@ def on_compare() -> None:
     """Run the last batch's prompts through kvviz and transformers generate, greedy, and time both."""
     _on_last_batch(lambda done: compare_with_transformers(current_model(), done.workload, done.settings,
                                                           int(setting("batch_hf_batch_size"))),
-                   "lesson_batch_compare", "batch_compare_error", "Run the batch first; the comparison uses its prompts.")
+                   "lesson_batch_compare", "batch_compare_error",
+                   "Run the batch first; the comparison uses its prompts.")
 
 
 def vllm_available() -> bool:

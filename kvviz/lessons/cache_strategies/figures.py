@@ -14,6 +14,7 @@ from plotly.subplots import make_subplots
 
 from kvviz.memory_bill import format_bytes
 from kvviz.ui.colors import FONT, PHASE
+from kvviz.ui.text import chart_text
 
 STRATEGY = {
     "dynamic": "#3969AC",  # blue: the full cache, the reference
@@ -66,10 +67,11 @@ def memory_per_step(results, log_scale: bool = True) -> go.Figure:
             continue  # no cache: nothing to draw on a log axis
         reference = r.strategy == "dynamic"  # a wide pale band, so lines that follow it stay visible
         fig.add_trace(go.Scatter(
-            x=list(range(len(held))), y=held, name=r.label, mode="lines", opacity=0.45 if reference else 1.0,
+            x=list(range(len(held))), y=held, name=chart_text(r.label), mode="lines",
+            opacity=0.45 if reference else 1.0,
             line=dict(color=color, width=12 if reference else 4, dash=dash),
             customdata=[format_bytes(b) for b in held], hovertemplate="%{customdata}"))
-    nothing = [r.label for r in results if max(r.held_bytes) == 0]
+    nothing = [chart_text(r.label) for r in results if max(r.held_bytes) == 0]
     note = f" · {', '.join(nothing)}: 0 bytes" if nothing and log_scale else ""
     fig.update_xaxes(title="step (0 = prefill, then one token each)")
     held = [b for r in results for b in r.held_bytes if b > 0]
@@ -115,13 +117,14 @@ def time_per_step(results) -> go.Figure:
                         subplot_titles=("Tokens through the model, per step",
                                         f"One decode step (ms): median of {runs} run{'s' * (runs > 1)}"))
     for r, (color, dash) in zip(results, _styles(results)):
+        label = chart_text(r.label)  # a replayed file's label: text, never markup
         fig.add_trace(go.Scatter(
-            x=list(range(len(r.tokens_run))), y=r.tokens_run, name=r.label, legendgroup=r.label, mode="lines",
+            x=list(range(len(r.tokens_run))), y=r.tokens_run, name=label, legendgroup=label, mode="lines",
             line=dict(color=color, width=3, dash=dash), hovertemplate="%{y} tokens"), row=1, col=1)
         median = r.decode_ms_median
         fig.add_trace(go.Bar(  # sideways, one row per strategy: upright labels cannot collide
-            y=[r.label.replace(" (", "<br>(").replace(" + ", "<br>+ ")], x=[median], orientation="h",
-            name=r.label, legendgroup=r.label, showlegend=False, marker_color=color,
+            y=[label.replace(" (", "<br>(").replace(" + ", "<br>+ ")], x=[median], orientation="h",
+            name=label, legendgroup=label, showlegend=False, marker_color=color,
             error_x=dict(type="data", symmetric=False, array=[max(r.decode_ms) - median],
                          arrayminus=[median - min(r.decode_ms)], color="black"),
             hovertemplate=f"median %{{x:.2f}} ms, spread {min(r.decode_ms):.2f}-{max(r.decode_ms):.2f}<extra></extra>"),
@@ -147,12 +150,12 @@ def kl_per_step(results) -> go.Figure:
         if r.strategy in EXACT:
             continue
         fig.add_trace(go.Scatter(
-            x=list(range(len(r.kl))), y=[max(k, _FLOOR) for k in r.kl], name=r.label, mode="lines",
+            x=list(range(len(r.kl))), y=[max(k, _FLOOR) for k in r.kl], name=chart_text(r.label), mode="lines",
             line=dict(color=color, width=3, dash=dash), customdata=r.kl, hovertemplate="%{customdata:.2e}"))
     exact = [r for r in results if r.strategy in EXACT and r.strategy != "dynamic"]
     note = ""
     if exact:
-        note = (f"<br><sup>{', '.join(r.label for r in exact)}: at most "
+        note = (f"<br><sup>{', '.join(chart_text(r.label) for r in exact)}: at most "
                 f"{max(max(r.kl) for r in exact):.0e} nats (float rounding only), not drawn</sup>")
     fig.update_xaxes(title="step")
     fig.update_yaxes(title="KL (nats, log scale)", type="log", dtick=1, exponentformat="power")
@@ -168,7 +171,7 @@ def quantization_error(results) -> go.Figure:
         for which, errors, dash in (("K", r.max_key_error, "solid"), ("V", r.max_value_error, "dot")):
             fig.add_trace(go.Scatter(
                 x=list(range(len(errors))), y=[None if e is None else max(e, _FLOOR) for e in errors],
-                name=f"{r.label} · {which}", mode="lines", line=dict(color=color, width=3, dash=dash),
+                name=f"{chart_text(r.label)} · {which}", mode="lines", line=dict(color=color, width=3, dash=dash),
                 hovertemplate="%{y:.3f}"))
     fig.update_xaxes(title="step")
     errors = [e for r in results if r.strategy == "quantized" for e in r.max_key_error + r.max_value_error
@@ -184,7 +187,7 @@ def quantization_error(results) -> go.Figure:
 def bill_waterfall(bill, label: str, color: str) -> go.Figure:
     """The article's formula, each named difference, and what the tensors measure, as a waterfall."""
     names = ["formula: 2 × layers × KV heads × head size × tokens × bytes"] + \
-        [d.name for d in bill.differences] + ["measured: the cache tensors' bytes"]
+        [chart_text(d.name) for d in bill.differences] + ["measured: the cache tensors' bytes"]
     values = [bill.formula_bytes] + [d.num_bytes for d in bill.differences] + [bill.measured_bytes]
     measures = ["absolute"] + ["relative"] * len(bill.differences) + ["total"]
     text = [format_bytes(bill.formula_bytes)] + \
@@ -197,7 +200,7 @@ def bill_waterfall(bill, label: str, color: str) -> go.Figure:
         totals=dict(marker=dict(color=color))))
     fig.update_yaxes(autorange="reversed", automargin=True)
     fig.update_xaxes(title="bytes", tickformat=".2s")
-    fig = _layout(fig, f"{label}: formula → measured, every difference named",
+    fig = _layout(fig, f"{chart_text(label)}: formula → measured, every difference named",
                   height=170 + 62 * len(names), showlegend=False)
     fig.update_layout(hovermode="closest")
     return fig

@@ -59,9 +59,7 @@ def _build(payload: dict) -> dict:
     settings = _settings(payload["settings"])
     items = bounded_list(payload["results"], MAX_RESULTS, "results")
     check_range(len(items), 1, MAX_RESULTS, "results (the number of strategies)")
-    results = [_comparison(item, f"results[{i}]") for i, item in enumerate(items)]
-    if results[0].strategy != "dynamic":
-        raise FieldError("results[0].strategy", "must be dynamic (the full cache every other is measured against)")
+    results = [_comparison(item, f"results[{i}]", reference=i == 0) for i, item in enumerate(items)]
     pieces = bounded_list(payload["pieces"], len(results), "pieces")
     if len(pieces) != len(results):
         raise FieldError("pieces", f"has {len(pieces)} texts where results has {len(results)}")
@@ -81,8 +79,9 @@ def _settings(value) -> dict:
     return {name: numbers[name] for name in SETTINGS}
 
 
-def _comparison(value, where: str) -> StrategyComparison:
-    """One strategy's results: per-step lists of one length, checked by length before their items."""
+def _comparison(value, where: str, reference: bool) -> StrategyComparison:
+    """One strategy's results: per-step lists of one length, checked by length before their items.
+    reference: the first result, the full cache every other is measured against."""
     value = typed(value, dict, where)
     hints = typing.get_type_hints(StrategyComparison)
     check_keys(value, where, set(hints))
@@ -96,18 +95,27 @@ def _comparison(value, where: str) -> StrategyComparison:
             raise FieldError(f"{where}.{name}", f"has {len(fields[name])} steps where kl has {steps}")
     checked = {name: typed(item, hints[name], f"{where}.{name}") for name, item in value.items()
                if name not in ("final_bill", "options")}
-    checked["options"] = _options(value["options"], f"{where}.options")
-    checked["final_bill"] = _bill(value["final_bill"], f"{where}.final_bill")
     if checked["strategy"] not in STRATEGIES:
         raise FieldError(f"{where}.strategy", "names no kvviz strategy")
+    if reference and checked["strategy"] != "dynamic":
+        raise FieldError(f"{where}.strategy", "must be dynamic (the full cache every other is measured against)")
+    checked["options"] = _options(value["options"], checked["strategy"], f"{where}.options")
+    checked["final_bill"] = _bill(value["final_bill"], f"{where}.final_bill")
     return StrategyComparison(**checked)
 
 
-def _options(value, where: str) -> dict:
-    """A strategy's resolved options: whole numbers named as kvviz names them."""
+def _options(value, strategy: str, where: str) -> dict:
+    """A strategy's resolved options: every option it takes (the page reads each), as whole numbers
+    from 1 up (a residual of recent tokens from 0), int4 or int8."""
     value = typed(value, dict, where)
-    check_keys(value, where, {name for options in STRATEGIES.values() for name in options}, set())
-    return {name: typed(number, int, f"{where}.{name}") for name, number in value.items()}
+    check_keys(value, where, set(STRATEGIES[strategy]), set())
+    options = {name: check_range(typed(number, int, f"{where}.{name}"), 0 if name == "residual" else 1, 2**53 - 1,
+                                 f"{where}.{name}")
+               for name, number in value.items()}
+    check_keys(value, where, set(STRATEGIES[strategy]))  # then the missing ones (a KeyError on the page before)
+    if options.get("bits", 8) not in (4, 8):
+        raise FieldError(f"{where}.bits", "must be 4 or 8")
+    return options
 
 
 def _bill(value, where: str) -> ByteBill:

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
+from kvviz.budget import Work, check_click, forward_flops
 from kvviz.engine import Engine, SamplingParams
 from kvviz.engine.config import DEFAULTS
 from kvviz.engine.kv_manager import blocks_needed
@@ -37,8 +38,11 @@ from kvviz.models import (
 from kvviz.throughput import busy_note, machine_load
 
 # Keep a measurement to seconds: a bigger model is refused with its size rather than left to
-# run for minutes on a laptop's CPU. A GPU has room for ten times more.
+# run for minutes on a laptop's CPU. A GPU has room for ten times more. Within that, the work of
+# the measurement itself (contexts x repeats x parameters) is estimated and bounded: kvviz.budget.
 MAX_LAB_PARAMS = {"cpu": 200_000_000, "cuda": 2_000_000_000}
+LAB_REPEATS = 5  # decode steps timed per context, each way; the page shows their median
+SAMPLE_TOKENS = 12  # what the random weights write after the timing
 
 
 @dataclass(slots=True)
@@ -145,8 +149,9 @@ def estimate(shape: CustomShape, device: str | torch.device | None = None) -> Sh
                          kv_cache_bytes(cache_shape, 1, 1, element))
 
 
-def check_lab_size(shape: CustomShape, device: str | torch.device | None = None) -> None:
-    """Refuse, with the estimate, a model too big to measure in seconds on this device."""
+def check_lab_size(shape: CustomShape, device: str | torch.device | None = None, repeats: int = LAB_REPEATS) -> None:
+    """Refuse, with the estimate, a model too big to measure in seconds on this device: too many
+    parameters (ModelLoadError), or a measurement past a click's budget (kvviz.budget.WorkTooLarge)."""
     device = pick_device(device)
     limit = MAX_LAB_PARAMS.get(device.type, MAX_LAB_PARAMS["cpu"])
     cost = estimate(shape, device)
@@ -155,6 +160,38 @@ def check_lab_size(shape: CustomShape, device: str | torch.device | None = None)
             f"This shape has about {cost.num_params / 1e6:,.0f}M parameters ({cost.weight_bytes / 2**30:.2f} GiB "
             f"of weights); the lab measures up to {limit / 1e6:,.0f}M on {device.type} so that a measurement "
             "takes seconds, so choose fewer layers, a smaller hidden size or a smaller MLP.")
+    shorter = " a shorter longest context," if shape.max_context > 128 else ""
+    check_click(measurement_work(shape, repeats), device, "Measuring this shape",
+                f"choose{shorter} fewer layers, a smaller hidden size or a smaller MLP")
+
+
+def measurement_work(shape: CustomShape, repeats: int = LAB_REPEATS, sample_tokens: int = SAMPLE_TOKENS) -> Work:
+    """The forward passes `measure` runs on this shape, counted as `measure_decode_times` makes them:
+    the warm-up, then at each context a prefill on each side, `repeats` cached decode steps of one
+    token, and `repeats` uncached ones that run the whole context again (a fresh pair of engines
+    for each repeat at the longest context, where only one step fits)."""
+    vocab_size = shape.vocab_size or default_vocab_size()
+    d, hd = shape.hidden_size, shape.resolved_head_dim()
+    multiplied = shape.num_params(vocab_size) - vocab_size * d  # the embedding is looked up, not multiplied
+    per_pair = 4 * shape.num_heads * hd * shape.num_layers
+
+    def step(new_tokens: int, cached_tokens: int) -> Work:  # logits of the one sampled row: vocab x d
+        return Work(forward_flops(multiplied, per_pair, new_tokens, cached_tokens) + 2.0 * vocab_size * d, 1)
+
+    contexts = lab_contexts(shape.max_context)
+    work = Work()
+    for length in sorted({8, max(contexts) - 1}):  # _warm_up: three steps of each engine
+        work += step(length, 0) + step(1, length) + step(1, length + 1)
+        work += step(length, 0) + step(length + 1, 0) + step(length + 2, 0)
+    for context in contexts:
+        done = 0
+        while done < repeats:
+            num_decodes = min(repeats - done, shape.max_context - 1 - context)
+            work += step(context - 1, 0) * 2  # each side's prefill
+            for index in range(num_decodes):
+                work += step(1, context - 1 + index) + step(context + index, 0)
+            done += num_decodes
+    return work + step(4, 0) + Work(sample_tokens * step(1, 16).flops, sample_tokens - 1)
 
 
 def build_lab_model(shape: CustomShape, device: str | torch.device | None = None) -> LoadedModel:

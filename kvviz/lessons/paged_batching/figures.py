@@ -6,6 +6,7 @@ import plotly.graph_objects as go
 
 from kvviz.engine.records import BlockRecord, StepRecord
 from kvviz.ui.colors import BLOCK_STATE, FONT, request_color
+from kvviz.ui.text import chart_text
 
 
 def _layout(fig: go.Figure, title: str, height: int) -> go.Figure:
@@ -84,12 +85,13 @@ def schedule_timeline(records: list[StepRecord], labels: dict[int, str]) -> go.F
     fig = go.Figure()
     for record in records:
         for chunk in record.chunks:
+            kind = chart_text(chunk.kind)  # a replayed file's text: never markup
             fig.add_trace(go.Bar(
                 x=[chunk.num_tokens], y=[f"step {record.step}"], orientation="h",
                 marker=dict(color=request_color(chunk.request_id),
                             pattern_shape="" if chunk.kind == "decode" else "/"),
-                text=f"{labels.get(chunk.request_id)} {chunk.kind}", textposition="inside",
-                hovertext=f"{labels.get(chunk.request_id)}: {chunk.kind} of {chunk.num_tokens} tokens "
+                text=f"{labels.get(chunk.request_id)} {kind}", textposition="inside",
+                hovertext=f"{labels.get(chunk.request_id)}: {kind} of {chunk.num_tokens} tokens "
                           f"from position {chunk.start}", hoverinfo="text"))
     most = max((r.num_tokens_run for r in records), default=0)
     fig.update_layout(barmode="stack", uniformtext=dict(minsize=10, mode="hide"))  # no unreadable slivers

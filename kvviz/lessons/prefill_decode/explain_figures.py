@@ -9,13 +9,14 @@ import plotly.graph_objects as go
 
 from kvviz.lessons.prefill_decode.roofline import Accelerator, StepCost
 from kvviz.ui.colors import FONT, PHASE
+from kvviz.ui.text import chart_text
 
 MAX_TICKS = 48  # past this many tokens, label every n-th one so the labels stay readable
 
 
 def token_label(text: str) -> str:
     """A token's text as an axis label: newline as ⏎, a leading space as ·, HTML-safe."""
-    shown = text.replace("\n", "⏎").replace("<", "&lt;").replace(">", "&gt;")
+    shown = chart_text(text.replace("\n", "⏎"))
     return ("·" + shown[1:] if shown.startswith(" ") else shown) or "∅"
 
 
@@ -87,8 +88,8 @@ def roofline(device: Accelerator, costs: list[StepCost], prefill: StepCost | Non
                     mode="lines", line=dict(color="black", width=3),
                     hovertemplate="%{x:.3g} FLOP/byte → at most %{y:.3g} FLOP/s<extra></extra>")
     fig.add_vline(x=device.ridge, line=dict(color="#9CA3AF", dash="dot"))
-    fig.add_annotation(x=math.log10(device.ridge), y=math.log10(device.peak_flops), text=f"ridge {device.ridge:.0f} FLOP/B",
-                       showarrow=False, yanchor="bottom", xanchor="left")
+    fig.add_annotation(x=math.log10(device.ridge), y=math.log10(device.peak_flops),
+                       text=f"ridge {device.ridge:.0f} FLOP/B", showarrow=False, yanchor="bottom", xanchor="left")
     symbols = ["circle", "diamond", "square", "triangle-up", "triangle-down", "cross"]
     for index, cost in enumerate(points):
         is_prefill = cost is prefill

@@ -14,6 +14,7 @@ from kvviz.lessons.prefill_decode import explain_figures as figures
 from kvviz.lessons.prefill_decode.logic import MAX_TRIANGLE_TOKENS
 from kvviz.memory_bill import PRESETS, ModelShape, format_bytes
 from kvviz.ui.common import drop
+from kvviz.ui.text import plain
 
 KEYS = frozenset({"lesson_inside_layer", "lesson_inside_head", "lesson_roofline_device", "lesson_roofline_batch",
                   "lesson_roofline_model", "lesson_roofline_context"})  # layer and head choices fit one model
@@ -163,7 +164,7 @@ def memory_bound(lesson, step: int) -> None:
           f"parameter per token, plus attention's q·Kᵀ and its softmax probabilities times V).")
     st.markdown("\n".join(f"- **{term}**: {text}" for term, text in roofline.DEFINITIONS))
     for problem in roofline.what_if_problems(shape, step_cost, device):
-        st.warning(problem)
+        st.warning(plain(problem))  # it names the model, which a replayed file may have named anything
 
     def ceiling(cost) -> str:
         return f"{cost.tokens_per_second(device):,.0f}" if cost.fits(device) else "does not fit"

@@ -7,6 +7,7 @@ import plotly.graph_objects as go
 
 from kvviz.lessons.prefill_decode.explain_figures import token_axis
 from kvviz.ui.colors import FONT, PHASE, layer_color
+from kvviz.ui.text import chart_text
 
 
 def _layout(fig: go.Figure, title: str, height: int = 380, **kwargs) -> go.Figure:
@@ -67,14 +68,16 @@ def attention_by_head(weights: np.ndarray, kv_heads: int, tokens: list[str], lay
     heads, positions = weights.shape
     group = heads // kv_heads
     labels = [f"q{h} → kv{h // group}" for h in range(heads)]
-    short = [t.replace("\n", "⏎")[:8] for t in tokens[:positions]]
+    short = [chart_text(t.replace("\n", "⏎")[:8]) for t in tokens[:positions]]
     fig = go.Figure(go.Heatmap(
         z=weights, y=labels, colorscale="Blues", zmin=0, zmax=float(weights.max()) or 1.0,
         customdata=np.tile(np.array(short, dtype=object), (heads, 1)),
         colorbar=dict(title="weight", thickness=14),
         hovertemplate="%{y}<br>position %{x}: %{customdata}<br>weight %{z:.3f}<extra></extra>"))
-    for g in range(1, kv_heads):  # a line between the heads that share one KV head
-        fig.add_hline(y=g * group - 0.5, line=dict(color="black", width=3))
+    # a line between the heads that share one KV head, all set at once: add_hline one by one copies
+    # every shape so far each time, which took minutes for a file claiming 1,024 KV heads
+    fig.update_layout(shapes=[dict(type="line", xref="x domain", x0=0, x1=1, y0=g * group - 0.5, y1=g * group - 0.5,
+                                   line=dict(color="black", width=3)) for g in range(1, kv_heads)])
     fig.update_yaxes(title=f"query head (groups of {group} share a KV head)", autorange="reversed")
     fig.update_xaxes(title="cached token (position)", tickangle=-60, **token_axis(tokens[:positions]))
     fig = _layout(fig, f"Newest token attends to the cache: layer {layer}, all {heads} heads",

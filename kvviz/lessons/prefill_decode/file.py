@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import json
 import math
+import re
 from dataclasses import asdict
 
 import numpy as np
@@ -20,6 +21,7 @@ from kvviz.engine.records import StepRecord
 from kvviz.lessons.files import (
     LESSON_FORMAT,
     FieldError,
+    bounded_list,
     build_checked,
     check_keys,
     check_range,
@@ -28,8 +30,13 @@ from kvviz.lessons.files import (
 )
 from kvviz.lessons.prefill_decode.logic import MAX_LESSON_TOKENS, MAX_TRIANGLE_TOKENS, Lesson, LessonSettings, StepTrace
 
-MODEL_LIMITS = {"layers": 512, "heads": 1024, "kv_heads": 1024, "head_dim": 1024, "hidden_size": 2**20,
+# What a file's model summary may claim. The views draw layers x tokens cells (the cache), heads x
+# tokens (attention) and tokens x head_dim (K and V), so each bound is set by the work it makes:
+# at these limits every view draws in about a second. Real models stay inside them (Llama-3.1-405B:
+# 126 layers, 128 heads, head size 128).
+MODEL_LIMITS = {"layers": 128, "heads": 256, "kv_heads": 256, "head_dim": 512, "hidden_size": 2**20,
                 "parameters": 2**50, "max_context": 2**24}
+MAX_REPLAY_TOKENS = 4096  # prompt and generated tokens of a replayed lesson
 MODEL_TEXT = ("name", "source", "device", "dtype")
 
 
@@ -64,8 +71,10 @@ def _build(payload: dict) -> Lesson:
     max_tokens = check_range(settings.sampling.max_tokens, 1, MAX_LESSON_TOKENS, "settings.sampling.max_tokens")
     check_range(settings.sampling.n, 1, 1, "settings.sampling.n")
     check_range(settings.block_size, 1, 1024, "settings.block_size")
-    prompt_ids = typed(payload["prompt_token_ids"], list[int], "prompt_token_ids")
-    check_range(len(prompt_ids), 1, model["max_context"] - 1, "prompt_token_ids (its length)")
+    prompt_ids = typed(bounded_list(payload["prompt_token_ids"], MAX_REPLAY_TOKENS, "prompt_token_ids"), list[int],
+                       "prompt_token_ids")
+    check_range(len(prompt_ids), 1, min(model["max_context"] - 1, MAX_REPLAY_TOKENS - max_tokens),
+                "prompt_token_ids (its length)")
     steps = typed(payload["records"], list, "records")
     check_range(len(steps), 1, max_tokens, "records (the number of steps)")
     records = [typed(r, StepRecord, f"records[{i}]") for i, r in enumerate(steps)]
@@ -77,7 +86,7 @@ def _build(payload: dict) -> Lesson:
     if len(traces) != len(records):
         raise FieldError("traces", f"has {len(traces)} steps where records has {len(records)}")
     lesson_traces = [_trace(t, i, model, len(prompt_ids)) for i, t in enumerate(traces)]
-    texts = typed(payload["token_texts"], list[str], "token_texts")
+    texts = typed(bounded_list(payload["token_texts"], MAX_REPLAY_TOKENS, "token_texts"), list[str], "token_texts")
     sampled = sum(len(r.sampled) for r in records)
     if len(texts) != len(prompt_ids) + sampled:
         raise FieldError("token_texts", f"has {len(texts)} tokens where the prompt and the sampled tokens make "
@@ -85,8 +94,19 @@ def _build(payload: dict) -> Lesson:
     for i, record in enumerate(records):
         if record.trace is not None or twin_records[i].trace is not None:
             raise FieldError(f"records[{i}].trace", "must be empty (traces travel in the traces field)")
+        _check_record(record, f"records[{i}]", settings.block_size)
     return Lesson(settings, model, records=records, twin_records=twin_records, traces=lesson_traces,
                   prompt_token_ids=prompt_ids, token_texts=texts, replay=True)
+
+
+def _check_record(record: StepRecord, where: str, block_size: int) -> None:
+    """What the views read from a step: the lesson's one request, and a pool the stage draws block by block."""
+    if len(record.requests) != 1:
+        raise FieldError(f"{where}.requests", f"holds {len(record.requests)} requests where a lesson follows one")
+    block_bytes = record.memory.bytes_per_token * block_size
+    if block_bytes and record.memory.allocated_bytes // block_bytes > MAX_REPLAY_TOKENS:
+        raise FieldError(f"{where}.memory.allocated_bytes", f"makes a pool of more than {MAX_REPLAY_TOKENS} blocks, "
+                                                            "more than a lesson's tokens can fill")
 
 
 def _settings(value) -> LessonSettings:
@@ -98,6 +118,10 @@ def _model(value) -> dict:
     model = {}
     for key in MODEL_TEXT:
         model[key] = typed(value.get(key), str, f"model.{key}")[:200]
+    for key, pattern, example in (("dtype", r"[a-z][a-z0-9_]{1,23}", "float32"),
+                                  ("device", r"[a-z]{2,8}(:\d{1,3})?", "cpu")):
+        if not re.fullmatch(pattern, model[key]):  # the pages write these into sentences: only a name passes
+            raise FieldError(f"model.{key}", f"must name a torch {key}, such as {example}")
     for key, most in MODEL_LIMITS.items():
         model[key] = check_range(typed(value.get(key), int, f"model.{key}"), 1, most, f"model.{key}")
     model["dtype_bytes"] = typed(value.get("dtype_bytes"), int, "model.dtype_bytes")
@@ -144,7 +168,8 @@ def _decode(value, shape: tuple, where: str) -> np.ndarray:
         raise FieldError(where, "must be base64 text")
     expected = math.prod(shape) * 4
     if len(value) != 4 * -(-expected // 3):  # checked before decoding, so a huge field costs nothing
-        raise FieldError(where, f"does not hold {'x'.join(map(str, shape))} float32 values, as the model and step imply")
+        raise FieldError(where, f"does not hold {'x'.join(map(str, shape))} float32 values, as the model and step "
+                                "imply")
     try:
         raw = base64.b64decode(value, validate=True)
     except ValueError:

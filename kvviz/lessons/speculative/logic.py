@@ -49,6 +49,7 @@ class SpeculativeLesson:
     records: list[StepRecord] = field(default_factory=list)
     plain_records: list[StepRecord] = field(default_factory=list)
     texts: dict[tuple[int, ...], str] = field(default_factory=dict)  # token ids -> the tokenizer's text
+    released: bool = False  # freed after its session ended (kvviz.ui.live_lessons)
     model_name: str = ""
     stage_steps: list[dict] = field(default_factory=list)  # each pass as the stage draws it (stage.py), once
 
@@ -57,12 +58,17 @@ class SpeculativeLesson:
         """Both engines with the request queued; raises EngineError with one sentence."""
         if not 1 <= num_speculative <= 16:
             raise EngineError(f"Draft tokens per step must be from 1 to 16, not {num_speculative}.")
-        settings = dict(block_size=block_size, max_num_seqs=1, max_num_batched_tokens=1024)
+        params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
+        prompt_ids = Engine(lm, use_cache=False, max_num_seqs=1).check_request(prompt, params)  # no pool
+        # each pool holds what this request can use (its drafts too), not the model's whole context:
+        # a model of a million positions took 2 x 3 GiB and 14 s to start
+        most_tokens = min(len(prompt_ids) + max_tokens + num_speculative + 1, lm.max_context)
+        settings = dict(block_size=block_size, max_num_seqs=1, max_num_batched_tokens=1024,
+                        num_blocks=-(-most_tokens // block_size))
         engine = Engine(lm, speculative_tokens=num_speculative, **settings)
         plain = Engine(lm, **settings)
-        params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
         for each in (engine, plain):
-            each.add_request(prompt, params)
+            each.add_request(prompt_ids, params)
         asked = dict(prompt=prompt, num_speculative=num_speculative, max_tokens=max_tokens, block_size=block_size)
         lesson = cls(engine, plain, list(engine.requests[0].prompt_token_ids), asked, model_name=lm.name)
         lesson._keep_texts(*[[t] for t in lesson.prompt_token_ids])
@@ -71,6 +77,13 @@ class SpeculativeLesson:
     @property
     def replay(self) -> bool:
         return self.engine is None
+
+    def release(self) -> None:
+        """Drop both engines and the records (the session that owned this lesson has ended)."""
+        self.engine = self.plain = None
+        self.records.clear()
+        self.plain_records.clear()
+        self.released = True
 
     @property
     def drafts_done(self) -> bool:

@@ -10,6 +10,7 @@ from kvviz.engine import EngineError
 from kvviz.lessons.speculative.figures import ACCEPTED, MODEL, REJECTED
 from kvviz.lessons.speculative.file import export_speculative, import_speculative
 from kvviz.lessons.speculative.logic import DEFAULT_PROMPT, DraftStep, SpeculativeLesson
+from kvviz.ui import live_lessons
 from kvviz.ui.common import bound_export, current_model, drop, show_file_settings
 from kvviz.ui.stage import chosen_step
 
@@ -34,6 +35,10 @@ def on_start() -> None:
                                       int(state.get("spec_block_size", 4)))
     except EngineError as error:
         state["spec_error"] = str(error)
+        return
+    refusal = live_lessons.admit(new)  # its two engines count against the server's live lessons
+    if refusal is not None:
+        state["spec_error"] = refusal
         return
     new.step()  # the prefill: the first token, no drafts yet
     state[KEY] = new
