@@ -37,6 +37,17 @@ def press(page, name):
     wait_idle(page, timeout=SLOW_S)
 
 
+def replay(page, url, lesson, ready, text):
+    """Open a lesson's page (ready once the button `ready` shows) and replay the lesson file `text`."""
+    page.goto(f"{url}/{lesson}")
+    page.get_by_role("button", name=ready, exact=True).wait_for()
+    wait_idle(page, timeout=SLOW_S)
+    page.get_by_text("Export or replay a lesson").click()
+    page.locator("[data-testid='stFileUploaderDropzoneInput']").set_input_files(files=[{
+        "name": "lesson.json", "mimeType": "application/json", "buffer": text.encode()}])
+    wait_idle(page, timeout=SLOW_S)
+
+
 def open_and_step(page, url, presenter):
     page.goto(f"{url}/prefill_decode" + ("?presenter=1" if presenter else ""))
     page.get_by_role("button", name="Prefill", exact=True).wait_for()
@@ -117,13 +128,7 @@ def test_a_replayed_lesson_steps_in_the_browser_without_a_rerun_per_step(app_url
         sent = []  # every message and request the browser sends to the server
         page.on("websocket", lambda ws: ws.on("framesent", lambda frame: sent.append("frame")))
         page.on("request", lambda request: sent.append(request.url))
-        page.goto(f"{app_url}/prefill_decode")
-        page.get_by_role("button", name="Prefill", exact=True).wait_for()
-        wait_idle(page, timeout=SLOW_S)
-        page.get_by_text("Export or replay a lesson").click()
-        page.locator("[data-testid='stFileUploaderDropzoneInput']").set_input_files(files=[{
-            "name": "lesson.json", "mimeType": "application/json", "buffer": export_lesson(run).encode()}])
-        wait_idle(page, timeout=SLOW_S)
+        replay(page, app_url, "prefill_decode", "Prefill", export_lesson(run))
         page.locator("[data-testid='stage-step']").wait_for()
         before = len(sent)
         stage = page.locator("[data-testid='kvviz-stage']")

@@ -2,7 +2,8 @@
 in a real browser at a projector's 1280x720, normal and presenter mode: after Start and a few
 steps the diagram and its sentence are on the first screen; hovering a request or a block lights
 its blocks everywhere; the smallest type; and the block tables, reference counts, drafts and
-rollbacks the stage shows equal the engine's records, run here by the lesson's own logic.
+rollbacks the stage shows equal the engine's records, run here by the lesson's own logic. The
+fork tab's stage splits a shared block at copy-on-write.
 
 Screenshots go to docs/screenshots/ (kept in the repository, for people to look at).
 """
@@ -13,7 +14,7 @@ import time
 
 import pytest
 from test_browser import app_url, no_exceptions  # noqa: F401  (fixture)
-from test_browser_stage import SHOTS, SLOW_S, SMALLEST_FONT_JS, press
+from test_browser_stage import SHOTS, SLOW_S, SMALLEST_FONT_JS, press, replay
 
 from chromium import CHROMIUM, ROOT, browser_page, wait_idle
 
@@ -52,9 +53,9 @@ def open_stage(page, url, lesson, steps, presenter, shown, settle_s, parts):
     return stage
 
 
-def lit(page, selector) -> list[str]:
-    """The data-block of every lit node that `selector` finds."""
-    return page.locator(f"{selector}.lit").evaluate_all("nodes => nodes.map(n => n.dataset.block)")
+def lit(within, selector) -> list[str]:
+    """The data-block of every lit node that `selector` finds within a page or a locator."""
+    return within.locator(f"{selector}.lit").evaluate_all("nodes => nodes.map(n => n.dataset.block)")
 
 
 @pytest.fixture(scope="module")
@@ -140,13 +141,7 @@ def test_a_replayed_paged_run_shows_a_preemption_as_blocks_given_back(app_url, t
     preempted_at = next(r.step for r in run.records if any(e.kind == "preempt" for e in r.events))
     victim = next(e for e in run.records[preempted_at].events if e.kind == "preempt")
     with browser_page(1280, 720) as page:
-        page.goto(f"{app_url}/paged_batching")
-        page.get_by_role("button", name="Start", exact=True).wait_for()
-        wait_idle(page, timeout=SLOW_S)
-        page.get_by_text("Export or replay a lesson").click()
-        page.locator("[data-testid='stFileUploaderDropzoneInput']").set_input_files(files=[{
-            "name": "paged.json", "mimeType": "application/json", "buffer": export_paged(run, 0).encode()}])
-        wait_idle(page, timeout=SLOW_S)
+        replay(page, app_url, "paged_batching", "Start", export_paged(run, 0))
         page.locator("[data-testid='stage-step']").get_by_text(f"Step 0 of {len(run.records) - 1}").wait_for()
         sent = []  # every message and request the browser sends to the server while it steps
         page.on("websocket", lambda ws: ws.on("framesent", lambda frame: sent.append("frame")))
@@ -169,6 +164,36 @@ def test_a_replayed_paged_run_shows_a_preemption_as_blocks_given_back(app_url, t
         wait_idle(page, settle=1.0, timeout=SLOW_S)  # then the one report: the views below follow
         look_back = page.get_by_role("slider", name=re.compile("Look back at step"))
         assert int(look_back.input_value()) == preempted_at
+        no_exceptions(page)
+
+
+def test_the_fork_tabs_stage_splits_a_shared_block_at_copy_on_write(app_url):  # noqa: F811
+    from kvviz.lessons.paged_batching import fork as fork_lesson
+    from kvviz.lessons.paged_batching.fork_view import DEFAULT_PROMPT
+    from kvviz.models import load_model
+
+    run = fork_lesson.run_fork(load_model("bundled"), DEFAULT_PROMPT, n=4, max_tokens=12, block_size=4)  # the tab's
+    copies = [e for e in run.records[1].events if e.kind == "copy"]
+    with browser_page(1280, 720) as page:
+        page.goto(f"{app_url}/paged_batching")
+        tab = page.get_by_role("tab", name="Parallel sampling: one prompt, n samples")
+        tab.wait_for()
+        wait_idle(page, timeout=SLOW_S)
+        tab.click()
+        press(page, "Fork")
+        stage = page.locator("[data-testid='kvviz-stage']").last
+        stage.locator("[data-testid='stage-forward']").click()  # step 1, in the browser
+        stage.locator("[data-testid='stage-step']").get_by_text("Step 1 of").wait_for(timeout=5000)
+        time.sleep(1.2)  # the copies split off the shared block
+        page.screenshot(path=str(SHOTS / "stage_paged_fork_copy_on_write_normal_1280x720.png"))
+        copied = stage.locator(".rentry.copied").evaluate_all(
+            "entries => entries.map(e => [Number(e.dataset.request), e.querySelector('.num').textContent, "
+            "e.querySelector('.from').textContent])")
+        assert copied == [[e.request_id, str(e.block_ids[1]), f"←{e.block_ids[0]}"] for e in copies] and copies
+        assert "copy-on-write" in stage.locator("[data-testid='stage-sentence']").inner_text().lower()
+        keeper = next(r for r in run.records[1].requests if copies[0].block_ids[0] in r.block_table)
+        stage.locator(f".rchip[data-request='{keeper.request_id}']").hover()
+        assert sorted(map(int, lit(stage, ".pblock"))) == sorted(keeper.block_table)
         no_exceptions(page)
 
 

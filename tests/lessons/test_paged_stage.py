@@ -1,11 +1,14 @@
 """The Paged lesson's stage data (kvviz/lessons/paged_batching/stage.py) against the engine's records:
-block tables, reference counts, preemptions as blocks given back, returns, and the live pool."""
+block tables, reference counts, preemptions as blocks given back, returns, the live pool, and the
+fork tab's shared prompt blocks and copy-on-write."""
 
 import pytest
 
+from kvviz.lessons.paged_batching import fork as fork_lesson
 from kvviz.lessons.paged_batching.file import export_paged, import_paged
+from kvviz.lessons.paged_batching.fork_view import DEFAULT_PROMPT as FORK_PROMPT
 from kvviz.lessons.paged_batching.logic import DEFAULT_REQUESTS, PagedLesson, RequestSpec
-from kvviz.lessons.paged_batching.stage import stage_data
+from kvviz.lessons.paged_batching.stage import fork_stage_data, stage_data
 from kvviz.ui.colors import request_color
 
 SPECS = [RequestSpec(*request) for request in DEFAULT_REQUESTS]
@@ -83,3 +86,23 @@ def test_each_step_is_built_once_and_a_replay_builds_the_same(run):
     assert all(a is b for a, b in zip(built, again))  # kept on the lesson, not built again
     replayed, _ = import_paged(export_paged(run, 0))
     assert stage_data(replayed, 5) == stage_data(run, 5)  # a lesson file draws the same stage
+
+
+def test_a_fork_shares_the_prompt_blocks_and_a_write_copies_the_partly_filled_one(bundled):
+    run = fork_lesson.run_fork(bundled, FORK_PROMPT, n=4, max_tokens=12, block_size=4)  # the tab's defaults
+    data = fork_stage_data(run, 0)
+    assert [r["label"] for r in data["requests"]] == ["s0", "s1", "s2", "s3"]
+    prompt_blocks = run.records[0].requests[0].block_table
+    first = data["steps"][0]
+    assert {b["block"]: b["ref_count"] for b in first["pool"]} == {b: 4 for b in prompt_blocks}
+    assert "forked from s0: they share its blocks 0, 1, 2, 3 (reference count 4)" in first["sentence"]
+    copies = [e for record in run.records for e in record.events if e.kind == "copy"]
+    shown = [(r["id"], pair) for step in data["steps"] for r in step["requests"] for pair in r["copied"]]
+    assert shown == [(e.request_id, e.block_ids) for e in copies] and len(copies) == 3  # all writers but one
+    partial = copies[0].block_ids[0]
+    after = {b["block"]: b["ref_count"] for b in data["steps"][1]["pool"]}
+    assert after[partial] == 1 and all(after[e.block_ids[1]] == 1 for e in copies)  # each its own now
+    assert after[prompt_blocks[0]] == 4  # the full blocks stay shared
+    assert (f"copy-on-write: s0, s1 and s2 were about to write into shared block {partial}, so each first got "
+            f"its own copy (blocks {', '.join(str(e.block_ids[1]) for e in copies)}) and s3 keeps block {partial}"
+            ) in data["steps"][1]["sentence"].lower()

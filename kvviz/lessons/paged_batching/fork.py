@@ -8,7 +8,7 @@ the prompt.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kvviz.engine import Engine, SamplingParams, StepRecord
 from kvviz.engine.records import BlockRecord, pool_blocks
@@ -24,6 +24,7 @@ class ForkRun:
     block_size: int
     num_blocks: int
     bytes_per_block: int
+    stage_steps: list[dict] = field(default_factory=list)  # each step as the stage draws it (stage.py), once
 
     def label(self, request_id: int) -> str:
         return f"sample {self.sample_ids.index(request_id)}" if request_id in self.sample_ids else f"#{request_id}"

@@ -10,8 +10,10 @@ from kvviz.engine.kv_manager import KVCacheManager
 from kvviz.lessons.paged_batching import figures as paged_batching_figures
 from kvviz.lessons.paged_batching import fork as fork_lesson
 from kvviz.lessons.paged_batching import fork_figures
+from kvviz.lessons.paged_batching.stage import fork_stage_data
 from kvviz.memory_bill import format_bytes
 from kvviz.ui.common import current_model, drop, show_code
+from kvviz.ui.stage import chosen_step, show_stage
 
 DEFAULT_PROMPT = "JULIET:\nO Romeo, Romeo, wherefore art thou Romeo?"  # 13 tokens: a partly filled last block
 
@@ -30,6 +32,13 @@ def _on_fork() -> None:
         state["fork_error"] = str(error)
         return
     state["fork_view_step"] = 0
+
+
+def _on_stage_step() -> None:
+    """The stage moved to another step in the browser: the views below follow it."""
+    run, chosen = st.session_state.get("lesson_fork"), chosen_step("fork_stage")
+    if run is not None and chosen is not None:
+        st.session_state["fork_view_step"] = min(int(chosen), len(run.records) - 1)
 
 
 def fork_view() -> None:
@@ -51,6 +60,9 @@ def fork_view() -> None:
         st.info("Press **Fork**: the engine prefills the prompt once and samples n continuations.")
         return
     last = len(run.records) - 1
+    # the stage: the samples' block tables into one pool, a shared block splitting at copy-on-write
+    show_stage(fork_stage_data(run, min(st.session_state.get("fork_view_step", 0), last),
+                               bool(st.session_state.get("presenter"))), key="fork_stage", on_step=_on_stage_step)
     step = st.slider("Step", 0, last, key="fork_view_step")
     facts = fork_lesson.summary(run, step)
     m = st.columns(4)

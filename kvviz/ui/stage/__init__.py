@@ -28,13 +28,14 @@ bytes_per_token and per_token_formula ("2 (K and V) × 6 layers × ..."); each s
         block_table physical block of each logical block
         bill        formula_bytes, token_bytes, blocks, block_bytes, slack_bytes, note (or None)
 
-Several requests into one pool (requests.js; Paged cache and batching): the data has requests,
-a list of {id, label, color}; each step has
+Several requests into one pool (requests.js; Paged cache and batching, and its fork tab): the
+data has requests, a list of {id, label, color}; each step has
         requests    per request present: id, status ("running", "waiting", "finished"),
                     num_tokens, num_preemptions, block_table, new_blocks (taken this step),
                     hit_blocks (found in the prefix cache this step), gave_back (blocks a
                     preemption or its finish gave back this step), returned (back after a
-                    preemption this step)
+                    preemption this step), copied ([shared, own] pairs: a shared block copied
+                    before this request wrote into it, copy-on-write)
         pool        every block held or holding a cached prefix: block, ref_count, owners,
                     cached, filled (slots holding a token); a block not listed is free
         num_preemptions   preemptions so far

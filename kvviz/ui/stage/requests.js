@@ -3,7 +3,8 @@
 // physical block, a bar for the slots filled, ×n where n requests share the block). Beside it
 // the pool: every physical block, coloured by its owner, purple when shared, green when free but
 // still holding a cached prefix. Blocks a preemption or a finish gave back fade out of the row
-// and back into the pool; a block taken this step is outlined. Hovering a request lights its
+// and back into the pool; a block taken this step is outlined; a copy made before writing into a
+// shared block (copy-on-write) splits off it, marked ←shared. Hovering a request lights its
 // blocks everywhere; hovering a block lights it in the pool and in every table that points at it.
 
 const SHARED = "#7C3AED";
@@ -38,16 +39,19 @@ function drawRequests(ctx) {
       const filled = Math.max(0, Math.min(d.block_size, r.num_tokens - logical * d.block_size));
       const refs = (pool.get(block) || { ref_count: 1 }).ref_count;
       const fresh = r.new_blocks.includes(block);
-      const entry = html("span", { class: `rentry${refs > 1 ? " shared" : ""}${fresh ? " fresh" : ""}`,
+      const copy = r.copied.find(([, own]) => own === block);
+      const entry = html("span", { class: `rentry${refs > 1 ? " shared" : ""}${fresh ? " fresh" : ""}${copy ? " copied" : ""}`,
                                    "data-block": String(block), "data-request": String(r.id) }, table);
       html("span", { class: "num" }, entry, String(block));
       if (refs > 1) html("span", { class: "refs" }, entry, `×${refs}`);
+      if (copy) html("span", { class: "from" }, entry, `←${copy[0]}`);
       const share = (100 * filled) / d.block_size;
       entry.style.borderColor = refs > 1 ? SHARED : color;
       entry.style.background = `linear-gradient(to right, ${color} ${share}%, transparent ${share}%) bottom / 100% 4px no-repeat, white`;
       entry.title = `${label(r.id)}'s logical block ${logical} lives in physical block ${block}: `
         + `${filled} of ${d.block_size} slots filled` + (refs > 1 ? `, shared by ${refs} requests` : "")
-        + (r.hit_blocks.includes(block) ? " (found in the prefix cache this step)" : "");
+        + (r.hit_blocks.includes(block) ? " (found in the prefix cache this step)" : "")
+        + (copy ? ` (its own copy of shared block ${copy[0]}, made before writing into it: copy-on-write)` : "");
       hoverable(entry, ctx, { block });
     });
     for (const block of r.gave_back) { // what it held until this step, on its way back to the pool
@@ -70,13 +74,15 @@ function drawRequests(ctx) {
   const grid = html("div", { class: "ppool", "data-testid": "stage-pool" }, right);
   const gaveBack = new Map(step.requests.flatMap((r) => r.gave_back.map((b) => [b, meta.get(r.id).color])));
   const taken = new Set(step.requests.flatMap((r) => r.new_blocks));
+  const copies = new Set(step.requests.flatMap((r) => r.copied.map(([, own]) => own)));
   const columns = Math.min(d.block_size, 8);
   for (let b = 0; b < d.num_blocks; b++) {
     const info = pool.get(b);
     const held = info && info.ref_count > 0;
     const color = !held ? null : info.ref_count > 1 ? SHARED : meta.get(info.owners[0]).color;
     const kind = held ? (info.ref_count > 1 ? "held shared" : "held") : info && info.cached ? "cached" : "free";
-    const box = html("div", { class: `pblock ${kind}${taken.has(b) ? " fresh" : ""}${gaveBack.has(b) && !held ? " gone" : ""}`,
+    const box = html("div", { class: `pblock ${kind}${taken.has(b) ? " fresh" : ""}${gaveBack.has(b) && !held ? " gone" : ""}`
+                                + (copies.has(b) ? " copied" : ""),
                               "data-block": String(b), "data-owners": held ? ` ${info.owners.join(" ")} ` : "" }, grid);
     if (color) box.style.borderColor = color;
     if (gaveBack.has(b)) box.style.setProperty("--was", gaveBack.get(b));
@@ -116,9 +122,11 @@ function drawRequests(ctx) {
           ? `holds ${plural(r.block_table.length, "block")} (${r.block_table.join(", ")})` : "holds no block";
         const others = sharedWith.size ? `, sharing some with ${[...sharedWith].join(", ")}` : "";
         const back = r.gave_back.length ? `; gave back ${listed(r.gave_back)} this step` : "";
+        const copied = r.copied.map(([shared, own]) => `; copied shared block ${shared} into block ${own} `
+                                            + "before writing (copy-on-write)").join("");
         return { lit: [`[data-request="${r.id}"]`, `.pblock[data-owners~="${r.id}"]`],
                  text: `${label(r.id)} (${r.status === "running" ? `running, ${requestState(r)}` : requestState(r)}): `
-                   + `${blocks}${others}${back}` };
+                   + `${blocks}${others}${back}${copied}` };
       }
       const b = target.block;
       if (b === undefined || b >= d.num_blocks) return null;

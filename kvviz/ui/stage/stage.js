@@ -64,6 +64,7 @@ export default function (component) {
     state.drawnStep = state.step;
     root.innerHTML = "";
     root.dataset.step = String(state.step);
+    root.classList.toggle("still", previous === state.step); // a redraw of the same step (the server's echo) plays nothing
     let readout = null;
     let view = null;
     const ctx = {
