@@ -15,13 +15,19 @@ from kvviz.lessons.prefill_decode.explain import bill_note, logit_difference_not
 from kvviz.lessons.prefill_decode.explain_views import inside_attention, memory_bound
 from kvviz.lessons.prefill_decode.logic import steps_text
 from kvviz.memory_bill import format_bytes
+from kvviz.lessons.prefill_decode import room_view
 from kvviz.lessons.prefill_decode.stage import stage_data
 from kvviz.ui.common import show_code
 from kvviz.ui.text import plain
+from kvviz.ui import rooms
 from kvviz.ui.stage import show_stage
 
 ls.set_defaults()
+room_view.restore_from_query()  # ?room=CODE: follow a teacher's lesson
 ls.restore_from_query()
+room = room_view.followed_room()  # None unless this session follows a room
+if "room_error" in st.session_state:
+    st.error(st.session_state.pop("room_error"))
 if ls.lesson() is None:
     st.title("Prefill and decode")
 else:  # the stage needs the height: a smaller title (none in presenter mode, whose top bar names the lessons)
@@ -53,7 +59,9 @@ def prompt_and_settings() -> None:
               help="Run the prompt through the model in one pass (a new lesson).")
 
 
-if lesson is None:
+if room is not None:  # a student: the teacher moves the lesson
+    room_view.student_bar(room)
+elif lesson is None:
     prompt_and_settings()
     buttons = st.columns([1.5, 1, 1.5, 1, 2.5], vertical_alignment="bottom")
     buttons[0].button("Next token", width="stretch", shortcut="Right", disabled=True)
@@ -61,13 +69,14 @@ else:  # one toolbar row: the stage below gets the screen
     buttons = st.columns([1.5, 1, 1.5, 1, 2.5], vertical_alignment="bottom")  # "Next token" fits in presenter type
     buttons[0].button("Next token", on_click=ls.on_next_token, width="stretch", shortcut="Right",
                       disabled=lesson.finished)
-buttons[1].button("Pause" if playing else "Play", on_click=ls.on_toggle_play, width="stretch", shortcut="P",
-                  disabled=lesson is None or lesson.finished)
-buttons[2].select_slider("Play speed", ["slow", "normal", "fast"], value="normal", key="lesson_speed")
-buttons[3].button("Reset", on_click=ls.on_reset, width="stretch")
-if lesson is not None:
-    with buttons[4].popover("Prompt and settings", icon=":material/tune:", width="stretch"):
-        prompt_and_settings()
+if room is None:
+    buttons[1].button("Pause" if playing else "Play", on_click=ls.on_toggle_play, width="stretch", shortcut="P",
+                      disabled=lesson is None or lesson.finished)
+    buttons[2].select_slider("Play speed", ["slow", "normal", "fast"], value="normal", key="lesson_speed")
+    buttons[3].button("Reset", on_click=ls.on_reset, width="stretch")
+    if lesson is not None:
+        with buttons[4].popover("Prompt and settings", icon=":material/tune:", width="stretch"):
+            prompt_and_settings()
 if "lesson_error" in st.session_state:
     st.error(st.session_state["lesson_error"])
 
@@ -99,7 +108,7 @@ if lesson is None:
 
 # ---- which step we look at: the stage steps in the browser and tells the server -------------
 last_step = len(lesson.visible_records) - 1
-if lesson.replay:
+if lesson.replay and room is None:
     st.caption(f"Replaying a recorded lesson ({plain(lesson.model_info['name'])}, {steps_text(len(lesson.records))}): "
                "every view is drawn from the file; no model runs. Step with the stage's arrows or Next token.")
 step = ls.view_step(last_step, playing)
@@ -213,9 +222,14 @@ if view == "Memory bill":
 
 with st.expander("Export or replay a lesson"):
     export_and_replay(lesson)
-with st.expander("Predict, then reveal", expanded=bool(st.session_state.get("lesson_questions"))):
-    predict_panel(lesson)
-    taught_later("paged_batching", "Blocks, which the second question asks about")
+if room is None:  # a student answers the room's questions in the bar at the top
+    with st.expander("Predict, then reveal", expanded=bool(st.session_state.get("lesson_questions"))):
+        predict_panel(lesson)
+        taught_later("paged_batching", "Blocks, which the second question asks about")
+if room is None and not lesson.replay:  # after the questions: a question asked this run reaches the room
+    with st.expander("Show this lesson to the class (a room)", icon=":material/groups:",
+                     expanded=rooms.teachers_room(room_view.PAGE) is not None):
+        room_view.teacher_panel(lesson, step)
 
 show_code(Engine.step, Engine._run, Scheduler.schedule, paged_attention,
           caption="The engine code that ran this step: schedule, one forward pass, and the attention "

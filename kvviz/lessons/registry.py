@@ -43,7 +43,7 @@ LECTURE = (
     Lesson("prefill_decode", "Prefill and decode", ":material/play_circle:",
            "A real model fills its cache with the prompt, then adds one token per step; where K, V and Q "
            "come from, the causal triangle, and why decode is memory-bound.", 15,
-           ("state", "explain_views", "classroom"), replays=True),
+           ("state", "explain_views", "classroom", "room_view"), replays=True),
     Lesson("memory_bill", "Memory bill", ":material/calculate:",
            "What the cache weighs, what fits on a GPU, and what GQA, MQA, MLA, sliding windows and "
            "tensor parallelism change.", 8),

@@ -64,6 +64,7 @@ class Lesson:
     replay_position: int = 0  # in a replay, the last step revealed so far
     released: bool = False  # freed after its session ended
     stage_steps: list[dict] = field(default_factory=list)  # each step as the stage draws it (stage.py), once
+    done_at_copy: bool | None = None  # a room's copy of a lesson (room_view.follower): had it finished there
 
     @classmethod
     def start(cls, lm, settings: LessonSettings) -> "Lesson":
@@ -97,6 +98,8 @@ class Lesson:
 
     @property
     def finished(self) -> bool:
+        if self.done_at_copy is not None:
+            return self.done_at_copy
         if self.replay:
             return self.replay_position >= len(self.records) - 1
         return self.started and not self.engine.has_unfinished()

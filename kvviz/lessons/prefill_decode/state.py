@@ -186,16 +186,22 @@ def restore_from_query() -> None:
         if target > last:
             notes.append(f"The link's step {target:,} is past the last step a lesson reaches; showing step {last}.")
             target = last
-        st.session_state["lesson_max_tokens"] = min(max(int(setting("lesson_max_tokens")), target + 1),
-                                                    MAX_LESSON_TOKENS)
-        on_prefill()
-        for _ in range(target):  # at most one real step per step asked for
-            current = lesson()
-            if current is None or current.finished:
-                break
-            on_next_token()
+        run_to_step(target)
     if notes and "lesson_error" not in st.session_state:
         st.session_state["lesson_error"] = " ".join(notes)
+
+
+def run_to_step(target: int) -> None:
+    """A new lesson from the page's settings, run to step `target` (tokens to generate raised to
+    reach it, up to the most a lesson may ask for): a link's or a room's lesson, made one's own."""
+    st.session_state["lesson_max_tokens"] = min(max(int(setting("lesson_max_tokens")), target + 1),
+                                                MAX_LESSON_TOKENS)
+    on_prefill()
+    for _ in range(target):  # at most one real step per step asked for
+        current = lesson()
+        if current is None or current.finished:
+            break
+        on_next_token()
 
 
 def on_example() -> None:

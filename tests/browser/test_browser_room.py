@@ -1,0 +1,133 @@
+"""A class in a room (issue 27), in a real browser: a teacher and five students, each in a browser
+context of their own. Students show the teacher's step within 2 seconds, a student's own view
+moves nobody else, answers are counted and shown at the reveal, and take-over gives a lesson of
+one's own. Screenshots go to docs/screenshots/.
+"""
+
+import re
+import shutil
+import time
+
+import pytest
+from test_browser import app_url  # noqa: F401  (fixture)
+
+from chromium import CHROMIUM, CHROMIUM_ARGS, ROOT, wait_idle
+
+pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
+                                reason="Debian's chromium is not installed (.ci/run installs it)")
+SHOTS = ROOT / "docs" / "screenshots"
+STUDENTS = 5
+SLOW_S = 400
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+def new_page(browser, url, width=1280, height=720):
+    context = browser.new_context(viewport={"width": width, "height": height})
+    page = context.new_page()
+    page.set_default_timeout(SLOW_S * 1000)
+    page.goto(url)
+    return context, page
+
+
+def press(page, name):
+    page.get_by_role("button", name=re.compile("^" + re.escape(name))).first.click()  # "Next token →": its key
+    wait_idle(page, timeout=SLOW_S)
+
+
+def shown_step(page) -> int | None:
+    text = page.locator("[data-testid='stAlertContentSuccess']").first.inner_text()
+    if text.startswith("Prefill."):
+        return 0
+    found = re.match(r"Decode step (\d+)", text)
+    return int(found.group(1)) if found else None
+
+
+def wait_for_step(page, step, within_s):
+    deadline = time.time() + within_s
+    while time.time() < deadline:
+        try:
+            if shown_step(page) == step:
+                return time.time()
+        except Exception:  # the page is redrawing
+            pass
+        time.sleep(0.1)
+    raise AssertionError(f"the student still shows step {shown_step(page)}, not {step}, after {within_s} s")
+
+
+def test_five_students_follow_the_teacher_answer_and_take_over(browser, app_url):  # noqa: F811
+    teacher_context, teacher = new_page(browser, f"{app_url}/prefill_decode")
+    teacher.get_by_role("button", name="Prefill", exact=True).wait_for()
+    wait_idle(teacher, timeout=SLOW_S)
+    press(teacher, "Prefill")
+    press(teacher, "Next token")
+    teacher.get_by_text("Show this lesson to the class").click()
+    press(teacher, "Open a room for the class")
+    link = teacher.locator("[data-testid='stCode']").filter(has_text="?room=").first.inner_text().strip()
+    code = link.rsplit("=", 1)[1]
+    assert re.fullmatch(r"[A-Z2-9]{6}", code) and teacher.locator("svg path").count() >= 1  # the QR code
+
+    students = []
+    for index in range(STUDENTS):
+        students.append(new_page(browser, f"{app_url}/prefill_decode?room={code}"))
+        page = students[-1][1]
+        try:
+            page.get_by_text(f"Following room {code}").wait_for(timeout=120_000)
+        except Exception:
+            SHOTS.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(ROOT / "artifacts" / f"room_student_{index}_failed.png"))
+            raise
+        wait_for_step(page, 1, SLOW_S)
+    teacher.get_by_text(f"{STUDENTS} of {STUDENTS} students following", exact=False).wait_for(timeout=30_000)
+
+    # a student's own view moves nobody else
+    first = students[0][1]
+    first.get_by_text("Work saved", exact=True).first.click()
+    wait_idle(first, timeout=SLOW_S)
+
+    # the teacher asks, steps; every student shows the step within 2 seconds of the teacher's page
+    teacher.get_by_text("Predict, then reveal", exact=True).first.click()
+    teacher.get_by_role("button", name="Ask", exact=True).click()
+    wait_idle(teacher, timeout=SLOW_S)
+    press(teacher, "Next token")
+    moved = time.time()
+    for _, page in students:
+        assert wait_for_step(page, 2, SLOW_S) - moved < 2.5  # within about a second of the click, plus polling
+    assert first.get_by_text("Work saved", exact=True).count() >= 1
+    assert first.locator("[data-testid='stMetricLabel']").filter(has_text="Tokens run, with cache").count() == 1
+    assert teacher.locator("[data-testid='stMetricLabel']").filter(has_text="Tokens run, with cache").count() == 0
+
+    # two students answer the open question
+    for index, (_, page) in enumerate(students[:2]):
+        page.get_by_text("The teacher asks:").wait_for(timeout=30_000)
+        page.get_by_label(re.compile("Your answer")).fill(str(300_000 + index))
+        page.get_by_role("button", name="Send my answer").click()
+        wait_idle(page, timeout=SLOW_S)
+    teacher.get_by_text("2 answered so far", exact=False).wait_for(timeout=30_000)
+    for _ in range(5):  # to the question's target step: the reveal
+        press(teacher, "Next token")
+    teacher.get_by_text("Room's answers", exact=True).wait_for(timeout=30_000)
+    assert teacher.get_by_text(re.compile(r"\d of 2 answered within 1%")).count() == 1
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    teacher.screenshot(path=str(SHOTS / "room_teacher.png"), full_page=True)
+    students[1][1].screenshot(path=str(SHOTS / "room_student.png"))
+
+    # take over: a lesson of one's own that steps on its own
+    last = students[-1][1]
+    wait_for_step(last, 7, 30)
+    press(last, "Take over")
+    wait_for_step(last, 7, SLOW_S)
+    press(last, "Next token")
+    wait_for_step(last, 8, SLOW_S)
+    assert shown_step(teacher) == 7 and shown_step(students[1][1]) == 7  # nobody else moved
+    for context, _ in students:
+        context.close()
+    teacher_context.close()

@@ -1,0 +1,110 @@
+"""A room (issue 27) under AppTest: a teacher's Prefill and decode lesson followed by students."""
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from kvviz.ui import rooms
+
+from conftest import ROOT, open_lesson
+
+
+def click(at, label):
+    next(b for b in at.button if b.label == label).click().run()
+
+
+def student(code: str) -> AppTest:
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
+    at.query_params["room"] = code
+    at.run()
+    at.switch_page("lessons/prefill_decode.py").run()
+    return at
+
+
+@pytest.fixture()
+def teacher():
+    at = open_lesson("lessons/prefill_decode.py")
+    click(at, "Prefill")
+    click(at, "Next token")
+    click(at, "Next token")
+    click(at, "Open a room for the class")
+    yield at
+    for room in list(rooms._rooms.values()):
+        rooms.close_room(room)
+
+
+def room_of(at) -> rooms.Room:
+    code = next(m.value for m in at.markdown if m.value.startswith("### Room")).split("**")[1]
+    return rooms.find(code)
+
+
+def test_students_follow_the_teachers_step_without_a_model_and_choose_their_own_view(teacher):
+    room = room_of(teacher)
+    assert room is not None and room.step == 2
+    assert any(code.value.endswith(f"/prefill_decode?room={room.code}") for code in teacher.code)
+    pupils = [student(room.code) for _ in range(3)]
+    for pupil in pupils:
+        assert not pupil.exception and not pupil.error
+        lesson = pupil.session_state["lesson"]
+        assert lesson.engine is None and lesson.replay and len(lesson.records) == 3  # a replay of the teacher's steps
+        assert pupil.success[0].value.startswith("**Decode step 2.**")
+        assert not any(b.label == "Next token" for b in pupil.button)  # only the teacher moves it
+    assert len(room.students) == 3
+    pupils[0].radio(key="lesson_view").set_value("Work saved").run()  # one student's own view
+    click(teacher, "Next token")
+    for pupil in pupils:
+        pupil.run()  # what the one-second fragment does when the room changed
+        assert pupil.success[0].value.startswith("**Decode step 3.**")
+        assert pupil.session_state["lesson_view_step"] == 3
+    assert pupils[0].radio(key="lesson_view").value == "Work saved"
+    assert pupils[1].radio(key="lesson_view").value == "Cache per layer" == teacher.radio(key="lesson_view").value
+
+
+def test_the_rooms_answers_are_counted_and_shown_at_the_reveal(teacher):
+    room = room_of(teacher)
+    teacher.selectbox(key="lesson_question_kind").set_value("blocks_after_next").run()
+    click(teacher, "Ask")
+    pupils = [student(room.code) for _ in range(2)]
+    question = room.open_question
+    assert question is not None and "How many blocks" in question.text
+    for pupil, guess in zip(pupils, (2, 7)):
+        pupil.number_input(key="room_answer").set_value(guess)
+        next(b for b in pupil.button if b.label == "Send my answer").click().run()
+        assert not pupil.error
+    teacher.run()
+    assert any("2 answered so far" in c.value for c in teacher.caption)
+    click(teacher, "Next token")  # the target step: the engine's record answers
+    assert question.revealed
+    shown = next(m.value for m in teacher.markdown if m.value.startswith("**Room's answers**"))
+    right = sum(abs(g - question.answer) <= 0.01 * max(question.answer, 1) for g in (2, 7))
+    assert f"{right} of 2 answered within 1%" in shown
+    pupils[0].run()
+    assert any(f"The engine holds **{question.answer:,.0f} blocks**" in c.value and "you said 2" in c.value
+               for c in pupils[0].caption)
+
+
+def test_take_over_gives_a_lesson_of_ones_own_at_the_rooms_step(teacher):
+    room = room_of(teacher)
+    pupil = student(room.code)
+    teacher_texts = room.lesson.token_texts[:room.lesson.num_tokens_at(2) + 1]
+    click(pupil, "Take over")
+    lesson = pupil.session_state["lesson"]
+    assert lesson.engine is not None and not lesson.replay and len(lesson.records) == 3
+    assert lesson.token_texts[:len(teacher_texts)] == teacher_texts
+    assert pupil.session_state.get("room_code") is None and len(room.students) == 0
+    click(pupil, "Next token")  # it runs on its own now; the teacher's lesson did not move
+    assert len(pupil.session_state["lesson"].records) == 4 and room.step == 2
+
+
+def test_a_wrong_code_gets_one_sentence_and_a_lesson_of_ones_own():
+    pupil = student("NOSUCH")
+    assert "No open room has the code NOSUCH" in pupil.error[0].value
+    assert any(b.label == "Prefill" for b in pupil.button)
+
+
+def test_a_full_server_refuses_another_room_in_one_sentence(teacher, monkeypatch):
+    monkeypatch.setenv("KVVIZ_MAX_ROOMS", "1")
+    other = open_lesson("lessons/prefill_decode.py")
+    click(other, "Prefill")
+    click(other, "Open a room for the class")
+    assert "already has 1 open rooms, its limit (KVVIZ_MAX_ROOMS)" in other.error[0].value
+    assert not other.exception and other.session_state["lesson"] is not None
