@@ -64,11 +64,12 @@ def test_prefill_and_decode_lesson(app_url, page):
 
 def test_empty_prompt_shows_one_sentence_and_keeps_the_lesson(app_url, page):
     prefill_lesson(page, app_url)
+    page.get_by_role("button", name="Prompt and settings").click()  # folded into a popover after Prefill
     prompt = page.get_by_label("Prompt", exact=True)
     prompt.fill("")
     prompt.press("Control+Enter")
     wait_idle(page)
-    page.get_by_role("button", name="Prefill").click()
+    page.get_by_role("button", name="Prefill", exact=True).click()
     wait_idle(page)
     page.get_by_text("The prompt is empty").wait_for()
     assert page.get_by_text("Prefill.", exact=False).count() >= 1  # the earlier lesson is still there

@@ -13,7 +13,7 @@ def open_page(page, app_url: str, path: str) -> None:
 
 def pick(page, label: str, option: str) -> None:
     """Choose `option` in the selectbox labelled `label`."""
-    page.get_by_label(label).first.click()
+    page.get_by_role("combobox", name=label).first.click()  # not the label's help icon
     page.get_by_role("option", name=option, exact=True).click()
     wait_idle(page)
 
