@@ -57,7 +57,7 @@ def test_prefill_and_decode_links_forward_to_where_its_early_words_are_taught():
         assert forward.get(lesson.path, "").endswith(f"taught in {lesson.title} (lesson {KEYS.index(key)})"), forward
         assert KEYS.index(key) > here
     text = shown(at)
-    assert "weights·V" not in text and "2 per parameter per token" in text  # "weights" meant parameters there
+    assert "weights·V" not in text and "2 per multiplied parameter per token" in text  # "weights" meant parameters
 
 
 # ---- the text ---------------------------------------------------------------------------------
