@@ -104,7 +104,12 @@ def workload() -> Workload:
 
 
 def on_new_upload() -> None:
-    """Another prompt file (or none): the results on the page ran the old prompts, so they go."""
+    """Another prompt file: the results on the page ran the old prompts, so they go. A file that
+    cannot be used changes nothing: its sentence shows and the session keeps its results."""
+    try:
+        workload()
+    except WorkloadError:
+        return
     for key in ("lesson_batch", "lesson_batch_compare", "lesson_batch_vllm", "batch_error", "batch_compare_error",
                 "batch_vllm_error"):
         st.session_state.pop(key, None)
