@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from kvviz.budget import WorkTooLarge
+from kvviz.lessons.budget import WorkTooLarge
 from kvviz.engine import EngineError
 from kvviz.lessons.model_lab import figures
 from kvviz.lessons.model_lab import logic as lab
@@ -71,7 +71,7 @@ with controls:
         st.caption(f"This shape: **{cost.num_params / 1e6:,.1f}M parameters**, {format_bytes(cost.weight_bytes)} "
                    f"of weights, head size {cost.head_dim}, MLP {cost.intermediate_size}, "
                    f"**{format_bytes(cost.bytes_per_token)} of cache per token**.")
-        lab.check_lab_size(_shape())  # its parameters, and the measurement's work (kvviz.budget)
+        lab.check_lab_size(_shape())  # its parameters, and the measurement's work (kvviz.lessons.budget)
         shape_problem = None
     except (ModelLoadError, WorkTooLarge) as error:
         shape_problem = str(error)

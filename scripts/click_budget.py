@@ -4,7 +4,7 @@
     python scripts/click_budget.py --case link    # one case
 
 Each case calls the kvviz functions the click runs (no browser), with the bundled model and the
-page's largest settings, or, where kvviz.budget bounds the click, settings just under the budget.
+page's largest settings, or, where kvviz.lessons.budget bounds the click, settings just under the budget.
 A case runs in a process of its own, after its model and inputs are ready; it reports the CPU
 seconds of the process (all threads) and how far the process's peak resident memory rose during
 the click. README.md's "Per-click budget" table comes from this script. Not part of CI.
@@ -107,7 +107,7 @@ def batch_at_the_budget(lm, compare: bool):
     times, the page's default lengths (a 32-token shared prefix and 8-32 tokens, 16-32 to generate)."""
     import torch
 
-    from kvviz.budget import click_seconds
+    from kvviz.lessons.budget import click_seconds
     from kvviz.lessons.batch_generation import logic
     from kvviz.lessons.batch_generation.state import PAGE_ENGINE
     from kvviz.workloads import synthetic_workload

@@ -8,7 +8,7 @@ import tomllib
 import pytest
 import torch
 
-from kvviz.budget import WorkTooLarge
+from kvviz.lessons.budget import WorkTooLarge
 from kvviz.lessons.batch_generation import logic as batch
 from kvviz.lessons.batch_generation.logic import BatchSettings, compare_with_transformers
 from kvviz.lessons.files import MAX_LESSON_BYTES

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from time import perf_counter
 
 from kvviz import bench
-from kvviz.budget import Work, check_click
+from kvviz.lessons.budget import Work, check_click
 from kvviz.engine import Engine, EngineConfig, SamplingParams
 from kvviz.engine.block_pool import BLOCK_BOOKKEEPING_BYTES
 from kvviz.engine.kv_cache import CacheShape
@@ -91,7 +91,7 @@ def check_pool(lm, workload: Workload, num_blocks: int, block_size: int) -> None
                             f"{POOL_MEMORY_FRACTION:.0%} of free memory a batch may take; set {fit:,} blocks or fewer.")
 
 
-# ---- what a run costs, before it starts (kvviz.budget) --------------------------------------
+# ---- what a run costs, before it starts (kvviz.lessons.budget) --------------------------------------
 def within_context(workload: Workload, max_context: int) -> tuple[Workload, int]:
     """The workload with each request's tokens to generate cut to what fits the model's context (the
     engine stops there: a request of 255 prompt tokens asking for 300 in a 512-token context gets
@@ -208,7 +208,7 @@ def run_batch(lm, workload: Workload, settings: BatchSettings | None = None, pro
 
     progress: optional callable(num_finished, num_total, points) after every step.
     Raises kvviz.EngineError (a ValueError) for a request the pool or the model cannot hold, and
-    WorkloadError or kvviz.budget.WorkTooLarge for a pool or a batch past its bounds, before any work.
+    WorkloadError or kvviz.lessons.budget.WorkTooLarge for a pool or a batch past its bounds, before any work.
     """
     settings = settings or BatchSettings()
     if not len(workload):
@@ -308,7 +308,7 @@ def compare_with_transformers(lm, workload: Workload, settings: BatchSettings | 
 
     Both sides generate no further than the model's context (kvviz stops there; transformers would
     run on past it, and the two would do different work): requests asking for more are cut, and
-    counted in `cut_requests`. The whole comparison's work is estimated first (kvviz.budget)."""
+    counted in `cut_requests`. The whole comparison's work is estimated first (kvviz.lessons.budget)."""
     settings = settings or BatchSettings()
     if not len(workload):
         raise WorkloadError("There are no prompts to run; upload a file or make a synthetic workload.")

@@ -154,7 +154,7 @@ def run(progress_slot, live_slot) -> None:
 
     try:
         outcome = run_batch(lm, work, chosen, progress=on_step)
-    except ValueError as problem:  # WorkloadError, EngineError, kvviz.budget.WorkTooLarge: before the work
+    except ValueError as problem:  # WorkloadError, EngineError, kvviz.lessons.budget.WorkTooLarge: before the work
         st.session_state["batch_error"] = str(problem)
         progress_slot.empty()
         live_slot.empty()

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from kvviz.budget import Work, check_click, forward_flops
+from kvviz.lessons.budget import Work, check_click, forward_flops
 from kvviz.engine import Engine, SamplingParams
 from kvviz.engine.config import DEFAULTS
 from kvviz.engine.kv_manager import blocks_needed
@@ -39,7 +39,7 @@ from kvviz.throughput import busy_note, machine_load
 
 # Keep a measurement to seconds: a bigger model is refused with its size rather than left to
 # run for minutes on a laptop's CPU. A GPU has room for ten times more. Within that, the work of
-# the measurement itself (contexts x repeats x parameters) is estimated and bounded: kvviz.budget.
+# the measurement itself (contexts x repeats x parameters) is estimated and bounded: kvviz.lessons.budget.
 MAX_LAB_PARAMS = {"cpu": 200_000_000, "cuda": 2_000_000_000}
 LAB_REPEATS = 5  # decode steps timed per context, each way; the page shows their median
 SAMPLE_TOKENS = 12  # what the random weights write after the timing
@@ -151,7 +151,7 @@ def estimate(shape: CustomShape, device: str | torch.device | None = None) -> Sh
 
 def check_lab_size(shape: CustomShape, device: str | torch.device | None = None, repeats: int = LAB_REPEATS) -> None:
     """Refuse, with the estimate, a model too big to measure in seconds on this device: too many
-    parameters (ModelLoadError), or a measurement past a click's budget (kvviz.budget.WorkTooLarge)."""
+    parameters (ModelLoadError), or a measurement past a click's budget (kvviz.lessons.budget.WorkTooLarge)."""
     device = pick_device(device)
     limit = MAX_LAB_PARAMS.get(device.type, MAX_LAB_PARAMS["cpu"])
     cost = estimate(shape, device)
