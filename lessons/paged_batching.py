@@ -6,20 +6,25 @@ import streamlit as st
 from kvviz.engine.block_pool import BlockPool
 from kvviz.engine.kv_manager import KVCacheManager
 from kvviz.engine.scheduler import Scheduler
+from kvviz.lessons import room_view
 from kvviz.lessons.paged_batching import figures
 from kvviz.lessons.paged_batching import state as ps
 from kvviz.lessons.paged_batching.fork_view import fork_view
 from kvviz.lessons.paged_batching.logic import waste_text
 from kvviz.lessons.paged_batching.paging_note import paging_explained
+from kvviz.lessons.paged_batching.room import ROOM
 from kvviz.lessons.paged_batching.stage import stage_data
 from kvviz.lessons.paged_batching.swap_view import swap_view
 from kvviz.lessons.prefill_decode import predict
 from kvviz.lessons.uploads import file_buttons
 from kvviz.memory_bill import format_bytes
+from kvviz.ui import rooms
 from kvviz.ui.common import show_code
 from kvviz.ui.stage import show_stage
 from kvviz.ui.text import plain
 
+room_view.restore_from_query(ROOM)  # ?room=CODE: follow a teacher's run
+room = room_view.followed_room(ROOM)  # None unless this session follows a room
 lesson = ps.paged()
 presenter = bool(st.session_state.get("presenter"))
 
@@ -73,6 +78,8 @@ def requests_and_settings() -> None:
                   help="A new run of these requests from step 0.")
 
 
+if "room_error" in st.session_state:
+    st.error(st.session_state.pop("room_error"))
 if lesson is None:
     st.title("Paged cache and batching")
     introduction()
@@ -83,6 +90,10 @@ if lesson is None:
     buttons[1].button("Step", width="stretch", disabled=True)
     buttons[2].button("Run to the end", width="stretch", disabled=True)
     buttons[3].button("Reset", on_click=ps.reset, args=(st.session_state,), width="stretch", key="paged_reset")
+elif room is not None:  # a student: the teacher moves the run
+    if not presenter:
+        st.subheader("Paged cache and batching", anchor=False)
+    room_view.student_bar(ROOM, room)
 else:  # one toolbar row: the stage below gets the screen (presenter mode's top bar names the lesson)
     if not presenter:
         st.subheader("Paged cache and batching", anchor=False)
@@ -107,15 +118,18 @@ if lesson is None:
     st.info("Press **Start**: the engine admits the requests that arrive at step 0 and runs one step.")
     beyond_the_article()
     st.stop()
-if lesson.replay:
+if lesson.replay and room is None:
     st.info(f"Replaying a recorded run ({plain(lesson.model_name)}, {len(lesson.records)} steps, block size "
             f"{lesson.block_size}, a pool of {lesson.num_blocks} blocks, prefix caching "
             f"{'on' if lesson.enable_prefix_caching else 'off'}), with no model. Press **Start** to run "
             "the requests under **Requests and settings** on the loaded model instead.")
+    room_view.file_answers(lesson)
 
 # the stage: the requests' block tables and the pool, stepped in the browser; the views below follow it
 last = len(lesson.records) - 1
 step = min(st.session_state.get("paged_view_step", last), last)
+if room is None and not lesson.replay:
+    room_view.publish(ROOM, lesson, step)  # followers move while this page draws
 show_stage(stage_data(lesson, step, presenter), key="paged_stage", on_step=ps.on_stage_step)
 if last > 0:
     st.slider("Look back at step", 0, last, key="paged_view_step",
@@ -164,8 +178,9 @@ with right:
         st.markdown("**Generated so far**")
         st.table(pd.DataFrame(texts).set_index("request"))
 
-with st.expander("Predict, then reveal: which block comes next?",
-                 expanded=bool(st.session_state.get("paged_questions"))):
+
+
+def predict_then_reveal() -> None:
     questions = st.session_state.setdefault("paged_questions", [])
     running = [r for r in lesson.records[-1].requests if r.status == "running" and r.request_id in labels]
     choices = [r.request_id for r in running]
@@ -195,8 +210,20 @@ with st.expander("Predict, then reveal: which block comes next?",
     answered = [q for q in questions if q.revealed]
     st.caption(f"Score: {sum(q.correct for q in answered)} / {len(answered)}")
 
+
+if room is None:  # a student answers the room's questions in the bar at the top
+    with st.expander("Predict, then reveal: which block comes next?",
+                     expanded=bool(st.session_state.get("paged_questions"))):
+        predict_then_reveal()
+if room is None and not lesson.replay:  # after the questions: a question committed this run reaches the room
+    with st.expander("Show this lesson to the class (a room)", icon=":material/groups:",
+                     expanded=rooms.teachers_room(ROOM.page) is not None):
+        room_view.teacher_panel(ROOM, lesson, step)
+
 show_code(Scheduler.schedule, KVCacheManager.allocate_slots, BlockPool.find_cached_prefix, BlockPool.allocate,
           BlockPool.free, caption="The scheduler that chose this step's tokens, the KV manager that found "
                                   "their blocks, and the block pool it took them from.")
 
 beyond_the_article()
+if room is not None:
+    room_view.follow(room.code)  # the teacher's next step

@@ -15,7 +15,8 @@ from kvviz.lessons.prefill_decode.explain import bill_note, logit_difference_not
 from kvviz.lessons.prefill_decode.explain_views import inside_attention, memory_bound
 from kvviz.lessons.prefill_decode.logic import steps_text
 from kvviz.memory_bill import format_bytes
-from kvviz.lessons.prefill_decode import room_view
+from kvviz.lessons import room_view
+from kvviz.lessons.prefill_decode.room import ROOM
 from kvviz.lessons.prefill_decode.stage import stage_data
 from kvviz.ui.common import show_code
 from kvviz.ui.text import plain
@@ -23,9 +24,9 @@ from kvviz.ui import rooms
 from kvviz.ui.stage import show_stage
 
 ls.set_defaults()
-room_view.restore_from_query()  # ?room=CODE: follow a teacher's lesson
+room_view.restore_from_query(ROOM)  # ?room=CODE: follow a teacher's lesson
 ls.restore_from_query()
-room = room_view.followed_room()  # None unless this session follows a room
+room = room_view.followed_room(ROOM)  # None unless this session follows a room
 if "room_error" in st.session_state:
     st.error(st.session_state.pop("room_error"))
 if ls.lesson() is None:
@@ -60,7 +61,7 @@ def prompt_and_settings() -> None:
 
 
 if room is not None:  # a student: the teacher moves the lesson
-    room_view.student_bar(room)
+    room_view.student_bar(ROOM, room)
 elif lesson is None:
     prompt_and_settings()
     buttons = st.columns([1.5, 1, 1.5, 1, 2.5], vertical_alignment="bottom")
@@ -111,7 +112,10 @@ last_step = len(lesson.visible_records) - 1
 if lesson.replay and room is None:
     st.caption(f"Replaying a recorded lesson ({plain(lesson.model_info['name'])}, {steps_text(len(lesson.records))}): "
                "every view is drawn from the file; no model runs. Step with the stage's arrows or Next token.")
+    room_view.file_answers(lesson)
 step = ls.view_step(last_step, playing)
+if room is None and not lesson.replay:
+    room_view.publish(ROOM, lesson, step)  # followers move while this page draws
 record, info = lesson.records[step], lesson.model_info
 num_tokens = lesson.num_tokens_at(step)
 entered = lesson.entered_step(step)
@@ -228,9 +232,11 @@ if room is None:  # a student answers the room's questions in the bar at the top
         taught_later("paged_batching", "Blocks, which the second question asks about")
 if room is None and not lesson.replay:  # after the questions: a question asked this run reaches the room
     with st.expander("Show this lesson to the class (a room)", icon=":material/groups:",
-                     expanded=rooms.teachers_room(room_view.PAGE) is not None):
-        room_view.teacher_panel(lesson, step)
+                     expanded=rooms.teachers_room(ROOM.page) is not None):
+        room_view.teacher_panel(ROOM, lesson, step)
 
 show_code(Engine.step, Engine._run, Scheduler.schedule, paged_attention,
           caption="The engine code that ran this step: schedule, one forward pass, and the attention "
                   "function every layer calls, which writes new keys and values into the paged cache.")
+if room is not None:
+    room_view.follow(room.code)  # the teacher's next step

@@ -6,15 +6,20 @@ import streamlit as st
 from kvviz.engine.engine import Engine
 from kvviz.engine.kv_manager import KVCacheManager
 from kvviz.engine.speculative import accept, propose_drafts
+from kvviz.lessons import room_view
 from kvviz.lessons.speculative import figures
 from kvviz.lessons.speculative import state as ss
 from kvviz.lessons.speculative.logic import DEFAULT_PROMPT
+from kvviz.lessons.speculative.room import ROOM
 from kvviz.lessons.speculative.stage import stage_data
 from kvviz.lessons.uploads import file_buttons
+from kvviz.ui import rooms
 from kvviz.ui.common import show_code
 from kvviz.ui.stage import show_stage
 from kvviz.ui.text import plain
 
+room_view.restore_from_query(ROOM)  # ?room=CODE: follow a teacher's run
+room = room_view.followed_room(ROOM)  # None unless this session follows a room
 lesson = ss.lesson()
 presenter = bool(st.session_state.get("presenter"))
 
@@ -48,6 +53,8 @@ def prompt_and_settings() -> None:
 
 
 stepped = lesson is None or lesson.replay or lesson.finished  # a replay takes no more steps
+if "room_error" in st.session_state:
+    st.error(st.session_state.pop("room_error"))
 if lesson is None:
     st.title("Speculative decoding")
     introduction()
@@ -57,6 +64,10 @@ if lesson is None:
     buttons[1].button("Step", width="stretch", key="spec_step", disabled=True)
     buttons[2].button("Run to the end", width="stretch", key="spec_run", disabled=True)
     buttons[3].button("Reset", on_click=ss.reset, args=(st.session_state,), width="stretch", key="spec_reset")
+elif room is not None:  # a student: the teacher moves the run
+    if not presenter:
+        st.subheader("Speculative decoding", anchor=False)
+    room_view.student_bar(ROOM, room)
 else:  # one toolbar row: the stage below gets the screen (presenter mode's top bar names the lesson)
     if not presenter:
         st.subheader("Speculative decoding", anchor=False)
@@ -81,15 +92,18 @@ if lesson is None:
     st.info("Press **Start**: the prompt is prefilled, then each **Step** is one forward pass of two "
             "engines, one with drafts and one without.")
     st.stop()
-if lesson.replay:
+if lesson.replay and room is None:
     asked = lesson.settings
     st.info(f"Replaying a recorded run ({plain(lesson.model_name)}, {len(lesson.records)} passes with drafts, "
             f"k = {asked['num_speculative']}, block size {asked['block_size']}), with no model. Press **Start** "
             "to run the prompt under **Prompt and settings** on the loaded model instead.")
+    room_view.file_answers(lesson)
 
 # the stage: the request's blocks, each pass's drafts filling slots and the rejected ones emptying again
 last = len(lesson.records) - 1
 step = min(st.session_state.get("spec_view", last), last)
+if room is None and not lesson.replay:
+    room_view.publish(ROOM, lesson, step)  # followers move while this page draws
 show_stage(stage_data(lesson, step, presenter), key="spec_stage", on_step=ss.on_stage_step)
 if last > 0:
     st.session_state["spec_view_step"] = step + 1  # Streamlit forgets a widget's value while its page is away
@@ -160,5 +174,12 @@ texts = pd.DataFrame([
 ]).set_index("decoding")
 st.table(texts)
 
+if room is None and not lesson.replay:
+    with st.expander("Show this lesson to the class (a room)", icon=":material/groups:",
+                     expanded=rooms.teachers_room(ROOM.page) is not None):
+        room_view.teacher_panel(ROOM, lesson, step)
+
 show_code(propose_drafts, accept, Engine._roll_back, KVCacheManager.truncate,
           caption="Prompt lookup, greedy verification, and the rollback of the rejected drafts' cache slots.")
+if room is not None:
+    room_view.follow(room.code)  # the teacher's next step

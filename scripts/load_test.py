@@ -1,13 +1,21 @@
 """A room full of students: start the app, drive N real browser sessions at once, measure.
 
-    python scripts/load_test.py --sessions 30 --steps 5
+    python scripts/load_test.py --sessions 30 --steps 5           # 30 separate lessons
+    python scripts/load_test.py --sessions 30 --steps 5 --room    # 30 students following one teacher
 
-Each session opens the "Prefill and decode" lesson in its own browser context (its own
-Streamlit session), types a prompt with its own marker word, presses Prefill and then Next
-token several times. The script reports the median and 95th percentile of the time from a
-click to the page being idle again, the server's resident memory before and after, and checks
-that every session's tokens carry its own marker and no other session's.
-Loopback only; bounded in sessions, steps and time.
+Separate lessons: each session opens the "Prefill and decode" lesson in its own browser context
+(its own Streamlit session), types a prompt with its own marker word, presses Prefill and then
+Next token several times. The script reports the median and 95th percentile of the time from a
+click to the page being idle again, and checks that every session's tokens carry its own marker
+and no other session's.
+
+--room: one teacher runs the lesson and opens a room; the N students open its link, each in a
+browser context of its own, and follow while the teacher presses Next token `--steps` times. The
+script reports how long after the teacher's click each student showed the new step, and the
+server's CPU seconds while N followers sat idle for ten seconds.
+
+Both report the server's resident memory and the CPU seconds it used (user + system, from
+/proc), before and after. Loopback only; bounded in sessions, steps and time.
 """
 
 from __future__ import annotations
@@ -15,9 +23,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import re
 import statistics
 import time
 from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
 
 from kvviz.ui.app_server import CHROMIUM, CHROMIUM_ARGS, running_app
 
@@ -29,18 +40,83 @@ MARKERS = ["Romeo", "Juliet", "Hamlet", "Ophelia", "Macbeth", "Banquo", "Portia"
            "Orlando", "Beatrice", "Benedick", "Brutus", "Cassius", "Antony", "Cleopatra", "Falstaff"]
 
 
-def server_rss_bytes(port: int) -> int:
-    """Resident memory of the streamlit process listening on `port` (Linux /proc)."""
-    for status in Path("/proc").glob("[0-9]*/cmdline"):
+IDLE_WINDOW_S = 10.0
+
+
+def server_process(port: int) -> Path | None:
+    """/proc/PID of the streamlit process listening on `port` (Linux)."""
+    for cmdline_file in Path("/proc").glob("[0-9]*/cmdline"):
         try:
-            cmdline = status.read_bytes().replace(b"\0", b" ").decode()
+            cmdline = cmdline_file.read_bytes().replace(b"\0", b" ").decode()
         except OSError:
             continue
         if "streamlit" in cmdline and f"--server.port {port}" in cmdline:
-            for line in (status.parent / "status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
+            return cmdline_file.parent
+    return None
+
+
+def server_rss_bytes(port: int) -> int:
+    """Resident memory of the streamlit process listening on `port`."""
+    process = server_process(port)
+    for line in (process / "status").read_text().splitlines() if process else []:
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
     return 0
+
+
+def server_cpu_seconds(port: int) -> float:
+    """CPU time the server has used so far, user and system, all its threads."""
+    process = server_process(port)
+    return 0.0 if process is None else cpu_seconds(process)
+
+
+def cpu_seconds(process: Path) -> float:
+    """CPU time a process has used so far, user and system, all its threads (0 once it is gone)."""
+    try:
+        fields = (process / "stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
+class BrowserMeter:
+    """CPU time of this script's other descendants: Playwright's driver and the Chromium processes.
+    They share the machine with the server, so a slow redraw on two cores is theirs as much as its.
+    A closed tab's renderer takes its count with it, so the meter samples every half second and
+    keeps each process's last count."""
+
+    def __init__(self, port: int):
+        self.port, self.seen = port, {}  # pid -> CPU seconds last read
+
+    def sample(self) -> float:
+        parents = {}
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                parents[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+        server = server_process(self.port)
+        skip = {os.getpid(), int(server.name) if server else -1}
+        ours, found = {os.getpid()}, True
+        while found:
+            found = False
+            for pid, parent in parents.items():
+                if parent in ours and pid not in ours:
+                    ours.add(pid)
+                    found = True
+        for pid in ours - skip:
+            self.seen[pid] = max(self.seen.get(pid, 0.0), cpu_seconds(Path(f"/proc/{pid}")))
+        return sum(self.seen.values())
+
+    async def run(self) -> None:
+        while True:
+            self.sample()
+            await asyncio.sleep(0.5)
+
+
+def server_state(port: int, browsers: BrowserMeter) -> dict:
+    return {"rss_mib": round(server_rss_bytes(port) / 2**20, 1), "cpu_s": round(server_cpu_seconds(port), 1),
+            "browsers_cpu_s": round(browsers.sample(), 1)}
 
 
 async def wait_idle(page, timeout: float = 300.0) -> None:
@@ -76,14 +152,124 @@ async def student(browser, url: str, marker: str, steps: int, timings: list[floa
         await page.get_by_text("Prefill." if step == 0 else f"Decode step {step}.").first.wait_for()
         await wait_idle(page)
         timings.append(time.perf_counter() - start)
-    # the blue chips are the prompt this session's engine cached; they must be its own prompt
-    chips = await page.locator("span[title='prompt (prefill)']").all_inner_texts()
-    shown = "".join(chips).replace("\xa0", " ").replace("⏎", "\n")
-    generated = await page.locator("span[title^='decode step']").count()
+    # the page writes its lesson's prompt and step into its URL: they must be this session's own
+    query = parse_qs(urlsplit(page.url).query)
+    shown = query.get("prompt", [""])[0]
+    generated = int(query.get("step", ["-1"])[0]) + 1
     errors = await page.locator("[data-testid='stException']").count()
     await context.close()
     return {"marker": marker, "own": shown == own_prompt, "shown": shown, "generated": generated,
             "exceptions": errors}
+
+
+async def shown_step(page) -> int | None:
+    """The step a Prefill and decode page shows: its look-back slider's value (drawn from step 1),
+    else its guided text."""
+    try:
+        box = page.locator("[data-testid='stSlider']").filter(has_text="Look back at step")
+        if await box.count():
+            return int(await box.first.locator("[data-testid='stSliderThumbValue']").inner_text(timeout=1000))
+        text = await page.locator("[data-testid='stAlertContentSuccess']").first.inner_text(timeout=1000)
+    except Exception:  # the page is redrawing
+        return None
+    if text.startswith("Prefill."):
+        return 0
+    found = re.match(r"Decode step (\d+)", text)
+    return int(found.group(1)) if found else None
+
+
+async def wait_for_step(page, step: int, timeout: float = 300.0) -> float:
+    """When the page first showed `step` (time.perf_counter())."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if await shown_step(page) == step:
+            return time.perf_counter()
+        await asyncio.sleep(0.1)
+    shot = Path("artifacts") / f"load_test_student_step_{step}.png"
+    if shot.parent.is_dir():
+        await page.screenshot(path=str(shot), full_page=True)
+    raise TimeoutError(f"a student still showed step {await shown_step(page)}, not {step} (see {shot})")
+
+
+async def follower(browser, link: str, code: str) -> tuple:
+    context = await browser.new_context(viewport={"width": 1300, "height": 900})
+    page = await context.new_page()
+    page.set_default_timeout(300_000)
+    await page.goto(link)
+    await page.get_by_text(f"Following room {code}").wait_for()
+    await wait_for_step(page, 0)
+    return context, page
+
+
+async def room_async(args) -> dict:
+    """One teacher, `args.sessions` students following; the teacher steps `args.steps` times."""
+    from playwright.async_api import async_playwright
+
+    with running_app() as url:
+        port = int(url.rsplit(":", 1)[1])
+        meter = BrowserMeter(port)
+        sampler = asyncio.create_task(meter.run())
+        started = server_state(port, meter)
+        async with async_playwright() as playwright:
+            browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            context = await browser.new_context(viewport={"width": 1300, "height": 900})
+            teacher = await context.new_page()
+            teacher.set_default_timeout(300_000)
+            await teacher.goto(f"{url}/prefill_decode")
+            await teacher.get_by_role("button", name="Prefill").wait_for()
+            await wait_idle(teacher)
+            await teacher.get_by_role("button", name="Prefill").click()
+            await teacher.get_by_text("Prefill.").first.wait_for()
+            await wait_idle(teacher)
+            await teacher.get_by_text("Show this lesson to the class").click()
+            await teacher.get_by_role("button", name="Open a room for the class").click()
+            code_box = teacher.locator("[data-testid='stCode']").filter(has_text="?room=").first
+            link = (await code_box.inner_text()).strip()
+            code = link.rsplit("=", 1)[1]
+            teaching = server_state(port, meter)
+            joined_at = time.perf_counter()
+            pages = await asyncio.wait_for(asyncio.gather(
+                *[follower(browser, link, code) for _ in range(args.sessions)]), args.timeout)
+            join_s = time.perf_counter() - joined_at
+            await teacher.get_by_text(f"{args.sessions} of {args.sessions} students following",
+                                      exact=False).wait_for()
+            joined = server_state(port, meter)
+            await asyncio.sleep(IDLE_WINDOW_S)  # the followers' one-second checks, nothing else
+            idle = server_state(port, meter)
+            lags: list[float] = []
+            stepping = time.perf_counter()
+            for step in range(1, args.steps + 1):
+                clicked = time.perf_counter()
+                await teacher.get_by_role("button", name=re.compile("^Next token")).click()
+                shown = await asyncio.wait_for(asyncio.gather(
+                    *[wait_for_step(page, step) for _, page in pages]), args.timeout)
+                lags += [when - clicked for when in shown]
+                await wait_idle(teacher)
+            steps_wall = time.perf_counter() - stepping
+            stepped = server_state(port, meter)
+            errors = sum([await page.locator("[data-testid='stException']").count() for _, page in pages])
+            for student_context, _ in pages:
+                await student_context.close()
+            await context.close()
+            await browser.close()
+        sampler.cancel()
+    lags.sort()
+    return {
+        "mode": "room", "students": args.sessions, "teacher_steps": args.steps,
+        "join_wall_s": round(join_s, 1),
+        "follow_lag_median_s": round(statistics.median(lags), 2),
+        "follow_lag_p95_s": round(lags[int(0.95 * (len(lags) - 1))], 2),
+        "follow_lag_max_s": round(lags[-1], 2),
+        "server_at_start": started, "server_teacher_ready": teaching, "server_students_joined": joined,
+        "server_after_idle": idle, "server_after_steps": stepped,
+        "cpu_s_students_joining": round(joined["cpu_s"] - teaching["cpu_s"], 1),
+        "cpu_s_per_s_idle_following": round((idle["cpu_s"] - joined["cpu_s"]) / IDLE_WINDOW_S, 2),
+        "steps_wall_s": round(steps_wall, 1),
+        "cpu_s_teacher_steps": round(stepped["cpu_s"] - idle["cpu_s"], 1),
+        "browsers_cpu_s_teacher_steps": round(stepped["browsers_cpu_s"] - idle["browsers_cpu_s"], 1),
+        "rss_mib_added_by_students": round(joined["rss_mib"] - teaching["rss_mib"], 1),
+        "exceptions": errors,
+    }
 
 
 async def main_async(args) -> dict:
@@ -93,7 +279,9 @@ async def main_async(args) -> dict:
     markers = [f"{m}{i}" if args.sessions > len(MARKERS) else m for i, m in enumerate(markers)]
     with running_app() as url:
         port = int(url.rsplit(":", 1)[1])
-        rss_before = server_rss_bytes(port)
+        meter = BrowserMeter(port)
+        sampler = asyncio.create_task(meter.run())
+        before = server_state(port, meter)
         async with async_playwright() as playwright:
             browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
             timings: list[float] = []
@@ -101,18 +289,21 @@ async def main_async(args) -> dict:
             results = await asyncio.wait_for(asyncio.gather(
                 *[student(browser, url, m, args.steps, timings) for m in markers]), args.timeout)
             wall = time.perf_counter() - started
+            after = server_state(port, meter)
             await browser.close()
-        rss_after = server_rss_bytes(port)
+        sampler.cancel()
     leaks = [{"session": r["marker"], "saw": r["shown"][:60]} for r in results if not r["own"]]
     short = [r["marker"] for r in results if r["generated"] != args.steps + 1]
     timings.sort()
     report = {
-        "sessions": args.sessions, "steps_per_session": args.steps + 1, "clicks": len(timings),
+        "mode": "separate lessons", "sessions": args.sessions, "steps_per_session": args.steps + 1,
+        "clicks": len(timings),
         "step_time_median_s": round(statistics.median(timings), 3),
         "step_time_p95_s": round(timings[int(0.95 * (len(timings) - 1))], 3),
         "wall_s": round(wall, 1),
-        "server_rss_before_mib": round(rss_before / 2**20, 1),
-        "server_rss_after_mib": round(rss_after / 2**20, 1),
+        "server_before": before, "server_after": after,
+        "cpu_s_lessons": round(after["cpu_s"] - before["cpu_s"], 1),
+        "browsers_cpu_s_lessons": round(after["browsers_cpu_s"] - before["browsers_cpu_s"], 1),
         "exceptions": sum(r["exceptions"] for r in results),
         "sessions_with_foreign_tokens": leaks,
         "sessions_missing_steps": short,
@@ -125,13 +316,17 @@ def main() -> int:
     parser.add_argument("--sessions", type=int, default=30)
     parser.add_argument("--steps", type=int, default=5, help="Next-token clicks per session after Prefill")
     parser.add_argument("--timeout", type=float, default=900.0, help="give up after this many seconds")
+    parser.add_argument("--room", action="store_true", help="students follow one teacher's room")
     parser.add_argument("--json", type=Path, help="also write the report here")
     args = parser.parse_args()
-    report = asyncio.run(main_async(args))
+    if not 1 <= args.sessions <= 60 or not 1 <= args.steps <= 47:
+        parser.error("use 1 to 60 sessions and 1 to 47 steps")
+    report = asyncio.run(room_async(args) if args.room else main_async(args))
     print(json.dumps(report, indent=2))
     if args.json:
         args.json.write_text(json.dumps(report, indent=2))
-    ok = not (report["sessions_with_foreign_tokens"] or report["exceptions"] or report["sessions_missing_steps"])
+    failed = report.get("sessions_with_foreign_tokens") or report.get("sessions_missing_steps")
+    ok = not (report["exceptions"] or failed)
     return 0 if ok else 1
 
 

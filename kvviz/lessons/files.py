@@ -1,8 +1,10 @@
 """Reading an untrusted lesson file: the envelope every lesson's file shares, and field checks.
 
-A file is JSON with a format ("kvviz-lesson/3"), the lesson it holds (files of the first
+A file is JSON with a format ("kvviz-lesson/4"), the lesson it holds (files of the first
 lesson, written before the other lessons could export, have no lesson field) and that lesson's
-fields. Older formats are refused with a sentence naming theirs. `read_lesson_file` checks the size,
+fields. Format 4 added `room_answers`, what a class answered in a room (`RoomAnswers`); a
+kvviz-lesson/3 file is the same without it, and is read. Older formats are refused with a
+sentence naming theirs. `read_lesson_file` checks the size,
 the JSON and the envelope; each lesson's builder checks its fields with `typed`, `check_keys` and
 `check_range`, which raise FieldError, and `build_checked` turns that into one sentence naming the
 field. A text field that is half of a character (a lone surrogate) is refused: no page could show it.
@@ -14,12 +16,16 @@ import json
 import math
 import types
 import typing
-from dataclasses import MISSING, fields, is_dataclass
+from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 
 from kvviz.engine.records import StepRecord
 from kvviz.lessons.registry import BY_KEY
 
-LESSON_FORMAT = "kvviz-lesson/3"  # the first lesson's settings hold a SamplingParams ("sampling")
+LESSON_FORMAT = "kvviz-lesson/4"  # 3: the first lesson's settings hold a SamplingParams; 4: room_answers
+READ_FORMATS = ("kvviz-lesson/3", LESSON_FORMAT)  # a /3 file is a /4 file without room_answers
+ROOM_ANSWERS = "room_answers"  # the optional field every lesson's file may hold
+MAX_ROOM_QUESTIONS = 500  # questions in a file's room_answers (a room asks at most 50; a lesson may have had rooms)
+MAX_ROOM_ANSWERS = 10_000  # answers to one question
 MAX_LESSON_BYTES = 20 * 2**20  # a 256-token lesson on the bundled model exports to a few MiB
 
 
@@ -40,7 +46,7 @@ def read_lesson_file(data: bytes | str, lesson: str) -> dict:
     if isinstance(payload, dict) and payload.get("format") == "kvviz-lesson/2":
         raise LessonFileError(f"This file is in the older format {payload['format']}, which this kvviz no longer "
                               f"reads; export the lesson again to get a {LESSON_FORMAT} file.")
-    if not isinstance(payload, dict) or payload.get("format") != LESSON_FORMAT:
+    if not isinstance(payload, dict) or payload.get("format") not in READ_FORMATS:
         raise LessonFileError("This JSON is not a kvviz lesson (its format field is missing or unknown); "
                               "upload a file saved with “Export lesson”.")
     kind = payload.get("lesson", "prefill_decode")
@@ -51,6 +57,33 @@ def read_lesson_file(data: bytes | str, lesson: str) -> dict:
         raise LessonFileError("The lesson file's field lesson names no kvviz lesson; "
                               "upload a file saved with “Export lesson”.")
     return payload
+
+
+@dataclass
+class RoomAnswers:
+    """A question a room was asked about the lesson, as the lesson's file keeps it."""
+
+    room: str  # the room's code
+    question: str
+    unit: str
+    step: int  # the step whose record holds the engine's answer
+    engine: float | None  # the engine's answer; None when the file was written before the reveal
+    answers: list[float] = field(default_factory=list)  # the students' numbers, sorted, no names
+    exact: bool = False  # only the same number counts as right (a block id); else within 1%
+
+
+def room_answers(payload: dict) -> list[RoomAnswers]:
+    """The file's room_answers (none in a file without them), each checked; raises FieldError."""
+    value = payload.get(ROOM_ANSWERS, [])
+    if value and payload.get("format") != LESSON_FORMAT:
+        raise FieldError(ROOM_ANSWERS, f"belongs to {LESSON_FORMAT} files, not {payload.get('format')}")
+    rows = []
+    for i, row in enumerate(bounded_list(value, MAX_ROOM_QUESTIONS, ROOM_ANSWERS)):
+        where = f"{ROOM_ANSWERS}[{i}]"
+        bounded_list(typed(row, dict, where).get("answers", []), MAX_ROOM_ANSWERS, f"{where}.answers")
+        rows.append(typed(row, RoomAnswers, where))
+        rows[-1].room, rows[-1].question, rows[-1].unit = row["room"][:12], row["question"][:1000], row["unit"][:40]
+    return rows
 
 
 def build_checked(build, payload: dict):

@@ -9,7 +9,8 @@ The session-state modules are named, not imported: this list sits below the less
 their file checks read it (kvviz/lessons/files.py), and each state module imports the lesson's
 logic. A state module declares KEYS (what a run leaves behind), optionally KEY_PREFIXES (keys
 made on the fly, one per question asked) and INPUTS (prefixes of widget keys that stay when
-another model loads), and a reset(state) that clears exactly its keys.
+another model loads), and a reset(state) that clears exactly its keys. SHARED_STATES names the
+modules beside the lesson folders that own keys several lesson pages make (a room's).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ LECTURE = (
     Lesson("prefill_decode", "Prefill and decode", ":material/play_circle:",
            "A real model fills its cache with the prompt, then adds one token per step; where K, V and Q "
            "come from, the causal triangle, and why decode is memory-bound.", 15,
-           ("state", "explain_views", "classroom", "room_view"), replays=True),
+           ("state", "explain_views", "classroom"), replays=True),
     Lesson("memory_bill", "Memory bill", ":material/calculate:",
            "What the cache weighs, what fits on a GPU, and what GQA, MQA, MLA, sliding windows and "
            "tensor parallelism change.", 8),
@@ -67,6 +68,7 @@ LECTURE = (
            "The papers and code each lesson rests on, with links.", 2),
 )
 BY_KEY = {lesson.key: lesson for lesson in LECTURE}
+SHARED_STATES = ("room_view",)  # kvviz.lessons.<name>: a room followed on any engine-driven lesson's page
 # keys of the app itself, which stay when another model loads: the model picker, presenter mode,
 # the Memory bill, the Model lab (it builds its own model) and Putting it together (sizes, not runs)
 APP_INPUTS = ("model_", "presenter", "bill_", "lab_", "together_")
@@ -86,9 +88,10 @@ def neighbours(title: str) -> tuple[Lesson | None, Lesson | None]:
 
 
 def state_modules() -> list:
-    """Every lesson's session-state modules, in lecture order."""
+    """Every lesson's session-state modules, in lecture order, then the shared ones."""
     return [importlib.import_module(f"kvviz.lessons.{lesson.key}.{name}")
-            for lesson in LECTURE for name in lesson.states]
+            for lesson in LECTURE for name in lesson.states] + [
+        importlib.import_module(f"kvviz.lessons.{name}") for name in SHARED_STATES]
 
 
 def reset_lessons(state) -> None:

@@ -1,13 +1,14 @@
 """Rooms: a teacher's live lesson followed by the class, on this server.
 
-    room = rooms.open_room(lesson, page="prefill_decode")   # the teacher's session owns it
+    room = rooms.open_room(lesson, page="paged_batching")   # the teacher's session owns it
     rooms.publish(room, step=3)                              # each time the teacher's page draws
     found = rooms.find("K7QW2M")                             # a student's link; None if closed or wrong
     rooms.join(found)                                        # counts the student, or says why not
 
-A room holds a reference to the teacher's lesson object (its records are what students see, as a
-replay: no model runs for them), the step the teacher shows, the questions the teacher asked and
-one answer per student per question. Everything sits in one dict behind one lock, shared by the
+A room belongs to one lesson page (Prefill and decode, Paged cache and batching, Speculative
+decoding). It holds a reference to the teacher's lesson object (its records are what students
+see, as a replay: no model runs for them), the step the teacher shows, the questions the teacher
+asked and one answer per student per question. Everything sits in one dict behind one lock, shared by the
 server's sessions. A room closes when its teacher's session ends, when it has been idle for
 KVVIZ_ROOM_IDLE_S seconds, or when the teacher closes it.
 
@@ -51,7 +52,8 @@ class RoomQuestion:
     id: str
     text: str
     unit: str
-    target: int  # the step whose record holds the answer
+    target: int  # the step whose record holds the answer (the first that may, until revealed)
+    exact: bool = False  # only the same number is right (a block id); else within 1% (bytes)
     answer: float | None = None  # the engine's, set when revealed
     answers: dict[str, float] = field(default_factory=dict)  # student session -> their number
 
@@ -68,6 +70,7 @@ class Room:
     page: str  # the lesson's key, e.g. "prefill_decode"
     lesson: object  # the teacher's lesson; students read its records
     step: int = 0
+    progress: int = 0  # what the teacher's lesson holds past its step that followers also draw
     opened: float = field(default_factory=time.time)
     touched: float = field(default_factory=time.time)
     students: dict[str, float] = field(default_factory=dict)  # session id -> last seen
@@ -178,32 +181,44 @@ def leave(room: Room) -> None:
         room.students.pop(session_id(), None)
 
 
-def publish(room: Room, step: int) -> None:
-    """The teacher's page shows `step`: followers move to it."""
+def publish(room: Room, step: int, progress: int = 0) -> None:
+    """The teacher's page shows `step` (and its lesson has come `progress` far): followers move to it."""
     with _lock:
         room.touched = time.time()
-        if room.step != step:
-            room.step = step
+        if (room.step, room.progress) != (step, progress):
+            room.step, room.progress = step, progress
             room.version += 1
 
 
-def ask(room: Room, question_id: str, text: str, unit: str, target: int) -> str | None:
+def show_lesson(room: Room, lesson) -> None:
+    """The teacher started a new lesson (Prefill or Start again): the room shows it, and the questions
+    asked about the old one's steps go (the old lesson keeps their answers)."""
+    with _lock:
+        if room.lesson is not lesson:
+            room.lesson, room.questions = lesson, []
+            room.version += 1
+
+
+def ask(room: Room, question_id: str, text: str, unit: str, target: int, exact: bool = False) -> str | None:
     """Put a question to the room (once per id); a sentence when the room has asked too many."""
     with _lock:
         if room.question(question_id) is not None:
             return None
         if len(room.questions) >= MAX_QUESTIONS:
             return f"This room has asked {MAX_QUESTIONS} questions, its limit; open a new room to ask more."
-        room.questions.append(RoomQuestion(question_id, text, unit, target))
+        room.questions.append(RoomQuestion(question_id, text, unit, target, exact))
         room.version += 1
     return None
 
 
-def reveal(room: Room, question_id: str, answer: float) -> None:
+def reveal(room: Room, question_id: str, answer: float, step: int | None = None) -> None:
+    """The engine's answer, read at `step` (when the question could not say which step ahead)."""
     with _lock:
         question = room.question(question_id)
         if question is not None and not question.revealed:
             question.answer = float(answer)
+            if step is not None:
+                question.target = step
             room.version += 1
 
 
@@ -223,7 +238,13 @@ def answer(room: Room, question_id: str, value: float) -> str | None:
 
 
 def answers_table(room: Room) -> list[dict]:
-    """Every question with its answers, for the teacher's download."""
+    """Every question with its answers (no student's name), for the teacher's download and lesson file."""
     with _lock:
-        return [{"question": q.text, "unit": q.unit, "step": q.target, "engine": q.answer,
-                 "answers": sorted(q.answers.values())} for q in room.questions]
+        return [{"room": room.code, "question": q.text, "unit": q.unit, "step": q.target, "engine": q.answer,
+                 "answers": sorted(q.answers.values()), "exact": q.exact} for q in room.questions]
+
+
+def right_answers(answers: list[float], engine: float, exact: bool) -> int:
+    """How many answers match the engine's: the same number, or within 1% of it."""
+    tolerance = 0 if exact else 0.01 * max(abs(engine), 1)
+    return sum(abs(a - engine) <= tolerance for a in answers)

@@ -1,7 +1,8 @@
 """A class in a room (issue 27), in a real browser: a teacher and five students, each in a browser
 context of their own. Students show the teacher's step within 2 seconds, a student's own view
 moves nobody else, answers are counted and shown at the reveal, and take-over gives a lesson of
-one's own. Screenshots go to docs/screenshots/.
+one's own; and the same for a Paged cache and batching run with two students. Screenshots go to
+docs/screenshots/.
 """
 
 import re
@@ -128,6 +129,69 @@ def test_five_students_follow_the_teacher_answer_and_take_over(browser, app_url)
     press(last, "Next token")
     wait_for_step(last, 8, SLOW_S)
     assert shown_step(teacher) == 7 and shown_step(students[1][1]) == 7  # nobody else moved
+    for context, _ in students:
+        context.close()
+    teacher_context.close()
+
+
+def look_back_step(page) -> int | None:
+    """The step a Paged page shows: its look-back slider's value."""
+    try:
+        return int(page.get_by_role("slider", name="Look back at step").get_attribute("aria-valuenow", timeout=1000))
+    except Exception:  # the page is redrawing
+        return None
+
+
+def wait_for_paged_step(page, step, within_s):
+    deadline = time.time() + within_s
+    while time.time() < deadline:
+        if look_back_step(page) == step:
+            return time.time()
+        time.sleep(0.1)
+    raise AssertionError(f"the page still shows step {look_back_step(page)}, not {step}, after {within_s} s")
+
+
+def metrics(page) -> list[str]:
+    return page.locator("[data-testid='stMetricValue']").all_inner_texts()
+
+
+def test_two_students_follow_a_paged_run_choose_their_own_tab_and_take_over(browser, app_url):  # noqa: F811
+    teacher_context, teacher = new_page(browser, f"{app_url}/paged_batching")
+    teacher.get_by_role("button", name="Start", exact=True).first.wait_for()
+    wait_idle(teacher, timeout=SLOW_S)
+    press(teacher, "Start")
+    press(teacher, "Step")
+    teacher.get_by_text("Show this lesson to the class").click()
+    press(teacher, "Open a room for the class")
+    link = teacher.locator("[data-testid='stCode']").filter(has_text="?room=").first.inner_text().strip()
+    assert "/paged_batching?room=" in link
+    code = link.rsplit("=", 1)[1]
+    students = [new_page(browser, f"{app_url}/paged_batching?room={code}") for _ in range(2)]
+    for _, page in students:
+        page.get_by_text(f"Following room {code}").wait_for(timeout=120_000)
+        wait_for_paged_step(page, 1, SLOW_S)
+        assert page.get_by_role("button", name="Step", exact=True).count() == 0  # only the teacher steps
+    first, second = students[0][1], students[1][1]
+    first.get_by_role("tab", name="Preemption: swap or recompute").click()  # one student's own tab
+    wait_idle(first, timeout=SLOW_S)
+    press(teacher, "Step")
+    moved = time.time()
+    for _, page in students:
+        assert wait_for_paged_step(page, 2, SLOW_S) - moved < 2.5
+    wait_idle(teacher, timeout=SLOW_S)
+    for _, page in students:
+        wait_idle(page, timeout=SLOW_S)
+        assert metrics(page) == metrics(teacher)  # the same step's numbers
+    assert first.get_by_role("tab", name="Preemption: swap or recompute").get_attribute("aria-selected") == "true"
+    for page in (second, teacher):
+        assert page.get_by_role("tab", name="Parallel sampling: one prompt, n samples").get_attribute(
+            "aria-selected") == "true"
+    press(second, "Take over")  # a run of one's own at the room's step, that steps on its own
+    second.get_by_role("button", name="Step", exact=True).wait_for(timeout=SLOW_S * 1000)
+    wait_for_paged_step(second, 2, SLOW_S)
+    press(second, "Step")
+    wait_for_paged_step(second, 3, SLOW_S)
+    assert look_back_step(teacher) == 2 and look_back_step(first) == 2  # nobody else moved
     for context, _ in students:
         context.close()
     teacher_context.close()

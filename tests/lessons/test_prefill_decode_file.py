@@ -68,7 +68,7 @@ def test_export_then_replay_gives_the_same_records(lesson):
 
 def test_the_file_keeps_the_lessons_sampling_params(lesson):
     data = json.loads(export_lesson(lesson))
-    assert data["format"] == LESSON_FORMAT == "kvviz-lesson/3" and data["settings"]["sampling"]["max_tokens"] == 12
+    assert data["format"] == LESSON_FORMAT == "kvviz-lesson/4" and data["settings"]["sampling"]["max_tokens"] == 12
     assert import_lesson(json.dumps(data)).settings == lesson.settings
 
 

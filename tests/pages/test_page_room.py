@@ -78,7 +78,7 @@ def test_the_rooms_answers_are_counted_and_shown_at_the_reveal(teacher):
     right = sum(abs(g - question.answer) <= 0.01 * max(question.answer, 1) for g in (2, 7))
     assert f"{right} of 2 answered within 1%" in shown
     pupils[0].run()
-    assert any(f"The engine holds **{question.answer:,.0f} blocks**" in c.value and "you said 2" in c.value
+    assert any(f"The engine's answer is **{question.answer:,.0f} blocks**" in c.value and "you said 2" in c.value
                for c in pupils[0].caption)
 
 

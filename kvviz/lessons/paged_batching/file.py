@@ -15,12 +15,14 @@ from dataclasses import asdict
 from kvviz.engine.records import StepRecord
 from kvviz.lessons.files import (
     LESSON_FORMAT,
+    ROOM_ANSWERS,
     FieldError,
     bounded_list,
     build_checked,
     check_keys,
     check_range,
     read_lesson_file,
+    room_answers,
     settings_numbers,
     step_records,
     typed,
@@ -32,7 +34,7 @@ MAX_REQUESTS = 256
 MAX_STEPS = 10_000
 MAX_BLOCKS = 4096  # the page's slider stops at 128; the pool grid draws every block
 FIELDS = {"format", "lesson", "model_name", "settings", "specs", "request_ids", "prompt_lengths", "records",
-          "texts", "view_step"}
+          "texts", "view_step", ROOM_ANSWERS}  # room_answers may be missing (a kvviz-lesson/3 file)
 SETTINGS = {"block_size": 1024, "num_blocks": MAX_BLOCKS, "max_context": 2**24}  # name -> most
 
 
@@ -48,6 +50,7 @@ def export_paged(lesson: PagedLesson, view_step: int) -> str:
         "records": [r.to_dict() for r in lesson.records],
         "texts": [sorted(texts.items()) for texts in lesson.texts],
         "view_step": min(max(view_step, 0), len(lesson.records) - 1),
+        ROOM_ANSWERS: [asdict(row) for row in lesson.room_answers],
     })
 
 
@@ -57,7 +60,7 @@ def import_paged(data: bytes | str) -> tuple[PagedLesson, int]:
 
 
 def _build(payload: dict) -> tuple[PagedLesson, int]:
-    check_keys(payload, "", FIELDS)
+    check_keys(payload, "", FIELDS, FIELDS - {ROOM_ANSWERS})
     sizes, settings = settings_numbers(payload["settings"], SETTINGS, {"enable_prefix_caching"})
     specs = bounded_list(payload["specs"], MAX_REQUESTS, "specs")
     check_range(len(specs), 1, MAX_REQUESTS, "specs (the number of requests)")
@@ -79,7 +82,7 @@ def _build(payload: dict) -> tuple[PagedLesson, int]:
         specs, None, sizes["max_context"], sizes["block_size"], sizes["num_blocks"],
         typed(settings["enable_prefix_caching"], bool, "settings.enable_prefix_caching"),
         records=records, texts=texts, request_ids=request_ids, prompt_lengths=dict(lengths),
-        model_name=typed(payload["model_name"], str, "model_name")[:200])
+        model_name=typed(payload["model_name"], str, "model_name")[:200], room_answers=room_answers(payload))
     view_step = check_range(typed(payload["view_step"], int, "view_step"), 0, len(records) - 1, "view_step")
     return lesson, view_step
 

@@ -44,6 +44,7 @@ class PagedLesson:
     prompt_lengths: dict[int, int] = field(default_factory=dict)  # request id -> prompt tokens
     model_name: str = ""
     stage_steps: list[dict] = field(default_factory=list)  # each step as the stage draws it (stage.py), once
+    room_answers: list = field(default_factory=list)  # files.RoomAnswers: what rooms answered about it
 
     @classmethod
     def start(cls, lm, specs: list[RequestSpec], block_size: int, num_blocks: int,

@@ -20,12 +20,14 @@ import numpy as np
 from kvviz.engine.records import StepRecord
 from kvviz.lessons.files import (
     LESSON_FORMAT,
+    ROOM_ANSWERS,
     FieldError,
     bounded_list,
     build_checked,
     check_keys,
     check_range,
     read_lesson_file,
+    room_answers,
     typed,
 )
 from kvviz.lessons.prefill_decode.logic import MAX_LESSON_TOKENS, MAX_TRIANGLE_TOKENS, Lesson, LessonSettings, StepTrace
@@ -53,6 +55,7 @@ def export_lesson(lesson: Lesson) -> str:
                     "logit_difference": t.logit_difference,
                     "prompt_attention": None if t.prompt_attention is None else _encode(t.prompt_attention)}
                    for t in lesson.traces],
+        ROOM_ANSWERS: [asdict(row) for row in lesson.room_answers],
     })
 
 
@@ -64,7 +67,7 @@ def import_lesson(data: bytes | str) -> Lesson:
 # ---- checking ------------------------------------------------------------------------------
 def _build(payload: dict) -> Lesson:
     check_keys(payload, "", {"format", "lesson", "model", "settings", "prompt_token_ids", "token_texts",
-                              "records", "twin_records", "traces"},
+                              "records", "twin_records", "traces", ROOM_ANSWERS},
                {"format", "model", "settings", "prompt_token_ids", "token_texts", "records", "twin_records", "traces"})
     model = _model(payload["model"])
     settings = _settings(payload["settings"])
@@ -96,7 +99,7 @@ def _build(payload: dict) -> Lesson:
             raise FieldError(f"records[{i}].trace", "must be empty (traces travel in the traces field)")
         _check_record(record, f"records[{i}]", settings.block_size)
     return Lesson(settings, model, records=records, twin_records=twin_records, traces=lesson_traces,
-                  prompt_token_ids=prompt_ids, token_texts=texts, replay=True)
+                  prompt_token_ids=prompt_ids, token_texts=texts, replay=True, room_answers=room_answers(payload))
 
 
 def _check_record(record: StepRecord, where: str, block_size: int) -> None:

@@ -64,7 +64,8 @@ class Lesson:
     replay_position: int = 0  # in a replay, the last step revealed so far
     released: bool = False  # freed after its session ended
     stage_steps: list[dict] = field(default_factory=list)  # each step as the stage draws it (stage.py), once
-    done_at_copy: bool | None = None  # a room's copy of a lesson (room_view.follower): had it finished there
+    room_answers: list = field(default_factory=list)  # files.RoomAnswers: what rooms answered about it
+    done_at_copy: bool | None = None  # a room's copy of a lesson (room.follower): had it finished there
 
     @classmethod
     def start(cls, lm, settings: LessonSettings) -> "Lesson":

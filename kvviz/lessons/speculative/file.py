@@ -9,16 +9,19 @@ before anything is built, and a refusal is one sentence naming the field (kvviz/
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 
 from kvviz.engine.records import StepRecord
 from kvviz.lessons.files import (
     LESSON_FORMAT,
+    ROOM_ANSWERS,
     FieldError,
     bounded_list,
     build_checked,
     check_keys,
     check_range,
     read_lesson_file,
+    room_answers,
     settings_numbers,
     step_records,
     typed,
@@ -30,7 +33,7 @@ MAX_PASSES = 4096
 MAX_TEXTS = 50_000
 MAX_TOKENS = 2**16  # in the prompt, or in one decoded list
 FIELDS = {"format", "lesson", "model_name", "settings", "prompt_token_ids", "records", "plain_records", "texts",
-          "view_step"}
+          "view_step", ROOM_ANSWERS}  # room_answers may be missing (a kvviz-lesson/3 file)
 SETTINGS = {"num_speculative": 16, "max_tokens": MAX_PASSES, "block_size": 1024}  # name -> most
 
 
@@ -43,6 +46,7 @@ def export_speculative(lesson: SpeculativeLesson, view_step: int) -> str:
         "plain_records": [r.to_dict() for r in lesson.plain_records],
         "texts": [[list(ids), text] for ids, text in lesson.texts.items()],
         "view_step": min(max(view_step, 0), len(lesson.records) - 1),
+        ROOM_ANSWERS: [asdict(row) for row in lesson.room_answers],
     })
 
 
@@ -52,7 +56,7 @@ def import_speculative(data: bytes | str) -> tuple[SpeculativeLesson, int]:
 
 
 def _build(payload: dict) -> tuple[SpeculativeLesson, int]:
-    check_keys(payload, "", FIELDS)
+    check_keys(payload, "", FIELDS, FIELDS - {ROOM_ANSWERS})
     asked, settings = settings_numbers(payload["settings"], SETTINGS, {"prompt"})
     asked["prompt"] = typed(settings["prompt"], str, "settings.prompt")
     prompt_ids = typed(bounded_list(payload["prompt_token_ids"], MAX_TOKENS, "prompt_token_ids"), list[int],
@@ -65,7 +69,8 @@ def _build(payload: dict) -> tuple[SpeculativeLesson, int]:
         ids, text = typed(item, tuple[list, str], f"texts[{i}]")
         texts[tuple(typed(bounded_list(ids, MAX_TOKENS, f"texts[{i}][0]"), list[int], f"texts[{i}][0]"))] = text
     lesson = SpeculativeLesson(None, None, prompt_ids, asked, records=records, plain_records=plain_records,
-                               texts=texts, model_name=typed(payload["model_name"], str, "model_name")[:200])
+                               texts=texts, model_name=typed(payload["model_name"], str, "model_name")[:200],
+                               room_answers=room_answers(payload))
     view_step = check_range(typed(payload["view_step"], int, "view_step"), 0, len(records) - 1, "view_step")
     return lesson, view_step
 

@@ -52,6 +52,7 @@ class SpeculativeLesson:
     released: bool = False  # freed after its session ended (kvviz.ui.live_lessons)
     model_name: str = ""
     stage_steps: list[dict] = field(default_factory=list)  # each pass as the stage draws it (stage.py), once
+    room_answers: list = field(default_factory=list)  # files.RoomAnswers: what rooms answered about it
 
     @classmethod
     def start(cls, lm, prompt: str, num_speculative: int, max_tokens: int, block_size: int) -> "SpeculativeLesson":

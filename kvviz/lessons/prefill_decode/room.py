@@ -1,0 +1,52 @@
+"""Prefill and decode in a room (kvviz.lessons.room_view): the copy a student follows, and Take over."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import streamlit as st
+
+from kvviz.lessons.prefill_decode import predict
+from kvviz.lessons.prefill_decode import state as ls
+from kvviz.lessons.prefill_decode.logic import Lesson
+from kvviz.lessons.room_view import RoomLesson
+from kvviz.ui.rooms import RoomQuestion
+
+
+def follower(teacher: Lesson, step: int) -> Lesson:
+    """The teacher's lesson as a replay at `step`: the same record objects in lists of its own (the
+    teacher's lists are emptied when that session ends), and the stage's steps the teacher's page
+    already built (a step's drawing never changes once it ran)."""
+    return replace(teacher, records=list(teacher.records[:step + 1]),
+                   twin_records=list(teacher.twin_records[:step + 1]), traces=list(teacher.traces[:step + 1]),
+                   token_texts=list(teacher.token_texts),
+                   prompt_token_ids=list(teacher.prompt_token_ids), engine=None, twin=None, tokenizer=None,
+                   replay=True, replay_position=step, stage_steps=list(teacher.stage_steps[:step + 1]),
+                   room_answers=[],
+                   done_at_copy=teacher.finished and step == len(teacher.records) - 1)
+
+
+def take_over(teacher: Lesson, step: int) -> None:
+    """The teacher's prompt and sampling run to `step` on this session's own engine."""
+    sampling = teacher.settings.sampling
+    st.session_state.update({
+        "lesson_prompt": teacher.settings.prompt, "lesson_max_tokens": sampling.max_tokens,
+        "lesson_greedy": sampling.temperature == 0, "lesson_seed": sampling.seed or 0})
+    if sampling.temperature:
+        st.session_state.update({"lesson_temperature": sampling.temperature, "lesson_top_k": sampling.top_k,
+                                 "lesson_top_p": sampling.top_p})
+    ls.on_prompt_edit()
+    ls.run_to_step(step)
+
+
+def questions(lesson: Lesson) -> list[RoomQuestion]:
+    """The predict-then-reveal questions the teacher asked, answered once the lesson reached their step."""
+    asked = []
+    for question in st.session_state.get("lesson_questions", []):
+        predict.reveal(question, lesson)
+        asked.append(RoomQuestion(f"{question.asked_at}_{question.kind}", question.text, question.unit,
+                                  question.target, answer=question.answer))
+    return asked
+
+
+ROOM = RoomLesson("prefill_decode", "lesson", "lesson_view_step", follower, take_over, questions)

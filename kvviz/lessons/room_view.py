@@ -1,0 +1,271 @@
+"""A lesson in a room (kvviz.ui.rooms): the teacher's panel, and the students who follow.
+
+Every engine-driven lesson gives its room a `RoomLesson`: where its run and its step in view live
+in session state, a function that copies the teacher's lesson as a replay at a step, and one that
+runs the same settings to that step on the student's own engine (Take over). A student's page
+opened with ?room=CODE shows the teacher's lesson as that replay at the teacher's step: every view
+works, nothing runs a model, and the student picks views and tabs without moving anyone. A
+one-second fragment reruns the student's page when the room changed (a step, a question, a
+reveal). A link opened on another lesson's page goes to the room's own page.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+import qrcode
+import qrcode.image.svg
+import streamlit as st
+
+from kvviz.lessons.files import RoomAnswers
+from kvviz.lessons.registry import BY_KEY
+from kvviz.ui import rooms
+from kvviz.ui.common import drop
+
+KEYS = frozenset({"room_code", "room_query_done", "room_error", "room_version", "room_answer", "room_sent",
+                  "room_followed_step", rooms.SESSION_KEY})
+
+
+@dataclass(frozen=True)
+class RoomLesson:
+    """What a lesson page gives its room."""
+
+    page: str  # the lesson's key in the registry: its page's URL path
+    lesson_key: str  # session-state key of the lesson object
+    step_key: str  # session-state key of the step in view (an index into its records)
+    follower: Callable  # (teacher's lesson, step) -> a replay of it at that step, sharing no list with it
+    take_over: Callable  # (teacher's lesson, step) -> None: the same settings run to that step, this session's own
+    questions: Callable = lambda lesson: []  # (teacher's lesson) -> list[rooms.RoomQuestion] asked on the page
+    progress: Callable = lambda lesson: 0  # (lesson) -> a number that grows when followers must redraw the same step
+
+
+# ---- a student's page ----------------------------------------------------------------------------
+def restore_from_query(kind: RoomLesson) -> None:
+    """A link with ?room=CODE, read once per session: follow that room, or say why not. A room of
+    another lesson sends the student to that lesson's page, with the link."""
+    if st.session_state.get("room_query_done") or "room" not in st.query_params:
+        return
+    code = rooms.normalize(st.query_params["room"])
+    room = rooms.find(code)
+    if room is not None and room.page != kind.page and room.page in BY_KEY:
+        st.switch_page(BY_KEY[room.page].path, query_params={"room": room.code})
+    st.session_state["room_query_done"] = True
+    if room is None:
+        st.session_state["room_error"] = (f"No open room has the code {code or '(empty)'}: check it with your "
+                                          "teacher (the room may have closed), or run the lesson on your own here.")
+        return
+    refusal = rooms.join(room)
+    if refusal is not None:
+        st.session_state["room_error"] = refusal
+        return
+    st.session_state["room_code"] = room.code
+    st.session_state["lesson_query_done"] = True  # the room, not a Prefill and decode link's prompt, sets it
+
+
+def followed_room(kind: RoomLesson) -> rooms.Room | None:
+    """The room of this page's lesson that this session follows, its lesson refreshed to the teacher's
+    step; None when it follows none here (a closed room leaves a sentence and no lesson)."""
+    code = st.session_state.get("room_code")
+    if code is None:
+        return None
+    room = rooms.find(code)
+    if room is not None and room.page != kind.page:  # the student looks at another lesson: their own
+        return None
+    if room is None or getattr(room.lesson, "released", False) or not room.lesson.records:
+        stop_following(kind)
+        st.session_state["room_error"] = f"Room {code} has closed; you can run the lesson on your own here."
+        return None
+    rooms.seen(room)
+    st.session_state["room_version"] = room.version
+    step = min(room.step, len(room.lesson.records) - 1)
+    st.session_state[kind.lesson_key] = kind.follower(room.lesson, step)
+    if st.session_state.get("room_followed_step") != step:  # the teacher moved: follow
+        st.session_state[kind.step_key] = step
+        st.session_state["room_followed_step"] = step
+    return room
+
+
+def stop_following(kind: RoomLesson) -> None:
+    code = st.session_state.get("room_code")
+    room = rooms.find(code) if code else None
+    if room is not None:
+        rooms.leave(room)
+    for key in ("room_code", "room_version", "room_followed_step", "room_sent", kind.lesson_key, kind.step_key):
+        st.session_state.pop(key, None)
+
+
+def take_over(kind: RoomLesson) -> None:
+    """The room's lesson at the room's step, run on this session's own engine."""
+    room = rooms.find(st.session_state.get("room_code", ""))
+    stop_following(kind)
+    if room is not None:
+        kind.take_over(room.lesson, min(room.step, len(room.lesson.records) - 1))
+
+
+def student_bar(kind: RoomLesson, room: rooms.Room) -> None:
+    """The banner, Take over and Leave, and the room's open question (the page ends with `follow`)."""
+    a, b, c = st.columns([4, 1, 1], vertical_alignment="center")
+    a.info(f"**Following room {room.code}.** The teacher moves the lesson; pick any view below, it moves only "
+           "your screen.", icon=":material/groups:")
+    b.button("Take over", on_click=take_over, args=(kind,), width="stretch",
+             help="Copy the lesson at this step into a lesson of your own, and go on alone.")
+    c.button("Leave", on_click=stop_following, args=(kind,), width="stretch")
+    question = room.open_question
+    if question is not None:
+        sent = st.session_state.get("room_sent") == question.id
+        with st.form("room_question", border=True):
+            st.markdown(f"**The teacher asks:** {question.text}")
+            st.number_input(f"Your answer ({question.unit})", min_value=0.0, step=1.0, value=None, key="room_answer")
+            if st.form_submit_button("Send my answer" if not sent else "Change my answer"):
+                value = st.session_state.get("room_answer")
+                refusal = "Type a number first." if value is None else rooms.answer(room, question.id, value)
+                if refusal:
+                    st.error(refusal)
+                else:
+                    st.session_state["room_sent"] = question.id
+                    st.success("Sent. The answer shows when the teacher reveals it.")
+    last = next((q for q in reversed(room.questions) if q.revealed), None)
+    if last is not None and question is None:
+        mine = last.answers.get(rooms.session_id())
+        said = "you did not answer" if mine is None else f"you said {mine:,.0f}"
+        st.caption(f"Revealed: {last.text} The engine's answer is **{last.answer:,.0f} {last.unit}**; {said}; "
+                   f"{len(last.answers)} answered.")
+
+
+@st.fragment(run_every=1.0)
+def follow(code: str) -> None:
+    """Once a second: rerun the student's page when the room changed. The last element of the page: a
+    fragment's tick that lands during a full run otherwise dropped the element after it (the step's
+    sentence) on a loaded server."""
+    now = rooms.find(code)
+    if now is not None:
+        rooms.seen(now)  # still following
+    if now is None or now.version != st.session_state.get("room_version"):
+        st.rerun(scope="app")
+
+
+# ---- the teacher's panel ------------------------------------------------------------------------
+def publish(kind: RoomLesson, lesson, step: int) -> None:
+    """The teacher's page knows its step: the room hears of it now, before the rest of the page draws."""
+    room = rooms.teachers_room(kind.page)
+    if room is not None:
+        rooms.show_lesson(room, lesson)
+        rooms.publish(room, step, kind.progress(lesson))
+
+
+def teacher_panel(kind: RoomLesson, lesson, step: int) -> None:
+    """Open or close the room, its code, link and QR code, who follows, and the questions' answers."""
+    room = rooms.teachers_room(kind.page)
+    if room is None:
+        if st.button("Open a room for the class", icon=":material/groups:"):
+            try:
+                rooms.open_room(lesson, kind.page)
+            except ValueError as error:
+                st.error(str(error))
+                return
+            st.rerun()
+        st.caption("Students who open the room's link see this lesson, step by step, on their own screens, "
+                   "and answer your predict-then-reveal questions there.")
+        return
+    rooms.show_lesson(room, lesson)  # a new run (Prefill or Start again): the room shows it
+    rooms.publish(room, step, kind.progress(lesson))
+    _sync_questions(room, kind.questions(lesson))
+    keep_answers(lesson, room)
+    link = f"{base_url(kind.page)}/{kind.page}?room={room.code}"
+    left, right = st.columns([1, 3])
+    left.html(f"<div style='width:160px'>{qr_svg(link)}</div>")
+    with right:
+        st.markdown(f"### Room **{room.code}**")
+        st.code(link, language=None)
+        if room.questions:
+            st.download_button("Download the room's answers (JSON)", json.dumps(rooms.answers_table(room), indent=1),
+                               file_name=f"kvviz-room-{room.code}.json", mime="application/json", on_click="ignore")
+        if st.button("Close the room"):
+            rooms.close_room(room)
+            st.rerun()
+    room_status(room.code)
+
+
+def keep_answers(lesson, room: rooms.Room) -> None:
+    """The room's questions and answers on the teacher's lesson, so its exported file holds them."""
+    kept = [row for row in lesson.room_answers if row.room != room.code]
+    lesson.room_answers = kept + [RoomAnswers(**row) for row in rooms.answers_table(room)]
+
+
+@st.fragment(run_every=2.0)
+def room_status(code: str) -> None:
+    """Who follows and who answered, redrawn every two seconds on the teacher's page."""
+    room = rooms.find(code)
+    if room is None:
+        st.caption("The room has closed.")
+        return
+    st.caption(f"{room.following()} of {len(room.students)} students following now "
+               f"(at most {rooms.setting('KVVIZ_ROOM_STUDENTS')}).")
+    for question in room.questions[-3:]:
+        answers = sorted(question.answers.values())
+        if question.revealed:
+            results(question.text, question.unit, question.answer, answers, question.exact)
+        else:
+            st.caption(f"“{question.text}” {len(answers)} answered so far; the answers show at the reveal.")
+
+
+def results(text: str, unit: str, engine: float, answers: list[float], exact: bool) -> None:
+    """A revealed question: how many answered, how many were right, and the answers beside the engine's."""
+    right = rooms.right_answers(answers, engine, exact)
+    st.markdown(f"**Room's answers** to “{text}” The engine: **{engine:,.0f} {unit}**; "
+                f"{right} of {len(answers)} answered {'exactly that' if exact else 'within 1%'}.")
+    if answers:
+        counts: dict[str, int] = {}
+        for a in answers:
+            counts[f"{a:,.0f}"] = counts.get(f"{a:,.0f}", 0) + 1
+        st.bar_chart({"answers": counts}, horizontal=True, height=min(60 + 28 * len(counts), 320),
+                     x_label="students", y_label=unit)
+
+
+def file_answers(lesson) -> None:
+    """A replayed lesson's room answers, as the teacher saw them (a file written in a room)."""
+    if not lesson.room_answers:
+        return
+    with st.expander(f"The room's answers ({len(lesson.room_answers)} questions, from the file)",
+                     icon=":material/groups:"):
+        for row in lesson.room_answers:
+            if row.engine is None:
+                st.caption(f"Room {row.room}: “{row.question}” {len(row.answers)} answered; the file was written "
+                           "before the reveal.")
+            else:
+                results(f"{row.question} (room {row.room}, step {row.step})", row.unit, row.engine, row.answers,
+                        row.exact)
+
+
+def _sync_questions(room: rooms.Room, asked: list[rooms.RoomQuestion]) -> None:
+    """The questions the teacher asked on the page go to the room, and their answers once the engine gave them."""
+    for question in asked:
+        refusal = rooms.ask(room, question.id, question.text, question.unit, question.target, question.exact)
+        if refusal:
+            st.caption(refusal)
+        if question.revealed:
+            rooms.reveal(room, question.id, question.answer, question.target)
+
+
+def qr_svg(text: str) -> str:
+    """The link as a QR code, an SVG drawn here (no image host)."""
+    image = qrcode.make(text, image_factory=qrcode.image.svg.SvgPathImage, border=2)
+    svg = image.to_string(encoding="unicode")
+    return svg.replace("<svg ", "<svg style='width:100%;height:auto' ", 1)
+
+
+def base_url(page: str) -> str:
+    """This app's address as the teacher's browser sees it, without the page's name."""
+    parts = urlsplit(st.context.url or "http://localhost:8501")
+    path = parts.path.rstrip("/")
+    if path.endswith("/" + page) or path == page:
+        path = path[:-len(page)].rstrip("/")
+    return f"{parts.scheme}://{parts.netloc}{path}"
+
+
+def reset(state) -> None:
+    """Another model loaded: the room followed belongs to the old one."""
+    drop(state, KEYS)

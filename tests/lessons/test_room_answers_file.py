@@ -1,0 +1,77 @@
+"""A room's answers travel in the teacher's lesson file (kvviz-lesson/4, issue 27), and older files still read."""
+
+import json
+
+import pytest
+
+from kvviz.lessons.files import LESSON_FORMAT, LessonFileError, RoomAnswers
+from kvviz.lessons.paged_batching.file import export_paged, import_paged
+from kvviz.lessons.paged_batching.logic import DEFAULT_REQUESTS, PagedLesson, RequestSpec
+from kvviz.lessons.prefill_decode.file import export_lesson, import_lesson
+from kvviz.lessons.prefill_decode.logic import Lesson, LessonSettings, lesson_sampling
+from kvviz.lessons.speculative.file import export_speculative, import_speculative
+from kvviz.lessons.speculative.logic import SpeculativeLesson
+
+from conftest import one_sentence
+
+ANSWERS = [RoomAnswers("K7QW2M", "Which physical block id will the pool give R2?", "block id", 3, 9.0,
+                       [4.0, 9.0, 9.0], exact=True),
+           RoomAnswers("K7QW2M", "How many bytes after five steps?", "bytes", 6, None, [1000.0])]
+
+
+@pytest.fixture(scope="module")
+def files(tiny_lm):
+    """Each engine-driven lesson, a few steps in, with a room's answers, as its exported file."""
+    paged = PagedLesson.start(tiny_lm, [RequestSpec(*r) for r in DEFAULT_REQUESTS], 8, 40, True)
+    for _ in range(3):
+        paged.step()
+    prefill = Lesson.start(tiny_lm, LessonSettings("ROMEO:\n", lesson_sampling(max_tokens=4)))
+    prefill.prefill()
+    speculative = SpeculativeLesson.start(tiny_lm, "KING:\nI am sorry.\nKING:\n", 2, 6, 4)
+    speculative.step()
+    for lesson in (paged, prefill, speculative):
+        lesson.room_answers = list(ANSWERS)
+    return {"paged": (export_paged(paged, 2), lambda data: import_paged(data)[0]),
+            "prefill": (export_lesson(prefill), import_lesson),
+            "speculative": (export_speculative(speculative, 0), lambda data: import_speculative(data)[0])}
+
+
+@pytest.mark.parametrize("kind", ["paged", "prefill", "speculative"])
+def test_the_rooms_answers_are_exported_and_replayed(files, kind):
+    text, replay = files[kind]
+    data = json.loads(text)
+    assert data["format"] == LESSON_FORMAT == "kvviz-lesson/4"
+    assert data["room_answers"][0] == {"room": "K7QW2M", "question": ANSWERS[0].question, "unit": "block id",
+                                       "step": 3, "engine": 9.0, "answers": [4.0, 9.0, 9.0], "exact": True}
+    assert replay(text.encode()).room_answers == ANSWERS
+
+
+@pytest.mark.parametrize("kind", ["paged", "prefill", "speculative"])
+def test_a_format_3_file_without_answers_still_replays(files, kind):
+    text, replay = files[kind]
+    data = json.loads(text)
+    data["format"] = "kvviz-lesson/3"
+    del data["room_answers"]
+    assert replay(json.dumps(data)).room_answers == []
+
+
+def test_a_format_3_file_with_answers_is_refused_in_one_sentence(files):
+    text, replay = files["paged"]
+    data = json.loads(text)
+    data["format"] = "kvviz-lesson/3"
+    with pytest.raises(LessonFileError, match="field room_answers belongs to kvviz-lesson/4 files") as refused:
+        replay(json.dumps(data))
+    assert one_sentence(str(refused.value))
+
+
+@pytest.mark.parametrize("bad, field", [({"answers": [-1.0]}, "room_answers[0].answers[0]"),
+                                        ({"engine": "nine"}, "room_answers[0].engine"),
+                                        ({"who": "a student"}, "room_answers[0].who"),
+                                        ({"answers": [1.0] * 10_001}, "room_answers[0].answers")])
+def test_a_bad_answer_is_refused_naming_its_field(files, bad, field):
+    text, replay = files["speculative"]
+    data = json.loads(text)
+    data["room_answers"][0].update(bad)
+    with pytest.raises(LessonFileError, match=f"field {field.replace('[', '.').replace(']', '.')}") as refused:
+        replay(json.dumps(data))
+    assert one_sentence(str(refused.value))
