@@ -9,6 +9,7 @@ from kvviz.engine.scheduler import Scheduler
 from kvviz.lessons import room_view
 from kvviz.lessons.paged_batching import figures
 from kvviz.lessons.paged_batching import state as ps
+from kvviz.lessons.paged_batching.events import event_rows
 from kvviz.lessons.paged_batching.fork_view import fork_view
 from kvviz.lessons.paged_batching.logic import waste_text
 from kvviz.lessons.paged_batching.paging_note import paging_explained
@@ -168,8 +169,7 @@ with left:
 with right:
     st.plotly_chart(figures.schedule_timeline(lesson.records[:step + 1][-12:], labels), width="stretch")
     st.markdown("**Events this step**")
-    events = [{"event": plain(e.kind), "request": labels.get(e.request_id, "—"),
-               "blocks": ", ".join(map(str, e.block_ids))} for e in record.events]
+    events = [dict(row, event=plain(row["event"])) for row in event_rows(record, labels)]
     # st.table wraps long cells; a dataframe would cut block lists and texts off at the column's edge
     st.table(pd.DataFrame(events or [{"event": "—", "request": "", "blocks": ""}]).set_index("event"))
     texts = [{"request": labels[rid], "state": plain(state), "text": plain(text)}  # st.table reads markdown

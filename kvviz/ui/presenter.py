@@ -2,17 +2,21 @@
 
 Turned on by the sidebar switch or by ?presenter=1 in the link; the "Leave presenter mode" button
 (or removing the parameter) turns it off. app.py calls `presenter_mode` before each page runs.
+Every Plotly chart, in either mode, passes through `scaled_figure`: no chart text under 16 px in
+presenter mode or 12 px in normal mode, at a projector's 1280x720 (tests/browser/test_browser_fonts.py).
 """
 
 from __future__ import annotations
 
 import copy
+import math
 
 import plotly.graph_objects as go
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
 CHART_SCALE = 1.45  # plotly font sizes in presenter mode, against the normal ones
+PRESENTER_LEAST_PX, NORMAL_LEAST_PX = 16, 12  # no chart text under this on a 1280x720 projector, per mode
 CSS = """
 <style>
   section[data-testid="stSidebar"], [data-testid="stSidebarCollapsedControl"],
@@ -40,6 +44,7 @@ def _leave() -> None:
 def presenter_mode(previous=None, following=None) -> bool:
     """The sidebar switch, the URL parameter, and in presenter mode the CSS and a top bar with links
     to the `previous` and `following` pages (objects with .path and .title, or None)."""
+    _install_legible_charts()
     if st.query_params.get("presenter") == "1" and not st.session_state.get("presenter_left"):
         st.session_state["presenter"] = True
     with st.sidebar:
@@ -52,7 +57,6 @@ def presenter_mode(previous=None, following=None) -> bool:
         return False
     st.query_params["presenter"] = "1"
     st.html(CSS)
-    _install_chart_scaling()
     left, middle, right = st.columns([2, 1.4, 2], vertical_alignment="center")
     if previous is not None:
         left.page_link(previous.path, label=f"Previous: {previous.title}", icon=":material/arrow_back:")
@@ -67,22 +71,50 @@ def _remember_choice() -> None:
     st.session_state["presenter_left"] = not st.session_state.get("presenter")
 
 
-def scaled_figure(figure: go.Figure, scale: float = CHART_SCALE) -> go.Figure:
-    """A copy of `figure` with every font (layout, title, axes, legend, notes) `scale` times larger.
-    Text inside fixed-size markers (block ids in cells) keeps its size: it must fit its square."""
+def scaled_figure(figure: go.Figure, scale: float = CHART_SCALE, least: int = PRESENTER_LEAST_PX) -> go.Figure:
+    """A copy of `figure` with every font (layout, title, axes, legend, notes, colour bars) `scale` times
+    larger and none under `least` px. Text inside fixed-size markers (block ids in cells) is not scaled,
+    only raised to `least`: it must fit its square. A font the figure leaves unset is set here: Streamlit's
+    chart theme would draw tick labels and legends at 0.8 of the page's type, under 16 px in presenter mode."""
     figure = go.Figure(copy.deepcopy(figure.to_dict()))
     layout = figure.layout
-    base = layout.font.size or 12
-    layout.font.size = round(base * scale)
-    if layout.title.font.size:
-        layout.title.font.size = round(layout.title.font.size * scale)
-    fonts = [layout.legend.font, layout.legend.title.font, *(note.font for note in layout.annotations)]
-    for axis in [key for key in layout.to_plotly_json() if key.startswith(("xaxis", "yaxis"))]:
-        fonts += [layout[axis].tickfont, layout[axis].title.font]
-    for font in fonts:
-        if isinstance(font.size, (int, float)):  # a per-point list of sizes stays as it is
-            font.size = round(font.size * scale)
-    if layout.height:
+    base = max(round((layout.font.size or 12) * scale), least)
+    layout.font.size = base
+    small = max(round(0.8 * base), least)  # what an unset tick label or legend gets
+
+    def grow(font, unset) -> None:
+        if isinstance(font.size, (int, float)):
+            font.size = max(round(font.size * scale), least)
+        elif font.size is None and unset is not None:  # a per-point list of sizes stays as it is
+            font.size = unset
+
+    grow(layout.title.font, None)
+    grow(layout.legend.font, small)
+    grow(layout.legend.title.font, small)
+    for note in layout.annotations:
+        grow(note.font, base)
+
+    def grow_axis(axis) -> None:
+        grow(axis.tickfont, small)
+        grow(axis.title.font, None)
+        if axis.exponentformat == "power":  # Plotly draws the exponent of 10² at 70 % of the tick label's size
+            axis.tickfont.size = max(axis.tickfont.size, math.ceil(least / 0.7))
+
+    figure.for_each_xaxis(grow_axis)
+    figure.for_each_yaxis(grow_axis)
+    for trace in figure.data:
+        for name in ("textfont", "insidetextfont", "outsidetextfont"):
+            font = getattr(trace, name, None)
+            if font is not None and isinstance(font.size, (int, float)):
+                font.size = max(font.size, least)
+        colorbar = getattr(trace, "colorbar", None)
+        if colorbar is not None and getattr(trace, "showscale", None) is not False:
+            grow(colorbar.tickfont, small)
+            grow(colorbar.title.font, small)
+    # a bar's or a slice's label that would have to shrink under `least` to fit is hidden instead
+    layout.uniformtext.minsize = max(layout.uniformtext.minsize or 0, least)
+    layout.uniformtext.mode = layout.uniformtext.mode or "hide"
+    if layout.height and scale > 1:
         layout.height = round(layout.height * min(scale, 1.25))
     margin = layout.margin
     for side in ("l", "r", "t", "b"):
@@ -94,15 +126,16 @@ def scaled_figure(figure: go.Figure, scale: float = CHART_SCALE) -> go.Figure:
 _plain_plotly_chart = DeltaGenerator.plotly_chart
 
 
-def _presenter_plotly_chart(self, figure_or_data, *args, **kwargs):
-    if is_on() and isinstance(figure_or_data, go.Figure):
-        figure_or_data = scaled_figure(figure_or_data)
+def _legible_plotly_chart(self, figure_or_data, *args, **kwargs):
+    if isinstance(figure_or_data, go.Figure):
+        figure_or_data = (scaled_figure(figure_or_data) if is_on()
+                          else scaled_figure(figure_or_data, 1.0, NORMAL_LEAST_PX))
     return _plain_plotly_chart(self, figure_or_data, *args, **kwargs)
 
 
-def _install_chart_scaling() -> None:
-    """Streamlit has no per-session plotly font setting, so charts pass through `scaled_figure` while
-    this session is in presenter mode (the check is per session; other sessions draw as before)."""
-    if DeltaGenerator.plotly_chart is not _presenter_plotly_chart:
-        DeltaGenerator.plotly_chart = _presenter_plotly_chart  # st.columns(...)[i].plotly_chart
-        st.plotly_chart = _presenter_plotly_chart.__get__(st._main)  # st.plotly_chart was bound at import
+def _install_legible_charts() -> None:
+    """Streamlit has no per-session plotly font setting, so every chart passes through `scaled_figure`:
+    larger in a session in presenter mode, and in every session with no text under its mode's least size."""
+    if DeltaGenerator.plotly_chart is not _legible_plotly_chart:
+        DeltaGenerator.plotly_chart = _legible_plotly_chart  # st.columns(...)[i].plotly_chart
+        st.plotly_chart = _legible_plotly_chart.__get__(st._main)  # st.plotly_chart was bound at import

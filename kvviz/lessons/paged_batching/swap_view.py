@@ -8,6 +8,7 @@ import streamlit as st
 from kvviz.engine import EngineError
 from kvviz.engine.kv_manager import KVCacheManager
 from kvviz.lessons.paged_batching import swap as swap_lesson
+from kvviz.lessons.paged_batching.events import event_words
 from kvviz.lessons.paged_batching.state import request_specs
 from kvviz.memory_bill import format_bytes
 from kvviz.ui.common import current_model, drop, show_code
@@ -30,10 +31,6 @@ def _on_compare() -> None:
 
 
 TIMED_RUNS = 0  # timing repeats each mode several times: seconds of waiting per run on a small CPU
-
-
-# the engine's event kinds, in words for the class
-EVENT_WORDS = {"swap_out": "swapped out", "swap_in": "swapped in", "swap_full": "swap space full: recomputed"}
 
 
 def _time(run: swap_lesson.ModeRun) -> str:
@@ -76,7 +73,7 @@ def swap_view() -> None:
     events = swap_lesson.swap_events(swap, labels)
     if events:
         st.markdown("**Swap events** (block ids in the pool, slots in CPU memory)")
-        st.table(pd.DataFrame([dict(e, event=EVENT_WORDS.get(e["event"], e["event"]), bytes=format_bytes(e["bytes"]))
+        st.table(pd.DataFrame([dict(e, event=event_words(e["event"]), bytes=format_bytes(e["bytes"]))
                                for e in events]).set_index("step"))
     show_code(KVCacheManager.swap_out, KVCacheManager.swap_in,
               caption="The KV manager moves a victim's blocks to the swap space and back.")

@@ -34,6 +34,13 @@ def small_example(prompt_tokens: int = 4, generated: int = 3) -> list[dict]:
     return rows
 
 
+def small_example_table(rows: list[dict]) -> list[dict]:
+    """small_example() rows as the page's table shows them: the columns named in words."""
+    return [{"step": row["step"], "predicts": row["predicts"], "tokens run, with cache": row["with_cache"],
+             "tokens run, without": row["without_cache"], "total with cache": row["with_cache_total"],
+             "total without": row["without_cache_total"]} for row in rows]
+
+
 def attention_shapes(heads: int, kv_heads: int, head_dim: int, num_keys: int) -> list[tuple[str, str]]:
     """One decode step's attention in one layer, term by term with its shape."""
     group = heads // kv_heads

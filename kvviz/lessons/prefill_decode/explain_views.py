@@ -105,7 +105,7 @@ def inside_attention(lesson, step: int) -> None:
         f"A 4-token prompt, 3 tokens generated, and the 4th being predicted. Without a cache that step runs "
         f"all {last['without_cache']} tokens again, and the four steps run **{last['without_cache_total']}** "
         f"token computations; with the cache, **{last['with_cache_total']}** (4 at prefill, then 1 a step).")
-    st.dataframe(rows, hide_index=True, width="stretch")
+    st.dataframe(explain.small_example_table(rows), hide_index=True, width="stretch")
 
 
 def _device_choice() -> roofline.Accelerator:

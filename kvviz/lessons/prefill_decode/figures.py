@@ -57,10 +57,10 @@ def kv_heatmap(matrix: np.ndarray, which: str, layer: int, kv_head: int, new_row
                   y1=positions - 0.5, line=dict(color=PHASE["new"], width=4))
     fig.update_yaxes(title="token (position)", autorange="reversed", **(token_axis(texts) if texts else {}))
     fig.update_xaxes(title="head dimension")
-    unchanged = "" if changed_rows else " · earlier rows unchanged"
+    unchanged = "" if changed_rows else "<br><sup>earlier rows unchanged</sup>"  # one line ran past a half-width chart
     fig = _layout(fig, f"{which}, layer {layer}, KV head {kv_head}{unchanged}",
-                  height=min(700, max(320, 12 * positions + 140)))
-    return fig.update_layout(margin=dict(l=120))
+                  height=min(700, max(320, 12 * positions + 160)))
+    return fig.update_layout(margin=dict(l=120, t=80))
 
 
 def attention_by_head(weights: np.ndarray, kv_heads: int, tokens: list[str], layer: int) -> go.Figure:
@@ -108,7 +108,7 @@ def work_saved(rows: list[dict]) -> go.Figure:
                       yaxis=dict(title="tokens run this step", range=[0, 1.08 * most_step]),
                       yaxis2=dict(title="tokens run so far", overlaying="y", side="right",
                                   range=[0, 1.08 * most_total], tickmode="auto", showgrid=False))
-    fig.update_xaxes(title="step (0 = prefill)")
+    fig.update_xaxes(title="step (0 = prefill)", tickformat="d", dtick=1 if len(steps) <= 12 else None)  # whole steps
     return _layout(fig, "Tokens through the model: the work the cache saves", height=400)
 
 
