@@ -137,7 +137,8 @@ def test_five_students_follow_the_teacher_answer_and_take_over(browser, app_url)
 def look_back_step(page) -> int | None:
     """The step a Paged page shows: its look-back slider's value."""
     try:
-        return int(page.get_by_role("slider", name="Look back at step").get_attribute("aria-valuenow", timeout=1000))
+        box = page.locator("[data-testid='stSlider']").filter(has_text="Look back at step").first
+        return int(box.locator("[data-testid='stSliderThumbValue']").inner_text(timeout=1000))
     except Exception:  # the page is redrawing
         return None
 
