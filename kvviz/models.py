@@ -4,6 +4,7 @@
     lm = load_model("Qwen/Qwen3-0.6B")         # from the local Hugging Face cache, never the network
     lm = load_model("/path/to/checkpoint")     # a folder with config.json and weights
     lm = load_model(shape=CustomShape(num_layers=4, hidden_size=256, num_heads=8, num_kv_heads=2))
+    lm = load_model("tiny-mla")                # a small random-weight DeepSeek-V3: MLA's latent cache
 
 Every refusal is a `ModelLoadError` whose message is one sentence saying what is wrong and
 what to do instead.
@@ -24,6 +25,7 @@ BUNDLED_DIR = Path(__file__).resolve().parent / "bundled_model"
 MAX_SOURCE_CHARS = 500
 MAX_LAYERS = 1024  # the largest real decoders have about 160
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+TINY_MLA = "tiny-mla"  # built in, like "bundled": random weights, so nothing to download
 
 
 class ModelLoadError(ValueError):
@@ -67,7 +69,7 @@ class LoadedModel:
     device: torch.device
     dtype: torch.dtype
     name: str
-    source: str  # "bundled", "hub", "folder" or "custom"
+    source: str  # "bundled", "hub", "folder", "custom" or "tiny-mla"
     max_context: int
 
     @property
@@ -88,14 +90,17 @@ class LoadedModel:
             "parameters": sum(p.numel() for p in self.model.parameters()),
             "layers": shape.num_layers, "heads": shape.num_heads, "kv_heads": shape.num_kv_heads,
             "head_dim": shape.head_dim, "hidden_size": shape.hidden_size, "dtype_bytes": shape.dtype_bytes,
-            "max_context": self.max_context,
+            "max_context": self.max_context, "v_head_dim": shape.v_head_dim or shape.head_dim,
+            # MLA (DeepSeek-V3): the cache keeps a latent and a rotary key per token, not K and V per head
+            "kv_lora_rank": shape.kv_lora_rank, "qk_rope_head_dim": shape.qk_rope_head_dim,
         }
 
 
 def summary_shape(info: dict) -> ModelShape:
     """The cache's shape back from a `LoadedModel.describe()` summary: for a lesson replayed without a model."""
     return ModelShape(name=info["name"], num_layers=info["layers"], num_kv_heads=info["kv_heads"],
-                      head_dim=info["head_dim"])
+                      head_dim=info["head_dim"], kv_lora_rank=info.get("kv_lora_rank"),
+                      qk_rope_head_dim=info.get("qk_rope_head_dim"))
 
 
 def default_heldout_text() -> str:
@@ -158,7 +163,8 @@ def clean_source(source: str | None) -> str:
 def load_model(source: str = "bundled", *, shape: CustomShape | None = None,
                device: str | torch.device | None = None,
                dtype: str | torch.dtype | None = None) -> LoadedModel:
-    """Load `source` ("bundled", a Hugging Face id or a folder), or build `shape` with random weights."""
+    """Load `source` ("bundled", "tiny-mla", a Hugging Face id or a folder), or build `shape` with
+    random weights."""
     device = pick_device(device)
     dtype = pick_dtype(device, dtype)
     if shape is not None:
@@ -166,6 +172,8 @@ def load_model(source: str = "bundled", *, shape: CustomShape | None = None,
     source = clean_source(source)
     if source == "bundled":
         return _load_pretrained(str(BUNDLED_DIR), "bundled", "bundled", device, dtype)
+    if source == TINY_MLA:
+        return build_tiny_mla(device, dtype)
     if Path(source).expanduser().is_dir():
         folder = os.path.realpath(Path(source).expanduser())
         return _load_pretrained(folder, Path(folder).name, "folder", device, dtype)
@@ -324,6 +332,31 @@ def _build_custom(shape: CustomShape, device, dtype) -> LoadedModel:
     return LoadedModel(model, tokenizer, device, dtype, name, "custom", shape.max_context)
 
 
+def build_tiny_mla(device=None, dtype=None, seed: int = 0) -> LoadedModel:
+    """A small DeepSeek-V3 with random weights and the bundled tokenizer, the same for the same seed.
+
+    Its attention is MLA: per token and layer the cache keeps a 128-value latent and a 16-value
+    rotary key (DeepSeek-V3's proportions: a latent of 4 key heads, a rotary key of half a head),
+    where the same 8 heads without the latent would keep 8 × (48 + 32) = 640 values. Dense MLPs
+    only, so it is as quick as the bundled model. It says nothing sensible: it shows the cache.
+    """
+    from transformers import AutoTokenizer, DeepseekV3Config, DeepseekV3ForCausalLM
+
+    device = pick_device(device)
+    dtype = pick_dtype(device, dtype)
+    tokenizer = AutoTokenizer.from_pretrained(str(BUNDLED_DIR), local_files_only=True)
+    config = DeepseekV3Config(
+        vocab_size=len(tokenizer), hidden_size=256, intermediate_size=704, num_hidden_layers=4,
+        num_attention_heads=8, num_key_value_heads=8, kv_lora_rank=128, q_lora_rank=None,
+        qk_nope_head_dim=32, qk_rope_head_dim=16, v_head_dim=32, first_k_dense_replace=4,  # no MoE layer
+        max_position_embeddings=512, tie_word_embeddings=True, initializer_range=0.05,  # 0.02 repeats one token
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    torch.manual_seed(seed)
+    with torch.device(device):
+        model = DeepseekV3ForCausalLM(config).to(dtype)
+    return LoadedModel(model.eval(), tokenizer, device, dtype, "tiny MLA (random DeepSeek-V3)", TINY_MLA, 512)
+
+
 # ---- what students may load on a shared server -------------------------------------------------
 ALLOWED_MODELS_ENV = "KVVIZ_MODELS"
 DEFAULT_ALLOWED = "bundled,hf-cache"
@@ -332,7 +365,8 @@ DEFAULT_ALLOWED = "bundled,hf-cache"
 def allowed_source(source: str, policy: str | None = None) -> str:
     """The canonical name of `source` if the server's policy lets a student load it.
 
-    policy: comma-separated rules from KVVIZ_MODELS (default "bundled,hf-cache"): "bundled";
+    policy: comma-separated rules from KVVIZ_MODELS (default "bundled,hf-cache"): "bundled" (also
+    allows "tiny-mla", built in too);
     "hf-cache" (any id already in the local Hugging Face cache); "folders" (any folder); or a
     folder path or hub id allowed by name. A refused folder gets the same sentence whether it
     exists or not, so the field cannot probe the disk. Folders come back as their real path, so
@@ -341,7 +375,7 @@ def allowed_source(source: str, policy: str | None = None) -> str:
     policy = os.environ.get(ALLOWED_MODELS_ENV, DEFAULT_ALLOWED) if policy is None else policy
     rules = [rule.strip() for rule in policy.split(",") if rule.strip()]
     source = clean_source(source)
-    if source == "bundled" and "bundled" in rules:
+    if source in ("bundled", TINY_MLA) and "bundled" in rules:
         return source
     named_folders = {os.path.realpath(os.path.expanduser(r)) for r in rules if r.startswith(("/", ".", "~"))}
     if source.startswith(("/", ".", "~")):

@@ -6,6 +6,8 @@ from kvviz import memory_bill
 from kvviz.lessons.memory_bill import figures
 from kvviz.lessons.memory_bill import logic as bill
 from kvviz.memory_bill import ACCELERATORS, MLA, PRESETS, SLIDING, GiB, format_bytes
+from kvviz.models import TINY_MLA
+from kvviz.ui.common import current_model, shared_model
 
 DTYPES = ["fp32", "bf16", "fp8", "int4"]
 CONTEXTS = [2**i for i in range(7, 21)]  # 128 tokens to 1M
@@ -185,6 +187,9 @@ with results:
     st.markdown("**The formula, filled in**")
     for line in memory_bill.bill_breakdown(shape, context, batch, **cache_format):
         st.code(f"{memory_bill.KIND_LABELS[line.kind]}: {line.formula}", language=None, wrap_lines=True)
+    if MLA in by_kind:  # the formula's MLA row against the engine's own tensor, on the loaded or the tiny MLA model
+        loaded = current_model()
+        st.caption(bill.measured_mla_note(loaded if loaded.shape.kv_lora_rank else shared_model(TINY_MLA)))
     if context > (shape.max_context or context):
         st.warning(f"{shape.name} was built for {shape.max_context:,} tokens; the bill above is for "
                    f"{context:,} anyway.")

@@ -5,6 +5,7 @@ import time
 import streamlit as st
 
 from kvviz.engine.engine import Engine
+from kvviz.engine.mla import mla_attention
 from kvviz.engine.runner import paged_attention
 from kvviz.engine.scheduler import Scheduler
 from kvviz.lessons.navigation import taught_later
@@ -13,7 +14,7 @@ from kvviz.lessons.prefill_decode import state as ls
 from kvviz.lessons.prefill_decode.classroom import export_and_replay, predict_panel, sync_query_params
 from kvviz.lessons.prefill_decode.explain import bill_note, logit_difference_note, work_table
 from kvviz.lessons.prefill_decode.explain_views import inside_attention, memory_bound
-from kvviz.lessons.prefill_decode.logic import steps_text
+from kvviz.lessons.prefill_decode.logic import per_token_formula, steps_text
 from kvviz.memory_bill import format_bytes
 from kvviz.lessons import room_view
 from kvviz.lessons.prefill_decode.room import ROOM
@@ -147,8 +148,7 @@ view = st.radio("View", ls.VIEWS, horizontal=True, key="lesson_view", label_visi
 if view == "Cache per layer":
     st.plotly_chart(figures.cache_growth(entered, info["layers"]), width="stretch")
     per_token = record.memory.bytes_per_token
-    st.markdown(f"Every position costs **{format_bytes(per_token)}**: K and V × {info['layers']} layers × "
-                f"{info['kv_heads']} KV heads × {info['head_dim']} values × {info['dtype_bytes']} bytes. "
+    st.markdown(f"Every position costs **{format_bytes(per_token)}**: {per_token_formula(info)}. "
                 f"This step added **{format_bytes(per_token * (num_tokens if step == 0 else 1))}**.")
 
 
@@ -166,6 +166,13 @@ def kv_inspector():
                                           texts), width="stretch")
     v_col.plotly_chart(figures.kv_heatmap(trace.values[layer, :, kv_head], "V", layer, kv_head, new_rows,
                                           changed, texts), width="stretch")
+    if trace.latents is not None:  # MLA: the K and V above are rebuilt from these rows, the only ones cached
+        st.plotly_chart(figures.kv_heatmap(trace.latents[layer], "Latent + RoPE key (cached)",
+                                           layer, None, new_rows, changed, texts), width="stretch")
+        st.caption(f"This model uses multi-head latent attention (MLA): per token and layer the cache holds only "
+                   f"this row, a {info['kv_lora_rank']}-value latent and a {info['qk_rope_head_dim']}-value "
+                   f"rotary key shared by all {info['heads']} heads. The K and V of each head above are rebuilt "
+                   "from it at every step (kvviz.engine.mla).")
     if step > 0:
         st.caption(f"Compared with step {step - 1}, {changed} earlier rows changed in any layer or head: "
                    "once written, a token's key and value stay as they are. Only the outlined row is new.")
@@ -235,7 +242,8 @@ if room is None and not lesson.replay:  # after the questions: a question asked 
                      expanded=rooms.teachers_room(ROOM.page) is not None):
         room_view.teacher_panel(ROOM, lesson, step)
 
-show_code(Engine.step, Engine._run, Scheduler.schedule, paged_attention,
+attention_code = mla_attention if info.get("kv_lora_rank") else paged_attention  # MLA: its own attention forward
+show_code(Engine.step, Engine._run, Scheduler.schedule, attention_code,
           caption="The engine code that ran this step: schedule, one forward pass, and the attention "
                   "function every layer calls, which writes new keys and values into the paged cache.")
 if room is not None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from kvviz.engine import mla
 from kvviz.engine.batch import build_step_batch
 from kvviz.engine.block_pool import BLOCK_BOOKKEEPING_BYTES, BlockPool
 from kvviz.engine.config import MAX_NUM_BLOCKS, EngineConfig
@@ -95,7 +96,12 @@ class Engine:
         self.use_cache = config.use_cache
         self.record_blocks = config.record_blocks
         install(self.model)
+        num_mla_layers = mla.install(self.model)  # DeepSeek-V3: its attention caches latent rows
         self.cache_shape = CacheShape.from_model(self.model)
+        if self.cache_shape.latent and num_mla_layers != self.cache_shape.num_layers:
+            raise EngineError(f"This {type(self.model).__name__} has multi-head latent attention (kv_lora_rank) "
+                              "but not DeepSeek-V3's attention layers, the only MLA kvviz can cache; "
+                              "load a DeepseekV3ForCausalLM model, or one without MLA.")
         self.pool, self.cache, self.kv, self.num_blocks = None, None, None, 0
         if config.use_cache:
             self.num_blocks = config.num_blocks or self._blocks_that_fit(config.max_num_seqs, config.memory_fraction)
@@ -385,7 +391,8 @@ class Engine:
             values=torch.stack(trace.values).numpy(),
             attention=torch.stack(trace.attention).numpy(),  # (layers, heads, tokens)
             logits=None if row is None else logits[row].float().cpu().numpy().astype(np.float32),
-            prompt_attention=torch.stack(trace.prompt_attention).numpy() if trace.prompt_attention else None)
+            prompt_attention=torch.stack(trace.prompt_attention).numpy() if trace.prompt_attention else None,
+            latents=torch.stack(trace.latents).numpy() if trace.latents else None)  # MLA only
 
     # ---- helpers -------------------------------------------------------------------------
     def _tokenize(self, prompt) -> list[int]:
@@ -421,10 +428,11 @@ class Engine:
 
     def _pick_attention_kernel(self):
         """The compiled paged-attention kernel (engine/cpu/kernels.py) where it applies: a KV
-        cache of float32 on the CPU, head size a multiple of 8. Elsewhere, None: gather + SDPA."""
+        cache of float32 on the CPU, head size a multiple of 8, K and V per head (not MLA's latent
+        rows, engine/mla.py). Elsewhere, None: gather + SDPA."""
         shape = self.cache_shape
         if (self.config.attention != "auto" or self.cache is None or self.device.type != "cpu"
-                or shape.dtype != torch.float32 or shape.head_dim % 8):
+                or shape.dtype != torch.float32 or shape.head_dim % 8 or shape.latent):
             return None
         return cpu_kernels.load()
 

@@ -90,6 +90,8 @@ class TraceRecord:
     attention: np.ndarray  # (layers, heads, tokens): the newest token's attention weights
     logits: np.ndarray | None  # (vocab,) at the newest token, when it sampled
     prompt_attention: np.ndarray | None = None  # (layers, heads, tokens, tokens) at a prefill from 0
+    latents: np.ndarray | None = None  # MLA: (layers, tokens, kv_lora_rank + qk_rope_head_dim), the rows cached;
+    #                                    keys and values are then the ones rebuilt from them, per head
 
 
 @dataclass(slots=True)
@@ -122,7 +124,7 @@ class StepRecord:
         if self.trace is not None:
             data["trace"] = {name: _to_list(getattr(self.trace, name)) for name in
                              ("request_id", "keys", "values", "attention", "logits",
-                                                                 "prompt_attention")}
+                                                                 "prompt_attention", "latents")}
         return data
 
     @classmethod
@@ -150,7 +152,8 @@ class StepRecord:
                 attention=np.asarray(trace["attention"], dtype=np.float32),
                 logits=None if trace["logits"] is None else np.asarray(trace["logits"], dtype=np.float32),
                 prompt_attention=None if trace.get("prompt_attention") is None
-                else np.asarray(trace["prompt_attention"], dtype=np.float32))
+                else np.asarray(trace["prompt_attention"], dtype=np.float32),
+                latents=None if trace.get("latents") is None else np.asarray(trace["latents"], dtype=np.float32))
         return cls(**data)
 
 

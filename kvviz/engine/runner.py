@@ -80,6 +80,7 @@ class Trace:
     attention: list = field(default_factory=list)  # [layer] (heads, tokens)
     all_queries: bool = False  # a prefill from position 0: keep every query's row, the causal triangle
     prompt_attention: list = field(default_factory=list)  # [layer] (heads, tokens, tokens)
+    latents: list = field(default_factory=list)  # MLA: [layer] (tokens, kv_lora_rank + qk_rope_head_dim), as cached
 
 
 @dataclass

@@ -99,6 +99,10 @@ def run_strategy(lm, prompt: str | list[int], strategy: str | StrategySpec, max_
     spec = StrategySpec.of(strategy)
     spec = StrategySpec(spec.name, {**spec.options, **options})
     model, tokenizer, max_context = model_parts(lm)
+    if getattr(model.config.get_text_config(), "kv_lora_rank", None) is not None:
+        raise ValueError("The cache strategies drop or squeeze K and V per head, but this MLA model caches one "
+                         "latent row per token for all heads; load the bundled model (or another without MLA) "
+                         "for this lesson.")
     facts = ModelFacts.of(model, max_context)
     prompt_ids = tokenize(prompt, tokenizer)
     if not isinstance(max_tokens, int) or max_tokens < 1:

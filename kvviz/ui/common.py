@@ -46,15 +46,17 @@ def model_sidebar(on_model_change) -> None:
     (app.py passes kvviz.lessons.registry.reset_lessons: lessons belong to the model they ran on)."""
     with st.sidebar:
         st.markdown("### Model")
-        st.text_input("bundled, a Hugging Face id (local cache) or a folder", key="model_request",
+        st.text_input("bundled, tiny-mla, a Hugging Face id (local cache) or a folder", key="model_request",
                       placeholder="bundled", on_change=_load_requested_model, args=(on_model_change,))
         st.button("Load model", on_click=_load_requested_model, args=(on_model_change,), width="stretch")
         if "model_error" in st.session_state:
             st.error(plain(st.session_state["model_error"]))  # it quotes what was typed: show it as text
         info = current_model().describe()
+        heads = (f"{info['heads']} query heads / {info['kv_heads']} KV heads · head size {info['head_dim']}"
+                 if not info.get("kv_lora_rank") else  # MLA: one latent row per token, for all heads
+                 f"{info['heads']} heads · MLA latent {info['kv_lora_rank']} + RoPE key {info['qk_rope_head_dim']}")
         st.caption(f"**{info['name']}** · {info['parameters'] / 1e6:.1f}M parameters · {info['layers']} layers · "
-                   f"{info['heads']} query heads / {info['kv_heads']} KV heads · head size {info['head_dim']} · "
-                   f"context {info['max_context']} · {info['dtype']} on {info['device']}")
+                   f"{heads} · context {info['max_context']} · {info['dtype']} on {info['device']}")
 
 
 def drop(state, keys, prefixes: tuple[str, ...] = ()) -> None:

@@ -26,6 +26,11 @@ def tiny_config(arch: str):
                                layer_types=["sliding_attention", "full_attention"], **common)
     if arch == "olmo2":
         return tf.Olmo2Config(**common)
+    if arch == "deepseek_v3":  # MLA: a 32-value latent + an 8-value rotary key per token; layer 1 is MoE
+        return tf.DeepseekV3Config(**{**common, "num_key_value_heads": 4}, kv_lora_rank=32, q_lora_rank=24,
+                                   qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16, first_k_dense_replace=1,
+                                   n_routed_experts=4, num_experts_per_tok=2, n_group=1, topk_group=1,
+                                   moe_intermediate_size=32)
     if arch == "gpt2":
         return tf.GPT2Config(**special, vocab_size=VOCAB, n_embd=64, n_layer=2, n_head=4, n_positions=256)
     raise ValueError(arch)

@@ -9,7 +9,16 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from kvviz.memory_bill import FULL, SLIDING, AttentionVariant, ModelShape
+from kvviz.engine.kv_cache import CacheShape, PagedKVCache
+from kvviz.memory_bill import (
+    FULL,
+    SLIDING,
+    AttentionVariant,
+    ModelShape,
+    compare_attention_variants,
+    kv_bytes_per_token,
+)
+from kvviz.ui.text import plain
 
 CUSTOM = "custom (sliders moved)"  # the preset box's entry once the sliders leave the preset's numbers
 _MLA_KEYS = ("bill_layers", "bill_heads", "bill_latent", "bill_rope")  # an MLA model shows only these
@@ -72,3 +81,21 @@ def variants_note(shape: ModelShape, variants: list[AttentionVariant], dtype_nam
         parts.append("The hatched MLA bar is hypothetical: this model has no latent, so the bar uses DeepSeek-V3's "
                      "proportions (a latent of 4 head sizes and a RoPE key of half a head) at this head size.")
     return " ".join(parts)
+
+
+def measured_mla_note(lm) -> str:
+    """Markdown: bytes per token and layer that kvviz's engine caches for an MLA model `lm` (a LoadedModel),
+    measured from the storage tensor of a one-block paged cache, beside the bill's MLA row and MHA row
+    for the same shape."""
+    shape = lm.shape
+    block_size = 16
+    cache = PagedKVCache(CacheShape.from_model(lm.model), num_blocks=1, block_size=block_size, device=lm.device)
+    measured = cache.nbytes // (block_size * shape.num_layers)  # the tensor's bytes ÷ token slots ÷ layers
+    dtype_bytes = shape.dtype_bytes
+    formula = kv_bytes_per_token(shape, dtype_bytes) // shape.num_layers
+    mha = compare_attention_variants(shape, dtype_bytes)[0].bytes_per_token // shape.num_layers
+    return (f"Measured in kvviz's engine on **{plain(lm.name)}** ({str(lm.dtype).removeprefix('torch.')}): its paged "
+            f"cache holds **{measured:,} bytes** per token and layer, the storage tensor's bytes ÷ token slots "
+            f"÷ layers. The formula: ({shape.kv_lora_rank} latent + {shape.qk_rope_head_dim} RoPE) × "
+            f"{dtype_bytes} bytes = {formula:,} bytes. Its {shape.num_heads} heads caching their own K and V "
+            f"would take {mha:,} bytes, {mha / measured:.1f}× more.")

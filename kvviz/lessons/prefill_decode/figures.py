@@ -44,9 +44,10 @@ def cache_growth(entered_step: list[int], num_layers: int, window: int | None = 
     return _layout(fig, title, height=max(260, 40 * num_layers + 120))
 
 
-def kv_heatmap(matrix: np.ndarray, which: str, layer: int, kv_head: int, new_rows: int,
+def kv_heatmap(matrix: np.ndarray, which: str, layer: int, kv_head: int | None, new_rows: int,
                changed_rows: int = 0, texts: list[str] | None = None) -> go.Figure:
     """K or V of one layer and KV head. matrix: (positions, head_dim); the last `new_rows` are new.
+    kv_head None: an MLA layer's cached rows, (positions, latent + rope), shared by every head.
     texts: each position's token text, written on the position axis."""
     positions = matrix.shape[0]
     limit = float(np.abs(matrix).max()) or 1.0
@@ -56,9 +57,10 @@ def kv_heatmap(matrix: np.ndarray, which: str, layer: int, kv_head: int, new_row
     fig.add_shape(type="rect", x0=-0.5, x1=matrix.shape[1] - 0.5, y0=positions - new_rows - 0.5,
                   y1=positions - 0.5, line=dict(color=PHASE["new"], width=4))
     fig.update_yaxes(title="token (position)", autorange="reversed", **(token_axis(texts) if texts else {}))
-    fig.update_xaxes(title="head dimension")
+    fig.update_xaxes(title="head dimension" if kv_head is not None else "latent dimension, then RoPE key")
     unchanged = "" if changed_rows else "<br><sup>earlier rows unchanged</sup>"  # one line ran past a half-width chart
-    fig = _layout(fig, f"{which}, layer {layer}, KV head {kv_head}{unchanged}",
+    head = f"KV head {kv_head}" if kv_head is not None else "all heads"
+    fig = _layout(fig, f"{which}, layer {layer}, {head}{unchanged}",
                   height=min(700, max(320, 12 * positions + 160)))
     return fig.update_layout(margin=dict(l=120, t=80))
 

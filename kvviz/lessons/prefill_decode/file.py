@@ -38,6 +38,7 @@ from kvviz.lessons.prefill_decode.logic import MAX_LESSON_TOKENS, MAX_TRIANGLE_T
 # 126 layers, 128 heads, head size 128).
 MODEL_LIMITS = {"layers": 128, "heads": 256, "kv_heads": 256, "head_dim": 512, "hidden_size": 2**20,
                 "parameters": 2**50, "max_context": 2**24}
+MAX_LATENT = 4096  # MLA: values in one cached latent row (DeepSeek-V3: 512 + 64)
 MAX_REPLAY_TOKENS = 4096  # prompt and generated tokens of a replayed lesson
 MODEL_TEXT = ("name", "source", "device", "dtype")
 
@@ -53,7 +54,8 @@ def export_lesson(lesson: Lesson) -> str:
         "traces": [{"new_keys": _encode(t.new_keys), "new_values": _encode(t.new_values),
                     "attention": _encode(t.attention), "changed_rows": t.changed_rows,
                     "logit_difference": t.logit_difference,
-                    "prompt_attention": None if t.prompt_attention is None else _encode(t.prompt_attention)}
+                    "prompt_attention": None if t.prompt_attention is None else _encode(t.prompt_attention),
+                    **({} if t.new_latents is None else {"new_latents": _encode(t.new_latents)})}  # MLA only
                    for t in lesson.traces],
         ROOM_ANSWERS: [asdict(row) for row in lesson.room_answers],
     })
@@ -132,24 +134,39 @@ def _model(value) -> dict:
         raise FieldError("model.dtype_bytes", "must be 1, 2, 4 or 8")
     if model["heads"] % model["kv_heads"]:
         raise FieldError("model.kv_heads", f"({model['kv_heads']}) must divide model.heads ({model['heads']})")
+    v_head_dim = typed(value.get("v_head_dim", model["head_dim"]), int, "model.v_head_dim")  # older files: head_dim
+    model["v_head_dim"] = check_range(v_head_dim, 1, MODEL_LIMITS["head_dim"], "model.v_head_dim")
+    for key in ("kv_lora_rank", "qk_rope_head_dim"):  # MLA, both or neither
+        model[key] = typed(value.get(key), int | None, f"model.{key}")
+        if model[key] is not None:
+            check_range(model[key], 1, MAX_LATENT, f"model.{key}")
+    if (model["kv_lora_rank"] is None) != (model["qk_rope_head_dim"] is None):
+        raise FieldError("model.kv_lora_rank", "and model.qk_rope_head_dim must be given both or neither")
     return model
 
 
 def _trace(value, step: int, model: dict, prompt_tokens: int) -> StepTrace:
     where = f"traces[{step}]"
     value = typed(value, dict, where)
+    mla = model["kv_lora_rank"] is not None
+    latent_key = {"new_latents"} if mla else set()  # an MLA lesson's traces carry the cached rows too
     check_keys(value, where, {"new_keys", "new_values", "attention", "changed_rows", "logit_difference",
-                         "prompt_attention"},
-          {"new_keys", "new_values", "attention", "changed_rows", "logit_difference"})
+                         "prompt_attention"} | latent_key,
+          {"new_keys", "new_values", "attention", "changed_rows", "logit_difference"} | latent_key)
     new = prompt_tokens if step == 0 else 1
     kv_shape = (model["layers"], new, model["kv_heads"], model["head_dim"])
+    value_shape = kv_shape[:3] + (model["v_head_dim"],)
     attention_shape = (model["layers"], model["heads"], prompt_tokens + step)
+    latents = None
+    if mla:  # the rows the cache held: latent + rotary key per token and layer
+        latent_shape = (model["layers"], new, model["kv_lora_rank"] + model["qk_rope_head_dim"])
+        latents = _decode(value["new_latents"], latent_shape, f"{where}.new_latents")
     return StepTrace(_decode(value["new_keys"], kv_shape, f"{where}.new_keys"),
-                     _decode(value["new_values"], kv_shape, f"{where}.new_values"),
+                     _decode(value["new_values"], value_shape, f"{where}.new_values"),
                      _decode(value["attention"], attention_shape, f"{where}.attention"),
                      typed(value["changed_rows"], int, f"{where}.changed_rows"),
                      typed(value["logit_difference"], float | None, f"{where}.logit_difference"),
-                     _triangle(value.get("prompt_attention"), step, model, prompt_tokens, where))
+                     _triangle(value.get("prompt_attention"), step, model, prompt_tokens, where), latents)
 
 
 def _triangle(value, step: int, model: dict, prompt_tokens: int, where: str) -> np.ndarray | None:

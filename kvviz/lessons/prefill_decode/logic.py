@@ -44,6 +44,7 @@ class StepTrace:
     changed_rows: int  # earlier positions whose K or V differ from the step before (0: the cache works)
     logit_difference: float | None  # largest |logit with cache - logit without| at this step
     prompt_attention: np.ndarray | None = None  # (layers, heads, T, T): the prefill's causal triangle
+    new_latents: np.ndarray | None = None  # MLA: (layers, new_tokens, latent + rope), the rows the cache holds
 
 
 @dataclass
@@ -145,8 +146,11 @@ class Lesson:
         changed = 0
         if before:
             old = self.trace(len(self.traces) - 1)
-            moved = np.maximum(np.abs(cached.keys[:, :before] - old.keys).max(axis=(0, 2, 3)),
-                               np.abs(cached.values[:, :before] - old.values).max(axis=(0, 2, 3)))  # (tokens,)
+            if cached.latents is not None:  # MLA: the cache holds latent rows; K and V are rebuilt from them
+                moved = np.abs(cached.latents[:, :before] - old.latents).max(axis=(0, 2))  # (tokens,)
+            else:
+                moved = np.maximum(np.abs(cached.keys[:, :before] - old.keys).max(axis=(0, 2, 3)),
+                                   np.abs(cached.values[:, :before] - old.values).max(axis=(0, 2, 3)))  # (tokens,)
             changed = int((moved > 0).sum())
         difference = None
         if cached.logits is not None and fresh.logits is not None:
@@ -154,8 +158,9 @@ class Lesson:
         triangle = None  # kept for prompts short enough that it stays small (T^2 per head and layer)
         if not before and cached.prompt_attention is not None and cached.keys.shape[1] <= MAX_TRIANGLE_TOKENS:
             triangle = cached.prompt_attention.copy()
+        latents = None if cached.latents is None else cached.latents[:, before:].copy()
         return StepTrace(cached.keys[:, before:].copy(), cached.values[:, before:].copy(),
-                         cached.attention.copy(), changed, difference, triangle)
+                         cached.attention.copy(), changed, difference, triangle, latents)
 
     def release(self) -> None:
         """Drop the engines and traces (the session that owned this lesson has ended)."""
@@ -174,10 +179,13 @@ class Lesson:
     def trace(self, step: int) -> TraceRecord:
         """The traced request after `step`: every cached K/V row so far and this step's attention."""
         kept = self.traces[:step + 1]
+        latents = None
+        if all(t.new_latents is not None for t in kept):  # MLA
+            latents = np.concatenate([t.new_latents for t in kept], axis=1)  # (layers, tokens, latent + rope)
         return TraceRecord(request_id=0,
                            keys=np.concatenate([t.new_keys for t in kept], axis=1),  # (layers, tokens, kv, hd)
                            values=np.concatenate([t.new_values for t in kept], axis=1),
-                           attention=kept[-1].attention, logits=None)
+                           attention=kept[-1].attention, logits=None, latents=latents)
 
     def entered_step(self, step: int) -> list[int]:
         """For each token position after `step`: the step at which it entered the cache."""
@@ -231,6 +239,15 @@ class Lesson:
                 "slack_slots": len(blocks) * self.settings.block_size - cached_tokens,
                 "slack_bytes": block_bytes - cached_tokens * per_token, "returned": returned,
                 "pool_bytes": record.memory.allocated_bytes, "bytes_per_token": per_token}
+
+
+def per_token_formula(info: dict) -> str:
+    """What one token costs in the cache, factor by factor, from a model summary (LoadedModel.describe())."""
+    if info.get("kv_lora_rank"):  # MLA: one latent row per layer, shared by every head
+        return (f"{info['layers']} layers × ({info['kv_lora_rank']} latent + {info['qk_rope_head_dim']} RoPE) "
+                f"values × {info['dtype_bytes']} bytes")
+    return (f"2 (K and V) × {info['layers']} layers × {info['kv_heads']} KV heads × "
+            f"{info['head_dim']} values × {info['dtype_bytes']} bytes")
 
 
 def steps_text(num_steps: int) -> str:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from kvviz.lessons.prefill_decode.logic import per_token_formula
+
 
 def stage_data(lesson, step: int, presenter: bool = False) -> dict:
     """The stage's data for the steps this lesson has shown so far (a replay: every recorded step)."""
@@ -27,8 +29,7 @@ def stage_data(lesson, step: int, presenter: bool = False) -> dict:
             "layers": info["layers"], "heads": info["heads"], "block_size": lesson.settings.block_size,
             "num_blocks": lesson.engine.num_blocks if lesson.engine is not None else _pool_blocks(lesson, records),
             "bytes_per_token": per_token,
-            "per_token_formula": (f"2 (K and V) × {info['layers']} layers × {info['kv_heads']} KV heads × "
-                                  f"{info['head_dim']} values × {info['dtype_bytes']} bytes"),
+            "per_token_formula": per_token_formula(info),
             "presenter": presenter, "step": min(step, len(steps) - 1), "steps": steps}
 
 
