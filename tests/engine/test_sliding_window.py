@@ -141,6 +141,12 @@ def test_sliding_blocks_stay_flat_while_full_blocks_grow():
         assert full_group.num_free_blocks == 40 - len(full)  # one request: the pools show what it holds
         assert sliding_group.num_free_blocks == 40 - len(held(sliding))
         assert full_held[-1] == blocks_needed(computed, BLOCK)
+        # the memory record: a sliding layer's bytes follow its group's blocks, not the context
+        layer_block_bytes = engine.cache.bytes_per_block // 6  # one block of one layer
+        assert record.memory.layer_used_bytes == [len(held(sliding)) * layer_block_bytes] * 5 + \
+            [len(full) * layer_block_bytes]
+        assert record.memory.token_bytes == computed * layer_block_bytes // BLOCK * 1 + \
+            (computed - first_needed * BLOCK) * layer_block_bytes // BLOCK * 5
     # the full group grows with the context, one block per 4 tokens; past the window the sliding
     # group holds the window's 2 blocks, 3 while the window straddles a block boundary
     assert full_held[-1] == blocks_needed(5 + 59, BLOCK) == 16
