@@ -164,7 +164,10 @@ m[1].metric("Paged blocks", format_bytes(comparison["paged_bytes"]), waste_text(
 
 left, right = st.columns([3, 2])
 with left:
-    st.plotly_chart(figures.block_tables(record, labels, lesson.block_size), width="stretch")
+    if record.layer_groups:  # sliding-window layers keep a table of their own (engine/layer_groups.py)
+        st.plotly_chart(figures.group_block_tables(record, labels, lesson.block_size), width="stretch")
+    else:
+        st.plotly_chart(figures.block_tables(record, labels, lesson.block_size), width="stretch")
     st.plotly_chart(figures.pool_grid(lesson.pool_blocks(step), labels), width="stretch")
 with right:
     st.plotly_chart(figures.schedule_timeline(lesson.records[:step + 1][-12:], labels), width="stretch")

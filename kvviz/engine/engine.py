@@ -22,12 +22,14 @@ from kvviz.engine.cpu import kernels as cpu_kernels
 from kvviz.engine.fork import fork_samples
 from kvviz.engine.kv_cache import CacheShape, PagedKVCache, slots_for
 from kvviz.engine.kv_manager import KVCacheManager, blocks_needed
+from kvviz.engine.layer_groups import layer_windows, make_groups
 from kvviz.engine.model_parts import model_parts
 from kvviz.engine.records import (
     BlockRecord,
     ChunkRecord,
     DraftRecord,
     EventRecord,
+    LayerGroupRecord,
     MemoryRecord,
     RequestRecord,
     StepRecord,
@@ -103,15 +105,25 @@ class Engine:
                               "but not DeepSeek-V3's attention layers, the only MLA kvviz can cache; "
                               "load a DeepseekV3ForCausalLM model, or one without MLA.")
         self.pool, self.cache, self.kv, self.num_blocks = None, None, None, 0
+        self.layer_groups = []  # layer_groups.py: one per distinct sliding window, full attention first
         if config.use_cache:
             self.num_blocks = config.num_blocks or self._blocks_that_fit(config.max_num_seqs, config.memory_fraction)
             self._check_sizes()  # before allocating anything
-            self.pool = BlockPool(self.num_blocks, config.block_size, config.enable_prefix_caching)
+            windows = layer_windows(self.hf_config)
+            if config.preemption_mode == "swap" and any(w is not None for w in windows):
+                raise EngineError("Preemption mode 'swap' moves one block table per request, but this model's "
+                                  "sliding-window layers keep a table of their own; use preemption_mode='recompute'.")
+            if len(set(windows)) == 1 and windows[0] is None:  # every layer sees the whole context
+                self.pool = BlockPool(self.num_blocks, config.block_size, config.enable_prefix_caching)
+            else:
+                self.layer_groups = make_groups(windows, self.num_blocks, config.block_size,
+                                                config.enable_prefix_caching)
+                self.pool = self.layer_groups[0].pool
             self.cache = PagedKVCache(self.cache_shape, self.num_blocks, config.block_size, self.device)
             swap = None
             if config.preemption_mode == "swap":
                 swap = SwapSpace(self.cache_shape, config.swap_space_blocks or self.num_blocks, config.block_size)
-            self.kv = KVCacheManager(self.pool, self.cache, swap)
+            self.kv = KVCacheManager(self.pool, self.cache, swap, self.layer_groups or None)
         self.attention_kernel = self._pick_attention_kernel()
         self.scheduler = Scheduler(self.kv, config.max_num_seqs, config.max_num_batched_tokens,
                                    config.enable_chunked_prefill)
@@ -122,6 +134,8 @@ class Engine:
         self._finished_now: list[Request] = []  # finished since the last record
         self.stats = {"prompt_tokens": 0, "generated_tokens": 0, "cached_tokens": 0,
                       "peak_blocks": 0, "forward_s": 0.0, "draft_tokens": 0, "accepted_tokens": 0}
+        if self.layer_groups:  # the most blocks each layer group held at once
+            self.stats["peak_blocks_by_group"] = [0] * len(self.layer_groups)
 
     # ---- requests ------------------------------------------------------------------------
     def add_request(self, prompt: str | list[int], params: SamplingParams | None = None,
@@ -211,6 +225,10 @@ class Engine:
                               "blocks freed, and the engine can take new requests.") from error
         if self.use_cache:
             self.stats["peak_blocks"] = max(self.stats["peak_blocks"], self.pool.num_used_blocks)
+            if self.layer_groups:
+                peaks = self.stats["peak_blocks_by_group"]
+                for g, group in enumerate(self.layer_groups):
+                    peaks[g] = max(peaks[g], group.pool.num_used_blocks)
         record = self._record(chunks, sampled, forward_s, time.perf_counter() - start, trace, drafts)
         self.step_index += 1
         return record
@@ -220,7 +238,7 @@ class Engine:
         if not chunks:
             return 0.0, [], None, []
         batch = build_step_batch(chunks, self.cache, self.block_size, self.device, self.trace_request_id,
-                                 self.attention_kernel)
+                                 self.attention_kernel, self.layer_groups)
         logits, forward_s = run_forward(self.model, batch)  # (R, V): 1 + drafts rows per sampling chunk
         self.stats["forward_s"] += forward_s
         sampling_chunks = [c for c in chunks if c.samples]
@@ -330,8 +348,10 @@ class Engine:
         if not self.use_cache:
             return MemoryRecord(0, 0, 0, 0, [0] * shape.num_layers, shape.bytes_per_token)
         block_bytes = self.cache.bytes_per_block
-        used_blocks = self.pool.num_used_blocks
         running = self.scheduler.running
+        if self.layer_groups:
+            return self._grouped_memory(running)
+        used_blocks = self.pool.num_used_blocks
         # shared blocks count once: bytes holding tokens = used blocks minus the empty slots of
         # each distinct last block (forked samples share theirs until one writes)
         slack_by_block = {r.block_table[-1]: len(r.block_table) * self.block_size - r.num_computed_tokens
@@ -345,6 +365,25 @@ class Engine:
             slack_bytes=slack_slots * shape.bytes_per_token,
             layer_used_bytes=[per_layer] * shape.num_layers, bytes_per_token=shape.bytes_per_token)
 
+    def _grouped_memory(self, running) -> MemoryRecord:
+        """memory() with layer groups: a block of a group holds only that group's layers, so a sliding
+        layer's used bytes stop growing once its window is full."""
+        shape = self.cache_shape
+        layer_block_bytes = self.cache.bytes_per_block // shape.num_layers  # one block, one layer
+        layer_token_bytes = shape.bytes_per_token // shape.num_layers
+        layer_used_bytes = [0] * shape.num_layers
+        slack_bytes = 0
+        for g, group in enumerate(self.layer_groups):
+            for layer in group.layers:
+                layer_used_bytes[layer] = group.pool.num_used_blocks * layer_block_bytes
+            slack_by_block = {r.block_tables[g][-1]: len(r.block_tables[g]) * self.block_size - r.num_computed_tokens
+                              for r in running if r.block_tables[g]}
+            slack_bytes += sum(slack_by_block.values()) * layer_token_bytes * len(group.layers)
+        used_bytes = sum(layer_used_bytes)
+        return MemoryRecord(
+            allocated_bytes=self.cache.nbytes, used_block_bytes=used_bytes, token_bytes=used_bytes - slack_bytes,
+            slack_bytes=slack_bytes, layer_used_bytes=layer_used_bytes, bytes_per_token=shape.bytes_per_token)
+
     # ---- records -------------------------------------------------------------------------
     def _record(self, chunks, sampled, forward_s, step_s, trace, drafts) -> StepRecord:
         """What this step did. Its cost follows the live requests and the events, not the pool."""
@@ -353,6 +392,10 @@ class Engine:
         requests = [self._request_record(r) for r in live] + [self._waiting_record(r) for r in self.scheduler.waiting]
         requests.sort(key=lambda r: r.request_id)
         events = self.pool.drain_events() if self.pool is not None else []
+        event_records = [EventRecord(e.kind, e.request_id, e.block_ids, e.num_bytes, e.cpu_slots) for e in events]
+        for g, group in enumerate(self.layer_groups[1:], start=1):  # the first group's pool is self.pool
+            event_records += [EventRecord(e.kind, e.request_id, e.block_ids, e.num_bytes, e.cpu_slots, group=g)
+                              for e in group.pool.drain_events()]
         blocks = None
         if self.record_blocks and self.pool is not None:  # the whole pool: O(num_blocks), off by default
             blocks = [BlockRecord(b.block_id, b.ref_cnt, sorted(b.owners), b.block_hash is not None,
@@ -362,18 +405,21 @@ class Engine:
             chunks=[ChunkRecord(c.request.request_id, c.kind, c.start, c.num_tokens, c.token_ids, c.num_drafts)
                     for c in chunks],
             sampled=sampled, requests=requests,
-            events=[EventRecord(e.kind, e.request_id, e.block_ids, e.num_bytes, e.cpu_slots) for e in events],
+            events=event_records,
             num_free_blocks=self.pool.num_free_blocks if self.pool else 0,
             num_cached_blocks=len(self.pool.cached_blocks) if self.pool else 0,
             memory=self.memory(), blocks=blocks, forward_s=forward_s, step_s=step_s, trace=trace, drafts=drafts,
-            num_free_swap_slots=self.kv.swap.num_free_slots if self.kv and self.kv.swap else 0)
+            num_free_swap_slots=self.kv.swap.num_free_slots if self.kv and self.kv.swap else 0,
+            layer_groups=[LayerGroupRecord(g.name, g.window, list(g.layers), g.pool.num_blocks, g.pool.num_free_blocks,
+                                           len(g.pool.cached_blocks)) for g in self.layer_groups])
 
     def _request_record(self, r: Request) -> RequestRecord:
         return RequestRecord(r.request_id, r.status.value, r.num_prompt_tokens,
                              r.num_computed_tokens if self.use_cache else 0, r.num_cached_tokens,
                              list(r.block_table), list(r.output_token_ids), r.num_preemptions, r.finish_reason,
                              r.parent_id, r.num_recomputed_tokens, self.kv is not None and self.kv.is_swapped(r),
-                             r.num_looked_up_tokens, r.num_hit_tokens)
+                             r.num_looked_up_tokens, r.num_hit_tokens,
+                             [list(table) for table in r.block_tables] if self.layer_groups else [])
 
     def _waiting_record(self, r: Request) -> RequestRecord:
         """A waiting request changes only when it is preempted: reuse its record until then."""

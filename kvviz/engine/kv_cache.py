@@ -96,15 +96,20 @@ class PagedKVCache:
         v = self.value_cache[layer].index_select(0, flat).view(rows, -1, self.shape.num_kv_heads, self.shape.head_dim)
         return k, v  # (B, blocks * block_size, kvh, hd) each
 
-    def copy_blocks(self, src: list[int], dst: list[int]) -> int:
-        """Copy whole blocks src[i] -> dst[i], K and V of every layer in one tensor op; returns bytes.
+    def copy_blocks(self, src: list[int], dst: list[int], layers: list[int] | None = None) -> int:
+        """Copy whole blocks src[i] -> dst[i], K and V of every layer (or of `layers` only: a layer
+        group's, whose block ids name only its own layers' slices) in one tensor op; returns bytes.
 
         Copy-on-write uses it when a forked sample first writes into a block it shares.
         """
         src_ids = torch.tensor(src, dtype=torch.long, device=self.storage.device)
         dst_ids = torch.tensor(dst, dtype=torch.long, device=self.storage.device)
-        self.storage[:, :, dst_ids] = self.storage[:, :, src_ids]  # (2 or 1, layers, len, block_size, kvh, hd)
-        return len(src) * self.bytes_per_block
+        if layers is None:
+            self.storage[:, :, dst_ids] = self.storage[:, :, src_ids]  # (2 or 1, layers, len, block_size, kvh, hd)
+            return len(src) * self.bytes_per_block
+        layer_ids = torch.tensor(layers, dtype=torch.long, device=self.storage.device)[:, None]  # (L, 1)
+        self.storage[:, layer_ids, dst_ids] = self.storage[:, layer_ids, src_ids]  # (2 or 1, L, len, block_size, kvh, hd)
+        return len(src) * self.bytes_per_block * len(layers) // self.shape.num_layers
 
     def read_request(self, block_table: list[int], num_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
         """One request's K and V, every layer, read through its block table.

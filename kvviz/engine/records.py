@@ -27,7 +27,7 @@ class RequestRecord:
     num_prompt_tokens: int
     num_computed_tokens: int  # tokens whose K and V are in the cache
     num_cached_tokens: int  # of those, found in the prefix cache
-    block_table: list[int]
+    block_table: list[int | None]  # None: a block a sliding window gave back (an all-sliding model)
     output_token_ids: list[int]
     num_preemptions: int = 0
     finish_reason: str | None = None
@@ -36,6 +36,9 @@ class RequestRecord:
     swapped: bool = False  # its blocks wait in the swap space (preemption mode "swap")
     num_looked_up_tokens: int = 0  # over every admission (a recompute after preemption looks up again)
     num_hit_tokens: int = 0  # of those, found in the prefix cache
+    # a model with sliding-window layers: every layer group's table (StepRecord.layer_groups), the first
+    # being block_table; a block a sliding window left behind is None. Empty for other models
+    group_block_tables: list[list[int | None]] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -62,10 +65,24 @@ class BlockRecord:
 class EventRecord:
     kind: str  # allocate | free | prefix_hit | cache | evict | preempt | finish
     #            | fork | copy ([shared, own]) | swap_out | swap_in | swap_full (recompute instead)
+    #            | slide (a sliding window left these blocks behind; a free follows)
     request_id: int | None
     block_ids: list[int]
     num_bytes: int = 0  # K/V bytes moved by a copy, swap_out or swap_in
     cpu_slots: list[int] = field(default_factory=list)  # swap space slots of a swap_out or swap_in
+    group: int = 0  # the layer group whose pool the blocks belong to (StepRecord.layer_groups)
+
+
+@dataclass(slots=True)
+class LayerGroupRecord:
+    """Layers that share a block table (engine/layer_groups.py), and their pool after the step."""
+
+    name: str  # "full" | "sliding"
+    window: int | None  # sliding window in tokens; None: the whole context
+    layers: list[int]
+    num_blocks: int
+    num_free_blocks: int
+    num_cached_blocks: int
 
 
 @dataclass(slots=True)
@@ -111,6 +128,7 @@ class StepRecord:
     notes: list[str] = field(default_factory=list)
     drafts: list[DraftRecord] = field(default_factory=list)  # speculative decoding, per request
     num_free_swap_slots: int = 0  # preemption mode "swap": free slots of the CPU swap space
+    layer_groups: list[LayerGroupRecord] = field(default_factory=list)  # only for models with sliding windows
 
     @property
     def num_tokens_run(self) -> int:
@@ -141,6 +159,7 @@ class StepRecord:
         data["events"] = [EventRecord(**e) for e in data["events"]]
         data["drafts"] = [DraftRecord(**d) for d in data.get("drafts", [])]
         data["memory"] = MemoryRecord(**data["memory"])
+        data["layer_groups"] = [LayerGroupRecord(**g) for g in data.get("layer_groups", [])]
         if data.get("blocks") is not None:
             data["blocks"] = [BlockRecord(**b) for b in data["blocks"]]
         if data.get("trace") is not None:
@@ -167,6 +186,8 @@ def pool_blocks(records: list[StepRecord], num_blocks: int) -> list[BlockRecord]
     cached = [False] * num_blocks
     for record in records:
         for event in record.events:
+            if event.group != 0:  # another layer group's pool
+                continue
             for block_id in event.block_ids:
                 if event.kind in ("allocate", "prefix_hit", "fork"):
                     owners[block_id].add(event.request_id)

@@ -21,6 +21,9 @@ class Request:
     `num_computed_tokens` counts the tokens whose keys and values are in the cache; the tokens
     after it still have to run through the model. `block_table[i]` is the physical block that
     holds the request's logical block i (tokens i*block_size .. (i+1)*block_size - 1).
+    A model with sliding-window layers keeps one table per layer group (layer_groups.py):
+    `block_tables[g]`, where `block_table` is `block_tables[0]` and a block the window has left
+    behind is None.
     """
 
     def __init__(self, request_id: int, prompt_token_ids: list[int], params: SamplingParams,
@@ -35,7 +38,7 @@ class Request:
         self.num_cached_tokens = 0  # tokens found in the prefix cache at the last scheduling
         self.num_looked_up_tokens = 0  # every admission's tokens, looked up in the prefix cache
         self.num_hit_tokens = 0  # every admission's tokens found there (a recompute looks up again)
-        self.block_table: list[int] = []
+        self.block_tables: list[list[int | None]] = [[]]  # one per layer group; most models have one
         self.block_hashes: list[int] = []  # chained hashes of the full blocks, in order
         self.draft_token_ids: list[int] = []  # speculative guesses for this step, not yet tokens
         self.num_preemptions = 0
@@ -53,6 +56,15 @@ class Request:
         self.num_recomputed_tokens += max(0, min(end, self.high_water) - self.num_computed_tokens)
         self.high_water = max(self.high_water, end)
         self.num_computed_tokens = end
+
+    @property
+    def block_table(self) -> list[int]:
+        """The first layer group's table: the only one of most models, the full layers' of Gemma."""
+        return self.block_tables[0]
+
+    @block_table.setter
+    def block_table(self, table: list[int]) -> None:
+        self.block_tables[0] = table
 
     @property
     def wants_fork(self) -> bool:

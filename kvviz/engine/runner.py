@@ -96,6 +96,8 @@ class StepBatch:
     trace: Trace | None = None
     kernel: object | None = None  # CpuKernels: attention reads the blocks in place
     kernel_metadata: object | None = None  # KernelMetadata: block tables, each token's request and position
+    window: int | None = None  # the sliding window of the layer group whose block tables these are
+    layer_views: list | None = None  # [layer] -> its layer group's StepBatch, with sliding-window layers
 
 
 def attend(query, key, value, packed_mask, scaling, softcap=None) -> torch.Tensor:
@@ -134,6 +136,11 @@ def paged_attention(module, query, key, value, attention_mask, scaling=None, dro
                                       dropout=dropout, scaling=scaling, **kwargs)
     layer = module.layer_idx
     window = kwargs.get("sliding_window") or getattr(module, "sliding_window", None)
+    if batch.layer_views is not None:  # layer groups (layer_groups.py): this layer's tables and slots
+        batch = batch.layer_views[layer]
+        if window != batch.window:
+            raise ValueError(f"layer {layer} attends with sliding window {window}, but the engine read "
+                             f"{batch.window} from the model's config and may have freed blocks it needs")
     softcap = kwargs.get("softcap")
     scaling = scaling if scaling is not None else query.shape[-1] ** -0.5
     q = query[0].transpose(0, 1)  # (N, H, D)
@@ -166,13 +173,15 @@ def paged_attention(module, query, key, value, attention_mask, scaling=None, dro
         if trace is not None and trace.group == group_id:
             rows = slice(0, trace.query + 1) if trace.all_queries else slice(trace.query, trace.query + 1)
             _trace_layer(trace, q[group.query_index[trace.row, rows]], k[trace.row], v[trace.row],
-                         group.mask(window)[trace.row, 0, rows], scaling, softcap)
+                         group.mask(window)[trace.row, 0, rows], scaling, softcap,
+                         _num_given_back(trace, window, batch.cache.block_size if batch.window is not None else 0))
     return out.unsqueeze(0), None
 
 
-def _trace_layer(trace: Trace, query, key, value, mask, scaling, softcap) -> None:
+def _trace_layer(trace: Trace, query, key, value, mask, scaling, softcap, num_given_back: int = 0) -> None:
     """The traced request's queries against its keys: the newest query, or with all_queries every
-    prompt query. query: (Tq, H, D); key: (Lk, KVH, D); mask: (Tq, Lk)."""
+    prompt query. query: (Tq, H, D); key: (Lk, KVH, D); mask: (Tq, Lk). The first num_given_back
+    keys and values, which a sliding window gave back, are kept as zeros."""
     n = trace.num_keys
     key, value, mask = key[:n], value[:n], mask[:, :n]
     group_size = query.shape[1] // key.shape[1]
@@ -184,8 +193,21 @@ def _trace_layer(trace: Trace, query, key, value, mask, scaling, softcap) -> Non
     trace.attention.append(weights[:, -1])  # (H, n): the newest token's row
     if trace.all_queries:
         trace.prompt_attention.append(weights)
-    trace.keys.append(key.float().cpu())
-    trace.values.append(value.float().cpu())
+    keys, values = key.float().cpu(), value.float().cpu()
+    if num_given_back:  # a sliding layer's blocks left behind: block 0 was read in their place
+        keys, values = keys.clone(), values.clone()
+        keys[:num_given_back] = values[:num_given_back] = 0
+    trace.keys.append(keys)
+    trace.values.append(values)
+
+
+def _num_given_back(trace: Trace, window: int | None, block_size: int) -> int:
+    """Leading keys of the traced request that its sliding group gave back before this step
+    (layer_groups.py): the blocks before the window of the step's first query."""
+    if not block_size or window is None:
+        return 0
+    first_query = trace.num_keys - trace.query - 1  # position of the chunk's first token
+    return max(0, (first_query - window + 1) // block_size) * block_size
 
 
 def _no_dense_mask(*args, **kwargs):

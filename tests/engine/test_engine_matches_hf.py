@@ -39,7 +39,7 @@ def test_greedy_identical_to_hf_generate(arch_case, setting):
     engine = Engine(model, **ENGINE_SETTINGS[setting])
     outs = engine.generate(prompts, SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True))
     assert [o.token_ids for o in outs] == expected, f"{arch} / {setting}"
-    if setting == "tight pool":
+    if setting == "tight pool" and arch != "mistral":  # mistral's sliding layers give blocks back: room for all
         assert engine.scheduler.num_preemptions > 0
     if setting == "prefix caching":
         # prompts 4 and 5 share 20 tokens and run in the same step: the second reuses the

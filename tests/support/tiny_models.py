@@ -24,6 +24,9 @@ def tiny_config(arch: str):
     if arch == "gemma2":  # sliding and global layers interleaved, logit soft-capping
         return tf.Gemma2Config(head_dim=16, sliding_window=8, query_pre_attn_scalar=16,
                                layer_types=["sliding_attention", "full_attention"], **common)
+    if arch == "gemma3":  # five sliding layers to one global, as Gemma-3 has them
+        return tf.Gemma3TextConfig(head_dim=16, sliding_window=8, query_pre_attn_scalar=16,
+                                   **(common | dict(num_hidden_layers=6)))
     if arch == "olmo2":
         return tf.Olmo2Config(**common)
     if arch == "deepseek_v3":  # MLA: a 32-value latent + an 8-value rotary key per token; layer 1 is MoE
@@ -45,7 +48,7 @@ def tiny_model(arch: str, seed: int = 0):
     torch.manual_seed(seed)
     config = tiny_config(arch)
     # HF's own attention is the reference; Gemma-2 soft-caps logits, which only "eager" does
-    config._attn_implementation = "eager" if arch == "gemma2" else "sdpa"
+    config._attn_implementation = "eager" if arch in ("gemma2", "gemma3") else "sdpa"
     return AutoModelForCausalLM.from_config(config).eval()
 
 

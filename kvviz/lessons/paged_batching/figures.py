@@ -80,6 +80,37 @@ def block_tables(record: StepRecord, labels: dict[int, str], block_size: int) ->
     return _layout(fig, "Block tables (faded = partly filled)", height=120 + 50 * max(len(states), 1))
 
 
+def group_block_tables(record: StepRecord, labels: dict[int, str], block_size: int) -> go.Figure:
+    """A model with sliding-window layers: each running request's table in every layer group, one row
+    per group. A block the sliding window gave back (None in the record) is a grey square marked ×."""
+    fig = go.Figure()
+    rows = [(state, g, group) for state in record.requests if state.group_block_tables
+            for g, group in enumerate(record.layer_groups) if state.group_block_tables[g]]
+    for row, (state, g, group) in enumerate(rows):
+        for logical, physical in enumerate(state.group_block_tables[g]):
+            filled = max(0, min(block_size, state.num_computed_tokens - logical * block_size))
+            given_back = physical is None
+            where = "given back: outside the window of every query to come" if given_back else \
+                f"physical block {physical} of the {group.name} pool<br>{filled}/{block_size} slots filled"
+            fig.add_trace(go.Scatter(
+                x=[logical], y=[row], mode="markers+text", text=["×" if given_back else str(physical)],
+                textfont=dict(color="#6B7280" if given_back else "white", size=14),
+                hovertext=f"{labels.get(state.request_id)}, {group.name} layers: logical block {logical} → {where}",
+                hoverinfo="text",
+                marker=dict(symbol="square", size=38, line=dict(color="#111827", width=1),
+                            color=BLOCK_STATE["free"] if given_back else request_color(state.request_id),
+                            opacity=1.0 if given_back else 0.35 + 0.65 * filled / block_size)))
+    fig.update_yaxes(tickvals=list(range(len(rows))), autorange="reversed", showgrid=False, zeroline=False,
+                     ticktext=[f"{labels.get(s.request_id)} · {group.name}"
+                               + (f" ({group.window}-token window)" if group.window else "") for s, _, group in rows])
+    fig.update_xaxes(title="logical block (the number inside: physical block id in that group's pool)", dtick=1,
+                     showgrid=False, zeroline=False)
+    held = ", ".join(f"{group.name} {group.num_blocks - group.num_free_blocks} of {group.num_blocks}"
+                     for group in record.layer_groups)
+    return _layout(fig, f"Block tables per layer group (× = given back)<br><sup>blocks in use: {held}</sup>",
+                   height=140 + 50 * max(len(rows), 1))
+
+
 def schedule_timeline(records: list[StepRecord], labels: dict[int, str]) -> go.Figure:
     """Which request ran what at each step: prefill chunks, decodes, preemptions."""
     fig = go.Figure()

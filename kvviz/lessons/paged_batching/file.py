@@ -93,6 +93,10 @@ def _check_record(record: StepRecord, where: str, request_ids: set[int], num_blo
         if state.request_id not in request_ids:
             raise FieldError(f"{where}.requests[{i}].request_id", "is not a request of this run")
         _check_blocks(state.block_table, num_blocks, f"{where}.requests[{i}].block_table")
+        for g, table in enumerate(state.group_block_tables):
+            _check_blocks(table, num_blocks, f"{where}.requests[{i}].group_block_tables[{g}]")
+        if state.group_block_tables and len(state.group_block_tables) != len(record.layer_groups):
+            raise FieldError(f"{where}.requests[{i}].group_block_tables", "does not have one table per layer group")
     for i, event in enumerate(record.events):
         _check_blocks(event.block_ids, num_blocks, f"{where}.events[{i}].block_ids")
     for i, block in enumerate(record.blocks or []):
@@ -100,5 +104,5 @@ def _check_record(record: StepRecord, where: str, request_ids: set[int], num_blo
 
 
 def _check_blocks(block_ids: list[int], num_blocks: int, where: str) -> None:
-    if any(block_id >= num_blocks for block_id in block_ids):
+    if any(block_id is not None and block_id >= num_blocks for block_id in block_ids):  # None: given back
         raise FieldError(where, f"names a block outside the pool of {num_blocks}")

@@ -141,6 +141,8 @@ class PagedLesson:
         filled: dict[int, int] = {}  # physical block -> slots holding a token
         for r in live:
             for index, block_id in enumerate(r.block_table):
+                if block_id is None:  # given back by a sliding window (an all-sliding model)
+                    continue
                 in_block = min(block_size, max(0, r.num_computed_tokens - index * block_size))
                 filled[block_id] = max(filled.get(block_id, 0), in_block)
         distinct_tokens = sum(filled.values())

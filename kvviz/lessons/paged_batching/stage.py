@@ -12,6 +12,8 @@ once and kept on the run (`stage_steps`).
 
 from __future__ import annotations
 
+import dataclasses
+
 from kvviz.engine.records import StepRecord
 from kvviz.ui.colors import request_color
 
@@ -38,8 +40,8 @@ def _data(run, label, request_ids: list[int], num_preemptions, step: int, presen
 
 
 def _step(run, step: int, label, num_preemptions) -> dict:
-    record = run.records[step]
-    before = run.records[step - 1] if step else None
+    record = _first_group(run.records[step])
+    before = _first_group(run.records[step - 1]) if step else None
     requests = [_request(record, before, state) for state in record.requests]
     filled: dict[int, int] = {}  # physical block -> slots holding a token (the fullest of its owners)
     for state in record.requests:
@@ -51,6 +53,14 @@ def _step(run, step: int, label, num_preemptions) -> dict:
             for b in run.pool_blocks(step) if not b.free or b.cached]
     return {"requests": requests, "pool": pool, "num_preemptions": num_preemptions(step),
             "sentence": sentence(record, before, label)}
+
+
+def _first_group(record: StepRecord) -> StepRecord:
+    """The stage draws one pool: with sliding-window layers (engine/layer_groups.py), the first
+    layer group's, whose table is block_table; the page draws every group's tables beside it."""
+    if not record.layer_groups:
+        return record
+    return dataclasses.replace(record, events=[e for e in record.events if e.group == 0])
 
 
 def _blocks(record: StepRecord, request_id: int, *kinds: str) -> list[int]:
