@@ -185,6 +185,8 @@ with results:
     st.markdown("**The formula, filled in**")
     for line in memory_bill.bill_breakdown(shape, context, batch, **cache_format):
         st.code(f"{memory_bill.KIND_LABELS[line.kind]}: {line.formula}", language=None, wrap_lines=True)
+    if dtype_name == "fp8":  # the 8-bit row, measured: kvviz's engine can cache in int8 or fp8
+        st.caption(bill.engine_bytes_note())
     if context > (shape.max_context or context):
         st.warning(f"{shape.name} was built for {shape.max_context:,} tokens; the bill above is for "
                    f"{context:,} anyway.")

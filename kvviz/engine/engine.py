@@ -95,7 +95,7 @@ class Engine:
         self.use_cache = config.use_cache
         self.record_blocks = config.record_blocks
         install(self.model)
-        self.cache_shape = CacheShape.from_model(self.model)
+        self.cache_shape = CacheShape.from_model(self.model, config.kv_cache_dtype)  # its bytes size the pool
         self.pool, self.cache, self.kv, self.num_blocks = None, None, None, 0
         if config.use_cache:
             self.num_blocks = config.num_blocks or self._blocks_that_fit(config.max_num_seqs, config.memory_fraction)
@@ -421,10 +421,11 @@ class Engine:
 
     def _pick_attention_kernel(self):
         """The compiled paged-attention kernel (engine/cpu/kernels.py) where it applies: a KV
-        cache of float32 on the CPU, head size a multiple of 8. Elsewhere, None: gather + SDPA."""
+        cache of float32 on the CPU, head size a multiple of 8. Elsewhere, None: gather + SDPA
+        (a quantized cache too: gather_blocks dequantizes the blocks it reads)."""
         shape = self.cache_shape
         if (self.config.attention != "auto" or self.cache is None or self.device.type != "cpu"
-                or shape.dtype != torch.float32 or shape.head_dim % 8):
+                or shape.storage_dtype != torch.float32 or shape.head_dim % 8):
             return None
         return cpu_kernels.load()
 

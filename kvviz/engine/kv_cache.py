@@ -3,6 +3,15 @@
 New tokens are written through a slot mapping (slot = block_id * block_size + offset), and a
 request reads its tokens back through its block table. Only the model's KV heads are stored,
 so a GQA or MQA model pays for its few KV heads, not for every query head.
+
+A quantized cache (EngineConfig.kv_cache_dtype "int8" or "fp8") stores each value in one byte.
+The scale scheme: one float32 scale per token, per KV head, for its K row and for its V row,
+taken from the row itself when it is written (scale = absmax / 127 for int8, absmax / 448 for
+fp8 e4m3, whose largest value is 448), so nothing needs calibrating. A row of head_dim values
+then costs head_dim bytes plus a 4-byte scale, and those scale bytes count in bytes_per_token.
+Values are quantized in `write` and dequantized (code x scale, in the model's dtype) when they
+are read: `gather_blocks` for attention, `read_request` for the lessons. The compiled CPU
+kernel reads float32 blocks in place, so a quantized cache always takes the gather + SDPA path.
 """
 
 from __future__ import annotations
@@ -13,28 +22,46 @@ import torch
 
 from kvviz.shapes import ModelShape
 
+# kv_cache_dtype -> (how each value is stored, the largest code a row's absmax maps to)
+QUANTIZED_DTYPES = {"int8": (torch.int8, 127.0), "fp8": (torch.float8_e4m3fn, 448.0)}
+KV_CACHE_DTYPES = ("auto", *QUANTIZED_DTYPES)
+SCALE_DTYPE = torch.float32  # one scale per token, KV head and K or V row
+
 
 @dataclass(slots=True)
 class CacheShape:
     num_layers: int
     num_kv_heads: int
     head_dim: int
-    dtype: torch.dtype
+    dtype: torch.dtype  # the model's: what attention computes in and what reads return
+    kv_cache_dtype: str = "auto"  # "auto": stored in `dtype`; "int8" / "fp8": one byte per value plus scales
+
+    @property
+    def quantized(self) -> bool:
+        return self.kv_cache_dtype != "auto"
+
+    @property
+    def storage_dtype(self) -> torch.dtype:
+        """The dtype of the values in the blocks."""
+        return QUANTIZED_DTYPES[self.kv_cache_dtype][0] if self.quantized else self.dtype
 
     @property
     def bytes_per_token(self) -> int:
-        """K and V, every layer, every KV head: the article's per-token bill."""
-        element = torch.empty((), dtype=self.dtype).element_size()
-        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * element
+        """K and V, every layer, every KV head: the article's per-token bill, plus a quantized
+        cache's scales (one float32 per K row and per V row)."""
+        row_bytes = self.head_dim * torch.empty((), dtype=self.storage_dtype).element_size()
+        if self.quantized:
+            row_bytes += torch.empty((), dtype=SCALE_DTYPE).element_size()
+        return 2 * self.num_layers * self.num_kv_heads * row_bytes
 
     @classmethod
-    def from_shape(cls, shape: ModelShape) -> "CacheShape":
+    def from_shape(cls, shape: ModelShape, kv_cache_dtype: str = "auto") -> "CacheShape":
         """The cache's numbers out of the model's shape (kvviz.shapes, read once from the config)."""
-        return cls(shape.num_layers, shape.num_kv_heads, shape.head_dim, shape.dtype)
+        return cls(shape.num_layers, shape.num_kv_heads, shape.head_dim, shape.dtype, kv_cache_dtype)
 
     @classmethod
-    def from_model(cls, model: torch.nn.Module) -> "CacheShape":
-        return cls.from_shape(ModelShape.of_model(model))
+    def from_model(cls, model: torch.nn.Module, kv_cache_dtype: str = "auto") -> "CacheShape":
+        return cls.from_shape(ModelShape.of_model(model), kv_cache_dtype)
 
 
 class PagedKVCache:
@@ -44,33 +71,46 @@ class PagedKVCache:
         self.block_size = block_size
         # one allocation; layer views into it. (2, layers, blocks, block_size, kv_heads, head_dim)
         self.storage = torch.zeros(2, shape.num_layers, num_blocks, block_size,
-                                   shape.num_kv_heads, shape.head_dim, dtype=shape.dtype, device=device)
+                                   shape.num_kv_heads, shape.head_dim, dtype=shape.storage_dtype, device=device)
         self.key_cache = list(self.storage[0])  # [layer] -> (num_blocks, block_size, kv_heads, head_dim)
         self.value_cache = list(self.storage[1])
+        # a quantized cache's scales: (2, layers, blocks, block_size, kv_heads); None for "auto"
+        self.scales = None
+        if shape.quantized:
+            self.scales = torch.zeros(2, shape.num_layers, num_blocks, block_size, shape.num_kv_heads,
+                                      dtype=SCALE_DTYPE, device=device)
 
     @property
     def nbytes(self) -> int:
-        """Bytes the cache tensors hold, measured from the tensors themselves."""
-        return sum(t.nbytes for t in self.key_cache) + sum(t.nbytes for t in self.value_cache)
+        """Bytes the cache tensors hold (values and any scales), measured from the tensors themselves."""
+        return sum(self.layer_nbytes())
 
     def layer_nbytes(self) -> list[int]:
-        return [k.nbytes + v.nbytes for k, v in zip(self.key_cache, self.value_cache)]
+        scales = [s.nbytes for s in self.scales[0]] if self.scales is not None else [0] * self.shape.num_layers
+        return [k.nbytes + v.nbytes + 2 * s for k, v, s in zip(self.key_cache, self.value_cache, scales)]
 
     @property
     def bytes_per_block(self) -> int:
         return self.block_size * self.shape.bytes_per_token
 
     def write(self, layer: int, key: torch.Tensor, value: torch.Tensor, slot_mapping: torch.Tensor) -> None:
-        """Store new tokens' keys and values.
+        """Store new tokens' keys and values (quantized first, in a quantized cache).
 
         key, value: (N, kv_heads, head_dim) for the N tokens of this step.
         slot_mapping: (N,) flat slot of each token.
         """
-        self.key_cache[layer].view(-1, self.shape.num_kv_heads, self.shape.head_dim)[slot_mapping] = key
-        self.value_cache[layer].view(-1, self.shape.num_kv_heads, self.shape.head_dim)[slot_mapping] = value
+        kvh, hd = self.shape.num_kv_heads, self.shape.head_dim
+        if self.scales is not None:
+            key, key_scale = quantize(key, self.shape.kv_cache_dtype)  # (N, kvh, hd), (N, kvh)
+            value, value_scale = quantize(value, self.shape.kv_cache_dtype)
+            self.scales[0, layer].view(-1, kvh)[slot_mapping] = key_scale
+            self.scales[1, layer].view(-1, kvh)[slot_mapping] = value_scale
+        self.key_cache[layer].view(-1, kvh, hd)[slot_mapping] = key
+        self.value_cache[layer].view(-1, kvh, hd)[slot_mapping] = value
 
     def gather_blocks(self, layer: int, block_tables: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Read whole blocks through block tables: (B, blocks) -> K, V: (B, blocks * block_size, kvh, hd).
+        """Read whole blocks through block tables: (B, blocks) -> K, V: (B, blocks * block_size, kvh, hd),
+        in the model's dtype (a quantized cache dequantizes the gathered blocks).
 
         Copying whole blocks is several times faster than gathering token by token.
         """
@@ -78,6 +118,10 @@ class PagedKVCache:
         flat = block_tables.flatten()  # (B * blocks,)
         k = self.key_cache[layer].index_select(0, flat).view(rows, -1, self.shape.num_kv_heads, self.shape.head_dim)
         v = self.value_cache[layer].index_select(0, flat).view(rows, -1, self.shape.num_kv_heads, self.shape.head_dim)
+        if self.scales is not None:
+            k_scale = self.scales[0, layer].index_select(0, flat).view(rows, -1, self.shape.num_kv_heads)
+            v_scale = self.scales[1, layer].index_select(0, flat).view(rows, -1, self.shape.num_kv_heads)
+            k, v = dequantize(k, k_scale, self.shape.dtype), dequantize(v, v_scale, self.shape.dtype)
         return k, v  # (B, blocks * block_size, kvh, hd) each
 
     def copy_blocks(self, src: list[int], dst: list[int]) -> int:
@@ -88,17 +132,44 @@ class PagedKVCache:
         src_ids = torch.tensor(src, dtype=torch.long, device=self.storage.device)
         dst_ids = torch.tensor(dst, dtype=torch.long, device=self.storage.device)
         self.storage[:, :, dst_ids] = self.storage[:, :, src_ids]  # (2, layers, len, block_size, kvh, hd)
+        if self.scales is not None:
+            self.scales[:, :, dst_ids] = self.scales[:, :, src_ids]  # (2, layers, len, block_size, kvh)
         return len(src) * self.bytes_per_block
 
     def read_request(self, block_table: list[int], num_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """One request's K and V, every layer, read through its block table.
+        """One request's K and V, every layer, read through its block table (dequantized, in the
+        model's dtype, from a quantized cache).
 
         Returns K, V: (layers, num_tokens, kv_heads, head_dim).
         """
         blocks = torch.tensor(block_table, dtype=torch.long, device=self.storage.device)
         k = self.storage[0][:, blocks].flatten(1, 2)[:, :num_tokens]  # (layers, tokens, kvh, hd)
         v = self.storage[1][:, blocks].flatten(1, 2)[:, :num_tokens]
+        if self.scales is not None:
+            k_scale = self.scales[0][:, blocks].flatten(1, 2)[:, :num_tokens]  # (layers, tokens, kvh)
+            v_scale = self.scales[1][:, blocks].flatten(1, 2)[:, :num_tokens]
+            k, v = dequantize(k, k_scale, self.shape.dtype), dequantize(v, v_scale, self.shape.dtype)
         return k, v
+
+
+def quantize(rows: torch.Tensor, kv_cache_dtype: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """One scale per row (its absmax over the largest code), then each value divided by it.
+
+    rows: (..., head_dim) keys or values -> codes (..., head_dim) in int8 or fp8, scales (...) float32.
+    """
+    code_dtype, largest_code = QUANTIZED_DTYPES[kv_cache_dtype]
+    rows = rows.float()
+    scale = rows.abs().amax(-1) / largest_code  # (...)
+    scale = torch.where(scale > 0, scale, 1.0)  # an all-zero row: any scale gives zero codes
+    scaled = (rows / scale[..., None]).clamp(-largest_code, largest_code)  # (..., head_dim); clamp: rounding
+    if code_dtype == torch.int8:
+        scaled = scaled.round()  # int8 stores whole numbers; fp8's conversion rounds to its own grid
+    return scaled.to(code_dtype), scale
+
+
+def dequantize(codes: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """codes (..., head_dim), scale (...) -> values (..., head_dim) in `dtype`: code x scale."""
+    return (codes.float() * scale[..., None]).to(dtype)
 
 
 def slots_for(block_table: list[int], start: int, end: int, block_size: int) -> list[int]:
