@@ -8,7 +8,8 @@ For kv_cache_dtype "auto", "int8" and "fp8" (EngineConfig.kv_cache_dtype):
 2. the pool's capacity in tokens for 1 GiB: whole blocks of 16 tokens, without and with each
    block's bookkeeping (about 460 bytes of host memory);
 3. generated tokens per second on a default batch (mixed prompt and output lengths, greedy),
-   the median of --runs runs, the three dtypes taking turns within a round, and the ratio to "auto";
+   the median of --runs runs, the three dtypes taking turns within a round, and the ratio to "auto",
+   by the wall clock and by the process's CPU time;
 4. quality: the mean and largest per-step KL divergence of next-token distributions against the
    "auto" cache (teacher-forced along "auto"'s greedy continuation), and the first generated token
    where the greedy outputs part, over a set of Shakespeare-like prompts.
@@ -39,19 +40,26 @@ PROMPTS = ["ROMEO:", "JULIET:\nO Romeo, Romeo, wherefore art thou", "First Citiz
 
 
 def speed(lm, workload, runs: int) -> dict:
-    """Generated tokens per second of each dtype on the workload: (median, all runs), turns taken."""
+    """Generated tokens per second of each dtype on the workload (median and all runs, turns taken),
+    by the wall clock and by this process's CPU time (which other programs on a shared machine
+    disturb far less)."""
     greedy = [SamplingParams(max_tokens=n, ignore_eos=True) for n in workload.max_tokens]
     seconds = {name: [] for name in KV_CACHE_DTYPES}
+    cpu_seconds = {name: [] for name in KV_CACHE_DTYPES}
     for round_ in range(runs + 1):  # round 0 warms up
         for name in KV_CACHE_DTYPES:
             engine = Engine(lm, kv_cache_dtype=name)
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), time.process_time()
             engine.generate(workload.prompts, greedy)
             if round_:
                 seconds[name].append(time.perf_counter() - start)
-    return {name: {"tokens_per_s": workload.num_output_tokens / statistics.median(s),
-                   "all_tokens_per_s": [round(workload.num_output_tokens / x, 1) for x in s]}
-            for name, s in seconds.items()}
+                cpu_seconds[name].append(time.process_time() - cpu_start)
+    tokens = workload.num_output_tokens
+    return {name: {"tokens_per_s": tokens / statistics.median(seconds[name]),
+                   "all_tokens_per_s": [round(tokens / x, 1) for x in seconds[name]],
+                   "tokens_per_cpu_s": tokens / statistics.median(cpu_seconds[name]),
+                   "all_tokens_per_cpu_s": [round(tokens / x, 1) for x in cpu_seconds[name]]}
+            for name in KV_CACHE_DTYPES}
 
 
 def vllm_capacity(context: int) -> dict:
@@ -88,6 +96,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=None, help="timed runs per dtype (default 3; quick 1)")
     parser.add_argument("--max-tokens", type=int, default=None, help="tokens per prompt for the KL (default 48)")
     parser.add_argument("--no-vllm", action="store_true", help="skip vLLM's capacity report")
+    parser.add_argument("--speed-only", action="store_true", help="bytes and speed only: no quality, no vLLM")
     args = parser.parse_args()
     lm = load_model("bundled")
     shape = ModelShape.of_model(lm.model)
@@ -110,10 +119,13 @@ def main() -> None:
     tokens_per_s = speed(lm, workload, runs)
     for name, figures in tokens_per_s.items():
         figures["ratio_to_auto"] = figures["tokens_per_s"] / tokens_per_s["auto"]["tokens_per_s"]
+        figures["cpu_ratio_to_auto"] = figures["tokens_per_cpu_s"] / tokens_per_s["auto"]["tokens_per_cpu_s"]
     print(json.dumps({"batch": f"{len(workload)} requests, {workload.num_prompt_tokens} prompt and "
                                f"{workload.num_output_tokens} output tokens, greedy; median of {runs}",
                       "speed": tokens_per_s}, indent=1), flush=True)
 
+    if args.speed_only:
+        return
     prompts = PROMPTS[:3] if args.quick else PROMPTS
     max_tokens = args.max_tokens or (16 if args.quick else 48)
     quality = cache_dtype_quality(lm, prompts, ["int8", "fp8"], max_tokens=max_tokens)
