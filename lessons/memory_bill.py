@@ -190,6 +190,8 @@ with results:
     if MLA in by_kind:  # the formula's MLA row against the engine's own tensor, on the loaded or the tiny MLA model
         loaded = current_model()
         st.caption(bill.measured_mla_note(loaded if loaded.shape.kv_lora_rank else shared_model(TINY_MLA)))
+    if dtype_name == "fp8":  # the 8-bit row, measured: kvviz's engine can cache in int8 or fp8
+        st.caption(bill.engine_bytes_note())
     if context > (shape.max_context or context):
         st.warning(f"{shape.name} was built for {shape.max_context:,} tokens; the bill above is for "
                    f"{context:,} anyway.")

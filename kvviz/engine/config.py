@@ -15,6 +15,8 @@ import dataclasses
 from dataclasses import dataclass
 from numbers import Integral, Real
 
+from kvviz.engine.kv_cache import KV_CACHE_DTYPES
+
 # Upper bounds on the sizes, each for what it makes the machine do.
 MAX_NUM_BLOCKS = 2**20  # a block costs about 460 bytes of bookkeeping: 2**20 blocks take ~0.5 GB and seconds to build
 MAX_NUM_SEQS = 1024  # requests running at once; a pool sized from memory holds this many full contexts
@@ -40,6 +42,7 @@ class EngineConfig:
     preemption_mode: str = "recompute"  # or "swap": a victim's blocks wait in CPU memory
     swap_space_blocks: int | None = None  # CPU slots for "swap"; None: as many as the pool has blocks
     attention: str = "auto"  # "auto": the compiled kernel where it applies (CPU, float32); "sdpa": gather + SDPA
+    kv_cache_dtype: str = "auto"  # "auto": the model's dtype; "int8" or "fp8" (e4m3): 1 byte per value + scales
 
     def with_overrides(self, **overrides) -> "EngineConfig":
         """A copy with some settings changed; an unknown name is refused in one sentence."""
@@ -75,6 +78,10 @@ class EngineConfig:
             raise ValueError(f"preemption_mode must be 'recompute' or 'swap', not {self.preemption_mode!r}.")
         if self.attention not in ("auto", "sdpa"):
             raise ValueError(f"attention must be 'auto' or 'sdpa', not {self.attention!r}.")
+        if self.kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise ValueError(f"kv_cache_dtype must be one of {', '.join(map(repr, KV_CACHE_DTYPES))} (the "
+                             f"model's dtype, or 8-bit values with a scale per token and KV head), not "
+                             f"{self.kv_cache_dtype!r}.")
         if self.prompt_lookup_min > self.prompt_lookup_max:
             raise ValueError("prompt_lookup_min and prompt_lookup_max must satisfy 1 <= min <= max, not "
                              f"{self.prompt_lookup_min} and {self.prompt_lookup_max}.")

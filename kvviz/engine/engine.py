@@ -99,7 +99,7 @@ class Engine:
         self.record_blocks = config.record_blocks
         install(self.model)
         num_mla_layers = mla.install(self.model)  # DeepSeek-V3: its attention caches latent rows
-        self.cache_shape = CacheShape.from_model(self.model)
+        self.cache_shape = CacheShape.from_model(self.model, config.kv_cache_dtype)  # its bytes size the pool
         if self.cache_shape.latent and num_mla_layers != self.cache_shape.num_layers:
             raise EngineError(f"This {type(self.model).__name__} has multi-head latent attention (kv_lora_rank) "
                               "but not DeepSeek-V3's attention layers, the only MLA kvviz can cache; "
@@ -475,10 +475,11 @@ class Engine:
     def _pick_attention_kernel(self):
         """The compiled paged-attention kernel (engine/cpu/kernels.py) where it applies: a KV
         cache of float32 on the CPU, head size a multiple of 8, K and V per head (not MLA's latent
-        rows, engine/mla.py). Elsewhere, None: gather + SDPA."""
+        rows, engine/mla.py). Elsewhere, None: gather + SDPA (a quantized cache too: gather_blocks
+        dequantizes the blocks it reads)."""
         shape = self.cache_shape
         if (self.config.attention != "auto" or self.cache is None or self.device.type != "cpu"
-                or shape.dtype != torch.float32 or shape.head_dim % 8 or shape.latent):
+                or shape.storage_dtype != torch.float32 or shape.head_dim % 8 or shape.latent):
             return None
         return cpu_kernels.load()
 

@@ -8,6 +8,15 @@ An MLA model (DeepSeek-V3, engine/mla.py) stores less still: per token and layer
 kv_lora_rank + qk_rope_head_dim values, the compressed latent and the shared rotary key, for
 all heads together. It is kept as a cache with one "KV head" whose K row is that whole row and
 no V at all: storage (1, layers, blocks, block_size, 1, kv_lora_rank + qk_rope_head_dim).
+
+A quantized cache (EngineConfig.kv_cache_dtype "int8" or "fp8") stores each value in one byte.
+The scale scheme: one float32 scale per token, per KV head, for its K row and for its V row,
+taken from the row itself when it is written (scale = absmax / 127 for int8, absmax / 448 for
+fp8 e4m3, whose largest value is 448), so nothing needs calibrating. A row of head_dim values
+then costs head_dim bytes plus a 4-byte scale, and those scale bytes count in bytes_per_token.
+Values are quantized in `write` and dequantized (code x scale, in the model's dtype) when they
+are read: `gather_blocks` for attention, `read_request` for the lessons. The compiled CPU
+kernel reads float32 blocks in place, so a quantized cache always takes the gather + SDPA path.
 """
 
 from __future__ import annotations
@@ -18,13 +27,19 @@ import torch
 
 from kvviz.shapes import ModelShape
 
+# kv_cache_dtype -> (how each value is stored, the largest code a row's absmax maps to)
+QUANTIZED_DTYPES = {"int8": (torch.int8, 127.0), "fp8": (torch.float8_e4m3fn, 448.0)}
+KV_CACHE_DTYPES = ("auto", *QUANTIZED_DTYPES)
+SCALE_DTYPE = torch.float32  # one scale per token, KV head and K or V row
+
 
 @dataclass(slots=True)
 class CacheShape:
     num_layers: int
     num_kv_heads: int
     head_dim: int
-    dtype: torch.dtype
+    dtype: torch.dtype  # the model's: what attention computes in and what reads return
+    kv_cache_dtype: str = "auto"  # "auto": stored in `dtype`; "int8" / "fp8": one byte per value plus scales
     latent: bool = False  # MLA: one row per token (latent + rotary key) in K, no V
 
     @property
@@ -33,21 +48,34 @@ class CacheShape:
         return 1 if self.latent else 2
 
     @property
+    def quantized(self) -> bool:
+        return self.kv_cache_dtype != "auto"
+
+    @property
+    def storage_dtype(self) -> torch.dtype:
+        """The dtype of the values in the blocks."""
+        return QUANTIZED_DTYPES[self.kv_cache_dtype][0] if self.quantized else self.dtype
+
+    @property
     def bytes_per_token(self) -> int:
-        """K and V, every layer, every KV head: the article's per-token bill (MLA: its one row)."""
-        element = torch.empty((), dtype=self.dtype).element_size()
-        return self.num_parts * self.num_layers * self.num_kv_heads * self.head_dim * element
+        """K and V, every layer, every KV head: the article's per-token bill (MLA: its one row), plus
+        a quantized cache's scales (one float32 per K row and per V row)."""
+        row_bytes = self.head_dim * torch.empty((), dtype=self.storage_dtype).element_size()
+        if self.quantized:
+            row_bytes += torch.empty((), dtype=SCALE_DTYPE).element_size()
+        return self.num_parts * self.num_layers * self.num_kv_heads * row_bytes
 
     @classmethod
-    def from_shape(cls, shape: ModelShape) -> "CacheShape":
+    def from_shape(cls, shape: ModelShape, kv_cache_dtype: str = "auto") -> "CacheShape":
         """The cache's numbers out of the model's shape (kvviz.shapes, read once from the config)."""
         if shape.kv_lora_rank is not None:  # MLA: the latent and the shared rotary key, as one "head"
-            return cls(shape.num_layers, 1, shape.kv_lora_rank + shape.qk_rope_head_dim, shape.dtype, latent=True)
-        return cls(shape.num_layers, shape.num_kv_heads, shape.head_dim, shape.dtype)
+            return cls(shape.num_layers, 1, shape.kv_lora_rank + shape.qk_rope_head_dim, shape.dtype,
+                       kv_cache_dtype, latent=True)
+        return cls(shape.num_layers, shape.num_kv_heads, shape.head_dim, shape.dtype, kv_cache_dtype)
 
     @classmethod
-    def from_model(cls, model: torch.nn.Module) -> "CacheShape":
-        return cls.from_shape(ModelShape.of_model(model))
+    def from_model(cls, model: torch.nn.Module, kv_cache_dtype: str = "auto") -> "CacheShape":
+        return cls.from_shape(ModelShape.of_model(model), kv_cache_dtype)
 
 
 class PagedKVCache:
@@ -57,48 +85,66 @@ class PagedKVCache:
         self.block_size = block_size
         # one allocation; layer views into it. (2, layers, blocks, block_size, kv_heads, head_dim); MLA: (1, ...)
         self.storage = torch.zeros(shape.num_parts, shape.num_layers, num_blocks, block_size,
-                                   shape.num_kv_heads, shape.head_dim, dtype=shape.dtype, device=device)
+                                   shape.num_kv_heads, shape.head_dim, dtype=shape.storage_dtype, device=device)
         self.key_cache = list(self.storage[0])  # [layer] -> (num_blocks, block_size, kv_heads, head_dim)
         self.value_cache = list(self.storage[1]) if not shape.latent else []  # MLA: no V
+        # a quantized cache's scales: (2 or 1, layers, blocks, block_size, kv_heads); None for "auto"
+        self.scales = None
+        if shape.quantized:
+            self.scales = torch.zeros(shape.num_parts, shape.num_layers, num_blocks, block_size,
+                                      shape.num_kv_heads, dtype=SCALE_DTYPE, device=device)
 
     @property
     def nbytes(self) -> int:
-        """Bytes the cache tensors hold, measured from the tensors themselves."""
-        return sum(t.nbytes for t in self.key_cache) + sum(t.nbytes for t in self.value_cache)
+        """Bytes the cache tensors hold (values and any scales), measured from the tensors themselves."""
+        return sum(self.layer_nbytes())
 
     def layer_nbytes(self) -> list[int]:
-        return [self.storage[:, layer].nbytes for layer in range(self.shape.num_layers)]
+        """Per layer: its K and V blocks (MLA: its latent rows) and any scales."""
+        return [self.storage[:, layer].nbytes + (self.scales[:, layer].nbytes if self.scales is not None else 0)
+                for layer in range(self.shape.num_layers)]
 
     @property
     def bytes_per_block(self) -> int:
         return self.block_size * self.shape.bytes_per_token
 
     def write(self, layer: int, key: torch.Tensor, value: torch.Tensor | None, slot_mapping: torch.Tensor) -> None:
-        """Store new tokens' keys and values.
+        """Store new tokens' keys and values (quantized first, in a quantized cache).
 
         key, value: (N, kv_heads, head_dim) for the N tokens of this step (MLA: key (N, 1, row), value None).
         slot_mapping: (N,) flat slot of each token.
         """
-        self.key_cache[layer].view(-1, self.shape.num_kv_heads, self.shape.head_dim)[slot_mapping] = key
+        kvh, hd = self.shape.num_kv_heads, self.shape.head_dim
+        if self.scales is not None:
+            key, key_scale = quantize(key, self.shape.kv_cache_dtype)  # (N, kvh, hd), (N, kvh)
+            self.scales[0, layer].view(-1, kvh)[slot_mapping] = key_scale
+            if value is not None:
+                value, value_scale = quantize(value, self.shape.kv_cache_dtype)
+                self.scales[1, layer].view(-1, kvh)[slot_mapping] = value_scale
+        self.key_cache[layer].view(-1, kvh, hd)[slot_mapping] = key
         if value is not None:
-            self.value_cache[layer].view(-1, self.shape.num_kv_heads, self.shape.head_dim)[slot_mapping] = value
+            self.value_cache[layer].view(-1, kvh, hd)[slot_mapping] = value
 
     def gather_blocks(self, layer: int, block_tables: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Read whole blocks through block tables: (B, blocks) -> K, V: (B, blocks * block_size, kvh, hd).
+        """Read whole blocks through block tables: (B, blocks) -> K, V: (B, blocks * block_size, kvh, hd),
+        in the model's dtype (a quantized cache dequantizes the gathered blocks). MLA: V is None.
 
-        Copying whole blocks is several times faster than gathering token by token. MLA: V is None.
+        Copying whole blocks is several times faster than gathering token by token.
         """
-        rows = block_tables.shape[0]
+        rows, kvh, hd = block_tables.shape[0], self.shape.num_kv_heads, self.shape.head_dim
         flat = block_tables.flatten()  # (B * blocks,)
-        k = self.key_cache[layer].index_select(0, flat).view(rows, -1, self.shape.num_kv_heads, self.shape.head_dim)
-        if self.shape.latent:
-            return k, None  # (B, blocks * block_size, 1, latent + rope)
-        v = self.value_cache[layer].index_select(0, flat).view(rows, -1, self.shape.num_kv_heads, self.shape.head_dim)
-        return k, v  # (B, blocks * block_size, kvh, hd) each
+        k = self.key_cache[layer].index_select(0, flat).view(rows, -1, kvh, hd)
+        v = None if self.shape.latent else self.value_cache[layer].index_select(0, flat).view(rows, -1, kvh, hd)
+        if self.scales is not None:
+            k = dequantize(k, self.scales[0, layer].index_select(0, flat).view(rows, -1, kvh), self.shape.dtype)
+            if v is not None:
+                v = dequantize(v, self.scales[1, layer].index_select(0, flat).view(rows, -1, kvh), self.shape.dtype)
+        return k, v  # (B, blocks * block_size, kvh, hd) each; MLA: (B, blocks * block_size, 1, latent + rope), None
 
     def copy_blocks(self, src: list[int], dst: list[int], layers: list[int] | None = None) -> int:
-        """Copy whole blocks src[i] -> dst[i], K and V of every layer (or of `layers` only: a layer
-        group's, whose block ids name only its own layers' slices) in one tensor op; returns bytes.
+        """Copy whole blocks src[i] -> dst[i], K and V (and any scales) of every layer (or of `layers`
+        only: a layer group's, whose block ids name only its own layers' slices) in one tensor op;
+        returns bytes.
 
         Copy-on-write uses it when a forked sample first writes into a block it shares.
         """
@@ -106,22 +152,50 @@ class PagedKVCache:
         dst_ids = torch.tensor(dst, dtype=torch.long, device=self.storage.device)
         if layers is None:
             self.storage[:, :, dst_ids] = self.storage[:, :, src_ids]  # (2 or 1, layers, len, block_size, kvh, hd)
+            if self.scales is not None:
+                self.scales[:, :, dst_ids] = self.scales[:, :, src_ids]  # (2 or 1, layers, len, block_size, kvh)
             return len(src) * self.bytes_per_block
         layer_ids = torch.tensor(layers, dtype=torch.long, device=self.storage.device)[:, None]  # (L, 1)
-        self.storage[:, layer_ids, dst_ids] = self.storage[:, layer_ids, src_ids]  # (2 or 1, L, len, block_size, kvh, hd)
+        self.storage[:, layer_ids, dst_ids] = self.storage[:, layer_ids, src_ids]  # (2 or 1, L, len, bs, kvh, hd)
+        if self.scales is not None:
+            self.scales[:, layer_ids, dst_ids] = self.scales[:, layer_ids, src_ids]
         return len(src) * self.bytes_per_block * len(layers) // self.shape.num_layers
 
     def read_request(self, block_table: list[int], num_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """One request's K and V, every layer, read through its block table.
+        """One request's K and V, every layer, read through its block table (dequantized, in the
+        model's dtype, from a quantized cache).
 
         Returns K, V: (layers, num_tokens, kv_heads, head_dim); MLA: K (layers, tokens, 1, row), V None.
         """
         blocks = torch.tensor(block_table, dtype=torch.long, device=self.storage.device)
-        k = self.storage[0][:, blocks].flatten(1, 2)[:, :num_tokens]  # (layers, tokens, kvh, hd)
-        if self.shape.latent:
-            return k, None
-        v = self.storage[1][:, blocks].flatten(1, 2)[:, :num_tokens]
-        return k, v
+        parts = []
+        for part in range(self.shape.num_parts):  # K, then V (MLA: its latent rows only)
+            rows = self.storage[part][:, blocks].flatten(1, 2)[:, :num_tokens]  # (layers, tokens, kvh, hd)
+            if self.scales is not None:
+                scale = self.scales[part][:, blocks].flatten(1, 2)[:, :num_tokens]  # (layers, tokens, kvh)
+                rows = dequantize(rows, scale, self.shape.dtype)
+            parts.append(rows)
+        return parts[0], (parts[1] if len(parts) == 2 else None)
+
+
+def quantize(rows: torch.Tensor, kv_cache_dtype: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """One scale per row (its absmax over the largest code), then each value divided by it.
+
+    rows: (..., head_dim) keys or values -> codes (..., head_dim) in int8 or fp8, scales (...) float32.
+    """
+    code_dtype, largest_code = QUANTIZED_DTYPES[kv_cache_dtype]
+    rows = rows.float()
+    scale = rows.abs().amax(-1) / largest_code  # (...)
+    scale = torch.where(scale > 0, scale, 1.0)  # an all-zero row: any scale gives zero codes
+    scaled = (rows / scale[..., None]).clamp(-largest_code, largest_code)  # (..., head_dim); clamp: rounding
+    if code_dtype == torch.int8:
+        scaled = scaled.round()  # int8 stores whole numbers; fp8's conversion rounds to its own grid
+    return scaled.to(code_dtype), scale
+
+
+def dequantize(codes: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """codes (..., head_dim), scale (...) -> values (..., head_dim) in `dtype`: code x scale."""
+    return (codes.float() * scale[..., None]).to(dtype)
 
 
 def slots_for(block_table: list[int], start: int, end: int, block_size: int) -> list[int]:

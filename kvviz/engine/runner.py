@@ -8,7 +8,7 @@ and attend. A mask function that returns None keeps transformers from building a
 
 The tokens of a step sit in one row, with no padding: (1, N). On the CPU in float32 a compiled
 kernel (cpu/paged_attention.c, loaded by cpu/kernels.py) then reads every request's keys and values
-in place, in their blocks, and the linear layers multiply with packed weights (cpu/packed_layers.py). Elsewhere (GPU, other dtypes, a traced lesson step, attention="sdpa")
+in place, in their blocks, and the linear layers multiply with packed weights (cpu/packed_layers.py). Elsewhere (GPU, other dtypes, a quantized cache, a traced lesson step, attention="sdpa")
 attention gathers the blocks and works on two groups, padded only inside each group: decodes
 (one query each) and prefill chunks.
 """

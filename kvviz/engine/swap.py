@@ -2,7 +2,8 @@
 
 In preemption mode "swap" a victim's blocks are copied here and freed in the device pool; when
 it resumes they are copied back into fresh blocks, so no token is computed again. The price is
-the bytes moved, twice. Each slot holds one block; free slots wait in a queue.
+the bytes moved, twice. Each slot holds one block; free slots wait in a queue. A quantized cache
+swaps its codes and their scales, as they are: nothing is dequantized on the way.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ class SwapSpace:
         blocks = torch.tensor(block_ids, dtype=torch.long, device=device_cache.storage.device)
         # (2, layers, len(slots), block_size, kv_heads, head_dim)
         self.cache.storage[:, :, torch.tensor(slots)] = device_cache.storage[:, :, blocks].cpu()
+        if device_cache.scales is not None:  # (2, layers, len(slots), block_size, kv_heads)
+            self.cache.scales[:, :, torch.tensor(slots)] = device_cache.scales[:, :, blocks].cpu()
         return slots
 
     def swap_in(self, device_cache: PagedKVCache, slots: list[int], block_ids: list[int]) -> None:
@@ -49,6 +52,8 @@ class SwapSpace:
         assert len(slots) == len(block_ids)
         blocks = torch.tensor(block_ids, dtype=torch.long, device=device_cache.storage.device)
         device_cache.storage[:, :, blocks] = self.cache.storage[:, :, torch.tensor(slots)].to(blocks.device)
+        if device_cache.scales is not None:
+            device_cache.scales[:, :, blocks] = self.cache.scales[:, :, torch.tensor(slots)].to(blocks.device)
         self.free(slots)
 
     def free(self, slots: list[int]) -> None:

@@ -7,6 +7,7 @@ import pytest
 import torch
 from streamlit.testing.v1 import AppTest
 
+from kvviz.engine.kv_cache import CacheShape, PagedKVCache
 from kvviz.lessons.model_lab import logic as lab
 from kvviz.memory_bill import PRESETS, ModelShape, cache_format, format_bytes, kv_cache_bytes
 from kvviz.models import CustomShape, ModelLoadError
@@ -54,6 +55,17 @@ def test_bill_follows_the_preset_and_the_sliders(bill):
     expected = kv_cache_bytes(replace(gemma, num_kv_heads=4), 32768, 16, **cache_format("int4"))
     assert not bill.exception
     assert metric(bill, "KV cache") == format_bytes(expected)
+
+
+def test_bill_fp8_row_shows_the_engines_measured_bytes_per_token(bill):
+    assert not any("Measured in kvviz's engine" in c.value for c in bill.caption)  # bf16: no 8-bit row
+    bill.select_slider(key="bill_dtype").set_value("fp8").run()
+    note = next(c.value for c in bill.caption if "Measured in kvviz's engine" in c.value)
+    for name in ("auto", "int8", "fp8"):  # each figure is the engine's cache, built in that dtype
+        shape = CacheShape(num_layers=6, num_kv_heads=2, head_dim=32, dtype=torch.float32, kv_cache_dtype=name)
+        cache = PagedKVCache(shape, num_blocks=1, block_size=16, device=torch.device("cpu"))
+        assert f"**{cache.nbytes // 16:,} bytes**" in note
+    assert "auto (fp32) **3,072 bytes**" in note and "fp8 **864 bytes** (formula 768 bytes)" in note
 
 
 def test_bill_answers_the_reverse_questions(bill):

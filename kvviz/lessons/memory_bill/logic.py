@@ -99,3 +99,23 @@ def measured_mla_note(lm) -> str:
             f"÷ layers. The formula: ({shape.kv_lora_rank} latent + {shape.qk_rope_head_dim} RoPE) × "
             f"{dtype_bytes} bytes = {formula:,} bytes. Its {shape.num_heads} heads caching their own K and V "
             f"would take {mha:,} bytes, {mha / measured:.1f}× more.")
+
+
+def engine_bytes_note() -> str:
+    """The 8-bit rows measured: bytes per token of kvviz's engine cache for the bundled model at each
+    kv_cache_dtype, read off a PagedKVCache built in that dtype, beside this page's formula."""
+    from kvviz.cache_dtype import measured_bytes_per_token  # the engine (torch) only once a note is asked for
+    from kvviz.memory_bill import PRESETS, QUANT_GROUP_SIZE, cache_format, kv_bytes_per_token
+
+    bundled = PRESETS["bundled"]
+    rows = []
+    for engine_dtype, bill_dtype in (("auto", "fp32"), ("int8", "int8"), ("fp8", "fp8")):
+        measured = measured_bytes_per_token(bundled, engine_dtype)
+        formula = kv_bytes_per_token(bundled, **cache_format(bill_dtype))
+        label = "auto (fp32)" if engine_dtype == "auto" else engine_dtype
+        rows.append(f"{label} **{measured:,} bytes** (formula {formula:,g} bytes)")
+    return (f"**Measured in kvviz's engine** on the bundled model ({bundled.num_layers} layers, "
+            f"{bundled.num_kv_heads} KV heads, head size {bundled.head_dim}), bytes per token by kv_cache_dtype: "
+            + "; ".join(rows) + ". The engine's int8 and fp8 caches store one byte per value plus a float32 scale "
+            f"per key row and per value row; the int8 formula counts a bf16 scale and zero point per group of "
+            f"{QUANT_GROUP_SIZE} values, the fp8 formula the values alone.")
