@@ -11,7 +11,10 @@ the full group keeps the whole context. A request's sliding blocks then stay fla
 How it is built, the simplest correct way:
 - One BlockPool per group, of the same size, all over the one cache tensor: block b of group g is
   the slice storage[:, layers of g, b]. Groups hold different layers, so one id used by two
-  groups names two different slices; a copy-on-write copies only its group's layers.
+  groups names two different slices; a copy-on-write copies only its group's layers. The tensor
+  is as large as before: a block the sliding group gives back serves other requests' sliding
+  layers only. (vLLM shares one pool between groups, a block being one group's share of the
+  layers, so that freed sliding blocks make room for more requests; kvviz does not, yet.)
 - A request's table in each group keeps its logical positions: table[i] holds tokens
   i*block_size..(i+1)*block_size-1. An entry given back is None, and the given-back entries are
   always the first ones. Attention never reads them: the compiled kernel reads only the positions
