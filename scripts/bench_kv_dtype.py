@@ -9,7 +9,7 @@ For kv_cache_dtype "auto", "int8" and "fp8" (EngineConfig.kv_cache_dtype):
    block's bookkeeping (about 460 bytes of host memory);
 3. generated tokens per second on a default batch (mixed prompt and output lengths, greedy),
    the median of --runs runs, the three dtypes taking turns within a round, and the ratio to "auto",
-   by the wall clock and by the process's CPU time;
+   by the wall clock and by the process's CPU time; "auto" with attention="sdpa" runs beside them;
 4. quality: the mean and largest per-step KL divergence of next-token distributions against the
    "auto" cache (teacher-forced along "auto"'s greedy continuation), and the first generated token
    where the greedy outputs part, over a set of Shakespeare-like prompts.
@@ -39,16 +39,21 @@ PROMPTS = ["ROMEO:", "JULIET:\nO Romeo, Romeo, wherefore art thou", "First Citiz
            "LADY CAPULET:", "GLOUCESTER:\nWhat, will the aspiring blood of Lancaster", "Nurse:\nFaith, I can tell"]
 
 
+# "auto" on the path the 8-bit caches take (gather + SDPA) tells the path's cost from dequantizing's
+SPEED_CASES = {"auto": {}, "auto, attention='sdpa'": {"attention": "sdpa"},
+               "int8": {"kv_cache_dtype": "int8"}, "fp8": {"kv_cache_dtype": "fp8"}}
+
+
 def speed(lm, workload, runs: int) -> dict:
     """Generated tokens per second of each dtype on the workload (median and all runs, turns taken),
     by the wall clock and by this process's CPU time (which other programs on a shared machine
     disturb far less)."""
     greedy = [SamplingParams(max_tokens=n, ignore_eos=True) for n in workload.max_tokens]
-    seconds = {name: [] for name in KV_CACHE_DTYPES}
-    cpu_seconds = {name: [] for name in KV_CACHE_DTYPES}
+    seconds = {name: [] for name in SPEED_CASES}
+    cpu_seconds = {name: [] for name in SPEED_CASES}
     for round_ in range(runs + 1):  # round 0 warms up
-        for name in KV_CACHE_DTYPES:
-            engine = Engine(lm, kv_cache_dtype=name)
+        for name, settings in SPEED_CASES.items():
+            engine = Engine(lm, **settings)
             start, cpu_start = time.perf_counter(), time.process_time()
             engine.generate(workload.prompts, greedy)
             if round_:
@@ -59,7 +64,7 @@ def speed(lm, workload, runs: int) -> dict:
                    "all_tokens_per_s": [round(tokens / x, 1) for x in seconds[name]],
                    "tokens_per_cpu_s": tokens / statistics.median(cpu_seconds[name]),
                    "all_tokens_per_cpu_s": [round(tokens / x, 1) for x in cpu_seconds[name]]}
-            for name in KV_CACHE_DTYPES}
+            for name in SPEED_CASES}
 
 
 def vllm_capacity(context: int) -> dict:
