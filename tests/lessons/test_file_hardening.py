@@ -62,7 +62,8 @@ def reshaped(lesson, layers: int, heads: int, kv_heads: int, head_dim: int, prom
     so that only a bound on the shape can refuse it."""
     data = json.loads(export_lesson(lesson))
     prompt = prompt_tokens or len(data["prompt_token_ids"])
-    data["model"].update(layers=layers, heads=heads, kv_heads=kv_heads, head_dim=head_dim, max_context=2 * prompt)
+    data["model"].update(layers=layers, heads=heads, kv_heads=kv_heads, head_dim=head_dim, v_head_dim=head_dim,
+                         max_context=2 * prompt)
     sampled = len(data["token_texts"]) - len(data["prompt_token_ids"])
     data["prompt_token_ids"] = (data["prompt_token_ids"] * prompt)[:prompt]
     data["token_texts"] = ["a"] * (prompt + sampled)
