@@ -5,6 +5,7 @@
     lm = load_model("/path/to/checkpoint")     # a folder with config.json and weights
     lm = load_model(shape=CustomShape(num_layers=4, hidden_size=256, num_heads=8, num_kv_heads=2))
     lm = load_model("tiny-mla")                # a small random-weight DeepSeek-V3: MLA's latent cache
+    lm = load_model("tiny-gemma3")             # a small random-weight Gemma-3: sliding-window layers
 
 Every refusal is a `ModelLoadError` whose message is one sentence saying what is wrong and
 what to do instead.
@@ -26,6 +27,7 @@ MAX_SOURCE_CHARS = 500
 MAX_LAYERS = 1024  # the largest real decoders have about 160
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 TINY_MLA = "tiny-mla"  # built in, like "bundled": random weights, so nothing to download
+TINY_GEMMA3 = "tiny-gemma3"  # built in too: five sliding-window layers to one full, as Gemma-3 has them
 
 
 class ModelLoadError(ValueError):
@@ -69,7 +71,7 @@ class LoadedModel:
     device: torch.device
     dtype: torch.dtype
     name: str
-    source: str  # "bundled", "hub", "folder", "custom" or "tiny-mla"
+    source: str  # "bundled", "hub", "folder", "custom", "tiny-mla" or "tiny-gemma3"
     max_context: int
 
     @property
@@ -163,7 +165,7 @@ def clean_source(source: str | None) -> str:
 def load_model(source: str = "bundled", *, shape: CustomShape | None = None,
                device: str | torch.device | None = None,
                dtype: str | torch.dtype | None = None) -> LoadedModel:
-    """Load `source` ("bundled", "tiny-mla", a Hugging Face id or a folder), or build `shape` with
+    """Load `source` ("bundled", "tiny-mla", "tiny-gemma3", a Hugging Face id or a folder), or build `shape` with
     random weights."""
     device = pick_device(device)
     dtype = pick_dtype(device, dtype)
@@ -174,6 +176,8 @@ def load_model(source: str = "bundled", *, shape: CustomShape | None = None,
         return _load_pretrained(str(BUNDLED_DIR), "bundled", "bundled", device, dtype)
     if source == TINY_MLA:
         return build_tiny_mla(device, dtype)
+    if source == TINY_GEMMA3:
+        return build_tiny_gemma3(device, dtype)
     if Path(source).expanduser().is_dir():
         folder = os.path.realpath(Path(source).expanduser())
         return _load_pretrained(folder, Path(folder).name, "folder", device, dtype)
@@ -357,6 +361,32 @@ def build_tiny_mla(device=None, dtype=None, seed: int = 0) -> LoadedModel:
     return LoadedModel(model.eval(), tokenizer, device, dtype, "tiny MLA (random DeepSeek-V3)", TINY_MLA, 512)
 
 
+def build_tiny_gemma3(device=None, dtype=None, seed: int = 0) -> LoadedModel:
+    """A small Gemma-3 with random weights and the bundled tokenizer, the same for the same seed.
+
+    Five of its six layers attend to a sliding window of 16 tokens and one to the whole context,
+    as Gemma-3 interleaves them (its real window is 1,024). The engine gives the sliding layers a
+    block table of their own (engine/layer_groups.py) and hands back the blocks the window has
+    left, so the Paged lesson shows one table growing and one staying flat. It says nothing
+    sensible: it shows the cache.
+    """
+    from transformers import AutoTokenizer, Gemma3ForCausalLM, Gemma3TextConfig
+
+    device = pick_device(device)
+    dtype = pick_dtype(device, dtype)
+    tokenizer = AutoTokenizer.from_pretrained(str(BUNDLED_DIR), local_files_only=True)
+    config = Gemma3TextConfig(
+        vocab_size=len(tokenizer), hidden_size=256, intermediate_size=704, num_hidden_layers=6,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=64, query_pre_attn_scalar=64,
+        sliding_window=16, max_position_embeddings=512, initializer_range=0.05,
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    torch.manual_seed(seed)
+    with torch.device(device):
+        model = Gemma3ForCausalLM(config).to(dtype)
+    return LoadedModel(model.eval(), tokenizer, device, dtype, "tiny Gemma-3 (random, sliding window 16)",
+                       TINY_GEMMA3, 512)
+
+
 # ---- what students may load on a shared server -------------------------------------------------
 ALLOWED_MODELS_ENV = "KVVIZ_MODELS"
 DEFAULT_ALLOWED = "bundled,hf-cache"
@@ -366,7 +396,7 @@ def allowed_source(source: str, policy: str | None = None) -> str:
     """The canonical name of `source` if the server's policy lets a student load it.
 
     policy: comma-separated rules from KVVIZ_MODELS (default "bundled,hf-cache"): "bundled" (also
-    allows "tiny-mla", built in too);
+    allows "tiny-mla" and "tiny-gemma3", built in too);
     "hf-cache" (any id already in the local Hugging Face cache); "folders" (any folder); or a
     folder path or hub id allowed by name. A refused folder gets the same sentence whether it
     exists or not, so the field cannot probe the disk. Folders come back as their real path, so
@@ -375,7 +405,7 @@ def allowed_source(source: str, policy: str | None = None) -> str:
     policy = os.environ.get(ALLOWED_MODELS_ENV, DEFAULT_ALLOWED) if policy is None else policy
     rules = [rule.strip() for rule in policy.split(",") if rule.strip()]
     source = clean_source(source)
-    if source in ("bundled", TINY_MLA) and "bundled" in rules:
+    if source in ("bundled", TINY_MLA, TINY_GEMMA3) and "bundled" in rules:
         return source
     named_folders = {os.path.realpath(os.path.expanduser(r)) for r in rules if r.startswith(("/", ".", "~"))}
     if source.startswith(("/", ".", "~")):

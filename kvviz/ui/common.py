@@ -46,8 +46,9 @@ def model_sidebar(on_model_change) -> None:
     (app.py passes kvviz.lessons.registry.reset_lessons: lessons belong to the model they ran on)."""
     with st.sidebar:
         st.markdown("### Model")
-        st.text_input("bundled, tiny-mla, a Hugging Face id (local cache) or a folder", key="model_request",
-                      placeholder="bundled", on_change=_load_requested_model, args=(on_model_change,))
+        st.text_input("bundled, tiny-mla, tiny-gemma3, a Hugging Face id (local cache) or a folder",
+                      key="model_request", placeholder="bundled", on_change=_load_requested_model,
+                      args=(on_model_change,))
         st.button("Load model", on_click=_load_requested_model, args=(on_model_change,), width="stretch")
         if "model_error" in st.session_state:
             st.error(plain(st.session_state["model_error"]))  # it quotes what was typed: show it as text
