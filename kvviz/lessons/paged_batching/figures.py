@@ -103,7 +103,7 @@ def group_block_tables(record: StepRecord, labels: dict[int, str], block_size: i
     fig.update_yaxes(tickvals=list(range(len(rows))), autorange="reversed", showgrid=False, zeroline=False,
                      ticktext=[f"{labels.get(s.request_id)} · {group.name}"
                                + (f" ({group.window}-token window)" if group.window else "") for s, _, group in rows])
-    fig.update_xaxes(title="logical block (the number inside: physical block id in that group's pool)", dtick=1,
+    fig.update_xaxes(title="logical block (inside: the group's physical block id)", dtick=1,
                      showgrid=False, zeroline=False)
     held = ", ".join(f"{group.name} {group.num_blocks - group.num_free_blocks} of {group.num_blocks}"
                      for group in record.layer_groups)
