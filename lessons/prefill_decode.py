@@ -184,8 +184,12 @@ def attention_view():
     layer = st.selectbox("Layer", range(info["layers"]), key="lesson_attention_layer")
     st.plotly_chart(figures.attention_by_head(trace.attention[layer], info["kv_heads"],
                                               lesson.token_texts, layer), width="stretch")
-    st.caption(f"{info['heads']} query heads share {info['kv_heads']} KV heads (grouped-query attention): "
-               "heads in one group read the same cached keys but weigh them differently.")
+    if info.get("kv_lora_rank"):  # MLA: every head rebuilds its keys from one cached latent row
+        st.caption(f"{info['heads']} query heads, each with keys rebuilt from the same cached latent row "
+                   "(multi-head latent attention): one row for all heads, weighed differently by each.")
+    else:
+        st.caption(f"{info['heads']} query heads share {info['kv_heads']} KV heads (grouped-query attention): "
+                   "heads in one group read the same cached keys but weigh them differently.")
     taught_later("memory_bill", "Grouped-query and multi-query attention (GQA, MQA)")
 
 

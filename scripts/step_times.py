@@ -17,8 +17,13 @@ sys.path.insert(0, tree)
 from kvviz import bench  # noqa: E402
 from kvviz.engine import Engine, SamplingParams  # noqa: E402
 
+try:
+    from kvviz.workloads import mixed_workload  # noqa: E402
+except ImportError:  # an older checkout kept it in bench
+    mixed_workload = bench.mixed_workload
+
 model = bench.build_random_llama()
-workload = bench.mixed_workload(48, 16, 192, 16, 192, model.config.vocab_size, 0)
+workload = mixed_workload(48, 16, 192, 16, 192, model.config.vocab_size, 0)
 Engine(model).generate([[1, 2, 3]], SamplingParams(max_tokens=3))  # warm up
 for size in sys.argv[3:] or ["default"]:
     engine = Engine(model) if size == "default" else Engine(model, num_blocks=int(size))

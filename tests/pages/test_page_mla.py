@@ -28,6 +28,10 @@ def test_the_prefill_lesson_shows_an_mla_models_latent_rows():
     at.radio(key="lesson_view").set_value("Keys and values").run()
     assert not at.exception
     assert any("multi-head latent attention (MLA)" in c.value for c in at.caption)
+    at.radio(key="lesson_view").set_value("Attention").run()
+    assert not at.exception
+    assert any("rebuilt from the same cached latent row" in c.value for c in at.caption)
+    assert not any("grouped-query attention" in c.value for c in at.caption)  # MLA is not GQA
 
 
 def test_the_memory_bill_sets_the_engines_measured_latent_row_beside_the_formula():
