@@ -25,7 +25,7 @@ import statistics
 import time
 
 from kvviz import load_model
-from kvviz.cache_dtype import cache_dtype_quality, measured_bytes_per_token
+from kvviz.engine.cache_dtype import cache_dtype_quality, measured_bytes_per_token
 from kvviz.engine import Engine, SamplingParams
 from kvviz.engine.block_pool import BLOCK_BOOKKEEPING_BYTES
 from kvviz.engine.kv_cache import KV_CACHE_DTYPES

@@ -51,6 +51,11 @@ def open_lesson(path: str):
     return at
 
 
+def button(at, label):
+    """The AppTest button with this label."""
+    return next(b for b in at.button if b.label == label)
+
+
 def one_sentence(message: str) -> bool:
     return message.endswith(".") and ". " not in message
 

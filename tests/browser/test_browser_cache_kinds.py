@@ -2,7 +2,7 @@
 the page shows for them is checked against the engine run directly in this test.
 
 1. Memory bill, fp8 cache dtype, DeepSeek-V3 preset: the engine's measured bytes per token for the
-   bundled model (auto, int8, fp8) equal kvviz.cache_dtype.measured_bytes_per_token, and the MLA
+   bundled model (auto, int8, fp8) equal kvviz.engine.cache_dtype.measured_bytes_per_token, and the MLA
    note's bytes per token and layer equal CacheShape.from_model(tiny MLA).bytes_per_token // layers.
 2. Prefill and decode on the tiny MLA model, loaded from the sidebar as a student would: Prefill and
    three Next token; "Cache per layer" says the engine's bytes per token; "Keys and values" shows the
@@ -20,7 +20,7 @@ from test_browser import app_url, no_exceptions, pytestmark  # noqa: F401  (fixt
 from test_browser_fonts import TEXTS_JS
 from test_browser_stage import SLOW_S
 
-from kvviz.cache_dtype import measured_bytes_per_token
+from kvviz.engine.cache_dtype import measured_bytes_per_token
 from kvviz.engine import Engine, SamplingParams
 from kvviz.engine.kv_cache import CacheShape
 from kvviz.lessons.prefill_decode.state import DEFAULTS

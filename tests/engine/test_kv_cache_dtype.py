@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from kvviz import Engine, EngineError, SamplingParams
-from kvviz.cache_dtype import cache_dtype_quality, measured_bytes_per_token
+from kvviz.engine.cache_dtype import cache_dtype_quality, measured_bytes_per_token
 from kvviz.engine.block_pool import BLOCK_BOOKKEEPING_BYTES
 from kvviz.engine.kv_cache import CacheShape, PagedKVCache
 from kvviz.engine.swap import SwapSpace

@@ -10,7 +10,7 @@ from kvviz import SamplingParams
 from kvviz.engine import Engine
 from kvviz.memory_bill import format_bytes, kv_cache_bytes
 
-from conftest import ROOT, open_lesson
+from conftest import ROOT, button, open_lesson
 
 
 def registered_pages(at) -> list[dict]:
@@ -27,10 +27,6 @@ def links(at) -> dict[str, str]:
     pages = at._registered_pages
     return {link.proto.label: relative(pages[link.proto.page_script_hash]["script_path"])
             for link in at.get("page_link")}
-
-
-def button(at, label):
-    return next(b for b in at.button if b.label == label)
 
 
 def test_home_lists_every_registered_page_in_order():

@@ -17,13 +17,9 @@ from kvviz.engine import EngineConfig
 from kvviz.models import CustomShape
 from kvviz.workloads import MAX_UPLOAD_BYTES, WorkloadError, synthetic_workload
 
-from conftest import ROOT, one_sentence, open_lesson
+from conftest import ROOT, button, one_sentence, open_lesson
 
 LARGEST_LAB_SHAPE = CustomShape(num_layers=18, hidden_size=1024, intermediate_size=2048, max_context=2048)
-
-
-def button(at, label):
-    return next(b for b in at.button if b.label == label)
 
 
 def shown(element) -> str:

@@ -3,11 +3,7 @@ in the Prefill and decode lesson, and the engine's measured bytes in the Memory 
 
 from kvviz.memory_bill import PRESETS, format_bytes, kv_cache_bytes
 
-from conftest import open_lesson
-
-
-def button(at, label):
-    return next(b for b in at.button if b.label == label)
+from conftest import button, open_lesson
 
 
 def test_the_prefill_lesson_shows_an_mla_models_latent_rows():

@@ -8,16 +8,12 @@ from kvviz.lessons.prefill_decode.logic import Lesson, LessonSettings, lesson_sa
 from kvviz.lessons.prefill_decode.state import DEFAULTS
 from kvviz.memory_bill import format_bytes
 
-from conftest import open_lesson
+from conftest import button, open_lesson
 
 
 @pytest.fixture()
 def app():
     return open_lesson("lessons/prefill_decode.py")
-
-
-def button(at, label):
-    return next(b for b in at.button if b.label == label)
 
 
 def test_prefill_then_three_decode_steps(app):

@@ -19,7 +19,7 @@ from kvviz.lessons.cache_strategies.state import EXAMPLE_PROMPT, gqa_choices, gr
 from kvviz.memory_bill import format_bytes
 from kvviz.workloads import MAX_UPLOAD_BYTES, Workload, WorkloadError, parse_upload, synthetic_workload
 
-from conftest import ROOT
+from conftest import ROOT, button
 
 APP = ROOT / "app.py"
 
@@ -30,10 +30,6 @@ def open_page(page: str) -> AppTest:
     at.switch_page(page).run()
     assert not at.exception
     return at
-
-
-def button(at, label):
-    return next(b for b in at.button if b.label == label)
 
 
 # ---- Cache strategies ----------------------------------------------------------------------

@@ -9,12 +9,16 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from kvviz.engine.cache_dtype import measured_bytes_per_token
 from kvviz.engine.kv_cache import CacheShape, PagedKVCache
 from kvviz.memory_bill import (
     FULL,
+    PRESETS,
+    QUANT_GROUP_SIZE,
     SLIDING,
     AttentionVariant,
     ModelShape,
+    cache_format,
     compare_attention_variants,
     kv_bytes_per_token,
 )
@@ -104,9 +108,6 @@ def measured_mla_note(lm) -> str:
 def engine_bytes_note() -> str:
     """The 8-bit rows measured: bytes per token of kvviz's engine cache for the bundled model at each
     kv_cache_dtype, read off a PagedKVCache built in that dtype, beside this page's formula."""
-    from kvviz.cache_dtype import measured_bytes_per_token  # the engine (torch) only once a note is asked for
-    from kvviz.memory_bill import PRESETS, QUANT_GROUP_SIZE, cache_format, kv_bytes_per_token
-
     bundled = PRESETS["bundled"]
     rows = []
     for engine_dtype, bill_dtype in (("auto", "fp32"), ("int8", "int8"), ("fp8", "fp8")):

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 
 import torch
 
-from kvviz.engine import Engine, SamplingParams
+from kvviz.engine.engine import Engine
 from kvviz.engine.kv_cache import CacheShape, PagedKVCache
+from kvviz.engine.sampling import SamplingParams
 from kvviz.shapes import ModelShape
 
 
