@@ -19,6 +19,7 @@ import statistics
 from dataclasses import asdict, dataclass, field
 
 import torch
+from transformers import AutoTokenizer
 
 from kvviz.lessons.budget import Work, check_click, forward_flops
 from kvviz.engine import Engine, SamplingParams
@@ -131,8 +132,6 @@ class ShapeEstimate:
 @functools.cache
 def default_vocab_size() -> int:
     """The bundled tokenizer's vocabulary, which a custom shape uses unless told otherwise."""
-    from transformers import AutoTokenizer
-
     return len(AutoTokenizer.from_pretrained(str(BUNDLED_DIR), local_files_only=True))
 
 
