@@ -346,7 +346,7 @@ class Engine:
     def memory(self) -> MemoryRecord:
         shape = self.cache_shape
         if not self.use_cache:
-            return MemoryRecord(0, 0, 0, 0, [0] * shape.num_layers, shape.bytes_per_token)
+            return MemoryRecord(0, 0, 0, 0, [0] * shape.num_layers, shape.bytes_per_token, shape.kv_cache_dtype)
         block_bytes = self.cache.bytes_per_block
         running = self.scheduler.running
         if self.layer_groups:
@@ -363,7 +363,8 @@ class Engine:
             allocated_bytes=self.cache.nbytes, used_block_bytes=used_bytes,
             token_bytes=used_bytes - slack_slots * shape.bytes_per_token,
             slack_bytes=slack_slots * shape.bytes_per_token,
-            layer_used_bytes=[per_layer] * shape.num_layers, bytes_per_token=shape.bytes_per_token)
+            layer_used_bytes=[per_layer] * shape.num_layers, bytes_per_token=shape.bytes_per_token,
+            kv_cache_dtype=shape.kv_cache_dtype)
 
     def _grouped_memory(self, running) -> MemoryRecord:
         """memory() with layer groups: a block of a group holds only that group's layers, so a sliding
@@ -382,7 +383,8 @@ class Engine:
         used_bytes = sum(layer_used_bytes)
         return MemoryRecord(
             allocated_bytes=self.cache.nbytes, used_block_bytes=used_bytes, token_bytes=used_bytes - slack_bytes,
-            slack_bytes=slack_bytes, layer_used_bytes=layer_used_bytes, bytes_per_token=shape.bytes_per_token)
+            slack_bytes=slack_bytes, layer_used_bytes=layer_used_bytes, bytes_per_token=shape.bytes_per_token,
+            kv_cache_dtype=shape.kv_cache_dtype)
 
     # ---- records -------------------------------------------------------------------------
     def _record(self, chunks, sampled, forward_s, step_s, trace, drafts) -> StepRecord:
