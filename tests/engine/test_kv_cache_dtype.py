@@ -158,7 +158,8 @@ def test_fork_and_copy_on_write_with_a_quantized_cache(llama, kv_cache_dtype):
 
 
 def test_a_bad_kv_cache_dtype_gets_one_sentence(llama):
-    with pytest.raises(EngineError, match=r"^kv_cache_dtype must be one of 'auto', 'int8', 'fp8' .*not 'fp4'\.$"):
+    listed = "'auto', 'int8', 'fp8', 'fp8_per_tensor'"
+    with pytest.raises(EngineError, match=rf"^kv_cache_dtype must be one of {listed} .*not 'fp4'\.$"):
         Engine(llama, kv_cache_dtype="fp4")
     with pytest.raises(EngineError, match="kv_cache_dtype must be one of"):
         Engine(llama, kv_cache_dtype=torch.int8)
