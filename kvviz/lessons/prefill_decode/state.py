@@ -72,7 +72,11 @@ def on_prefill() -> None:
     if refusal is not None:
         st.session_state["lesson_error"] = refusal
         return
-    new.prefill()
+    try:
+        new.prefill()
+    except EngineError as error:  # the model's logits are NaN or infinite: the engine stopped the request
+        st.session_state["lesson_error"] = str(error)
+        return
     st.session_state["lesson"] = new
     st.session_state["lesson_view_step"] = 0
     st.session_state["lesson_questions"] = []
@@ -83,7 +87,13 @@ def on_next_token() -> None:
     if current is None:
         on_prefill()
         return
-    if current.next_token() is not None:
+    try:
+        stepped = current.next_token()
+    except EngineError as error:  # NaN or infinite logits midway: the lesson keeps the steps it has
+        st.session_state["lesson_error"] = str(error)
+        st.session_state["lesson_playing"] = False
+        return
+    if stepped is not None:
         st.session_state["lesson_view_step"] = len(current.visible_records) - 1
     if current.finished:
         st.session_state["lesson_playing"] = False
