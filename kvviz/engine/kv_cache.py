@@ -15,12 +15,14 @@ taken from the row itself when it is written (scale = absmax / 127 for int8, abs
 fp8 e4m3, whose largest value is 448), so nothing needs calibrating. A row of head_dim values
 then costs head_dim bytes plus a 4-byte scale, and those scale bytes count in bytes_per_token.
 Values are quantized in `write` and dequantized (code x scale, in the model's dtype) when they
-are read: `gather_blocks` for attention, `read_request` for the lessons. The compiled CPU
-kernel reads float32 blocks in place, so a quantized cache always takes the gather + SDPA path.
+are read: by the compiled CPU kernel (cpu/paged_attention.c), row by row in place, for a float32
+model on the CPU; by `gather_blocks` for the gather + SDPA path elsewhere; by `read_request` for
+the lessons.
 
 "fp8_per_tensor" is vLLM's scheme instead, kept to compare the two: one scale for the whole
 cache, 1.0 (what vLLM uses when a checkpoint holds no k_scale / v_scale), so no scale bytes, and
 each value converted as vLLM's CPU kernel converts it: clamped to +-448 and rounded toward zero.
+It has no per-row scales for the compiled kernel to read, so it takes the gather + SDPA path.
 """
 
 from __future__ import annotations
@@ -102,9 +104,12 @@ class PagedKVCache:
         # a quantized cache's scales: (2 or 1, layers, blocks, block_size, kv_heads); None for "auto"
         # and for a per-tensor scale
         self.scales = None
+        self.layer_scales = None  # [layer] -> (K scales, V scales), each (num_blocks, block_size, kv_heads)
         if shape.row_scales:
             self.scales = torch.zeros(shape.num_parts, shape.num_layers, num_blocks, block_size,
                                       shape.num_kv_heads, dtype=SCALE_DTYPE, device=device)
+            if not shape.latent:
+                self.layer_scales = list(zip(self.scales[0], self.scales[1]))
 
     @property
     def nbytes(self) -> int:
