@@ -138,3 +138,12 @@ def test_sliding_window_and_softcap_layers_on_an_8bit_cache_match_sdpa(kv_cache_
         outputs[attention] = [o.token_ids for o in engine.generate(prompts, greedy)]
         assert (engine.stats["kernel_steps"] > 0) == (attention == "auto")
     assert outputs["auto"] == outputs["sdpa"]
+
+
+def test_a_per_tensor_fp8_cache_has_no_row_scales_for_the_kernel_and_gathers(bundled):
+    """"fp8_per_tensor" (vLLM's scheme) stores codes with one scale of 1.0 for the whole cache: the
+    kernel, which reads a scale per row, is not picked, and every step gathers the blocks instead."""
+    engine = Engine(bundled, kv_cache_dtype="fp8_per_tensor")
+    outputs = engine.generate(BUNDLED_PROMPTS, SamplingParams(max_tokens=8, ignore_eos=True))
+    assert engine.cache.scales is None and engine.attention_kernel is None
+    assert engine.stats["kernel_steps"] == 0 and all(len(o.token_ids) == 8 for o in outputs)
