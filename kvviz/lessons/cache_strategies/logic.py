@@ -27,11 +27,12 @@ import torch
 from kvviz.engine.cache_dtype import measured_bytes_per_token
 from kvviz.engine.kv_cache import SCALE_DTYPE
 from kvviz.engine.model_parts import model_parts
+from kvviz.lessons.budget import ModelCost, Work, check_click
 from kvviz.shapes import ModelShape
 from kvviz.strategies.bill import ByteBill
 from kvviz.strategies.compare import first_difference, kl_divergence
 from kvviz.strategies.options import ModelFacts, StrategySpec, make_cache
-from kvviz.strategies.run import run_strategy
+from kvviz.strategies.run import run_strategy, tokenize
 
 STATIC_MOST_TOKENS = 4096  # a full-size model's whole context (128k tokens) would not fit in memory
 
@@ -95,14 +96,50 @@ def mean_decode_ms(run) -> float:
     return 1000 * float(np.mean(decode))
 
 
+ENGINE_STRATEGIES = frozenset({"paged", "no_cache"})  # kvviz.strategies.run runs these in the engine
+
+
+def run_work(cost: ModelCost, strategy: str, prompt_tokens: int, max_tokens: int) -> Work:
+    """One run_strategy: a prefill and max_tokens - 1 decode steps. paged and no_cache run in the engine,
+    traced and read back at every step (no_cache runs every token so far again); the rest are the model's
+    own forward passes, counted by their FLOPs as a full cache keeping every token."""
+    if strategy == "no_cache":
+        flops = sum(cost.forward(prompt_tokens + step, 0) for step in range(max_tokens))
+    else:
+        flops = cost.forward(prompt_tokens, 0) + sum(cost.forward(1, prompt_tokens + step - 1)
+                                                     for step in range(1, max_tokens))
+    if strategy in ENGINE_STRATEGIES:
+        return Work(flops, steps=max_tokens, read_backs=max_tokens)
+    return Work(flops, passes=max_tokens)
+
+
+def comparison_work(lm, prompt_tokens: int, max_tokens: int, strategies, timing_runs: int = 1) -> Work:
+    """What compare_strategies runs: the full cache's reference run, then per strategy a teacher-forced
+    run, a free run and timing_runs - 1 more free runs."""
+    cost = ModelCost.of(model_parts(lm).model)
+    work = run_work(cost, "dynamic", prompt_tokens, max_tokens)
+    for spec in strategies:
+        work += run_work(cost, StrategySpec.of(spec).name, prompt_tokens, max_tokens) * (1 + max(timing_runs, 1))
+    return work
+
+
 def compare_strategies(lm, prompt: str | list[int], max_tokens: int = 32,
                        strategies=DEFAULT_STRATEGIES, timing_runs: int = 1) -> list[StrategyComparison]:
     """Run each strategy (a name, a (name, options) pair or a StrategySpec) against the full cache.
 
     timing_runs: free runs timed per strategy (the first is the free run itself, which follows a
     teacher-forced run of the same strategy, so it is warm); the extra ones go round the
-    strategies in turn, so that a busy moment of the machine slows them alike."""
+    strategies in turn, so that a busy moment of the machine slows them alike.
+
+    The whole comparison's work is estimated first: past one click's budget it raises
+    kvviz.lessons.budget.WorkTooLarge (a ValueError) and runs nothing."""
     specs = [StrategySpec.of(s) for s in strategies]
+    model, tokenizer, _ = model_parts(lm)
+    prompt_tokens = len(tokenize(prompt, tokenizer))
+    check_click(comparison_work(lm, prompt_tokens, max_tokens, specs, timing_runs),
+                next(model.parameters()).device,
+                f"Running every strategy for {max_tokens} tokens after this {prompt_tokens}-token prompt",
+                "ask for fewer tokens or use a shorter prompt")
     full = run_strategy(lm, prompt, "dynamic", max_tokens)  # the reference: keeps every token exactly
     results = []
     for spec in specs:
