@@ -22,7 +22,7 @@ from kvviz.lessons.prefill_decode.logic import (
     lesson_work,
 )
 from kvviz.ui import live_lessons
-from kvviz.ui.common import current_model, drop, page_sampling
+from kvviz.ui.common import current_model, drop, load_linked_model, page_sampling
 from kvviz.ui.stage import chosen_step
 
 EXAMPLE_PROMPTS = [
@@ -183,17 +183,22 @@ def _link_settings(params) -> list[str]:
 
 
 def restore_from_query() -> None:
-    """Open the lesson a link describes (?prompt=...&tokens=..&step=N&view=..., and the sampling
-    when not greedy), once per session: the same tokens at the same step."""
+    """Open the lesson a link describes (?model=...&prompt=...&tokens=..&step=N&view=..., and the
+    sampling when not greedy), once per session: the same tokens on the same model at the same step."""
     params = st.query_params
     if st.session_state.get("lesson_query_done"):
         return
-    st.session_state["lesson_query_done"] = True  # only the first run of a session reads the link
     if "prompt" not in params:
+        st.session_state["lesson_query_done"] = True
         return
+    before = st.session_state.get("model_source")
+    model_note = load_linked_model(params["model"]) if "model" in params else None
+    if st.session_state.get("model_source") != before:
+        st.rerun()  # once more with the link's model loaded, so the sidebar names the model the lesson runs on
+    st.session_state["lesson_query_done"] = True  # only the first run of a session reads the link
     st.session_state["lesson_prompt"] = params["prompt"]
     on_prompt_edit()
-    notes = _link_settings(params)
+    notes = _link_settings(params) + ([model_note] if model_note else [])
     if "step" in params:
         try:
             target = max(0, int(params["step"]))
