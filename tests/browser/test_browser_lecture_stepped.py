@@ -41,6 +41,14 @@ def press(page, name):
     wait_idle(page, timeout=SLOW_S)
 
 
+def cut_metrics(page) -> list[str]:
+    """The metric values drawn wider than their box: the browser cuts them with an ellipsis, which
+    hides the unit ("320.00 …")."""
+    return page.evaluate("""() => [...document.querySelectorAll('[data-testid="stMetricValue"]')]
+        .filter(box => [box, ...box.querySelectorAll('*')].some(e => e.scrollWidth > e.clientWidth + 1))
+        .map(box => box.innerText)""")
+
+
 def pick(page, combobox: str, option: str) -> None:
     box = page.get_by_role("combobox", name=combobox)
     if box.input_value() == option:
@@ -162,6 +170,7 @@ def test_the_memory_bill_split_over_eight_gpus_gives_its_verdict_on_the_per_gpu_
         assert page.get_by_text(re.compile("^Does not fit")).count() == 0
         print(f"Memory bill, llama-3.1-70b on 8 x H100 80GB: verdict '{verdict[:140]}'; metrics {weights} + {cache}; "
               f"caption total {total}")
+        assert not cut_metrics(page), cut_metrics(page)  # at 1280 px every figure shows its unit
         screenshot(page, "lecture_memory_bill_tp8")
 
 
