@@ -82,7 +82,7 @@ def model_folder(source: str) -> str:
     if Path(source).expanduser().is_dir():
         return str(Path(source).expanduser().resolve())
     try:
-        from huggingface_hub import snapshot_download
+        from huggingface_hub import snapshot_download  # deferred: only a hub id, not a folder, needs it
 
         return snapshot_download(source, local_files_only=True)
     except Exception:
