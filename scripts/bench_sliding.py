@@ -154,13 +154,16 @@ def budget_worker(arch: str, args) -> None:
     engine = Engine(model, **settings)
     for prompt in prompts:
         engine.add_request(prompt, SamplingParams(max_tokens=BUDGET_MAX_TOKENS, ignore_eos=True))
-    most_running, start = 0, time.perf_counter()
+    most_running, running_per_step, start = 0, [], time.perf_counter()
     while engine.has_unfinished():
         engine.step()
         most_running = max(most_running, len(engine.scheduler.running))
+        running_per_step.append(len(engine.scheduler.running))
     seconds = time.perf_counter() - start
     print(json.dumps({"tokens_per_s": BUDGET_REQUESTS * BUDGET_MAX_TOKENS / seconds, "most_running": most_running,
                       "preemptions": engine.scheduler.num_preemptions, "steps": engine.step_index,
+                      "mean_running": sum(running_per_step) / len(running_per_step),
+                      "peak_full_blocks": engine.stats["peak_blocks"],  # the first (full) group's pool
                       "pool_blocks": [g.pool.num_blocks for g in engine.layer_groups] or [engine.num_blocks],
                       "cache_bytes": engine.cache.nbytes,
                       "outputs": [engine.output(i).token_ids for i in range(BUDGET_REQUESTS)]}))
@@ -182,15 +185,17 @@ def same_memory_against_baseline(args) -> None:
                                "--budget-blocks", str(args.budget_blocks)]
                     done = subprocess.run(command, capture_output=True, text=True, check=True,
                                           env={**os.environ, "PYTHONPATH": str(source)})
-                    results[arch, name].append(json.loads(done.stdout.strip().splitlines()[-1]))
+                    result = json.loads(done.stdout.strip().splitlines()[-1])
+                    results[arch, name].append(result)
+                    print(arch, name, {k: v for k, v in result.items() if k != "outputs"}, flush=True)  # as it comes
     print(f"\nThe same cache memory: {args.budget_blocks} blocks of 16 tokens of every layer. {BUDGET_REQUESTS} "
           f"requests of {BUDGET_PROMPT_LEN} + {BUDGET_MAX_TOKENS} tokens (each "
           f"{-(-(BUDGET_PROMPT_LEN + BUDGET_MAX_TOKENS) // 16)} full blocks at the end), max_num_seqs "
           f"{BUDGET_REQUESTS}, max_num_batched_tokens {BUDGET_STEP_TOKENS}, greedy; median of {args.runs} runs "
           "taking turns (min-max):")
-    print("| model | engine | pool blocks (full, sliding) | cache bytes | most requests at once | preemptions | steps "
-          "| generated tokens/s | ratio | same outputs |")
-    print("|---|---|---|---:|---:|---:|---:|---:|---:|---|")
+    print("| model | engine | pool blocks (full, sliding) | cache bytes | most full blocks in use | requests running "
+          "(most; mean per step) | preemptions | steps | generated tokens/s | ratio | same outputs |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|")
     names = [name for name, _ in engines]
     for arch in archs:
         new_runs, old_runs = results[arch, names[0]], results[arch, names[1]]
@@ -200,7 +205,8 @@ def same_memory_against_baseline(args) -> None:
             speeds = [r["tokens_per_s"] for r in runs]
             ratio = f"{medians[0] / medians[1]:.3f}" if runs is new_runs else ""
             print(f"| {arch} | {name} | {runs[0]['pool_blocks']} | {runs[0]['cache_bytes']:,} "
-                  f"| {runs[0]['most_running']} | {runs[0]['preemptions']} | {runs[0]['steps']} "
+                  f"| {runs[0]['peak_full_blocks']} | {runs[0]['most_running']}; {runs[0]['mean_running']:.1f} "
+                  f"| {runs[0]['preemptions']} | {runs[0]['steps']} "
                   f"| {median:.1f} ({min(speeds):.1f}-{max(speeds):.1f}) | {ratio} | {same} |")
 
 

@@ -94,6 +94,7 @@ class PagedKVCache:
         # a quantized cache's scales, per group: (2 or 1, its layers, its blocks, block_size, kv_heads)
         self.scale_storages = [torch.zeros(storage.shape[:-1], dtype=SCALE_DTYPE, device=device)
                                if shape.quantized else None for storage in self.storages]
+        self.quantized = shape.quantized  # read in every layer's write and gather
         self.storage = self.storages[0] if groups is None else None  # the one tensor of one group
         self.scales = self.scale_storages[0] if groups is None else None  # None for "auto" too
         self.key_cache = [None] * shape.num_layers  # [layer] -> (its blocks, block_size, kv_heads, head_dim)
@@ -131,7 +132,7 @@ class PagedKVCache:
         slot_mapping: (N,) flat slot of each token.
         """
         kvh, hd = self.shape.num_kv_heads, self.shape.head_dim
-        if self.shape.quantized:
+        if self.quantized:
             key, key_scale = quantize(key, self.shape.kv_cache_dtype)  # (N, kvh, hd), (N, kvh)
             self.layer_scales[layer][0].view(-1, kvh)[slot_mapping] = key_scale
             if value is not None:
@@ -151,7 +152,7 @@ class PagedKVCache:
         flat = block_tables.flatten()  # (B * blocks,)
         k = self.key_cache[layer].index_select(0, flat).view(rows, -1, kvh, hd)
         v = None if self.shape.latent else self.value_cache[layer].index_select(0, flat).view(rows, -1, kvh, hd)
-        if self.shape.quantized:
+        if self.quantized:
             scales = self.layer_scales[layer]  # (2 or 1, blocks, block_size, kvh)
             k = dequantize(k, scales[0].index_select(0, flat).view(rows, -1, kvh), self.shape.dtype)
             if v is not None:
