@@ -20,7 +20,10 @@ from kvviz.ui.presenter import presenter_mode
 st.set_page_config(page_title="kvviz · the KV cache, live", layout="wide",
                    page_icon=str(Path(__file__).parent / "kvviz" / "ui" / "favicon.png"))
 
-st.html("<style>[data-testid='stMainBlockContainer'] {padding-top: 2.5rem;}</style>")  # a projector's height is short
+# a projector's height is short; a metric's figure scales with the window, so at 1280 px a value in a third of the
+# results column still shows its unit instead of an ellipsis (presenter mode sets its own size)
+st.html("<style>[data-testid='stMainBlockContainer'] {padding-top: 2.5rem;} "
+        "[data-testid='stMetricValue'] {font-size: clamp(1.5rem, 2.2vw, 2.25rem);}</style>")
 page = st.navigation(navigation.pages())
 keep_settings()
 model_sidebar(on_model_change=registry.reset_lessons)

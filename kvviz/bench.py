@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from time import perf_counter
 
 import torch
+from transformers import LlamaConfig, LlamaForCausalLM
 
 from kvviz.engine import Engine, SamplingParams
 from kvviz.engine.config import DEFAULTS, EngineConfig
@@ -47,8 +48,6 @@ INIT_STD = 0.05
 def build_random_llama(shape: CustomShape = BENCH_SHAPE, seed: int = 0, device=None, dtype=None,
                        init_std: float = INIT_STD) -> torch.nn.Module:
     """A Llama-style model with random weights, the same for the same seed. No tokenizer needed."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
     device = pick_device(device)
     dtype = pick_dtype(device, dtype)
     config = LlamaConfig(
@@ -207,6 +206,7 @@ def run_hf_generate_batch(model, workload: Workload, *, block_size: int = DEFAUL
     """
     name = "hf generate_batch"
     try:
+        # imported here on purpose: a transformers without continuous batching gets a sentence, not an ImportError
         from transformers import ContinuousBatchingConfig, GenerationConfig
         from transformers.generation.continuous_batching.utils import WorkloadHints
     except ImportError as error:

@@ -19,6 +19,19 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
+from huggingface_hub import try_to_load_from_cache
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    DeepseekV3Config,
+    DeepseekV3ForCausalLM,
+    Gemma3ForCausalLM,
+    Gemma3TextConfig,
+    LlamaConfig,
+    LlamaForCausalLM,
+)
+from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
 from kvviz.shapes import DEFAULT_CONTEXT, ModelShape
 
@@ -188,8 +201,6 @@ def load_model(source: str = "bundled", *, shape: CustomShape | None = None,
 
 
 def _load_config(where: str, source: str):
-    from transformers import AutoConfig
-
     try:
         return AutoConfig.from_pretrained(where, local_files_only=True, trust_remote_code=False)
     except Exception as error:  # transformers raises several kinds; all mean "not here"
@@ -204,11 +215,6 @@ def _load_config(where: str, source: str):
 
 def check_causal_decoder(config) -> None:
     """Refuse encoder-only and encoder-decoder models: kvviz caches a decoder's keys and values."""
-    from transformers.models.auto.modeling_auto import (
-        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
-        MODEL_FOR_MASKED_LM_MAPPING_NAMES,
-    )
-
     text_config = config.get_text_config()
     model_type = text_config.model_type
     if getattr(config, "is_encoder_decoder", False):
@@ -267,8 +273,6 @@ def _max_context(config) -> int:
 
 
 def _load_pretrained(where: str, name: str, source: str, device, dtype) -> LoadedModel:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     config = _load_config(where, source)
     check_causal_decoder(config)
     check_fits(estimate_weight_bytes(config, dtype), device, name)
@@ -311,8 +315,6 @@ def validate_shape(shape: CustomShape, vocab_size: int) -> None:
 
 
 def _build_custom(shape: CustomShape, device, dtype) -> LoadedModel:
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
     tokenizer = AutoTokenizer.from_pretrained(str(BUNDLED_DIR), local_files_only=True)
     vocab_size = shape.vocab_size or len(tokenizer)
     validate_shape(shape, vocab_size)
@@ -344,8 +346,6 @@ def build_tiny_mla(device=None, dtype=None, seed: int = 0) -> LoadedModel:
     where the same 8 heads without the latent would keep 8 × (48 + 32) = 640 values. Dense MLPs
     only, so it is as quick as the bundled model. It says nothing sensible: it shows the cache.
     """
-    from transformers import AutoTokenizer, DeepseekV3Config, DeepseekV3ForCausalLM
-
     device = pick_device(device)
     dtype = pick_dtype(device, dtype)
     tokenizer = AutoTokenizer.from_pretrained(str(BUNDLED_DIR), local_files_only=True)
@@ -370,8 +370,6 @@ def build_tiny_gemma3(device=None, dtype=None, seed: int = 0) -> LoadedModel:
     left, so the Paged lesson shows one table growing and one staying flat. It says nothing
     sensible: it shows the cache.
     """
-    from transformers import AutoTokenizer, Gemma3ForCausalLM, Gemma3TextConfig
-
     device = pick_device(device)
     dtype = pick_dtype(device, dtype)
     tokenizer = AutoTokenizer.from_pretrained(str(BUNDLED_DIR), local_files_only=True)
@@ -421,8 +419,6 @@ def allowed_source(source: str, policy: str | None = None) -> str:
 
 def _in_hf_cache(repo_id: str) -> bool:
     """True when the id is a well-formed hub id whose config is in the local cache (never downloads)."""
-    from huggingface_hub import try_to_load_from_cache
-
     if not re.fullmatch(r"[\w.-]{1,96}(/[\w.-]{1,96})?", repo_id) or ".." in repo_id:
         return False
     try:

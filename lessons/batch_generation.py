@@ -12,6 +12,7 @@ from kvviz.ui.common import current_model, show_code
 from kvviz.ui.text import plain
 from kvviz.workloads import MAX_UPLOAD_BYTES, UPLOAD_LIMITS
 
+bs.note_a_stopped_comparison()
 st.title("Batch generation")
 info = current_model().describe()
 st.markdown(
@@ -122,9 +123,14 @@ with compare_tab:
                 "timed from the first step to the last token, without drawing.")
     a, b = st.columns([1, 1])
     a.number_input("transformers batch size", 1, 1024, bs.DEFAULTS["batch_hf_batch_size"], key="batch_hf_batch_size")
-    b.button("Run both and compare", on_click=bs.on_compare, width="stretch")
+    compare_now = b.button("Run both and compare", width="stretch")
+    comparing_slot = st.empty()
+    if compare_now:
+        bs.compare(comparing_slot)
     if "batch_compare_error" in st.session_state:
         st.error(plain(st.session_state["batch_compare_error"]))
+    if bs.compare_stopped():
+        st.warning(bs.compare_stopped(), icon=":material/stop_circle:")
     compared = bs.comparison()
     if compared is not None:
         used = compared.kvviz.details

@@ -9,6 +9,7 @@ from kvviz.lessons.cache_strategies.gqa import mean_pool_heads
 from kvviz.lessons.cache_strategies.logic import (
     STATIC_MOST_TOKENS,
     compare_strategies,
+    engine_quality_note,
     static_reservation,
 )
 from kvviz.lessons.uploads import file_buttons
@@ -142,6 +143,16 @@ else:
                        "differences": "; ".join(f"{d.name}: {d.num_bytes:+,} bytes" for d in r.final_bill.differences)
                        or "none", "measured": format_bytes(r.final_bill.measured_bytes)} for r in results],
                      hide_index=True, width="stretch")
+        if lesson["eight_bit"]:
+            st.markdown(f"**8 bits, two schemes**, bytes per token on {plain(lesson['model'])} (all layers, K and V), "
+                        "each measured from a one-token cache's tensors: this page's quantized strategy (like "
+                        "transformers' QuantizedCache) and the paged cache of kvviz's engine "
+                        "(`EngineConfig.kv_cache_dtype`), which the Memory bill measures too.")
+            st.dataframe([{"cache": row.cache, "bytes per token": row.bytes_per_token, "what the bytes count":
+                           row.counts} for row in lesson["eight_bit"]], hide_index=True, width="stretch",
+                         column_config={"bytes per token": st.column_config.NumberColumn(format="%d")})
+            if lesson["model"] == "bundled":
+                st.caption(engine_quality_note())
     with table_tab:
         st.dataframe(lesson["table"], hide_index=True, width="stretch",
                      column_config={"bytes held": st.column_config.NumberColumn(format="%d"),

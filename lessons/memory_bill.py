@@ -138,8 +138,9 @@ def tensor_parallel(shape, gpus: int) -> None:
     copies = share.copies_per_kv_head
     st.caption(f"Per GPU: {format_bytes(share.weights_bytes_per_gpu)} + {format_bytes(share.cache_bytes_per_gpu)} = "
                f"{format_bytes(per_gpu_total)}, which {verdict} in {format_bytes(usable_bytes)} usable. "
-               + (f"With {copies} copies of each KV head the {gpus} GPUs hold {format_bytes(share.cache_bytes_all_gpus)} "
-                  f"of cache together, {copies}× the single-device bill." if copies > 1 else
+               + (f"With {copies} copies of each KV head the {gpus} GPUs hold "
+                  f"{format_bytes(share.cache_bytes_all_gpus)} of cache together, {copies}× the single-device "
+                  "bill." if copies > 1 else
                   f"Together the GPUs hold exactly the single-device bill of {format_bytes(cache_bytes)}."))
 
 
@@ -266,7 +267,8 @@ with variants_tab:
         "every head. *Grouped-query attention* (GQA) lets a group of query heads share one KV head, so the cache "
         "shrinks by the group size; *multi-query attention* (MQA) shares a single KV head among all of them. "
         "*Multi-head latent attention* (MLA, DeepSeek-V2 and V3) caches one compressed vector per token and "
-        "layer, and rebuilds each head's keys and values from it when attending.")
+        "layer. Conceptually each head's keys and values are projections of that vector; in practice the "
+        "kernels fold those projections into the query and the output, and attend to the cached vectors.")
     st.plotly_chart(figures.attention_variants(variants, context, batch), width="stretch")
     st.caption(bill.variants_note(shape, variants, dtype_name))
 with layers_tab:

@@ -1,5 +1,7 @@
 """Lesson 3: the Model lab. Build a model of any size and time its decode steps, cache on and off."""
 
+import dataclasses
+
 import streamlit as st
 
 from kvviz.lessons.budget import WorkTooLarge
@@ -31,23 +33,54 @@ def _forget_error() -> None:
     st.session_state.pop("lab_error", None)
 
 
-def _measure(bar) -> None:
-    """Build (or reuse) the model and time it, moving `bar` (an st.progress) along the context
-    lengths; on a refusal keep the previous results."""
+def _measure(slot) -> None:
+    """Build (or reuse) the model and time it under a progress bar and a Stop button in `slot`; on a
+    refusal keep the previous results. The work runs in the page's script, not in a callback, so
+    that pressing Stop (or any widget) interrupts it at the bar's next move, between two context
+    lengths; what was timed by then waits under "lab_measuring" for the next run of the page."""
+    for key in ("lab_error", "lab_stopped"):
+        st.session_state.pop(key, None)
+    with slot.container():
+        bar = st.progress(0.0, text="Building the model with random weights")
+        st.button("Stop", key="lab_stop", icon=":material/stop:", help="Keep the context lengths timed so far.")
+
     def progress(done: int, total: int, text: str) -> None:
         bar.progress(done / total, text=f"{text} ({done} of {total} lengths done)")
 
+    shape = _shape()
+    st.session_state["lab_measuring"] = (shape, None)  # stopped now: nothing timed yet
     try:
-        lm = built_model(_shape())
-        result = lab.measure(lm, lab.lab_contexts(lm.max_context), repeats=lab.LAB_REPEATS, progress=progress)
+        lm = built_model(shape)
+        contexts = lab.lab_contexts(lm.max_context)
+        result = lab.describe(lm, contexts)
+        st.session_state["lab_measuring"] = (shape, result)  # filled in, context by context
+        lab.measure(lm, contexts, repeats=lab.LAB_REPEATS, progress=progress, result=result)
+        progress(len(contexts), len(contexts), "Measured")  # a run stopped meanwhile ends here, storing nothing
     except (ModelLoadError, EngineError, ValueError) as error:
         st.session_state["lab_error"] = str(error)
+    else:
+        st.session_state["lab_result"], st.session_state["lab_result_shape"] = result, shape
+    st.session_state.pop("lab_measuring", None)  # ended, not stopped
+    slot.empty()
+
+
+def _keep_a_stopped_measurement() -> None:
+    """A measurement that a widget interrupted left what it had timed: keep it, marked as stopped,
+    or say that nothing was timed and keep the previous results."""
+    if "lab_measuring" not in st.session_state:
         return
-    st.session_state.pop("lab_error", None)
-    st.session_state["lab_result"] = result
-    st.session_state["lab_result_shape"] = _shape()
+    shape, result = st.session_state.pop("lab_measuring")
+    if result is not None and result.timings:
+        # a copy: the stopped run's thread may still finish the length it was timing, until its next bar move
+        kept = dataclasses.replace(result, timings=list(result.timings))
+        st.session_state["lab_result"], st.session_state["lab_result_shape"] = kept, shape
+    else:
+        planned = f" of {result.contexts_planned}" if result is not None else ""
+        st.session_state["lab_stopped"] = (f"Stopped after 0{planned} context lengths: nothing was timed, so "
+                                           "nothing new is shown. Press **Measure** to start again.")
 
 
+_keep_a_stopped_measurement()
 st.title("Model lab")
 st.warning("**The weights are random, so this model writes nonsense.** Everything else is real: the engine, the "
            "forward passes, the keys and values written to the cache, the bytes they take and the time each "
@@ -65,7 +98,7 @@ with controls:
     st.slider("MLP size (0: about 8/3 of the hidden size)", 0, 8192, 0, step=64, key="lab_mlp", **forget)
     st.select_slider("Longest context to measure", LONGEST_CONTEXTS, value=512, key="lab_context", **forget)
     measure_now = st.button("Measure", type="primary", width="stretch")
-    bar_slot = st.empty()
+    measuring_slot = st.empty()
     try:
         cost = lab.estimate(_shape())
         st.caption(f"This shape: **{cost.num_params / 1e6:,.1f}M parameters**, {format_bytes(cost.weight_bytes)} "
@@ -110,13 +143,14 @@ def show_summary(result: lab.LabResult) -> None:
 
 
 if measure_now:
-    _measure(bar_slot.progress(0.0, text="Building the model with random weights"))
-    bar_slot.empty()
+    _measure(measuring_slot)
 
 with results:
     problem = shape_problem or st.session_state.get("lab_error")
     if problem:
         st.error(problem)  # one sentence; the last results stay below
+    if "lab_stopped" in st.session_state:
+        st.warning(st.session_state["lab_stopped"], icon=":material/stop_circle:")
     result = st.session_state.get("lab_result")
     if result is None:
         st.info("Set a size and press **Measure**. kvviz builds that model with random weights, then for "
@@ -128,6 +162,8 @@ with results:
         elif st.session_state.get("lab_result_shape") != _shape():
             st.warning("The sliders have changed since this measurement: the results below are from the "
                        "previous shape. Press **Measure** to measure this one.", icon=":material/history:")
+        if result.stopped:
+            st.warning(result.stopped_note(), icon=":material/stop_circle:")
         show_summary(result)
         if (note := result.busy_note()) is not None:
             st.warning(note)

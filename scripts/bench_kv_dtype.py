@@ -2,19 +2,25 @@
 
     python scripts/bench_kv_dtype.py            # every figure below
     python scripts/bench_kv_dtype.py --quick    # fewer requests, prompts and runs; no vLLM
+    python scripts/bench_kv_dtype.py --vllm-only   # bytes per token and the comparison with vLLM only
 
-For kv_cache_dtype "auto", "int8" and "fp8" (EngineConfig.kv_cache_dtype):
+For kv_cache_dtype "auto", "int8", "fp8" and "fp8_per_tensor" (EngineConfig.kv_cache_dtype; the
+last is vLLM's fp8 scheme, one scale of 1.0 and values rounded toward zero, not timed in 3):
 1. bytes per token, measured on a PagedKVCache (values and scales), and the formula beside it;
 2. the pool's capacity in tokens for 1 GiB: whole blocks of 16 tokens, without and with each
    block's bookkeeping (about 460 bytes of host memory);
 3. generated tokens per second on a default batch (mixed prompt and output lengths, greedy),
    the median of --runs runs, the three dtypes taking turns within a round, and the ratio to "auto",
-   by the wall clock and by the process's CPU time; "auto" with attention="sdpa" runs beside them;
+   by the wall clock and by the process's CPU time; on the CPU the compiled kernel reads every dtype
+   in place, and "int8" with attention="sdpa" (gather, dequantize, SDPA) runs beside them;
 4. quality: the mean and largest per-step KL divergence of next-token distributions against the
    "auto" cache (teacher-forced along "auto"'s greedy continuation), and the first generated token
    where the greedy outputs part, over a set of Shakespeare-like prompts.
-Then, if vLLM's venv works (kvviz/vllm/), vLLM's own report of its cache capacity for 1 GiB with
-kv_cache_dtype "auto" and "fp8" on the same model, beside ours.
+Then, if vLLM's venv works (kvviz/vllm/), vLLM on the same model and prompts (token ids), greedy,
+with kv_cache_dtype "auto" and "fp8": its own report of its cache capacity for 1 GiB beside ours,
+and how many prompts' greedy outputs are identical, pair by pair (vLLM fp8 / vLLM auto, kvviz fp8 /
+kvviz auto, kvviz fp8 / vLLM fp8, kvviz fp8_per_tensor / vLLM fp8, kvviz auto / vLLM auto), with
+the first differing token of each prompt (null: identical).
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import statistics
 import time
 
 from kvviz import load_model
+from kvviz.bench import compare_outputs
 from kvviz.engine.cache_dtype import cache_dtype_quality, measured_bytes_per_token
 from kvviz.engine import Engine, SamplingParams
 from kvviz.engine.block_pool import BLOCK_BOOKKEEPING_BYTES
@@ -39,9 +46,9 @@ PROMPTS = ["ROMEO:", "JULIET:\nO Romeo, Romeo, wherefore art thou", "First Citiz
            "LADY CAPULET:", "GLOUCESTER:\nWhat, will the aspiring blood of Lancaster", "Nurse:\nFaith, I can tell"]
 
 
-# "auto" on the path the 8-bit caches take (gather + SDPA) tells the path's cost from dequantizing's
-SPEED_CASES = {"auto": {}, "auto, attention='sdpa'": {"attention": "sdpa"},
-               "int8": {"kv_cache_dtype": "int8"}, "fp8": {"kv_cache_dtype": "fp8"}}
+# int8 on the gather + SDPA path, which dequantizes gathered copies, against the kernel reading codes in place
+SPEED_CASES = {"auto": {}, "int8": {"kv_cache_dtype": "int8"}, "fp8": {"kv_cache_dtype": "fp8"},
+               "int8, attention='sdpa'": {"kv_cache_dtype": "int8", "attention": "sdpa"}}
 
 
 def speed(lm, workload, runs: int) -> dict:
@@ -67,47 +74,52 @@ def speed(lm, workload, runs: int) -> dict:
             for name in SPEED_CASES}
 
 
-def vllm_capacity(context: int) -> dict:
-    """vLLM's CPU build's report of KV tokens for 1 GiB on the bundled model, "auto" and "fp8"."""
+def vllm_comparison(lm, prompts: list[str], max_tokens: int, kvviz_tokens_per_gib) -> dict:
+    """vLLM's CPU build on the bundled model, kv_cache_dtype "auto" and "fp8": its capacity for 1 GiB
+    beside kvviz's (kvviz_tokens_per_gib(dtype, block_size)), and greedy agreement with kvviz's."""
     from kvviz.vllm import backend
 
-    if backend.find_python() is None and backend.find_python("/work/main/.venv-vllm/bin/python") is None:
+    if backend.find_python() is None:
         return {"error": backend.missing_message()}
-    python = backend.find_python() or backend.find_python("/work/main/.venv-vllm/bin/python")
-    folder = backend.model_folder("bundled")
-    jobs = []
-    for name in ("auto", "fp8"):
-        job = backend.allocation_job(folder, "float32", GiB, context)
-        job["llm"]["kv_cache_dtype"] = name
-        jobs.append(job)
+    token_ids = [lm.tokenizer(prompt)["input_ids"] for prompt in prompts]
     try:
-        results = backend.run_jobs(jobs, python, timeout=1800)
+        vllm = backend.greedy_by_cache_dtype(backend.model_folder("bundled"), token_ids, max_tokens, kv_bytes=GiB)
     except (ValueError, OSError) as error:
         return {"error": str(error)}
-    report = {}
-    for name, result in zip(("auto", "fp8"), results):
-        if "error" in result:
-            report[name] = {"error": result["error"]}
-        else:
-            report[name] = {"kv_cache_tokens": result["reported"]["kv_cache_tokens"],
-                            "num_blocks": result["num_blocks"], "block_size": result["block_size"],
-                            "vllm_version": result["vllm_version"]}
-    return report
+    greedy = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
+    outputs = {f"vLLM {name}": run["outputs"] for name, run in vllm.items()}
+    for name in ("auto", "fp8", "fp8_per_tensor"):
+        outputs[f"kvviz {name}"] = [o.token_ids for o in Engine(lm, kv_cache_dtype=name).generate(token_ids, greedy)]
+    agreement = {}
+    for a, b in [("vLLM fp8", "vLLM auto"), ("kvviz fp8", "kvviz auto"), ("kvviz fp8", "vLLM fp8"),
+                 ("kvviz fp8_per_tensor", "vLLM fp8"), ("kvviz auto", "vLLM auto")]:
+        compared = compare_outputs(outputs[b], outputs[a])
+        agreement[f"{a} / {b}"] = {"identical": f"{compared.num_equal} of {compared.num_requests}",
+                                   "first_difference": [compared.first_divergence.get(i) for i in range(len(prompts))]}
+    block_size = vllm["fp8"]["block_size"]
+    capacity = {f"vLLM {name}": run["kv_cache_tokens"] for name, run in vllm.items()}
+    for name in ("auto", "fp8", "fp8_per_tensor"):
+        capacity[f"kvviz {name}, blocks of {block_size}"] = kvviz_tokens_per_gib(name, block_size)
+        capacity[f"kvviz {name}, blocks of {BLOCK_SIZE}"] = kvviz_tokens_per_gib(name, BLOCK_SIZE)
+    return {"vllm_version": vllm["fp8"]["vllm_version"], "vllm_block_size": block_size,
+            "greedy": f"{len(prompts)} prompts x {max_tokens} tokens, EOS ignored",
+            "tokens_in_1_GiB": capacity, "agreement": agreement}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--runs", type=int, default=None, help="timed runs per dtype (default 3; quick 1)")
-    parser.add_argument("--max-tokens", type=int, default=None, help="tokens per prompt for the KL (default 48)")
-    parser.add_argument("--no-vllm", action="store_true", help="skip vLLM's capacity report")
+    parser.add_argument("--max-tokens", type=int, default=None, help="greedy tokens per prompt (default 48)")
+    parser.add_argument("--no-vllm", action="store_true", help="skip the comparison with vLLM")
     parser.add_argument("--speed-only", action="store_true", help="bytes and speed only: no quality, no vLLM")
+    parser.add_argument("--vllm-only", action="store_true", help="bytes and the vLLM comparison only")
     args = parser.parse_args()
     lm = load_model("bundled")
     shape = ModelShape.of_model(lm.model)
     report = {"model": f"bundled ({shape.num_layers} layers, {shape.num_kv_heads} KV heads, head size "
                        f"{shape.head_dim}, weights {str(lm.dtype).removeprefix('torch.')})", "dtypes": {}}
-    element = {"auto": lm.model.dtype.itemsize, "int8": 1, "fp8": 1}
+    element = {"auto": lm.model.dtype.itemsize, "int8": 1, "fp8": 1, "fp8_per_tensor": 1}
     for name in KV_CACHE_DTYPES:
         per_token = measured_bytes_per_token(shape, name, lm.model.dtype)
         report["dtypes"][name] = {
@@ -118,6 +130,9 @@ def main() -> None:
             "tokens_in_1_GiB": GiB // (BLOCK_SIZE * per_token) * BLOCK_SIZE,
             "tokens_in_1_GiB_with_bookkeeping": GiB // (BLOCK_SIZE * per_token + BLOCK_BOOKKEEPING_BYTES) * BLOCK_SIZE}
     print(json.dumps(report, indent=1), flush=True)
+    if args.vllm_only:
+        print_vllm_comparison(lm, report, PROMPTS, args.max_tokens or 48)
+        return
 
     runs = args.runs or (1 if args.quick else 3)
     workload = mixed_workload(8 if args.quick else 32, 16, 128, 16, 64 if args.quick else 128, shape.vocab_size)
@@ -133,15 +148,20 @@ def main() -> None:
         return
     prompts = PROMPTS[:3] if args.quick else PROMPTS
     max_tokens = args.max_tokens or (16 if args.quick else 48)
-    quality = cache_dtype_quality(lm, prompts, ["int8", "fp8"], max_tokens=max_tokens)
+    quality = cache_dtype_quality(lm, prompts, ["int8", "fp8", "fp8_per_tensor"], max_tokens=max_tokens)
     print(json.dumps({"quality": f"{len(prompts)} prompts x {max_tokens} greedy tokens, KL(auto || dtype) in nats",
                       **{name: {"mean_kl": q.mean_kl, "max_kl": q.max_kl, "first_difference": q.first_difference}
                          for name, q in quality.items()}}, indent=1), flush=True)
 
     if not (args.quick or args.no_vllm):
-        vllm = vllm_capacity(shape.max_context)
-        ours = {name: report["dtypes"][name]["tokens_in_1_GiB"] for name in ("auto", "fp8")}
-        print(json.dumps({"vllm_capacity_1_GiB": vllm, "kvviz_capacity_1_GiB": ours}, indent=1), flush=True)
+        print_vllm_comparison(lm, report, prompts, max_tokens)
+
+
+def print_vllm_comparison(lm, report: dict, prompts: list[str], max_tokens: int) -> None:
+    def tokens_per_gib(name: str, block_size: int) -> int:  # the cache tensors alone, whole blocks
+        return GiB // (block_size * report["dtypes"][name]["bytes_per_token"]) * block_size
+
+    print(json.dumps({"vllm": vllm_comparison(lm, prompts, max_tokens, tokens_per_gib)}, indent=1), flush=True)
 
 
 if __name__ == "__main__":

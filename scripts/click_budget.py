@@ -34,17 +34,21 @@ def long_prompt(tokenizer, tokens: int) -> str:
 
 
 def case_link(lm):
-    """A link to Prefill and decode at its last step (255) with a prompt of 250 tokens."""
-    from kvviz.lessons.prefill_decode.logic import Lesson, LessonSettings, lesson_sampling
+    """A link to Prefill and decode at its last step (255) with a prompt of 250 tokens: the lesson
+    opens at the furthest step under the budget, as the page's run_to_step does."""
+    import torch
+
+    from kvviz.lessons.prefill_decode.logic import Lesson, LessonSettings, furthest_step, lesson_sampling
 
     settings = LessonSettings(prompt=long_prompt(lm.tokenizer, 250), sampling=lesson_sampling(max_tokens=256))
+    reachable = furthest_step(lm, len(lm.tokenizer(settings.prompt)["input_ids"]), 255, torch.device("cpu"))
 
     def click():
         lesson = Lesson.start(lm, settings)
         lesson.prefill()
-        while lesson.next_token() is not None:
-            pass
-        return lesson
+        for _ in range(reachable):
+            lesson.next_token()
+        return len(lesson.records) - 1
     return click
 
 
@@ -142,12 +146,18 @@ def case_batch_compare(lm):
 
 
 def case_strategies(lm):
-    """Cache strategies' "Run every strategy" at 128 tokens after a 380-token prompt."""
-    from kvviz.lessons.cache_strategies.logic import compare_strategies, lesson_specs
+    """Cache strategies' "Run every strategy" after a 380-token prompt, at the most tokens under the budget."""
+    import torch
+
+    from kvviz.lessons.budget import click_seconds
+    from kvviz.lessons.cache_strategies.logic import compare_strategies, comparison_work, lesson_specs
     from kvviz.lessons.cache_strategies.state import TIMING_RUNS
 
-    prompt = long_prompt(lm.tokenizer, 380)
-    return lambda: compare_strategies(lm, prompt, 128, lesson_specs(24, 32, 0, lm.max_context), TIMING_RUNS)
+    prompt, specs = long_prompt(lm.tokenizer, 380), lesson_specs(24, 32, 0, lm.max_context)
+    tokens = len(lm.tokenizer(prompt)["input_ids"])
+    most = max(t for t in range(2, 129)
+               if comparison_work(lm, tokens, t, specs, TIMING_RUNS).seconds(torch.device("cpu")) <= click_seconds())
+    return lambda: (compare_strategies(lm, prompt, most, specs, TIMING_RUNS), most)[1]
 
 
 def case_speculative(lm):
@@ -189,8 +199,9 @@ def run_case(name: str) -> dict:
     click = CASES[name](lm)
     before_peak = peak_mib()
     cpu, wall = time.process_time(), time.perf_counter()
-    click()
-    return {"case": name, "what": " ".join(CASES[name].__doc__.split()), "cpu_s": time.process_time() - cpu,
+    result = click()
+    return {"case": name, "result": repr(result)[:80], "what": " ".join(CASES[name].__doc__.split()),
+            "cpu_s": time.process_time() - cpu,
             "wall_s": time.perf_counter() - wall, "peak_rise_mib": peak_mib() - before_peak}
 
 

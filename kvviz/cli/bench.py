@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 
 import torch
+from transformers.utils import logging as hf_logging
 
 from kvviz.bench import (
     BENCH_SHAPE,
@@ -112,8 +113,6 @@ def run_bench(args: argparse.Namespace) -> int:
     if problem:
         print(problem)
         return 2
-    from transformers.utils import logging as hf_logging
-
     hf_logging.set_verbosity_error()  # generation-config chatter would bury the tables
     try:
         model, model_name, max_context = load_bench_model(args.model, args.seed, args.device, args.dtype)

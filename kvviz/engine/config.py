@@ -42,7 +42,8 @@ class EngineConfig:
     preemption_mode: str = "recompute"  # or "swap": a victim's blocks wait in CPU memory
     swap_space_blocks: int | None = None  # CPU slots for "swap"; None: as many as the pool has blocks
     attention: str = "auto"  # "auto": the compiled kernel where it applies (CPU, float32); "sdpa": gather + SDPA
-    kv_cache_dtype: str = "auto"  # "auto": the model's dtype; "int8" or "fp8" (e4m3): 1 byte per value + scales
+    kv_cache_dtype: str = "auto"  # "auto": the model's dtype; "int8" or "fp8" (e4m3): 1 byte per value + scales;
+    # "fp8_per_tensor": vLLM's fp8 scheme (one scale of 1.0, no scale bytes), to compare with vLLM
 
     def with_overrides(self, **overrides) -> "EngineConfig":
         """A copy with some settings changed; an unknown name is refused in one sentence."""
@@ -80,8 +81,8 @@ class EngineConfig:
             raise ValueError(f"attention must be 'auto' or 'sdpa', not {self.attention!r}.")
         if self.kv_cache_dtype not in KV_CACHE_DTYPES:
             raise ValueError(f"kv_cache_dtype must be one of {', '.join(map(repr, KV_CACHE_DTYPES))} (the "
-                             f"model's dtype, or 8-bit values with a scale per token and KV head), not "
-                             f"{self.kv_cache_dtype!r}.")
+                             f"model's dtype, 8-bit values with a scale per token and KV head, or vLLM's fp8 "
+                             f"with one scale), not {self.kv_cache_dtype!r}.")
         if self.prompt_lookup_min > self.prompt_lookup_max:
             raise ValueError("prompt_lookup_min and prompt_lookup_max must satisfy 1 <= min <= max, not "
                              f"{self.prompt_lookup_min} and {self.prompt_lookup_max}.")

@@ -141,7 +141,8 @@ class Engine:
         self._next_id = 0
         self._finished_now: list[Request] = []  # finished since the last record
         self.stats = {"prompt_tokens": 0, "generated_tokens": 0, "cached_tokens": 0,
-                      "peak_blocks": 0, "forward_s": 0.0, "draft_tokens": 0, "accepted_tokens": 0}
+                      "peak_blocks": 0, "forward_s": 0.0, "draft_tokens": 0, "accepted_tokens": 0,
+                      "kernel_steps": 0}  # steps whose attention ran in the compiled kernel
         if self.layer_groups:  # the most blocks each layer group held at once
             self.stats["peak_blocks_by_group"] = [0] * len(self.layer_groups)
 
@@ -249,6 +250,7 @@ class Engine:
                                  self.attention_kernel, self.layer_groups)
         logits, forward_s = run_forward(self.model, batch)  # (R, V): 1 + drafts rows per sampling chunk
         self.stats["forward_s"] += forward_s
+        self.stats["kernel_steps"] += int(batch.kernel is not None)
         sampling_chunks = [c for c in chunks if c.samples]
         bad = non_finite_rows(logits)  # every row a token or a draft's verdict would come from
         if bad:
@@ -354,7 +356,7 @@ class Engine:
     def memory(self) -> MemoryRecord:
         shape = self.cache_shape
         if not self.use_cache:
-            return MemoryRecord(0, 0, 0, 0, [0] * shape.num_layers, shape.bytes_per_token)
+            return MemoryRecord(0, 0, 0, 0, [0] * shape.num_layers, shape.bytes_per_token, shape.kv_cache_dtype)
         block_bytes = self.cache.bytes_per_block
         running = self.scheduler.running
         if self.layer_groups:
@@ -371,7 +373,8 @@ class Engine:
             allocated_bytes=self.cache.nbytes, used_block_bytes=used_bytes,
             token_bytes=used_bytes - slack_slots * shape.bytes_per_token,
             slack_bytes=slack_slots * shape.bytes_per_token,
-            layer_used_bytes=[per_layer] * shape.num_layers, bytes_per_token=shape.bytes_per_token)
+            layer_used_bytes=[per_layer] * shape.num_layers, bytes_per_token=shape.bytes_per_token,
+            kv_cache_dtype=shape.kv_cache_dtype)
 
     def _grouped_memory(self, running) -> MemoryRecord:
         """memory() with layer groups: a block of a group holds only that group's layers, so a sliding
@@ -390,7 +393,8 @@ class Engine:
         used_bytes = sum(layer_used_bytes)
         return MemoryRecord(
             allocated_bytes=self.cache.nbytes, used_block_bytes=used_bytes, token_bytes=used_bytes - slack_bytes,
-            slack_bytes=slack_bytes, layer_used_bytes=layer_used_bytes, bytes_per_token=shape.bytes_per_token)
+            slack_bytes=slack_bytes, layer_used_bytes=layer_used_bytes, bytes_per_token=shape.bytes_per_token,
+            kv_cache_dtype=shape.kv_cache_dtype)
 
     # ---- records -------------------------------------------------------------------------
     def _record(self, chunks, sampled, forward_s, step_s, trace, drafts) -> StepRecord:
@@ -482,12 +486,14 @@ class Engine:
 
     def _pick_attention_kernel(self):
         """The compiled paged-attention kernel (engine/cpu/kernels.py) where it applies: a KV
-        cache of float32 on the CPU, head size a multiple of 8, K and V per head (not MLA's latent
-        rows, engine/mla.py). Elsewhere, None: gather + SDPA (a quantized cache too: gather_blocks
-        dequantizes the blocks it reads)."""
+        cache of a float32 model on the CPU, stored in float32, int8 or fp8 (the kernel decodes
+        8-bit rows as it reads them, with their per-row scales: not "fp8_per_tensor"), head size a
+        multiple of 8, K and V per head (not MLA's latent rows, engine/mla.py). Elsewhere, None:
+        gather + SDPA."""
         shape = self.cache_shape
         if (self.config.attention != "auto" or self.cache is None or self.device.type != "cpu"
-                or shape.storage_dtype != torch.float32 or shape.head_dim % 8 or shape.latent):
+                or shape.dtype != torch.float32 or shape.storage_dtype not in cpu_kernels.CACHE_KINDS
+                or (shape.quantized and not shape.row_scales) or shape.head_dim % 8 or shape.latent):
             return None
         return cpu_kernels.load()
 

@@ -15,8 +15,14 @@ taken from the row itself when it is written (scale = absmax / 127 for int8, abs
 fp8 e4m3, whose largest value is 448), so nothing needs calibrating. A row of head_dim values
 then costs head_dim bytes plus a 4-byte scale, and those scale bytes count in bytes_per_token.
 Values are quantized in `write` and dequantized (code x scale, in the model's dtype) when they
-are read: `gather_blocks` for attention, `read_request` for the lessons. The compiled CPU
-kernel reads float32 blocks in place, so a quantized cache always takes the gather + SDPA path.
+are read: by the compiled CPU kernel (cpu/paged_attention.c), row by row in place, for a float32
+model on the CPU; by `gather_blocks` for the gather + SDPA path elsewhere; by `read_request` for
+the lessons.
+
+"fp8_per_tensor" is vLLM's scheme instead, kept to compare the two: one scale for the whole
+cache, 1.0 (what vLLM uses when a checkpoint holds no k_scale / v_scale), so no scale bytes, and
+each value converted as vLLM's CPU kernel converts it: clamped to +-448 and rounded toward zero.
+It has no per-row scales for the compiled kernel to read, so it takes the gather + SDPA path.
 """
 
 from __future__ import annotations
@@ -28,7 +34,9 @@ import torch
 from kvviz.shapes import ModelShape
 
 # kv_cache_dtype -> (how each value is stored, the largest code a row's absmax maps to)
-QUANTIZED_DTYPES = {"int8": (torch.int8, 127.0), "fp8": (torch.float8_e4m3fn, 448.0)}
+QUANTIZED_DTYPES = {"int8": (torch.int8, 127.0), "fp8": (torch.float8_e4m3fn, 448.0),
+                    "fp8_per_tensor": (torch.float8_e4m3fn, 448.0)}
+PER_TENSOR_DTYPES = ("fp8_per_tensor",)  # one scale of 1.0 for the whole cache: none stored
 KV_CACHE_DTYPES = ("auto", *QUANTIZED_DTYPES)
 SCALE_DTYPE = torch.float32  # one scale per token, KV head and K or V row
 
@@ -52,6 +60,11 @@ class CacheShape:
         return self.kv_cache_dtype != "auto"
 
     @property
+    def row_scales(self) -> bool:
+        """A scale stored per token, KV head and K or V row (False: no cache scales at all)."""
+        return self.quantized and self.kv_cache_dtype not in PER_TENSOR_DTYPES
+
+    @property
     def storage_dtype(self) -> torch.dtype:
         """The dtype of the values in the blocks."""
         return QUANTIZED_DTYPES[self.kv_cache_dtype][0] if self.quantized else self.dtype
@@ -59,9 +72,9 @@ class CacheShape:
     @property
     def bytes_per_token(self) -> int:
         """K and V, every layer, every KV head: the article's per-token bill (MLA: its one row), plus
-        a quantized cache's scales (one float32 per K row and per V row)."""
+        a quantized cache's scales (one float32 per K row and per V row; none per tensor)."""
         row_bytes = self.head_dim * torch.empty((), dtype=self.storage_dtype).element_size()
-        if self.quantized:
+        if self.row_scales:
             row_bytes += torch.empty((), dtype=SCALE_DTYPE).element_size()
         return self.num_parts * self.num_layers * self.num_kv_heads * row_bytes
 
@@ -91,10 +104,11 @@ class PagedKVCache:
         self.storages = [torch.zeros(shape.num_parts, len(layers), blocks, block_size, shape.num_kv_heads,
                                      shape.head_dim, dtype=shape.storage_dtype, device=device)
                          for layers, blocks in self.groups]
-        # a quantized cache's scales, per group: (2 or 1, its layers, its blocks, block_size, kv_heads)
+        # an 8-bit cache's scales, per group: (2 or 1, its layers, its blocks, block_size, kv_heads); None for
+        # "auto" and for a per-tensor scale
         self.scale_storages = [torch.zeros(storage.shape[:-1], dtype=SCALE_DTYPE, device=device)
-                               if shape.quantized else None for storage in self.storages]
-        self.quantized = shape.quantized  # read in every layer's write and gather
+                               if shape.row_scales else None for storage in self.storages]
+        self.row_scales = shape.row_scales  # read in every layer's write and gather
         self.storage = self.storages[0] if groups is None else None  # the one tensor of one group
         self.scales = self.scale_storages[0] if groups is None else None  # None for "auto" too
         self.key_cache = [None] * shape.num_layers  # [layer] -> (its blocks, block_size, kv_heads, head_dim)
@@ -132,12 +146,15 @@ class PagedKVCache:
         slot_mapping: (N,) flat slot of each token.
         """
         kvh, hd = self.shape.num_kv_heads, self.shape.head_dim
-        if self.quantized:
+        if self.row_scales:
             key, key_scale = quantize(key, self.shape.kv_cache_dtype)  # (N, kvh, hd), (N, kvh)
             self.layer_scales[layer][0].view(-1, kvh)[slot_mapping] = key_scale
             if value is not None:
                 value, value_scale = quantize(value, self.shape.kv_cache_dtype)
                 self.layer_scales[layer][1].view(-1, kvh)[slot_mapping] = value_scale
+        elif self.shape.quantized:  # per tensor, scale 1.0: the values themselves, as codes
+            key = truncate_to_e4m3(key)
+            value = None if value is None else truncate_to_e4m3(value)
         self.key_cache[layer].view(-1, kvh, hd)[slot_mapping] = key
         if value is not None:
             self.value_cache[layer].view(-1, kvh, hd)[slot_mapping] = value
@@ -152,11 +169,13 @@ class PagedKVCache:
         flat = block_tables.flatten()  # (B * blocks,)
         k = self.key_cache[layer].index_select(0, flat).view(rows, -1, kvh, hd)
         v = None if self.shape.latent else self.value_cache[layer].index_select(0, flat).view(rows, -1, kvh, hd)
-        if self.quantized:
+        if self.row_scales:
             scales = self.layer_scales[layer]  # (2 or 1, blocks, block_size, kvh)
             k = dequantize(k, scales[0].index_select(0, flat).view(rows, -1, kvh), self.shape.dtype)
             if v is not None:
                 v = dequantize(v, scales[1].index_select(0, flat).view(rows, -1, kvh), self.shape.dtype)
+        elif self.shape.quantized:  # per tensor, scale 1.0: each code is its value
+            k, v = k.to(self.shape.dtype), (None if v is None else v.to(self.shape.dtype))
         return k, v  # (B, blocks * block_size, kvh, hd) each; MLA: (B, blocks * block_size, 1, latent + rope), None
 
     def copy_blocks(self, src: list[int], dst: list[int], layers: list[int] | None = None) -> int:
@@ -201,6 +220,8 @@ class PagedKVCache:
             if self.scales is not None:
                 scale = self.scales[part][:, blocks].flatten(1, 2)[:, :num_tokens]  # (layers, tokens, kvh)
                 rows = dequantize(rows, scale, self.shape.dtype)
+            elif self.shape.quantized:  # per tensor, scale 1.0: each code is its value
+                rows = rows.to(self.shape.dtype)
             parts.append(rows)
         return parts[0], (parts[1] if len(parts) == 2 else None)
 
@@ -228,3 +249,15 @@ def dequantize(codes: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> 
 def slots_for(block_table: list[int], start: int, end: int, block_size: int) -> list[int]:
     """Flat slots of token positions start..end-1 of a request (the slot mapping)."""
     return [block_table[pos // block_size] * block_size + pos % block_size for pos in range(start, end)]
+
+
+def truncate_to_e4m3(values: torch.Tensor) -> torch.Tensor:
+    """values (...) -> fp8 e4m3 codes (...), clamped to +-448 and rounded toward zero, as vLLM's CPU
+    kernel writes its fp8 cache (it drops the low mantissa bits). torch's own conversion rounds to
+    the nearest code instead; on the bundled model that alone made 6 of 8 greedy outputs of 48 tokens
+    part from vLLM's (scripts/bench_kv_dtype.py)."""
+    values = values.float().clamp(-448.0, 448.0)
+    nearest = values.to(torch.float8_e4m3fn)
+    codes = nearest.view(torch.uint8)  # a sign bit, then 7 bits that grow with the magnitude
+    rounded_up = nearest.float().abs() > values.abs()  # then one code nearer zero (the sign bit is kept)
+    return torch.where(rounded_up, codes - 1, codes).view(torch.float8_e4m3fn)

@@ -94,12 +94,17 @@ class MemoryRecord:
     token_bytes: int  # bytes that hold real tokens' K and V
     slack_bytes: int  # empty slots in each request's last block
     layer_used_bytes: list[int]  # per layer, blocks in use
-    bytes_per_token: int
+    bytes_per_token: int  # values and, in an 8-bit cache, their scales
+    kv_cache_dtype: str = "auto"  # EngineConfig.kv_cache_dtype: what the bytes above are stored in
 
 
 @dataclass(slots=True)
 class TraceRecord:
-    """The traced request, read back through its block table after the step."""
+    """The traced request, read back through its block table after the step.
+
+    In an 8-bit cache (MemoryRecord.kv_cache_dtype "int8" or "fp8") keys, values and latents are the
+    dequantized ones (code x scale), the numbers attention read; the per-row scales are not kept apart,
+    as they are folded into those numbers and their bytes are in MemoryRecord.bytes_per_token."""
 
     request_id: int
     keys: np.ndarray  # (layers, tokens, kv_heads, head_dim)

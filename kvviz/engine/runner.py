@@ -8,9 +8,10 @@ and attend. A mask function that returns None keeps transformers from building a
 
 The tokens of a step sit in one row, with no padding: (1, N). On the CPU in float32 a compiled
 kernel (cpu/paged_attention.c, loaded by cpu/kernels.py) then reads every request's keys and values
-in place, in their blocks, and the linear layers multiply with packed weights (cpu/packed_layers.py). Elsewhere (GPU, other dtypes, a quantized cache, a traced lesson step, attention="sdpa")
-attention gathers the blocks and works on two groups, padded only inside each group: decodes
-(one query each) and prefill chunks.
+in place, in their blocks (an 8-bit cache's codes decoded row by row as they are read), and the
+linear layers multiply with packed weights (cpu/packed_layers.py). Elsewhere (GPU, other dtypes, a
+traced lesson step, attention="sdpa") attention gathers the blocks and works on two groups, padded
+only inside each group: decodes (one query each) and prefill chunks.
 """
 
 from __future__ import annotations
@@ -149,9 +150,11 @@ def paged_attention(module, query, key, value, attention_mask, scaling=None, dro
     if batch.cache is not None:
         batch.cache.write(layer, k_new, v_new, batch.slot_mapping)
     if batch.kernel is not None:  # every key is now in a block: read them there
+        cache = batch.cache
         out = q.new_empty(q.shape)  # (N, H, D)
-        batch.kernel(q, batch.cache.key_cache[layer], batch.cache.value_cache[layer], out,
-                     batch.kernel_metadata, window, scaling, softcap)
+        scales = cache.layer_scales[layer] if cache.layer_scales is not None else None  # an 8-bit cache's
+        batch.kernel(q, cache.key_cache[layer], cache.value_cache[layer], out,
+                     batch.kernel_metadata, window, scaling, softcap, scales)
         return out.unsqueeze(0), None
     group_size = q.shape[1] // k_new.shape[1]
     out = None

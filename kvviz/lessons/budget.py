@@ -3,10 +3,12 @@
     work = Work(flops=forward_flops(3e6, 6144, new_tokens=512, cached_tokens=0), steps=1)
     check_click(work, torch.device("cpu"), "This batch", "ask for fewer prompts")   # WorkTooLarge over budget
 
-A click that runs a model (a batch, a comparison with transformers, a Model lab measurement) is
-counted in two numbers that do not depend on the machine: the floating-point operations of its
-forward passes, and the forward passes it takes (engine steps), each of which also pays a fixed
-cost outside the model (scheduling, building the batch, sampling). Each device kind turns them
+A click that runs a model (a batch, a comparison with transformers, a Model lab measurement, a link to
+a late step of Prefill and decode, Cache strategies' comparison) is counted in numbers that do not
+depend on the machine: the floating-point operations of its forward passes, and the forward passes it
+takes: engine steps, each of which also pays a fixed cost outside the model (scheduling, building
+the batch, sampling) and, when traced, a read-back of the request's K, V, attention and logits; and
+the model's own passes outside the engine, which pay their FLOPs only. Each device kind turns them
 into seconds with rates measured on the 2-core CPU this was written on (a forward pass of a
 model past a few million parameters ran 40-50 GFLOP/s; a step of the bundled model 25-55 ms):
 a faster machine finishes before the estimate. A click estimated past its budget (CLICK_SECONDS,
@@ -20,16 +22,21 @@ from dataclasses import dataclass
 
 import torch
 
+from kvviz.shapes import ModelShape
+
 CLICK_SECONDS = 30.0  # the most one click may run for, estimated, unless KVVIZ_CLICK_SECONDS says otherwise
 
 
 @dataclass(frozen=True, slots=True)
 class Rate:
     flops_per_s: float  # sustained in a forward pass
-    step_s: float  # one forward pass's fixed cost outside the model
+    step_s: float  # one engine step's fixed cost outside the model
+    read_back_s: float  # one traced step's read-back: the request's K, V, attention and logits copied out, compared
 
 
-RATES = {"cpu": Rate(4e10, 0.05), "cuda": Rate(2e13, 0.02)}  # another kind is counted as a CPU
+# read_back_s on the CPU: a link to Prefill and decode's step 255 after 250 tokens (256 steps of two traced
+# engines) ran 46-72 s where its FLOPs and engine steps alone came to 49 s (scripts/click_budget.py, 2026-12-01)
+RATES = {"cpu": Rate(4e10, 0.05, 0.025), "cuda": Rate(2e13, 0.02, 0.01)}  # another kind is counted as a CPU
 
 
 class WorkTooLarge(ValueError):
@@ -38,20 +45,28 @@ class WorkTooLarge(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Work:
-    """What a click runs: floating-point operations and forward passes."""
+    """What a click runs: floating-point operations and forward passes (engine steps, and the model's
+    own forward passes outside the engine, which pay their FLOPs only), some of them read back."""
 
     flops: float = 0.0
-    steps: int = 0
+    steps: int = 0  # engine steps
+    passes: int = 0  # the model's own forward passes, outside an engine
+    read_backs: int = 0  # engine steps whose traced request (K, V, attention, logits) is copied out
 
     def __add__(self, other: Work) -> Work:
-        return Work(self.flops + other.flops, self.steps + other.steps)
+        return Work(self.flops + other.flops, self.steps + other.steps, self.passes + other.passes,
+                    self.read_backs + other.read_backs)
 
     def __mul__(self, times: int) -> Work:
-        return Work(self.flops * times, self.steps * times)
+        return Work(self.flops * times, self.steps * times, self.passes * times, self.read_backs * times)
+
+    @property
+    def forward_passes(self) -> int:
+        return self.steps + self.passes
 
     def seconds(self, device: torch.device) -> float:
         rate = RATES.get(device.type, RATES["cpu"])
-        return self.flops / rate.flops_per_s + self.steps * rate.step_s
+        return self.flops / rate.flops_per_s + self.steps * rate.step_s + self.read_backs * rate.read_back_s
 
 
 def forward_flops(multiplied_params: int, per_pair: int, new_tokens: int, cached_tokens: int) -> float:
@@ -61,6 +76,28 @@ def forward_flops(multiplied_params: int, per_pair: int, new_tokens: int, cached
     before it."""
     pairs = new_tokens * cached_tokens + new_tokens * (new_tokens + 1) // 2
     return 2.0 * multiplied_params * new_tokens + float(per_pair) * pairs
+
+
+@dataclass(frozen=True, slots=True)
+class ModelCost:
+    """A loaded model's forward-pass FLOPs, from its weights and shape (see forward_flops)."""
+
+    multiplied: int  # weights multiplied per token: all but the embedding table and the logits head
+    per_pair: int  # 4 x heads x head size x layers
+    head: int  # the logits head's weights: 2 x head FLOPs per row of logits
+
+    @classmethod
+    def of(cls, model) -> ModelCost:
+        shape = ModelShape.of_model(model)
+        embedding = model.get_input_embeddings().weight
+        head = model.get_output_embeddings().weight
+        shared = head.data_ptr() == embedding.data_ptr()
+        total = sum(p.numel() for p in model.parameters())
+        return cls(total - embedding.numel() - (0 if shared else head.numel()),
+                   4 * (shape.num_heads or shape.num_kv_heads) * shape.head_dim * shape.num_layers, head.numel())
+
+    def forward(self, new_tokens: int, cached_tokens: int, logit_rows: int = 1) -> float:
+        return forward_flops(self.multiplied, self.per_pair, new_tokens, cached_tokens) + 2.0 * self.head * logit_rows
 
 
 def click_seconds() -> float:
@@ -75,6 +112,6 @@ def check_click(work: Work, device: torch.device, what: str, reduce: str) -> flo
     seconds, budget = work.seconds(device), click_seconds()
     if seconds > budget:
         raise WorkTooLarge(f"{what} would run about {seconds:,.0f} s on this server ({work.flops / 1e12:,.1f} TFLOP "
-                           f"in {work.steps:,} forward passes), more than the {budget:,.0f} s one click may take; "
-                           f"{reduce}.")
+                           f"in {work.forward_passes:,} forward passes), more than the {budget:,.0f} s one click may "
+                           f"take; {reduce}.")
     return seconds

@@ -24,6 +24,7 @@ from kvviz.lessons.files import RoomAnswers
 from kvviz.lessons.registry import BY_KEY
 from kvviz.ui import rooms
 from kvviz.ui.common import drop
+from kvviz.ui.text import plain
 
 KEYS = frozenset({"room_code", "room_query_done", "room_error", "room_version", "room_answer", "room_sent",
                   "room_followed_step", rooms.SESSION_KEY})
@@ -231,13 +232,13 @@ def file_answers(lesson) -> None:
         return
     with st.expander(f"The room's answers ({len(lesson.room_answers)} questions, from the file)",
                      icon=":material/groups:"):
-        for row in lesson.room_answers:
+        for row in lesson.room_answers:  # the file's text, shown as text (no link or image from a crafted file)
+            room, question, unit = plain(row.room), plain(row.question), plain(row.unit)
             if row.engine is None:
-                st.caption(f"Room {row.room}: “{row.question}” {len(row.answers)} answered; the file was written "
+                st.caption(f"Room {room}: “{question}” {len(row.answers)} answered; the file was written "
                            "before the reveal.")
             else:
-                results(f"{row.question} (room {row.room}, step {row.step})", row.unit, row.engine, row.answers,
-                        row.exact)
+                results(f"{question} (room {room}, step {row.step})", unit, row.engine, row.answers, row.exact)
 
 
 def _sync_questions(room: rooms.Room, asked: list[rooms.RoomQuestion]) -> None:

@@ -41,6 +41,23 @@ def _load_requested_model(on_model_change) -> None:
     on_model_change(st.session_state)
 
 
+def load_linked_model(source: str) -> str | None:
+    """A link's model (?model=...): load it for this session as the sidebar would, under the same
+    KVVIZ_MODELS rules. None when it is loaded (or already was); otherwise the sentence to show,
+    and the session keeps the model it had."""
+    if source == st.session_state.get("model_source", DEFAULT_SOURCE):
+        return None
+    try:
+        wanted = allowed_source(source[:300])  # a link is untrusted: a bounded id, checked like a typed one
+        shared_model(wanted)
+    except ModelLoadError as error:
+        current = st.session_state.get("model_source", DEFAULT_SOURCE)
+        return (f"The link's model could not be loaded here: {error} The lesson runs on {current} instead, "
+                "so its tokens may differ from the link's.")
+    st.session_state["model_source"] = wanted
+    return None
+
+
 def model_sidebar(on_model_change) -> None:
     """The sidebar's model picker; on_model_change(session_state) runs after another model loads
     (app.py passes kvviz.lessons.registry.reset_lessons: lessons belong to the model they ran on)."""

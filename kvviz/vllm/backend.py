@@ -82,7 +82,7 @@ def model_folder(source: str) -> str:
     if Path(source).expanduser().is_dir():
         return str(Path(source).expanduser().resolve())
     try:
-        from huggingface_hub import snapshot_download
+        from huggingface_hub import snapshot_download  # deferred: only a hub id, not a folder, needs it
 
         return snapshot_download(source, local_files_only=True)
     except Exception:
@@ -206,6 +206,29 @@ def batch_on_vllm(lm, workload, settings, kvviz_outputs: list[list[int]], python
             "peak_blocks": round(result["peak_kv_usage"] * result["num_blocks"]), "preemptions": result["preemptions"],
             "hit_rate": result["prefix_cache_hits"] / max(result["prefix_cache_queries"], 1),
             "wall_s": result["wall_s"], "vllm_version": result["vllm_version"]}
+
+
+# ---- the 8-bit cache against vLLM's (scripts/bench_kv_dtype.py) ---------------------------
+def greedy_by_cache_dtype(folder: str, prompts: list[list[int]], max_tokens: int, kv_cache_dtypes=("auto", "fp8"),
+                          dtype: str = "float32", kv_bytes: int = CPU_KV_BYTES, python=None) -> dict[str, dict]:
+    """vLLM's greedy token ids (EOS ignored) for each kv_cache_dtype, one LLM each in one worker, with
+    the KV capacity vLLM reports for kv_bytes: {dtype: {"outputs", "kv_cache_tokens", "num_blocks", ...}}.
+
+    vLLM's CPU fp8 cache ("fp8" = e4m3) keeps one scale per layer for K and one for V, read from the
+    checkpoint and 1.0 when it has none (as for the bundled model); kvviz's keeps one per token and
+    KV head. So the outputs agree only where the scales make no difference."""
+    greedy = [{"max_tokens": max_tokens, "temperature": 0.0, "ignore_eos": True}] * len(prompts)
+    jobs = [{"kind": "generate", "model": folder, "prompts": prompts, "sampling": greedy,
+             "llm": {"dtype": dtype, "enforce_eager": True, "kv_cache_memory_bytes": kv_bytes,
+                     "kv_cache_dtype": name, "enable_prefix_caching": False}}
+            for name in kv_cache_dtypes]
+    runs = {}
+    for name, result in zip(kv_cache_dtypes, run_jobs(jobs, python)):
+        check_result(result, f"{folder} with kv_cache_dtype={name!r}")
+        runs[name] = {"outputs": [o["token_ids"] for o in result["outputs"]],
+                      "kv_cache_tokens": result["reported"]["kv_cache_tokens"], "num_blocks": result["num_blocks"],
+                      "block_size": result["block_size"], "vllm_version": result["vllm_version"]}
+    return runs
 
 
 # ---- bill --against-vllm -----------------------------------------------------------------

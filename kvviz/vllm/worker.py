@@ -5,7 +5,9 @@
 JOBS.json holds a list of jobs; each builds one `LLM` and either generates token-id prompts
 ("generate") or only reports the KV cache vLLM allocated ("allocate"). RESULTS.json gets one
 result per job, with "error" set (one sentence) when the job failed. Imports only the standard
-library and vLLM: kvviz's own dependencies are not installed here.
+library and vLLM: kvviz's own dependencies are not installed here. vLLM is imported inside the
+functions that use it, on purpose: main() sets vLLM's environment variables first, and vLLM reads
+them when it is imported.
 """
 from __future__ import annotations
 

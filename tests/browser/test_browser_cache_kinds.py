@@ -9,8 +9,8 @@ the page shows for them is checked against the engine run directly in this test.
    cached latent rows.
 In presenter mode no text in these views is under 16 px (TEXTS_JS from test_browser_fonts).
 
-(A sliding-window model cannot be picked in the app: the sidebar loads "bundled", "tiny-mla", ids in
-the local Hugging Face cache, or folders the server allows, and none of those has sliding layers.)
+The third kind, sliding-window layer groups (the built-in tiny-gemma3 on the Paged page), is driven in
+test_browser_sliding_groups.py.
 """
 
 import re
@@ -62,6 +62,27 @@ def settle(page) -> None:
     wait_idle(page, settle=1.0, timeout=SLOW_S)
 
 
+def start_on_model(page, address: str, start: str, source: str, shown_name: str, presenter: bool) -> None:
+    """Open a lesson, load a built-in model from the sidebar's field as a student would (in presenter
+    mode then turn the sidebar's switch on, as a teacher does after picking the model), and press the
+    lesson's first button, `start`."""
+    page.goto(address)
+    page.get_by_role("button", name=start, exact=True).wait_for()
+    settle(page)
+    field = page.get_by_label(re.compile(r"^bundled, tiny-mla, .*a Hugging Face id"))
+    field.fill(source)
+    field.press("Enter")
+    settle(page)
+    page.locator("[data-testid='stSidebar']").get_by_text(shown_name, exact=False).first.wait_for(
+        timeout=SLOW_S * 1000)
+    if presenter:
+        page.locator("[data-testid='stSidebar']").get_by_text("Presenter mode", exact=True).click()
+        settle(page)
+        page.get_by_role("button", name=re.compile("Leave presenter mode")).wait_for()
+    page.get_by_role("button", name=start, exact=True).click()
+    settle(page)
+
+
 @MODES
 def test_memory_bill_fp8_and_mla_notes_show_the_engines_bytes(app_url, presenter, tiny_mla):  # noqa: F811
     with browser_page(1280, 720) as page:
@@ -92,21 +113,8 @@ def test_memory_bill_fp8_and_mla_notes_show_the_engines_bytes(app_url, presenter
 @MODES
 def test_prefill_and_decode_on_tiny_mla_shows_latent_rows_and_its_bytes(app_url, presenter, tiny_mla):  # noqa: F811
     with browser_page(1280, 720) as page:
-        page.goto(f"{app_url}/prefill_decode")
-        page.get_by_role("button", name="Prefill", exact=True).wait_for()
-        settle(page)
-        field = page.get_by_label(re.compile(r"^bundled, tiny-mla, .*a Hugging Face id"))
-        field.fill(TINY_MLA)
-        field.press("Enter")
-        settle(page)
-        page.locator("[data-testid='stSidebar']").get_by_text("tiny MLA (random DeepSeek-V3)",
-                                                               exact=False).wait_for(timeout=SLOW_S * 1000)
-        if presenter:  # the sidebar's switch, as a teacher turns it on after picking the model
-            page.locator("[data-testid='stSidebar']").get_by_text("Presenter mode", exact=True).click()
-            settle(page)
-            page.get_by_role("button", name=re.compile("Leave presenter mode")).wait_for()
-        page.get_by_role("button", name="Prefill", exact=True).click()
-        settle(page)
+        start_on_model(page, f"{app_url}/prefill_decode", "Prefill", TINY_MLA, "tiny MLA (random DeepSeek-V3)",
+                       presenter)
         for _ in range(3):
             page.get_by_role("button", name=re.compile("^Next token")).click()
             settle(page)

@@ -2,7 +2,8 @@
 
 Each file names its model `![p](http://kvviz.invalid/x.png) [Log in again](http://kvviz.invalid/login)`
 and puts markdown and HTML links into the texts its page draws (generated texts, strategy labels,
-token texts). After the replay no element of the page (Plotly's SVG included) may be a link or an
+token texts) and, as a file written in a room keeps them, into its room answers' questions and
+units. After the replay no element of the page (Plotly's SVG included) may be a link or an
 image pointing at the file's address, the model name must be readable as typed, and every view
 must draw in bounded time.
 """
@@ -23,6 +24,11 @@ HOST = "kvviz.invalid"
 NAME = f"![p](http://{HOST}/x.png) [Log in again](http://{HOST}/login) www.{HOST} admin@{HOST}"
 LINK_TEXT = f"[click](http://{HOST}/md) <a href=\"http://{HOST}/html\">here</a> <img src=\"http://{HOST}/i.png\">"
 # anything the page drew that points at the file's address: a link, an image, an SVG link or image
+# a room's answers, as a file written in a room (issue 27) keeps them: its question and unit are the file's text
+ROOM_ANSWERS = [{"room": "K7QW2M", "question": NAME, "unit": LINK_TEXT, "step": 1, "engine": 9.0, "answers": [4.0, 9.0],
+                 "exact": False},
+                {"room": "K7QW2M", "question": LINK_TEXT, "unit": "bytes", "step": 1, "engine": None, "answers": [1.0],
+                 "exact": False}]
 POINTING = f"""() => [...document.querySelectorAll('a, img, image, iframe, source')]
     .filter(e => [...e.attributes].some(a => a.value.includes('{HOST}'))).map(e => e.outerHTML.slice(0, 120))"""
 
@@ -55,6 +61,7 @@ def prefill_file(bundled) -> str:
     data = json.loads(export_lesson(run))
     data["model"]["name"] = NAME
     data["token_texts"] = [LINK_TEXT] * len(data["token_texts"])  # chips, the stage and the charts' axes
+    data["room_answers"] = ROOM_ANSWERS
     return json.dumps(data)
 
 
@@ -71,6 +78,7 @@ def paged_file(bundled) -> str:
     for record in data["records"]:
         for chunk in record["chunks"]:
             chunk["kind"] = LINK_TEXT if chunk["kind"] == "prefill" else chunk["kind"]  # drawn in the schedule chart
+    data["room_answers"] = ROOM_ANSWERS
     return json.dumps(data)
 
 
@@ -84,6 +92,7 @@ def speculative_file(bundled) -> str:
     data = json.loads(export_speculative(run, 1))
     data["model_name"] = NAME
     data["texts"] = [[ids, LINK_TEXT] for ids, _ in data["texts"]]
+    data["room_answers"] = ROOM_ANSWERS
     return json.dumps(data)
 
 
@@ -142,6 +151,10 @@ def test_a_files_text_never_becomes_a_link_or_an_image(browser, app_url, bundled
     banner.wait_for()
     assert "[Log in again](http://" in banner.inner_text().replace("\u2060", "")  # the name, as typed
     nothing_points_at_the_file(page)
+    if "room_answers" in json.loads(saved.read_text()):  # the room's answers panel, opened
+        page.get_by_text(re.compile(r"The room's answers \(2 questions")).first.click()
+        page.get_by_text(re.compile("answered within 1%")).first.wait_for()
+        nothing_points_at_the_file(page)
     for view in views:
         started = time.perf_counter()
         if path == "prefill_decode":

@@ -2,7 +2,7 @@
 the end, no two numbers on one screen contradict each other or the engine.
 
 Prefill and decode is opened at its last step from a link (the link runs every step on the server);
-Paged cache and batching and Speculative decoding are run to the end with their own buttons.
+Paged cache and batching, Speculative decoding and Batch generation are run to the end with their own buttons.
 """
 
 import re
@@ -85,3 +85,24 @@ def test_paged_batching_at_its_end_adds_up(app_url):  # noqa: F811
         no_exceptions(page)
         assert page.locator("[data-testid='stMetricValue']").filter(has_text="None").count() == 0
         assert page.get_by_text("0% wasted").count() == 0 or page.get_by_text("no request holds memory").count()
+
+
+def test_batch_generation_at_its_end_adds_up(app_url):  # noqa: F811
+    """The default batch run to its end: the tokens/s metric is the caption's division, the generated
+    tokens are the caption's, and the peak of blocks in use is within the pool."""
+    with browser_page(1280, 720) as page:
+        page.goto(f"{app_url}/batch_generation")
+        page.get_by_role("button", name="Run the batch", exact=True).wait_for()
+        wait_idle(page, timeout=SLOW_S)
+        press(page, "Run the batch")
+        page.get_by_text("requests in", exact=False).first.wait_for(timeout=SLOW_S * 1000)
+        no_exceptions(page)
+        caption = page.get_by_text(re.compile(r"^Tokens/s = ")).first.inner_text()
+        tokens, seconds, rate = re.search(r"([\d,]+) output tokens ÷ ([\d.]+) s in engine steps = ([\d,]+) tokens/s",
+                                          caption).groups()
+        tokens, seconds, rate = int(tokens.replace(",", "")), float(seconds), int(rate.replace(",", ""))
+        assert metric(page, "Output tokens/s") == f"{rate:,}"
+        assert tokens / (seconds + 0.005) - 1 <= rate <= tokens / max(seconds - 0.005, 1e-9) + 1  # s shown to 0.01
+        assert metric(page, "Generated tokens") == f"{tokens:,}"
+        peak, pool = map(int, re.match(r"(\d+) of (\d+)", metric(page, "Peak blocks in use")).groups())
+        assert 0 < peak <= pool

@@ -101,9 +101,15 @@ def test_swap_moves_the_codes_and_their_scales(kv_cache_dtype):
     assert swap.bytes_per_block == 2 * shape.bytes_per_token
 
 
-def test_a_quantized_cache_takes_the_gather_path(llama):
-    assert Engine(llama, num_blocks=8, kv_cache_dtype="int8").attention_kernel is None
-    assert Engine(llama, num_blocks=8, kv_cache_dtype="fp8").attention_kernel is None
+def test_a_quantized_cache_takes_the_compiled_kernel_where_float32_would(llama):
+    from kvviz.engine.cpu import kernels as cpu_kernels
+
+    has_kernel = cpu_kernels.load() is not None  # float32 on the CPU: the kernel decodes the codes in place
+    for name in QUANTIZED:
+        assert (Engine(llama, num_blocks=8, kv_cache_dtype=name).attention_kernel is not None) == has_kernel
+        assert Engine(llama, num_blocks=8, kv_cache_dtype=name, attention="sdpa").attention_kernel is None
+    half = tiny_model("llama").to(torch.bfloat16)  # a bfloat16 model gathers and dequantizes into bfloat16
+    assert Engine(half, num_blocks=8, kv_cache_dtype="int8").attention_kernel is None
 
 
 @pytest.mark.parametrize("kv_cache_dtype", QUANTIZED)
@@ -158,7 +164,8 @@ def test_fork_and_copy_on_write_with_a_quantized_cache(llama, kv_cache_dtype):
 
 
 def test_a_bad_kv_cache_dtype_gets_one_sentence(llama):
-    with pytest.raises(EngineError, match=r"^kv_cache_dtype must be one of 'auto', 'int8', 'fp8' .*not 'fp4'\.$"):
+    listed = "'auto', 'int8', 'fp8', 'fp8_per_tensor'"
+    with pytest.raises(EngineError, match=rf"^kv_cache_dtype must be one of {listed} .*not 'fp4'\.$"):
         Engine(llama, kv_cache_dtype="fp4")
     with pytest.raises(EngineError, match="kv_cache_dtype must be one of"):
         Engine(llama, kv_cache_dtype=torch.int8)

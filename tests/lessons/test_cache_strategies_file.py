@@ -5,8 +5,8 @@ import json
 import pytest
 
 from kvviz.lessons.cache_strategies.file import MAX_RESULTS, MAX_STEPS, export_strategies, import_strategies
-from kvviz.lessons.cache_strategies.logic import compare_strategies, lesson_specs
-from kvviz.lessons.cache_strategies.state import EXAMPLE_PROMPT, comparison
+from kvviz.lessons.cache_strategies.logic import compare_strategies, eight_bit_rows, lesson_specs
+from kvviz.lessons.cache_strategies.state import EXAMPLE_PROMPT, comparison, replayed
 from kvviz.lessons.files import LESSON_FORMAT, MAX_LESSON_BYTES, LessonFileError
 from kvviz.lessons.paged_batching.file import import_paged
 from kvviz.lessons.prefill_decode.file import import_lesson
@@ -24,7 +24,8 @@ def run(tiny_lm):
     specs = lesson_specs(SETTINGS["window"], SETTINGS["group_size"], SETTINGS["residual"], tiny_lm.max_context)
     results = compare_strategies(tiny_lm, EXAMPLE_PROMPT, SETTINGS["max_tokens"], specs, SETTINGS["timing_runs"])
     pieces = [[tiny_lm.tokenizer.decode([t]) for t in r.token_ids] for r in results]
-    return comparison(results, tiny_lm.name, EXAMPLE_PROMPT, SETTINGS, pieces)
+    return comparison(results, tiny_lm.name, EXAMPLE_PROMPT, SETTINGS, pieces,
+                      eight_bit=eight_bit_rows(tiny_lm, SETTINGS["group_size"]))
 
 
 def test_export_then_import_gives_equal_results(run):
@@ -33,10 +34,11 @@ def test_export_then_import_gives_equal_results(run):
     assert [r.final_bill.differences for r in file["results"]] == [r.final_bill.differences for r in run["results"]]
     assert file["pieces"] == [row["pieces"] for row in run["texts"]]
     assert (file["settings"], file["prompt"], file["model_name"]) == (SETTINGS, EXAMPLE_PROMPT, "tiny llama")
-    replay = comparison(file["results"], file["model_name"], file["prompt"], file["settings"], file["pieces"],
-                        replay=True)
+    replay = replayed(file)
     assert replay["replay"] and not run["replay"]
-    assert (replay["table"], replay["texts"]) == (run["table"], run["texts"])
+    assert (replay["table"], replay["texts"], replay["eight_bit"]) == (run["table"], run["texts"], run["eight_bit"])
+    # the tiny llama: 2 layers x 2 KV heads x K and V x (16 one-byte values + a float32 scale), or 16 float32s
+    assert [row.bytes_per_token for row in replay["eight_bit"]][1:] == [2 * 2 * 2 * (16 + 4)] * 2 + [2 * 2 * 2 * 16 * 4]
 
 
 def damage(run, change) -> str:
@@ -116,8 +118,7 @@ def test_a_replayed_file_renders_the_same_tabs_with_no_model():
 
     file = import_strategies(export_strategies(lesson))
     played = open_lesson("lessons/cache_strategies.py")
-    played.session_state["lesson_strategies"] = comparison(file["results"], file["model_name"], file["prompt"],
-                                                           file["settings"], file["pieces"], replay=True)
+    played.session_state["lesson_strategies"] = replayed(file)
     played.run()
     assert not played.exception
     banner = next(i.value for i in played.info if "Replaying a recorded comparison" in i.value)

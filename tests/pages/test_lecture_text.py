@@ -47,7 +47,8 @@ def test_prefill_and_decode_links_forward_to_where_its_early_words_are_taught():
     at = open_lesson("lessons/prefill_decode.py")
     next(b for b in at.button if b.label == "Prefill").click().run()
     here = KEYS.index("prefill_decode")
-    expected = {"Memory bill": "paged_batching", "Attention": "memory_bill", "Why decode is memory-bound": "memory_bill"}
+    expected = {"Memory bill": "paged_batching", "Attention": "memory_bill",
+                "Why decode is memory-bound": "memory_bill"}
     for view, key in expected.items():
         at.radio(key="lesson_view").set_value(view).run()
         assert not at.exception, view
@@ -118,3 +119,12 @@ def test_speculative_says_when_more_tokens_cost_little_and_that_it_is_beyond_the
     assert "While decode is memory-bound" in text and "costs little more" in text
     assert "Beyond the article" in text
 
+
+
+def test_the_memory_bills_mla_sentence_says_rebuilding_is_conceptual():
+    """Issue 23 item 18: DeepSeek's kernels fold the up-projections into the query and the output, so no
+    per-head key or value is rebuilt in practice; the variants tab said MLA 'rebuilds' them."""
+    text = shown(open_lesson("lessons/memory_bill.py"))
+    sentence = next(line for line in text.split("\n") if "*Multi-head latent attention*" in line)
+    assert "rebuilds each head's keys and values" not in sentence
+    assert "Conceptually" in sentence and "fold" in sentence

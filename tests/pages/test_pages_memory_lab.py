@@ -216,3 +216,38 @@ def test_the_lab_page_measures_its_default_shape_with_a_progress_bar():
     assert [t.context for t in result.timings] == lab.lab_contexts(512)  # the default longest context
     assert result.load_before is None or result.load_before >= 0
     assert metric(at, "With the cache").endswith("ms")
+
+
+def test_a_measurement_fills_its_result_in_place_and_a_stopped_one_says_so(tiny):
+    result = lab.describe(tiny, [8, 16, 32])
+    seen = []
+    lab.measure(tiny, [8, 16, 32], repeats=1, sample_tokens=0, result=result,
+                progress=lambda done, total, text: seen.append(len(result.timings)))
+    assert seen == [0, 0, 1, 2]  # each length's timing is in the result before the next one starts
+    assert not result.stopped and result.contexts_planned == 3
+    partial = lab.describe(tiny, [8, 16, 32])
+    partial.timings.extend(result.timings[:1])
+    assert partial.stopped and partial.stopped_note().startswith("Stopped after 1 of 3 context lengths")
+
+
+def test_the_lab_page_keeps_a_stopped_measurement_marked_as_stopped(tiny):
+    """Stop interrupts the page's script run; the next run finds what was timed under lab_measuring."""
+    partial = lab.describe(tiny, [8, 16, 32])
+    partial.timings.extend(lab.measure_decode_times(tiny, [8], repeats=1))
+    at = open_page("lessons/model_lab.py")
+    at.session_state["lab_measuring"] = (TINY, partial)
+    at.run()
+    assert not at.exception and not at.error
+    assert "lab_measuring" not in at.session_state
+    assert at.session_state["lab_result"].timings == partial.timings
+    assert any(w.value.startswith("Stopped after 1 of 3 context lengths") for w in at.warning)
+    assert metric(at, "Parameters") == f"{partial.num_params / 1e6:,.2f}M"
+
+    at.session_state["lab_measuring"] = (TINY, None)  # stopped while the model was being built
+    at.run()
+    assert not at.exception and at.session_state["lab_result"].timings == partial.timings  # kept
+    assert any(w.value.startswith("Stopped after 0 context lengths") for w in at.warning)
+    press_measure(at)  # Measure runs again, and clears the note
+    assert not at.exception and not at.error and "lab_measuring" not in at.session_state
+    assert not at.session_state["lab_result"].stopped
+    assert not any("Stopped after" in w.value for w in at.warning)

@@ -153,6 +153,21 @@ def test_batch_run_matches_the_engine(batch_page, bundled):
     assert {m.label: m.value for m in at.metric}["Outputs identical"] == "5 of 5"
 
 
+def test_a_stopped_comparison_says_how_far_it_got_and_keeps_nothing(batch_page):
+    """Stop interrupts the page's script run; the next run finds how far it got under batch_comparing."""
+    at = batch_page
+    button(at, "Run the batch").click().run()
+    at.session_state["batch_comparing"] = (3, 8)
+    at.run()
+    assert not at.exception and not at.error and "batch_comparing" not in at.session_state
+    assert [w.value for w in at.warning if "Stopped" in w.value][0].startswith("Stopped after 3 of 8 runs")
+    assert "lesson_batch_compare" not in at.session_state
+    button(at, "Run both and compare").click().run()  # it runs again, and the note goes
+    assert not at.exception and not at.error and "batch_comparing" not in at.session_state
+    assert at.session_state["lesson_batch_compare"].agreement.all_equal
+    assert not any("Stopped" in w.value for w in at.warning)
+
+
 def test_batch_pool_too_small_gives_one_sentence(batch_page):
     at = batch_page
     at.number_input(key="batch_num_blocks").set_value(1).run()

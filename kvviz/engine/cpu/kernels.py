@@ -3,6 +3,8 @@ a packed MLP (layer_ops.c). Built once with the system's C compiler, loaded with
 
     kernels = load()                 # None where they cannot be built (why_not() says why)
     kernels(query, key_cache, value_cache, out, metadata, window, scaling, softcap)  # attention
+    kernels(query, key_codes, value_codes, out, metadata, window, scaling, softcap,
+            scales=(key_scales, value_scales))  # attention over an 8-bit cache (int8 or fp8 codes)
     kernels.silu_and_mul(gate_up)    # (..., 2I) -> (..., I)
 
 Why a kernel: read in place, a request's keys and values go from the cache's blocks straight
@@ -12,8 +14,9 @@ the bench's 2-core CPU that gather, the padding and the masks took about a third
 
 The build needs only a C compiler (cc, gcc or clang) with OpenMP: no PyTorch headers, so it takes
 about a second. The library is cached under ~/.cache/kvviz (or $KVVIZ_CACHE_DIR), named by a hash
-of the source, the flags and the machine, and rebuilt when any of them change. Only float32 on
-the CPU goes through it; other dtypes and devices keep the PyTorch path.
+of the source, the flags and the machine, and rebuilt when any of them change. Only a float32 model
+on the CPU goes through it, its cache in float32 or in 8-bit codes with one scale per row (the
+kernel decodes each row as it reads it); other dtypes and devices keep the PyTorch path.
 """
 
 from __future__ import annotations
@@ -47,6 +50,10 @@ class KernelMetadata:
     token_pos: torch.Tensor  # (N,) position of each query token in its request
 
 
+# the cache's storage dtype -> paged_attention.c's enum cache_kind
+CACHE_KINDS = {torch.float32: 0, torch.int8: 1, torch.float8_e4m3fn: 2}
+
+
 class CpuKernels:
     def __init__(self, library: ctypes.CDLL):
         c_int, c_long, c_ptr, c_float = ctypes.c_int, ctypes.c_long, ctypes.c_void_p, ctypes.c_float
@@ -57,7 +64,9 @@ class CpuKernels:
             return function
 
         self.function = bind("kvviz_paged_attention", c_ptr, c_long, c_long, c_ptr, c_ptr, c_ptr, c_ptr, c_int,
-                             c_ptr, c_ptr, c_int, c_int, c_int, c_int, c_int, c_int, c_float, c_float, c_int)
+                             c_ptr, c_ptr, c_int, c_ptr, c_ptr, c_int, c_int, c_int, c_int, c_int, c_int,
+                             c_float, c_float, c_int)
+        self.fp8_e4m3_values_function = bind("kvviz_fp8_e4m3_values", c_ptr)
         self.silu_and_mul_function = bind("kvviz_silu_and_mul", c_ptr, c_ptr, c_long, c_long, c_int)
 
     def silu_and_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
@@ -69,18 +78,35 @@ class CpuKernels:
                                    torch.get_num_threads())
         return out
 
+    def fp8_e4m3_values(self) -> torch.Tensor:
+        """(256,) float32: the value the kernel decodes each fp8 e4m3 code (0-255) to."""
+        values = torch.empty(256)
+        self.fp8_e4m3_values_function(values.data_ptr())
+        return values
+
     def __call__(self, query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
                  out: torch.Tensor, metadata: KernelMetadata, window: int | None, scaling: float,
-                 softcap: float | None) -> torch.Tensor:
-        """query: (N, H, D), D contiguous; key_cache, value_cache: (num_blocks, block_size, KVH, D)
-        contiguous; out: (N, H, D) contiguous, written and returned."""
+                 softcap: float | None, scales: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+        """query: (N, H, D) float32, D contiguous; key_cache, value_cache: (num_blocks, block_size, KVH, D)
+        contiguous, float32, or int8 / fp8 e4m3 codes with `scales` = (key_scales, value_scales), each
+        (num_blocks, block_size, KVH) float32 contiguous; out: (N, H, D) float32 contiguous, written and returned."""
         num_tokens, num_heads, head_dim = query.shape
         block_size, num_kv_heads = key_cache.shape[1], key_cache.shape[2]
         assert query.stride(2) == 1 and out.is_contiguous() and key_cache.is_contiguous()
-        assert query.dtype == key_cache.dtype == out.dtype == torch.float32
+        assert query.dtype == out.dtype == torch.float32 and key_cache.dtype == value_cache.dtype
+        kind, key_scales_ptr, value_scales_ptr = 0, None, None  # float32: no scales
+        if scales is not None:
+            key_scales, value_scales = scales
+            assert key_scales.dtype == value_scales.dtype == torch.float32
+            assert key_scales.is_contiguous() and value_scales.is_contiguous()
+            assert key_scales.shape == value_scales.shape == key_cache.shape[:3]
+            kind = CACHE_KINDS[key_cache.dtype]
+            key_scales_ptr, value_scales_ptr = key_scales.data_ptr(), value_scales.data_ptr()
+        assert (kind == 0) == (key_cache.dtype == torch.float32), "an 8-bit cache, and only one, has scales"
         tables = metadata.block_tables
         self.function(query.data_ptr(), query.stride(0), query.stride(1), key_cache.data_ptr(),
-                      value_cache.data_ptr(), out.data_ptr(), tables.data_ptr(), tables.shape[1],
+                      value_cache.data_ptr(), key_scales_ptr, value_scales_ptr, kind, out.data_ptr(),
+                      tables.data_ptr(), tables.shape[1],
                       metadata.token_seq.data_ptr(), metadata.token_pos.data_ptr(), num_tokens, num_heads,
                       num_kv_heads, head_dim, block_size, window or 0, scaling, softcap or 0.0,
                       torch.get_num_threads())

@@ -302,13 +302,16 @@ def generate_twin(model):
 
 
 def compare_with_transformers(lm, workload: Workload, settings: BatchSettings | None = None,
-                              hf_batch_size: int = 16, repeats: int = COMPARE_REPEATS) -> TransformersComparison:
+                              hf_batch_size: int = 16, repeats: int = COMPARE_REPEATS,
+                              progress=None) -> TransformersComparison:
     """Run the workload greedily in kvviz's engine and in transformers `generate`: one untimed
     warm-up of each on the first two requests, then `repeats` timed runs of each, in turns.
 
     Both sides generate no further than the model's context (kvviz stops there; transformers would
     run on past it, and the two would do different work): requests asking for more are cut, and
-    counted in `cut_requests`. The whole comparison's work is estimated first (kvviz.lessons.budget)."""
+    counted in `cut_requests`. The whole comparison's work is estimated first (kvviz.lessons.budget).
+
+    progress: optional callable(done, total, text), called before each of the 2 + 2 x repeats runs."""
     settings = settings or BatchSettings()
     if not len(workload):
         raise WorkloadError("There are no prompts to run; upload a file or make a synthetic workload.")
@@ -325,12 +328,22 @@ def compare_with_transformers(lm, workload: Workload, settings: BatchSettings | 
     check_click(work, next(model.parameters()).device, f"Comparing {len(workload)} requests {runs} times each way",
                 "compare a smaller batch: run one with fewer prompts or fewer tokens to generate first")
     twin = generate_twin(model)
+    total = 2 + 2 * runs
+
+    def about_to(done: int, text: str) -> None:
+        if progress is not None:
+            progress(done, total, text)
+
     load_before = machine_load()
+    about_to(0, "Warming up kvviz on the first two prompts")
     bench.run_kvviz(model, warmup, settings.engine, num_blocks=num_blocks)  # first-call costs are nobody's speed
+    about_to(1, "Warming up transformers generate on the first two prompts")
     bench.run_hf_generate(twin, warmup, hf_batch_size)
     ours, theirs = [], []
-    for _ in range(runs):
+    for index in range(runs):
+        about_to(2 + 2 * index, f"Timing kvviz, run {index + 1} of {runs}")
         ours.append(bench.run_kvviz(model, workload, settings.engine, num_blocks=num_blocks))
+        about_to(3 + 2 * index, f"Timing transformers generate, run {index + 1} of {runs}")
         theirs.append(bench.run_hf_generate(twin, workload, hf_batch_size))
     kvviz, transformers = (bench.median_run(runs) for runs in (ours, theirs))
     return TransformersComparison(kvviz, transformers, bench.compare_outputs(kvviz.outputs, transformers.outputs),

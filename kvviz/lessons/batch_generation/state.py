@@ -1,9 +1,10 @@
 """Session state of the "Batch generation" page: build the workload, run it with a live view.
 
 Results live in st.session_state under "lesson_batch" and "lesson_batch_compare" (loading another
-model clears them, as it clears every lesson); widgets under "batch_*". The run is started by a
-button in the page, not in a callback, because its progress bar and live charts must sit in the
-page where the button is.
+model clears them, as it clears every lesson); widgets under "batch_*". The run and the comparison
+are started by buttons in the page, not in callbacks, because their progress bars (and the run's
+live charts) must sit in the page where the button is, and a comparison's Stop button interrupts a
+script run, never a callback.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ SYNTHETIC, UPLOAD = "Synthetic workload", "Upload a file"
 PAGE_ENGINE = EngineConfig(max_num_seqs=16, max_num_batched_tokens=256)
 PAGE_SAMPLING = SamplingParams(temperature=0.8, top_k=40, top_p=0.95, seed=0, ignore_eos=True)  # when not greedy
 KEYS = frozenset({"lesson_batch", "lesson_batch_compare", "lesson_batch_vllm", "batch_error", "batch_compare_error",
-                  "batch_vllm_error", "batch_upload_parsed"})  # the upload is parsed with the model's tokenizer
+                  "batch_vllm_error", "batch_upload_parsed",  # the upload is parsed with the model's tokenizer
+                  "batch_comparing", "batch_compare_stopped"})
 INPUTS = ("batch_",)
 DEFAULTS = {"batch_source": SYNTHETIC, "batch_count": 16, "batch_prompt_len": (8, 32), "batch_output_len": (16, 32),
             "batch_prefix": 32, "batch_seed": PAGE_SAMPLING.seed, "batch_greedy": True,
@@ -160,7 +162,8 @@ def run(progress_slot, live_slot) -> None:
         live_slot.empty()
         return
     st.session_state["lesson_batch"] = outcome
-    st.session_state.pop("lesson_batch_compare", None)  # it compared other prompts
+    for key in ("lesson_batch_compare", "batch_compare_stopped"):  # they compared other prompts
+        st.session_state.pop(key, None)
     progress_slot.empty()
     live_slot.empty()
 
@@ -190,12 +193,47 @@ def _on_last_batch(run, result_key: str, error_key: str, no_batch: str) -> None:
         st.session_state[error_key] = str(problem)
 
 
-def on_compare() -> None:
-    """Run the last batch's prompts through kvviz and transformers generate, greedy, and time both."""
-    _on_last_batch(lambda done: compare_with_transformers(current_model(), done.workload, done.settings,
-                                                          int(setting("batch_hf_batch_size"))),
-                   "lesson_batch_compare", "batch_compare_error",
+def compare(slot) -> None:
+    """Run the last batch's prompts through kvviz and transformers generate, greedy, and time both,
+    under a progress bar and a Stop button in `slot`. It runs in the page's script, not in a
+    callback, so that pressing Stop (or any widget) interrupts it at the bar's next move, between
+    two timed runs; "batch_comparing" then tells the next run of the page how far it got."""
+    for key in ("batch_compare_error", "batch_compare_stopped"):
+        st.session_state.pop(key, None)
+    with slot.container():
+        bar = st.progress(0.0, text="Estimating the work")
+        st.button("Stop", key="batch_compare_stop", icon=":material/stop:",
+                  help="A comparison needs all its runs, so nothing of this one is kept.")
+
+    def progress(done: int, total: int, text: str) -> None:
+        if done == 0:  # the work starts: the last comparison is being replaced
+            st.session_state.pop("lesson_batch_compare", None)
+        st.session_state["batch_comparing"] = (done, total)
+        bar.progress(done / total, text=f"{text} ({done} of {total} runs done)")
+
+    def compared(done: BatchResult):
+        outcome = compare_with_transformers(current_model(), done.workload, done.settings,
+                                            int(setting("batch_hf_batch_size")), progress=progress)
+        bar.progress(1.0, text="Compared")  # a run stopped meanwhile ends here, storing nothing
+        return outcome
+
+    _on_last_batch(compared, "lesson_batch_compare", "batch_compare_error",
                    "Run the batch first; the comparison uses its prompts.")
+    st.session_state.pop("batch_comparing", None)  # ended, not stopped
+    slot.empty()
+
+
+def note_a_stopped_comparison() -> None:
+    """A comparison that a widget interrupted keeps nothing (its medians need every run): say how far it got."""
+    if "batch_comparing" in st.session_state:
+        done, total = st.session_state.pop("batch_comparing")
+        st.session_state["batch_compare_stopped"] = (
+            f"Stopped after {done} of {total} runs: a comparison needs all of them for its medians, so none is "
+            "shown. Press **Run both and compare** to start again.")
+
+
+def compare_stopped() -> str | None:
+    return st.session_state.get("batch_compare_stopped")
 
 
 def vllm_available() -> bool:

@@ -1,7 +1,8 @@
 """Export the "Cache strategies" lesson to JSON and replay it without a model.
 
 A file holds what the comparison was asked (the prompt and the page's settings), every
-strategy's StrategyComparison and the text pieces of its tokens. Everything the comparison tabs
+strategy's StrategyComparison, the text pieces of its tokens and the 8-bit caches' bytes per token
+(`eight_bit`, EightBitRow; a file written before it replays without that table). Everything the comparison tabs
 draw comes from these. A file is untrusted: each field is checked for type, range and agreement
 with the others (one entry per step, one piece per token) before anything is built, and a
 refusal is one sentence naming the field (kvviz/lessons/files.py).
@@ -11,8 +12,9 @@ from __future__ import annotations
 
 import json
 import typing
+from dataclasses import asdict
 
-from kvviz.lessons.cache_strategies.logic import StrategyComparison
+from kvviz.lessons.cache_strategies.logic import EightBitRow, StrategyComparison
 from kvviz.lessons.files import (
     LESSON_FORMAT,
     FieldError,
@@ -33,6 +35,8 @@ MAX_STEPS = 4096  # per strategy: the page's slider stops at 128 tokens
 MAX_LAYERS = 1024
 MAX_DIFFERENCES = 64
 FIELDS = {"format", "lesson", "model_name", "prompt", "settings", "results", "pieces"}
+EIGHT_BIT = "eight_bit"  # optional: files written before it replay without the 8-bit table
+MAX_EIGHT_BIT = 16  # the page measures 4 rows
 SETTINGS = {"max_tokens": MAX_STEPS, "window": MAX_STEPS, "group_size": 4096, "residual": MAX_STEPS,
             "timing_runs": 100}  # name -> most; residual is checked from 0 below
 PER_STEP = ("kl", "max_key_error", "max_value_error", "held_bytes", "predicted_bytes", "forward_s", "tokens_run")
@@ -45,6 +49,7 @@ def export_strategies(comparison: dict) -> str:
         "format": LESSON_FORMAT, "lesson": LESSON, "model_name": comparison["model"], "prompt": comparison["prompt"],
         "settings": comparison["settings"], "results": [r.to_dict() for r in comparison["results"]],
         "pieces": [row["pieces"] for row in comparison["texts"]],
+        EIGHT_BIT: [asdict(row) for row in comparison["eight_bit"]],
     })
 
 
@@ -55,7 +60,7 @@ def import_strategies(data: bytes | str) -> dict:
 
 
 def _build(payload: dict) -> dict:
-    check_keys(payload, "", FIELDS)
+    check_keys(payload, "", FIELDS | {EIGHT_BIT}, FIELDS)
     settings = _settings(payload["settings"])
     items = bounded_list(payload["results"], MAX_RESULTS, "results")
     check_range(len(items), 1, MAX_RESULTS, "results (the number of strategies)")
@@ -69,7 +74,9 @@ def _build(payload: dict) -> dict:
                                              f"{len(result.token_ids)} tokens")
     return {"model_name": typed(payload["model_name"], str, "model_name")[:200],
             "prompt": typed(payload["prompt"], str, "prompt"), "settings": settings, "results": results,
-            "pieces": [typed(text, list[str], f"pieces[{i}]") for i, text in enumerate(pieces)]}
+            "pieces": [typed(text, list[str], f"pieces[{i}]") for i, text in enumerate(pieces)],
+            "eight_bit": [typed(row, EightBitRow, f"{EIGHT_BIT}[{i}]")
+                          for i, row in enumerate(bounded_list(payload.get(EIGHT_BIT, []), MAX_EIGHT_BIT, EIGHT_BIT))]}
 
 
 def _settings(value) -> dict:

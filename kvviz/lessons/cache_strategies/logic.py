@@ -22,11 +22,17 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 import numpy as np
+import torch
 
+from kvviz.engine.cache_dtype import measured_bytes_per_token
+from kvviz.engine.kv_cache import SCALE_DTYPE
+from kvviz.engine.model_parts import model_parts
+from kvviz.lessons.budget import ModelCost, Work, check_click
+from kvviz.shapes import ModelShape
 from kvviz.strategies.bill import ByteBill
 from kvviz.strategies.compare import first_difference, kl_divergence
-from kvviz.strategies.options import StrategySpec
-from kvviz.strategies.run import run_strategy
+from kvviz.strategies.options import ModelFacts, StrategySpec, make_cache
+from kvviz.strategies.run import run_strategy, tokenize
 
 STATIC_MOST_TOKENS = 4096  # a full-size model's whole context (128k tokens) would not fit in memory
 
@@ -90,14 +96,50 @@ def mean_decode_ms(run) -> float:
     return 1000 * float(np.mean(decode))
 
 
+ENGINE_STRATEGIES = frozenset({"paged", "no_cache"})  # kvviz.strategies.run runs these in the engine
+
+
+def run_work(cost: ModelCost, strategy: str, prompt_tokens: int, max_tokens: int) -> Work:
+    """One run_strategy: a prefill and max_tokens - 1 decode steps. paged and no_cache run in the engine,
+    traced and read back at every step (no_cache runs every token so far again); the rest are the model's
+    own forward passes, counted by their FLOPs as a full cache keeping every token."""
+    if strategy == "no_cache":
+        flops = sum(cost.forward(prompt_tokens + step, 0) for step in range(max_tokens))
+    else:
+        flops = cost.forward(prompt_tokens, 0) + sum(cost.forward(1, prompt_tokens + step - 1)
+                                                     for step in range(1, max_tokens))
+    if strategy in ENGINE_STRATEGIES:
+        return Work(flops, steps=max_tokens, read_backs=max_tokens)
+    return Work(flops, passes=max_tokens)
+
+
+def comparison_work(lm, prompt_tokens: int, max_tokens: int, strategies, timing_runs: int = 1) -> Work:
+    """What compare_strategies runs: the full cache's reference run, then per strategy a teacher-forced
+    run, a free run and timing_runs - 1 more free runs."""
+    cost = ModelCost.of(model_parts(lm).model)
+    work = run_work(cost, "dynamic", prompt_tokens, max_tokens)
+    for spec in strategies:
+        work += run_work(cost, StrategySpec.of(spec).name, prompt_tokens, max_tokens) * (1 + max(timing_runs, 1))
+    return work
+
+
 def compare_strategies(lm, prompt: str | list[int], max_tokens: int = 32,
                        strategies=DEFAULT_STRATEGIES, timing_runs: int = 1) -> list[StrategyComparison]:
     """Run each strategy (a name, a (name, options) pair or a StrategySpec) against the full cache.
 
     timing_runs: free runs timed per strategy (the first is the free run itself, which follows a
     teacher-forced run of the same strategy, so it is warm); the extra ones go round the
-    strategies in turn, so that a busy moment of the machine slows them alike."""
+    strategies in turn, so that a busy moment of the machine slows them alike.
+
+    The whole comparison's work is estimated first: past one click's budget it raises
+    kvviz.lessons.budget.WorkTooLarge (a ValueError) and runs nothing."""
     specs = [StrategySpec.of(s) for s in strategies]
+    model, tokenizer, _ = model_parts(lm)
+    prompt_tokens = len(tokenize(prompt, tokenizer))
+    check_click(comparison_work(lm, prompt_tokens, max_tokens, specs, timing_runs),
+                next(model.parameters()).device,
+                f"Running every strategy for {max_tokens} tokens after this {prompt_tokens}-token prompt",
+                "ask for fewer tokens or use a shorter prompt")
     full = run_strategy(lm, prompt, "dynamic", max_tokens)  # the reference: keeps every token exactly
     results = []
     for spec in specs:
@@ -119,6 +161,57 @@ def compare_strategies(lm, prompt: str | list[int], max_tokens: int = 32,
         for spec, result in zip(specs, results):
             result.decode_ms.append(mean_decode_ms(run_strategy(lm, full.prompt_token_ids, spec, max_tokens)))
     return results
+
+
+@dataclass(slots=True)
+class EightBitRow:
+    """One way of caching keys and values in 8 bits, and what one token costs in it."""
+
+    cache: str  # which cache
+    bytes_per_token: int  # measured: the tensors' bytes (values, scales, zero points) of one token, all layers
+    counts: str  # what those bytes are made of
+
+
+# The engine's 8-bit caches' cost in quality on the bundled model, measured once, not on the page (one prompt
+# takes about a minute on a 2-core machine): scripts/bench_kv_dtype.py, 2026-12-01 (commit fd51606, in
+# docs/benchmarks.md, "The 8-bit paged cache"), 8 Shakespeare prompts x 48 greedy tokens, KL(auto || dtype)
+# teacher-forced. dtype -> (mean KL, largest KL in nats, prompts of the 8 whose 48 greedy tokens stay identical)
+BUNDLED_ENGINE_QUALITY = {"int8": (2.3e-05, 1.5e-03, 7), "fp8": (4.7e-04, 2.4e-02, 4)}
+
+
+def engine_quality_note() -> str:
+    """The engine's 8-bit caches' cost in quality on the bundled model, said with how and when it was measured."""
+    said = [f"{dtype} mean KL {mean:.1e} nats (largest {largest:.1e}), greedy identical on {same} of 8 prompts"
+            for dtype, (mean, largest, same) in BUNDLED_ENGINE_QUALITY.items()]
+    return ("The engine's 8-bit caches on the bundled model, measured once by scripts/bench_kv_dtype.py on "
+            "2026-12-01 (8 prompts × 48 greedy tokens, KL against the full-precision cache along its own tokens; "
+            "too slow to run on this page): " + "; ".join(said) + ". The strategy's own error is in "
+            "**Error and KL**, measured on this prompt.")
+
+
+def eight_bit_rows(lm, group_size: int) -> list[EightBitRow]:
+    """The page's int8 strategy beside kvviz's engine with kv_cache_dtype "int8" and "fp8", on this model:
+    bytes per token measured from a one-token cache of each (the strategy's with no recent tokens kept)."""
+    model, _, max_context = model_parts(lm)
+    facts, shape = ModelFacts.of(model, max_context), ModelShape.of_model(model)
+    cache = make_cache("quantized", {"bits": 8, "group_size": group_size, "residual": 0}, facts)
+    token = torch.zeros(1, facts.num_kv_heads, 1, facts.head_dim, dtype=facts.dtype, device=facts.device)
+    for layer in cache.layers:
+        layer.update(token, token)  # (1, kv_heads, 1, head_dim) keys and values: one token, quantized at once
+    dtype = str(facts.dtype).removeprefix("torch.")
+    scale = str(SCALE_DTYPE).removeprefix("torch.")
+    per_row = f"plus one {scale} scale per token, KV head and K or V row (absmax scaling, no zero point)"
+    return [
+        EightBitRow(f"int8, group {group_size}: this page's quantized strategy", cache.nbytes,
+                    f"1 byte a value, plus a {dtype} scale and a {dtype} zero point per group of {group_size} "
+                    "values"),
+        EightBitRow('kvviz engine, kv_cache_dtype="int8"', measured_bytes_per_token(shape, "int8", facts.dtype),
+                    f"1 byte a value, {per_row}"),
+        EightBitRow('kvviz engine, kv_cache_dtype="fp8"', measured_bytes_per_token(shape, "fp8", facts.dtype),
+                    f"1 byte a value (e4m3), {per_row}"),
+        EightBitRow(f'kvviz engine, kv_cache_dtype="auto" ({dtype})',
+                    measured_bytes_per_token(shape, "auto", facts.dtype), f"the model's {dtype} values, no scales"),
+    ]
 
 
 def comparison_table(results: list[StrategyComparison]) -> list[dict]:

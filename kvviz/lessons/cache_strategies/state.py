@@ -14,7 +14,14 @@ import streamlit as st
 from kvviz.lessons.cache_strategies.figures import strategy_color
 from kvviz.lessons.cache_strategies.file import export_strategies, import_strategies
 from kvviz.lessons.cache_strategies.gqa import gqa_report
-from kvviz.lessons.cache_strategies.logic import StrategyComparison, compare_strategies, comparison_table, lesson_specs
+from kvviz.lessons.cache_strategies.logic import (
+    EightBitRow,
+    StrategyComparison,
+    compare_strategies,
+    comparison_table,
+    eight_bit_rows,
+    lesson_specs,
+)
 from kvviz.ui.common import current_model, drop
 
 EXAMPLE_PROMPT = "ROMEO:\nBut soft, what light through yonder window breaks?"
@@ -68,14 +75,16 @@ def on_run() -> None:
     decode = (lambda t: lm.tokenizer.decode([t])) if lm.tokenizer is not None else str
     pieces = [[decode(t) for t in r.token_ids] for r in results]
     st.session_state["lesson_strategies"] = comparison(results, lm.name, prompt,
-                                                       {**settings, "timing_runs": TIMING_RUNS}, pieces)
+                                                       {**settings, "timing_runs": TIMING_RUNS}, pieces,
+                                                       eight_bit=eight_bit_rows(lm, settings["group_size"]))
 
 
 def comparison(results: list[StrategyComparison], model_name: str, prompt: str, settings: dict,
-               pieces: list[list[str]], replay: bool = False) -> dict:
-    """What the page draws, all plain data: the results, their table and their texts (one piece per token)."""
+               pieces: list[list[str]], replay: bool = False, eight_bit: list[EightBitRow] = ()) -> dict:
+    """What the page draws, all plain data: the results, their table, their texts (one piece per token) and
+    the 8-bit caches' bytes per token (none from a file written before they were recorded)."""
     return {"results": results, "table": comparison_table(results), "model": model_name, "prompt": prompt,
-            "settings": settings, "replay": replay,
+            "settings": settings, "replay": replay, "eight_bit": list(eight_bit),
             "texts": [{"label": r.label, "color": strategy_color(r.strategy, r.options), "pieces": text,
                        "divergence": r.first_divergence} for r, text in zip(results, pieces)]}
 
@@ -90,10 +99,14 @@ def exporter():
 
 def replay(data: bytes) -> None:
     """Replay an uploaded comparison (raises LessonFileError, and then the current one stays)."""
-    file = import_strategies(data)
-    st.session_state["lesson_strategies"] = comparison(file["results"], file["model_name"], file["prompt"],
-                                                       file["settings"], file["pieces"], replay=True)
+    st.session_state["lesson_strategies"] = replayed(import_strategies(data))
     st.session_state.pop("strategies_error", None)
+
+
+def replayed(file: dict) -> dict:
+    """The comparison a checked lesson file (import_strategies) holds, as the page keeps it for a replay."""
+    return comparison(file["results"], file["model_name"], file["prompt"], file["settings"], file["pieces"],
+                      replay=True, eight_bit=file["eight_bit"])
 
 
 def on_leave_replay() -> None:

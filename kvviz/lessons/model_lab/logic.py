@@ -19,6 +19,7 @@ import statistics
 from dataclasses import asdict, dataclass, field
 
 import torch
+from transformers import AutoTokenizer
 
 from kvviz.lessons.budget import Work, check_click, forward_flops
 from kvviz.engine import Engine, SamplingParams
@@ -97,6 +98,17 @@ class LabResult:
     timings: list[DecodeTiming] = field(default_factory=list)
     sample_text: str | None = None  # what the random weights write, to show it is nonsense
     load_before: float | None = None  # the machine's 1-minute load average when the timing started
+    contexts_planned: int = 0  # context lengths the measurement set out to time; more than len(timings) if stopped
+
+    @property
+    def stopped(self) -> bool:
+        return len(self.timings) < self.contexts_planned
+
+    def stopped_note(self) -> str:
+        """'Stopped after 2 of 6 context lengths: ...' for a measurement stopped part way."""
+        return (f"Stopped after {len(self.timings)} of {self.contexts_planned} context lengths: the results below "
+                f"are the lengths timed before Stop, up to {self.timings[-1].context:,} tokens. Press **Measure** "
+                "to time them all.")
 
     def busy_note(self) -> str | None:
         """One sentence when the timings say the machine was busy, else None."""
@@ -131,8 +143,6 @@ class ShapeEstimate:
 @functools.cache
 def default_vocab_size() -> int:
     """The bundled tokenizer's vocabulary, which a custom shape uses unless told otherwise."""
-    from transformers import AutoTokenizer
-
     return len(AutoTokenizer.from_pretrained(str(BUNDLED_DIR), local_files_only=True))
 
 
@@ -217,31 +227,40 @@ def cache_shape_of(lm: LoadedModel) -> ModelShape:
     return lm.shape
 
 
-def measure(lm: LoadedModel, contexts: list[int], repeats: int = 3, seed: int = 0,
-            sample_tokens: int = 12, progress=None) -> LabResult:
-    """Describe `lm` and time its decode steps at each context length (see measure_decode_times)."""
+def describe(lm: LoadedModel, contexts: list[int]) -> LabResult:
+    """What `lm` weighs and caches, with no timings yet: `measure` fills them in."""
     info = lm.describe()
     shape = cache_shape_of(lm)
     dtype_bytes = info["dtype_bytes"]
-    result = LabResult(
+    return LabResult(
         name=lm.name, num_params=info["parameters"],
         weight_bytes=sum(p.nbytes for p in lm.model.parameters()), dtype_bytes=dtype_bytes,
         bytes_per_token=kv_cache_bytes(shape, 1, 1, dtype_bytes),
         formula=bill_breakdown(shape, max(contexts), 1, dtype_bytes)[0].formula,
-        device=str(lm.device), load_before=machine_load(),
-        timings=measure_decode_times(lm, contexts, repeats, seed, progress))
+        device=str(lm.device), load_before=machine_load(), contexts_planned=len(contexts))
+
+
+def measure(lm: LoadedModel, contexts: list[int], repeats: int = 3, seed: int = 0,
+            sample_tokens: int = 12, progress=None, result: LabResult | None = None) -> LabResult:
+    """Describe `lm` and time its decode steps at each context length (see measure_decode_times).
+
+    result: a `describe(lm, contexts)` to fill in; each context's timing is added to it as soon as
+    it is measured, so whoever holds it keeps what was timed if the measurement is stopped."""
+    result = result if result is not None else describe(lm, contexts)
+    measure_decode_times(lm, contexts, repeats, seed, progress, into=result.timings)
     if sample_tokens and lm.tokenizer is not None:
         result.sample_text = sample_nonsense(lm, sample_tokens)
     return result
 
 
 def measure_decode_times(lm: LoadedModel, contexts: list[int], repeats: int = 3,
-                         seed: int = 0, progress=None) -> list[DecodeTiming]:
+                         seed: int = 0, progress=None, into: list[DecodeTiming] | None = None) -> list[DecodeTiming]:
     """For each context c: the median forward time of `repeats` warm decode steps with c tokens in
     context, with the cache (one new token) and without (all c tokens again), their spread, and the
     cache bytes. Near the end of the context each repeat takes a fresh pair of engines.
 
-    progress: optional callable(done, total, text), called before each context is timed."""
+    progress: optional callable(done, total, text), called before each context is timed.
+    into: the list each timing is appended to as soon as its context is done (a new one by default)."""
     if not contexts:
         raise ValueError("Give at least one context length to measure.")
     if min(contexts) < 2 or max(contexts) > lm.max_context - 2:
@@ -256,7 +275,7 @@ def measure_decode_times(lm: LoadedModel, contexts: list[int], repeats: int = 3,
     if progress is not None:
         progress(0, len(contexts), "Warming up: the first forward passes are not timed")
     _warm_up(lm, vocab_size, rng, max(contexts))
-    timings = []
+    timings = into if into is not None else []
     for done, context in enumerate(contexts):
         if progress is not None:
             progress(done, len(contexts), f"Timing {repeats} steps each way at {context:,} tokens of context")

@@ -103,12 +103,12 @@ def group_block_tables(record: StepRecord, labels: dict[int, str], block_size: i
     fig.update_yaxes(tickvals=list(range(len(rows))), autorange="reversed", showgrid=False, zeroline=False,
                      ticktext=[f"{labels.get(s.request_id)} · {group.name}"
                                + (f" ({group.window}-token window)" if group.window else "") for s, _, group in rows])
-    fig.update_xaxes(title="logical block (inside: the group's physical block id)", dtick=1,
-                     showgrid=False, zeroline=False)
+    # the axis title stays short: the long row labels leave this half-width chart a narrow plot area
+    fig.update_xaxes(title="logical block", dtick=1, showgrid=False, zeroline=False)
     held = ", ".join(f"{group.name} {group.num_blocks - group.num_free_blocks} of {group.num_blocks}"
                      for group in record.layer_groups)
-    return _layout(fig, f"Block tables per layer group (× = given back)<br><sup>blocks in use: {held}</sup>",
-                   height=140 + 50 * max(len(rows), 1))
+    return _layout(fig, "Block tables per layer group (× = given back)<br><sup>inside: physical block id · "
+                        f"blocks in use: {held}</sup>", height=140 + 50 * max(len(rows), 1))
 
 
 def schedule_timeline(records: list[StepRecord], labels: dict[int, str]) -> go.Figure:
@@ -122,6 +122,8 @@ def schedule_timeline(records: list[StepRecord], labels: dict[int, str]) -> go.F
                 marker=dict(color=request_color(chunk.request_id),
                             pattern_shape="" if chunk.kind == "decode" else "/"),
                 text=f"{labels.get(chunk.request_id)} {kind}", textposition="inside",
+                # a hatched bar is mostly white between its stripes: the text white on a plain bar would vanish
+                insidetextfont=dict(color="white" if chunk.kind == "decode" else "#111827"),
                 hovertext=f"{labels.get(chunk.request_id)}: {kind} of {chunk.num_tokens} tokens "
                           f"from position {chunk.start}", hoverinfo="text"))
     most = max((r.num_tokens_run for r in records), default=0)

@@ -42,7 +42,11 @@ def on_start() -> None:
     except EngineError as error:
         st.session_state["paged_error"] = str(error)
         return
-    lesson.step()
+    try:
+        lesson.step()
+    except EngineError as error:  # the model's logits are NaN or infinite: the engine stopped the requests
+        st.session_state["paged_error"] = str(error)
+        return
     st.session_state["lesson_paged"] = lesson
     st.session_state["paged_view_step"] = 0
     st.session_state["paged_questions"] = []  # they asked about the previous run's steps
@@ -53,9 +57,12 @@ def on_step(count: int = 1) -> None:
     if lesson is None:
         on_start()
         return
-    for _ in range(count):
-        if lesson.step() is None:
-            break
+    try:
+        for _ in range(count):
+            if lesson.step() is None:
+                break
+    except EngineError as error:  # NaN or infinite logits midway: the run keeps the steps it has
+        st.session_state["paged_error"] = str(error)
     st.session_state["paged_view_step"] = len(lesson.records) - 1
 
 

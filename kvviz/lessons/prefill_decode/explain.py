@@ -7,6 +7,7 @@ and the article's small example of the work the cache saves.
 
 from __future__ import annotations
 
+import inspect
 import sys
 from dataclasses import dataclass
 
@@ -95,7 +96,11 @@ def project_newest_token(model, token_ids: list[int], layer: int) -> Projection 
     if hasattr(attention, "q_norm"):  # Qwen3, OLMo2: norms before the rotation
         q, k = attention.q_norm(q), attention.k_norm(k)
     position = torch.tensor([[len(token_ids) - 1]], device=device)  # (1, 1)
-    cos, sin = model.model.rotary_emb(x, position)
+    rotary = model.model.rotary_emb
+    if "layer_type" in inspect.signature(rotary.forward).parameters:  # Gemma-3: one rotation per layer type
+        cos, sin = rotary(x, position, model.config.get_text_config().layer_types[layer])
+    else:
+        cos, sin = rotary(x, position)
     rotate = sys.modules[type(attention).__module__].apply_rotary_pos_emb
     q_rot, k_rot = rotate(q, k, cos, sin)
     weights = {name: tuple(getattr(attention, proj).weight.shape)

@@ -14,6 +14,7 @@ import numpy as np
 from kvviz.engine import Engine, EngineError, SamplingParams, StepRecord
 from kvviz.engine.config import DEFAULTS
 from kvviz.engine.records import TraceRecord
+from kvviz.lessons.budget import ModelCost, Work, click_seconds
 from kvviz.memory_bill import bill_breakdown
 from kvviz.models import summary_shape
 
@@ -239,6 +240,31 @@ class Lesson:
                 "slack_slots": len(blocks) * self.settings.block_size - cached_tokens,
                 "slack_bytes": block_bytes - cached_tokens * per_token, "returned": returned,
                 "pool_bytes": record.memory.allocated_bytes, "bytes_per_token": per_token}
+
+
+def lesson_work(lm, prompt_tokens: int, last_step: int) -> Work:
+    """What a lesson runs from its prefill to `last_step` (0: the prefill alone): at each step one
+    engine step of the cached engine (the prompt, then one token after the cache) and one of its
+    no-cache twin, which runs every token so far again, both traced and read back."""
+    cost = ModelCost.of(lm.model)
+    last_step = min(last_step, max(lm.max_context - prompt_tokens, 0))  # the lesson stops at the context
+    flops = cost.forward(prompt_tokens, 0) * 2  # the prefill, the same on both sides
+    for step in range(1, last_step + 1):
+        flops += cost.forward(1, prompt_tokens + step - 1) + cost.forward(prompt_tokens + step, 0)
+    return Work(flops, steps=2 * (last_step + 1), read_backs=2 * (last_step + 1))
+
+
+def furthest_step(lm, prompt_tokens: int, target: int, device) -> int:
+    """The furthest step up to `target` a lesson reaches within one click's budget; -1 when not even the prefill."""
+    budget = click_seconds()
+    low, high = -1, target
+    while low < high:  # the work grows with the step: the last step whose work fits
+        middle = (low + high + 1) // 2
+        if lesson_work(lm, prompt_tokens, middle).seconds(device) <= budget:
+            low = middle
+        else:
+            high = middle - 1
+    return low
 
 
 def per_token_formula(info: dict) -> str:

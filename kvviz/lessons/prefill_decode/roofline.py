@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kvviz import memory_bill
 from kvviz.memory_bill import QUANT_GROUP_SIZE, ModelShape, format_bytes, kv_cache_bytes
@@ -150,8 +150,6 @@ def prefill_step(shape: ModelShape, num_params: int, prompt_tokens: int, *, weig
 def variants(shape: ModelShape, num_params: int, context: int, *, batch: int = 1,
              weight_bytes: float = 2, cache_bytes: float = 2) -> list[StepCost]:
     """The same step with this model's KV heads, with every head cached (MHA), one (MQA), and int8/int4 caches."""
-    from dataclasses import replace
-
     heads = shape.num_heads or shape.num_kv_heads
     rows = [decode_step(shape, num_params, context, batch=batch, weight_bytes=weight_bytes,
                         cache_bytes=cache_bytes, label=f"this model ({shape.num_kv_heads} KV heads)")]
@@ -190,7 +188,7 @@ def what_if_problems(shape: ModelShape, step: StepCost, device: Accelerator) -> 
 def measure_this_machine(size: int = 1024, megabytes: int = 128, repeats: int = 5) -> Accelerator:
     """This machine's roof, measured once per process: a square fp32 matmul's FLOP/s and a large
     copy's bytes/s (read + write), each the median of `repeats` warm runs."""
-    import torch
+    import torch  # deferred on purpose: the roofline's arithmetic is pure Python; only this measurement needs torch
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 

@@ -12,9 +12,17 @@ import time
 import streamlit as st
 
 from kvviz.engine import EngineError
-from kvviz.lessons.prefill_decode.logic import MAX_LESSON_TOKENS, Lesson, LessonSettings, lesson_sampling
+from kvviz.lessons.budget import WorkTooLarge, check_click, click_seconds
+from kvviz.lessons.prefill_decode.logic import (
+    MAX_LESSON_TOKENS,
+    Lesson,
+    LessonSettings,
+    furthest_step,
+    lesson_sampling,
+    lesson_work,
+)
 from kvviz.ui import live_lessons
-from kvviz.ui.common import current_model, drop, page_sampling
+from kvviz.ui.common import current_model, drop, load_linked_model, page_sampling
 from kvviz.ui.stage import chosen_step
 
 EXAMPLE_PROMPTS = [
@@ -72,7 +80,11 @@ def on_prefill() -> None:
     if refusal is not None:
         st.session_state["lesson_error"] = refusal
         return
-    new.prefill()
+    try:
+        new.prefill()
+    except EngineError as error:  # the model's logits are NaN or infinite: the engine stopped the request
+        st.session_state["lesson_error"] = str(error)
+        return
     st.session_state["lesson"] = new
     st.session_state["lesson_view_step"] = 0
     st.session_state["lesson_questions"] = []
@@ -83,7 +95,13 @@ def on_next_token() -> None:
     if current is None:
         on_prefill()
         return
-    if current.next_token() is not None:
+    try:
+        stepped = current.next_token()
+    except EngineError as error:  # NaN or infinite logits midway: the lesson keeps the steps it has
+        st.session_state["lesson_error"] = str(error)
+        st.session_state["lesson_playing"] = False
+        return
+    if stepped is not None:
         st.session_state["lesson_view_step"] = len(current.visible_records) - 1
     if current.finished:
         st.session_state["lesson_playing"] = False
@@ -165,17 +183,22 @@ def _link_settings(params) -> list[str]:
 
 
 def restore_from_query() -> None:
-    """Open the lesson a link describes (?prompt=...&tokens=..&step=N&view=..., and the sampling
-    when not greedy), once per session: the same tokens at the same step."""
+    """Open the lesson a link describes (?model=...&prompt=...&tokens=..&step=N&view=..., and the
+    sampling when not greedy), once per session: the same tokens on the same model at the same step."""
     params = st.query_params
     if st.session_state.get("lesson_query_done"):
         return
-    st.session_state["lesson_query_done"] = True  # only the first run of a session reads the link
     if "prompt" not in params:
+        st.session_state["lesson_query_done"] = True
         return
+    before = st.session_state.get("model_source")
+    model_note = load_linked_model(params["model"]) if "model" in params else None
+    if st.session_state.get("model_source") != before:
+        st.rerun()  # once more with the link's model loaded, so the sidebar names the model the lesson runs on
+    st.session_state["lesson_query_done"] = True  # only the first run of a session reads the link
     st.session_state["lesson_prompt"] = params["prompt"]
     on_prompt_edit()
-    notes = _link_settings(params)
+    notes = _link_settings(params) + ([model_note] if model_note else [])
     if "step" in params:
         try:
             target = max(0, int(params["step"]))
@@ -187,21 +210,44 @@ def restore_from_query() -> None:
             notes.append(f"The link's step {target:,} is past the last step a lesson reaches; showing step {last}.")
             target = last
         run_to_step(target)
-    if notes and "lesson_error" not in st.session_state:
-        st.session_state["lesson_error"] = " ".join(notes)
+    if notes:  # before what the run said (a refusal, or the budget's stop)
+        st.session_state["lesson_error"] = " ".join(notes + [st.session_state.get("lesson_error", "")]).strip()
 
 
 def run_to_step(target: int) -> None:
     """A new lesson from the page's settings, run to step `target` (tokens to generate raised to
-    reach it, up to the most a lesson may ask for): a link's or a room's lesson, made one's own."""
+    reach it, up to the most a lesson may ask for): a link's or a room's lesson, made one's own.
+
+    Its work is estimated first (kvviz.lessons.budget): past one click's budget the lesson stops at
+    the furthest step the budget allows and says so; Next token and Play go on from there. A prefill
+    alone past the budget is refused in one sentence, and the session keeps what it had."""
     st.session_state["lesson_max_tokens"] = min(max(int(setting("lesson_max_tokens")), target + 1),
                                                 MAX_LESSON_TOKENS)
+    lm = current_model()
+    device = next(lm.model.parameters()).device
+    prompt_tokens = len(lm.tokenizer(str(setting("lesson_prompt")))["input_ids"]) if lm.tokenizer else 1
+    reachable = furthest_step(lm, prompt_tokens, target, device)
+    if reachable < 0:  # not even the prefill fits: check_click says so
+        try:
+            check_click(lesson_work(lm, prompt_tokens, 0), device, "This lesson's prefill", "use a shorter prompt")
+        except WorkTooLarge as refusal:
+            st.session_state["lesson_error"] = str(refusal)
+            return
+    note = None
+    if reachable < target:
+        seconds = lesson_work(lm, prompt_tokens, target).seconds(device)
+        note = (f"Step {target:,} would take about {seconds:,.0f} s to reach on this server, more than the "
+                f"{click_seconds():,.0f} s one click may take, so the lesson stops at step {reachable:,}; press "
+                "Next token or Play to go on from there.")
+        target = reachable
     on_prefill()
     for _ in range(target):  # at most one real step per step asked for
         current = lesson()
         if current is None or current.finished:
             break
         on_next_token()
+    if note is not None and "lesson_error" not in st.session_state:
+        st.session_state["lesson_error"] = note
 
 
 def on_example() -> None:

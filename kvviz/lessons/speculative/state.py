@@ -40,7 +40,11 @@ def on_start() -> None:
     if refusal is not None:
         state["spec_error"] = refusal
         return
-    new.step()  # the prefill: the first token, no drafts yet
+    try:
+        new.step()  # the prefill: the first token, no drafts yet
+    except EngineError as error:  # the model's logits are NaN or infinite: the engine stopped the request
+        state["spec_error"] = str(error)
+        return
     state[KEY] = new
     state["spec_view"] = 0
 
@@ -50,9 +54,12 @@ def on_step(count: int = 1) -> None:
     if current is None:
         on_start()
         return
-    for _ in range(count):
-        if not current.step():
-            break
+    try:
+        for _ in range(count):
+            if not current.step():
+                break
+    except EngineError as error:  # NaN or infinite logits midway: the run keeps the passes it has
+        st.session_state["spec_error"] = str(error)
     st.session_state["spec_view"] = len(current.records) - 1
 
 

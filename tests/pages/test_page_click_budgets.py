@@ -1,0 +1,117 @@
+"""Issue 25, "A budget per click": a link to Prefill and decode at a late step and Cache strategies'
+"Run every strategy" are estimated before any work (kvviz.lessons.budget), like Batch generation's and
+Model lab's clicks. Past the budget the link opens the lesson at the furthest step the budget allows
+and says so, a prefill alone past it is refused, and the button runs nothing and keeps the results."""
+
+import time
+
+import torch
+from streamlit.testing.v1 import AppTest
+
+from kvviz.lessons import budget
+from kvviz.lessons.budget import Rate
+from kvviz.lessons.cache_strategies.logic import comparison_work, lesson_specs
+from kvviz.lessons.cache_strategies.state import DEFAULTS, EXAMPLE_PROMPT
+from kvviz.lessons.prefill_decode.logic import furthest_step, lesson_work
+from kvviz.lessons.prefill_decode.state import DEFAULTS as LESSON_DEFAULTS, EXAMPLE_PROMPTS
+
+from conftest import ROOT, button, one_sentence
+
+CPU = torch.device("cpu")
+
+
+def shown(element) -> str:
+    """An st.error's sentence as the reader sees it (the page escapes it for markdown)."""
+    return element.value.replace("\\", "").replace("\u2060", "")
+
+
+def open_link(step: int, prompt: str = EXAMPLE_PROMPTS[0]) -> AppTest:
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=240)
+    at.query_params["prompt"] = prompt
+    at.query_params["step"] = str(step)
+    at.run()
+    at.switch_page("lessons/prefill_decode.py").run()
+    assert not at.exception
+    return at
+
+
+def prompt_tokens(lm, prompt: str) -> int:
+    return len(lm.tokenizer(prompt)["input_ids"])
+
+
+# ---- (a) a link to Prefill and decode ------------------------------------------------------------
+def test_the_link_at_the_last_step_is_estimated_past_the_budget(bundled):
+    """The README's case, 250 prompt tokens to step 255, ran 46-72 s: the estimate says more than 30 s."""
+    seconds = lesson_work(bundled, 250, 255).seconds(CPU)
+    assert 40 < seconds < 90
+    assert furthest_step(bundled, 250, 255, CPU) < 255
+
+
+def test_a_link_past_the_budget_opens_the_furthest_step_it_allows(bundled, monkeypatch):
+    monkeypatch.setenv("KVVIZ_CLICK_SECONDS", "2")
+    tokens = prompt_tokens(bundled, EXAMPLE_PROMPTS[0])
+    reachable = furthest_step(bundled, tokens, 255, CPU)
+    assert 0 < reachable < 40
+    started = time.perf_counter()
+    at = open_link(255)
+    assert time.perf_counter() - started < 60  # under load: the estimate's 2 s, with a page drawn
+    lesson = at.session_state["lesson"]
+    assert len(lesson.records) - 1 == reachable  # stopped there, not at 255
+    assert len(at.error) == 1
+    message = shown(at.error[0])
+    assert one_sentence(message)
+    assert message.startswith("Step 255 would take about") and "more than the 2 s one click may take" in message
+    assert f"so the lesson stops at step {reachable}; press Next token or Play to go on from there." in message
+    button(at, "Next token").click().run()  # and the lesson goes on from there
+    assert len(at.session_state["lesson"].records) - 1 == reachable + 1
+
+
+def test_a_link_whose_prefill_alone_is_past_the_budget_runs_nothing(monkeypatch):
+    monkeypatch.setitem(budget.RATES, "cpu", Rate(1e6, 0.05, 0.025))  # a server a million times slower
+    at = open_link(10)
+    assert "lesson" not in at.session_state
+    assert len(at.error) == 1
+    message = shown(at.error[0])
+    assert one_sentence(message) and message.startswith("This lesson's prefill would run about")
+    assert message.endswith("one click may take; use a shorter prompt.")
+
+
+def test_a_link_within_the_budget_reaches_its_step(bundled):
+    """The page's default: 48 tokens, so a link to its last step, 47, opens there and says nothing."""
+    last = LESSON_DEFAULTS["lesson_max_tokens"] - 1
+    assert furthest_step(bundled, prompt_tokens(bundled, EXAMPLE_PROMPTS[0]), last, CPU) == last
+    at = open_link(last)
+    assert len(at.session_state["lesson"].records) - 1 == last
+    assert not at.error
+
+
+# ---- (b) Run every strategy ----------------------------------------------------------------------
+def test_the_largest_comparison_is_estimated_past_the_budget_and_the_default_within(bundled):
+    """The README's case, 128 tokens after 380 prompt tokens, ran 71 s (121 CPU s)."""
+    specs = lesson_specs(DEFAULTS["strategies_window"], DEFAULTS["strategies_group_size"],
+                         DEFAULTS["strategies_residual"], bundled.max_context)
+    assert comparison_work(bundled, 380, 128, specs, 3).seconds(CPU) > budget.CLICK_SECONDS
+    default = comparison_work(bundled, prompt_tokens(bundled, EXAMPLE_PROMPT), DEFAULTS["strategies_max_tokens"],
+                              specs, 3)
+    assert default.seconds(CPU) < budget.CLICK_SECONDS
+
+
+def test_run_every_strategy_past_the_budget_runs_nothing_and_keeps_the_results(monkeypatch):
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=240)
+    at.run()
+    at.switch_page("lessons/cache_strategies.py").run()
+    at.slider(key="strategies_max_tokens").set_value(3).run()
+    button(at, "Run every strategy").click().run()
+    assert not at.exception and not at.error
+    results = at.session_state["lesson_strategies"]
+    monkeypatch.setenv("KVVIZ_CLICK_SECONDS", "5")
+    at.slider(key="strategies_max_tokens").set_value(DEFAULTS["strategies_max_tokens"]).run()
+    started = time.perf_counter()
+    button(at, "Run every strategy").click().run()
+    assert time.perf_counter() - started < 30  # nothing ran
+    assert not at.exception and len(at.error) == 1
+    message = shown(at.error[0])
+    assert one_sentence(message)
+    assert message.startswith("Running every strategy for 32 tokens after this")
+    assert "more than the 5 s one click may take; ask for fewer tokens or use a shorter prompt." in message
+    assert at.session_state["lesson_strategies"] is results  # the earlier comparison stays
