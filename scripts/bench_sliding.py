@@ -2,6 +2,7 @@
 
     python scripts/bench_sliding.py            # a random Gemma-3-shaped model (5 sliding : 1 full)
     python scripts/bench_sliding.py --quick    # smaller and shorter, a smoke test
+    python scripts/bench_sliding.py --same-memory-only   # only part 3
 
 1. One request grown to each context length: the most blocks it held at once in the full group
    and in the sliding group (engine/layer_groups.py), beside the Memory bill's row for each layer
@@ -10,6 +11,12 @@
    (the kvviz source of --baseline, a git revision, unpacked to a temporary folder and run in
    its own process), greedy outputs compared. Median of --runs runs, the two taking turns. The
    same for a Llama of the same size (every layer full: one group), which must not get slower.
+3. The same cache memory (the bytes of --budget-blocks blocks of every layer), this engine, whose
+   sliding pools give the bytes they do not need to the full group (layer_groups.pool_sizes),
+   against the engine before that (--budget-baseline, where every group's pool had num_blocks
+   blocks): the most requests running at once, preemptions, generated tokens per second, for
+   tiny-gemma3 (load_model), a Gemma-2-shaped model of its size (sliding and full layers 1:1)
+   and a Llama of its size (one group: the same pool both times, must not get slower).
 """
 
 from __future__ import annotations
@@ -25,6 +32,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 BASELINE = "886404f"  # the last commit before layer groups
+BUDGET_BASELINE = "ba95e4e"  # the last commit where every layer group's pool had num_blocks blocks
+# part 3: more requests than the pool's bytes hold at their full length, each 6 blocks of 16 at the end
+BUDGET_REQUESTS, BUDGET_PROMPT_LEN, BUDGET_MAX_TOKENS, BUDGET_STEP_TOKENS = 16, 32, 64, 64
 
 
 def bench_model(quick: bool, arch: str = "gemma3"):
@@ -105,6 +115,101 @@ def blocks_against_context(quick: bool, contexts: list[int], block_size: int = 1
         print(f"| {context:,} | {' | '.join(map(str, at_context[context]))} | {' | '.join(map(str, bill_blocks))} |")
 
 
+def budget_model(arch: str):
+    """tiny-gemma3 as the app loads it, or a random model of its size: Gemma-2-shaped or a Llama."""
+    import torch
+    import transformers as tf
+
+    from kvviz.models import load_model
+
+    gemma3 = load_model("tiny-gemma3", device="cpu")
+    if arch == "tiny-gemma3":
+        return gemma3.model
+    config = gemma3.model.config
+    common = dict(vocab_size=config.vocab_size, hidden_size=config.hidden_size, num_hidden_layers=6,
+                  intermediate_size=config.intermediate_size, num_attention_heads=config.num_attention_heads,
+                  num_key_value_heads=config.num_key_value_heads, head_dim=config.head_dim,
+                  max_position_embeddings=512, bos_token_id=config.bos_token_id, eos_token_id=config.eos_token_id,
+                  pad_token_id=config.pad_token_id)
+    torch.manual_seed(0)
+    if arch == "llama":
+        return tf.LlamaForCausalLM(tf.LlamaConfig(**common)).eval()
+    gemma2 = tf.Gemma2Config(query_pre_attn_scalar=config.head_dim, sliding_window=config.sliding_window,
+                             layer_types=["sliding_attention", "full_attention"] * 3, **common)
+    return tf.Gemma2ForCausalLM(gemma2).eval()
+
+
+def budget_worker(arch: str, args) -> None:
+    """One batch in the bytes of args.budget_blocks blocks of every layer, with whichever kvviz is
+    first on sys.path; prints JSON."""
+    import time
+
+    from kvviz import Engine, SamplingParams
+
+    model = budget_model(arch)
+    settings = dict(block_size=16, num_blocks=args.budget_blocks, max_num_seqs=BUDGET_REQUESTS,
+                    max_num_batched_tokens=BUDGET_STEP_TOKENS)
+    prompts = batch_prompts(BUDGET_REQUESTS, BUDGET_PROMPT_LEN)
+    Engine(model, **settings).generate(prompts[:1], SamplingParams(max_tokens=4, ignore_eos=True))  # warm-up
+    engine = Engine(model, **settings)
+    for prompt in prompts:
+        engine.add_request(prompt, SamplingParams(max_tokens=BUDGET_MAX_TOKENS, ignore_eos=True))
+    most_running, running_per_step, start = 0, [], time.perf_counter()
+    while engine.has_unfinished():
+        engine.step()
+        most_running = max(most_running, len(engine.scheduler.running))
+        running_per_step.append(len(engine.scheduler.running))
+    seconds = time.perf_counter() - start
+    print(json.dumps({"tokens_per_s": BUDGET_REQUESTS * BUDGET_MAX_TOKENS / seconds, "most_running": most_running,
+                      "preemptions": engine.scheduler.num_preemptions, "steps": engine.step_index,
+                      "mean_running": sum(running_per_step) / len(running_per_step),
+                      "peak_full_blocks": engine.stats["peak_blocks"],  # the first (full) group's pool
+                      "pool_blocks": [g.pool.num_blocks for g in engine.layer_groups] or [engine.num_blocks],
+                      "cache_bytes": engine.cache.nbytes,
+                      "outputs": [engine.output(i).token_ids for i in range(BUDGET_REQUESTS)]}))
+
+
+def same_memory_against_baseline(args) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", args.budget_baseline, "kvviz"],
+                                 capture_output=True, check=True).stdout
+        subprocess.run(["tar", "-x", "-C", folder], input=archive, check=True)
+        engines = (("shared bytes (this engine)", ROOT), (f"a pool of num_blocks per group ({args.budget_baseline})",
+                                                          Path(folder)))
+        archs = ("tiny-gemma3", "gemma2", "llama")
+        results = {(arch, name): [] for arch in archs for name, _ in engines}
+        for _ in range(args.runs):
+            for arch in archs:
+                for name, source in engines:
+                    command = [sys.executable, str(Path(__file__).resolve()), "--budget-worker", arch,
+                               "--budget-blocks", str(args.budget_blocks)]
+                    done = subprocess.run(command, capture_output=True, text=True, check=True,
+                                          env={**os.environ, "PYTHONPATH": str(source)})
+                    result = json.loads(done.stdout.strip().splitlines()[-1])
+                    results[arch, name].append(result)
+                    print(arch, name, {k: v for k, v in result.items() if k != "outputs"}, flush=True)  # as it comes
+    print(f"\nThe same cache memory: {args.budget_blocks} blocks of 16 tokens of every layer. {BUDGET_REQUESTS} "
+          f"requests of {BUDGET_PROMPT_LEN} + {BUDGET_MAX_TOKENS} tokens (each "
+          f"{-(-(BUDGET_PROMPT_LEN + BUDGET_MAX_TOKENS) // 16)} full blocks at the end), max_num_seqs "
+          f"{BUDGET_REQUESTS}, max_num_batched_tokens {BUDGET_STEP_TOKENS}, greedy; median of {args.runs} runs "
+          "taking turns (min-max):")
+    print("| model | engine | pool blocks (full, sliding) | cache bytes | most full blocks in use | requests running "
+          "(most; mean per step) | preemptions | steps | generated tokens/s | ratio | same outputs |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|")
+    names = [name for name, _ in engines]
+    for arch in archs:
+        new_runs, old_runs = results[arch, names[0]], results[arch, names[1]]
+        medians = [statistics.median(r["tokens_per_s"] for r in runs) for runs in (new_runs, old_runs)]
+        same = all(new["outputs"] == old["outputs"] for new, old in zip(new_runs, old_runs))
+        for name, runs, median in ((names[0], new_runs, medians[0]), (names[1], old_runs, medians[1])):
+            speeds = [r["tokens_per_s"] for r in runs]
+            ratio = f"{medians[0] / medians[1]:.3f}" if runs is new_runs else ""
+            print(f"| {arch} | {name} | {runs[0]['pool_blocks']} | {runs[0]['cache_bytes']:,} "
+                  f"| {runs[0]['peak_full_blocks']} | {runs[0]['most_running']}; {runs[0]['mean_running']:.1f} "
+                  f"| {runs[0]['preemptions']} | {runs[0]['steps']} "
+                  f"| {median:.1f} ({min(speeds):.1f}-{max(speeds):.1f}) | {ratio} | {same} |")
+
+
 def run_worker(source: Path, arch: str, args) -> dict:
     command = [sys.executable, str(Path(__file__).resolve()), "--worker", arch, "--batch", str(args.batch),
                "--prompt-len", str(args.prompt_len), "--max-tokens", str(args.max_tokens)] + ["--quick"] * args.quick
@@ -148,18 +253,31 @@ def main() -> None:
     parser.add_argument("--prompt-len", type=int, default=64, help="tokens per prompt (default 64)")
     parser.add_argument("--max-tokens", type=int, default=192, help="tokens generated per prompt (default 192)")
     parser.add_argument("--baseline", default=BASELINE, help=f"git revision of the one-table engine ({BASELINE})")
+    parser.add_argument("--budget-baseline", default=BUDGET_BASELINE,
+                        help=f"git revision whose groups' pools each had num_blocks ({BUDGET_BASELINE})")
+    parser.add_argument("--budget-blocks", type=int, default=64,
+                        help="part 3: the cache's bytes, in blocks of every layer (default 64)")
+    parser.add_argument("--same-memory-only", action="store_true", help="run part 3 only")
     parser.add_argument("--worker", choices=["gemma3", "llama"], help=argparse.SUPPRESS)
+    parser.add_argument("--budget-worker", choices=["tiny-gemma3", "gemma2", "llama"], help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if not args.worker:
+    if not args.worker and not args.budget_worker:
         sys.path.insert(0, str(ROOT))  # this checkout's kvviz, whichever one is installed
     if args.worker:
         worker(args.quick, args.worker, args.batch, args.prompt_len, args.max_tokens)
+        return
+    if args.budget_worker:
+        budget_worker(args.budget_worker, args)
+        return
+    if args.same_memory_only:
+        same_memory_against_baseline(args)
         return
     if args.quick:
         args.batch, args.max_tokens = min(args.batch, 4), min(args.max_tokens, 96)
     contexts = [32, 64, 128, 256] if args.quick else [128, 256, 512, 1024]
     blocks_against_context(args.quick, contexts)
     speed_against_baseline(args)
+    same_memory_against_baseline(args)
 
 
 if __name__ == "__main__":

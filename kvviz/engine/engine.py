@@ -22,7 +22,7 @@ from kvviz.engine.cpu import kernels as cpu_kernels
 from kvviz.engine.fork import fork_samples
 from kvviz.engine.kv_cache import CacheShape, PagedKVCache, slots_for
 from kvviz.engine.kv_manager import KVCacheManager, blocks_needed
-from kvviz.engine.layer_groups import layer_windows, make_groups
+from kvviz.engine.layer_groups import layer_windows, make_groups, pool_sizes
 from kvviz.engine.model_parts import model_parts
 from kvviz.engine.records import (
     BlockRecord,
@@ -108,18 +108,26 @@ class Engine:
         self.layer_groups = []  # layer_groups.py: one per distinct sliding window, full attention first
         if config.use_cache:
             self.num_blocks = config.num_blocks or self._blocks_that_fit(config.max_num_seqs, config.memory_fraction)
-            self._check_sizes()  # before allocating anything
             windows = layer_windows(self.hf_config)
             if config.preemption_mode == "swap" and any(w is not None for w in windows):
                 raise EngineError("Preemption mode 'swap' moves one block table per request, but this model's "
                                   "sliding-window layers keep a table of their own; use preemption_mode='recompute'.")
             if len(set(windows)) == 1 and windows[0] is None:  # every layer sees the whole context
+                self._check_sizes()  # before allocating anything
                 self.pool = BlockPool(self.num_blocks, config.block_size, config.enable_prefix_caching)
-            else:
+                self.cache = PagedKVCache(self.cache_shape, self.num_blocks, config.block_size, self.device)
+            else:  # the bytes of num_blocks blocks, shared out between the groups' pools
+                whole_contexts = config.max_num_seqs * blocks_needed(self.max_context, self.block_size)
+                most_blocks = min(whole_contexts, MAX_NUM_BLOCKS)
+                sizes = pool_sizes(windows, self.num_blocks, config.block_size, config.max_num_seqs,
+                                   config.max_num_batched_tokens, most_blocks)
+                self._check_sizes(sum(sizes))
                 self.layer_groups = make_groups(windows, self.num_blocks, config.block_size,
-                                                config.enable_prefix_caching)
+                                                config.enable_prefix_caching, sizes)
                 self.pool = self.layer_groups[0].pool
-            self.cache = PagedKVCache(self.cache_shape, self.num_blocks, config.block_size, self.device)
+                split = None if set(sizes) == {self.num_blocks} else [(g.layers, g.pool.num_blocks)
+                                                                      for g in self.layer_groups]
+                self.cache = PagedKVCache(self.cache_shape, self.num_blocks, config.block_size, self.device, split)
             swap = None
             if config.preemption_mode == "swap":
                 swap = SwapSpace(self.cache_shape, config.swap_space_blocks or self.num_blocks, config.block_size)
@@ -173,10 +181,10 @@ class Engine:
         if self.use_cache:
             most_tokens = min(len(token_ids) + params.max_tokens, self.max_context)
             needed = blocks_needed(most_tokens, self.block_size)
-            if needed > self.num_blocks:
+            if needed > self.pool.num_blocks:  # the full group's pool, with layer groups: the largest
                 raise EngineError(
                     f"This request needs up to {needed} blocks of {self.block_size} tokens but the pool "
-                    f"has only {self.num_blocks}; enlarge the pool or ask for fewer tokens.")
+                    f"has only {self.pool.num_blocks}; enlarge the pool or ask for fewer tokens.")
         return token_ids
 
     def has_unfinished(self) -> bool:
@@ -496,12 +504,13 @@ class Engine:
         by_need = max_num_seqs * blocks_needed(self.max_context, self.block_size)
         return max(1, min(by_memory, by_need, MAX_NUM_BLOCKS))
 
-    def _check_sizes(self) -> None:
+    def _check_sizes(self, num_pool_blocks: int | None = None) -> None:
         """Refuse a pool or swap space that memory cannot hold (more than memory_fraction of what is
-        free), before any of it is allocated."""
+        free), before any of it is allocated. num_pool_blocks: the Block objects of every layer
+        group's pool together (layer_groups.pool_sizes), when not num_blocks."""
         block_bytes = self.block_size * self.cache_shape.bytes_per_token
-        pool_bytes = self.num_blocks * block_bytes
-        bookkeeping_bytes = self.num_blocks * BLOCK_BOOKKEEPING_BYTES  # the Block objects, in host memory
+        pool_bytes = self.num_blocks * block_bytes  # layer groups share out these bytes, never more
+        bookkeeping_bytes = (num_pool_blocks or self.num_blocks) * BLOCK_BOOKKEEPING_BYTES  # in host memory
         swap_slots = (self.config.swap_space_blocks or self.num_blocks) if self.config.preemption_mode == "swap" else 0
         swap_bytes = swap_slots * (block_bytes + SWAP_SLOT_BOOKKEEPING_BYTES)  # host memory too
         pool = f"A pool of {self.num_blocks:,} block{'s' * (self.num_blocks != 1)} of {self.block_size:,} tokens"

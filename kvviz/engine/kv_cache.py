@@ -92,24 +92,35 @@ class CacheShape:
 
 
 class PagedKVCache:
-    def __init__(self, shape: CacheShape, num_blocks: int, block_size: int, device: torch.device):
+    def __init__(self, shape: CacheShape, num_blocks: int, block_size: int, device: torch.device,
+                 groups: list[tuple[list[int], int]] | None = None):
+        """groups: layer groups whose pools differ in size (engine/layer_groups.py), as (layers, blocks):
+        each gets a tensor of its own. None: one tensor, every layer, num_blocks blocks."""
         self.shape = shape
         self.num_blocks = num_blocks
         self.block_size = block_size
-        # one allocation; layer views into it. (2, layers, blocks, block_size, kv_heads, head_dim); MLA: (1, ...)
-        self.storage = torch.zeros(shape.num_parts, shape.num_layers, num_blocks, block_size,
-                                   shape.num_kv_heads, shape.head_dim, dtype=shape.storage_dtype, device=device)
-        self.key_cache = list(self.storage[0])  # [layer] -> (num_blocks, block_size, kv_heads, head_dim)
-        self.value_cache = list(self.storage[1]) if not shape.latent else []  # MLA: no V
-        # a quantized cache's scales: (2 or 1, layers, blocks, block_size, kv_heads); None for "auto"
-        # and for a per-tensor scale
-        self.scales = None
-        self.layer_scales = None  # [layer] -> (K scales, V scales), each (num_blocks, block_size, kv_heads)
-        if shape.row_scales:
-            self.scales = torch.zeros(shape.num_parts, shape.num_layers, num_blocks, block_size,
-                                      shape.num_kv_heads, dtype=SCALE_DTYPE, device=device)
-            if not shape.latent:
-                self.layer_scales = list(zip(self.scales[0], self.scales[1]))
+        self.groups = groups or [(list(range(shape.num_layers)), num_blocks)]
+        # per group: (2, its layers, its blocks, block_size, kv_heads, head_dim); MLA: (1, ...)
+        self.storages = [torch.zeros(shape.num_parts, len(layers), blocks, block_size, shape.num_kv_heads,
+                                     shape.head_dim, dtype=shape.storage_dtype, device=device)
+                         for layers, blocks in self.groups]
+        # an 8-bit cache's scales, per group: (2 or 1, its layers, its blocks, block_size, kv_heads); None for
+        # "auto" and for a per-tensor scale
+        self.scale_storages = [torch.zeros(storage.shape[:-1], dtype=SCALE_DTYPE, device=device)
+                               if shape.row_scales else None for storage in self.storages]
+        self.row_scales = shape.row_scales  # read in every layer's write and gather
+        self.storage = self.storages[0] if groups is None else None  # the one tensor of one group
+        self.scales = self.scale_storages[0] if groups is None else None  # None for "auto" too
+        self.key_cache = [None] * shape.num_layers  # [layer] -> (its blocks, block_size, kv_heads, head_dim)
+        self.value_cache = [None] * shape.num_layers if not shape.latent else []  # MLA: no V
+        self.layer_scales = [None] * shape.num_layers  # [layer] -> (2 or 1, its blocks, block_size, kv_heads)
+        for (layers, _), storage, scales in zip(self.groups, self.storages, self.scale_storages):
+            for index, layer in enumerate(layers):
+                self.key_cache[layer] = storage[0, index]
+                if not shape.latent:
+                    self.value_cache[layer] = storage[1, index]
+                if scales is not None:
+                    self.layer_scales[layer] = scales[:, index]
 
     @property
     def nbytes(self) -> int:
@@ -118,8 +129,11 @@ class PagedKVCache:
 
     def layer_nbytes(self) -> list[int]:
         """Per layer: its K and V blocks (MLA: its latent rows) and any scales."""
-        return [self.storage[:, layer].nbytes + (self.scales[:, layer].nbytes if self.scales is not None else 0)
-                for layer in range(self.shape.num_layers)]
+        sizes = [0] * self.shape.num_layers
+        for (layers, _), storage, scales in zip(self.groups, self.storages, self.scale_storages):
+            for index, layer in enumerate(layers):
+                sizes[layer] = storage[:, index].nbytes + (scales[:, index].nbytes if scales is not None else 0)
+        return sizes
 
     @property
     def bytes_per_block(self) -> int:
@@ -132,12 +146,12 @@ class PagedKVCache:
         slot_mapping: (N,) flat slot of each token.
         """
         kvh, hd = self.shape.num_kv_heads, self.shape.head_dim
-        if self.scales is not None:
+        if self.row_scales:
             key, key_scale = quantize(key, self.shape.kv_cache_dtype)  # (N, kvh, hd), (N, kvh)
-            self.scales[0, layer].view(-1, kvh)[slot_mapping] = key_scale
+            self.layer_scales[layer][0].view(-1, kvh)[slot_mapping] = key_scale
             if value is not None:
                 value, value_scale = quantize(value, self.shape.kv_cache_dtype)
-                self.scales[1, layer].view(-1, kvh)[slot_mapping] = value_scale
+                self.layer_scales[layer][1].view(-1, kvh)[slot_mapping] = value_scale
         elif self.shape.quantized:  # per tensor, scale 1.0: the values themselves, as codes
             key = truncate_to_e4m3(key)
             value = None if value is None else truncate_to_e4m3(value)
@@ -155,10 +169,11 @@ class PagedKVCache:
         flat = block_tables.flatten()  # (B * blocks,)
         k = self.key_cache[layer].index_select(0, flat).view(rows, -1, kvh, hd)
         v = None if self.shape.latent else self.value_cache[layer].index_select(0, flat).view(rows, -1, kvh, hd)
-        if self.scales is not None:
-            k = dequantize(k, self.scales[0, layer].index_select(0, flat).view(rows, -1, kvh), self.shape.dtype)
+        if self.row_scales:
+            scales = self.layer_scales[layer]  # (2 or 1, blocks, block_size, kvh)
+            k = dequantize(k, scales[0].index_select(0, flat).view(rows, -1, kvh), self.shape.dtype)
             if v is not None:
-                v = dequantize(v, self.scales[1, layer].index_select(0, flat).view(rows, -1, kvh), self.shape.dtype)
+                v = dequantize(v, scales[1].index_select(0, flat).view(rows, -1, kvh), self.shape.dtype)
         elif self.shape.quantized:  # per tensor, scale 1.0: each code is its value
             k, v = k.to(self.shape.dtype), (None if v is None else v.to(self.shape.dtype))
         return k, v  # (B, blocks * block_size, kvh, hd) each; MLA: (B, blocks * block_size, 1, latent + rope), None
@@ -170,13 +185,20 @@ class PagedKVCache:
 
         Copy-on-write uses it when a forked sample first writes into a block it shares.
         """
-        src_ids = torch.tensor(src, dtype=torch.long, device=self.storage.device)
-        dst_ids = torch.tensor(dst, dtype=torch.long, device=self.storage.device)
+        src_ids = torch.tensor(src, dtype=torch.long, device=self.storages[0].device)
+        dst_ids = torch.tensor(dst, dtype=torch.long, device=self.storages[0].device)
         if layers is None:
             self.storage[:, :, dst_ids] = self.storage[:, :, src_ids]  # (2 or 1, layers, len, block_size, kvh, hd)
             if self.scales is not None:
                 self.scales[:, :, dst_ids] = self.scales[:, :, src_ids]  # (2 or 1, layers, len, block_size, kvh)
             return len(src) * self.bytes_per_block
+        if self.storage is None:  # a tensor per layer group: `layers` are one group's, copy in its tensor
+            group = [group_layers for group_layers, _ in self.groups].index(list(layers))
+            storage, scales = self.storages[group], self.scale_storages[group]
+            storage[:, :, dst_ids] = storage[:, :, src_ids]  # (2 or 1, L, len, block_size, kvh, hd)
+            if scales is not None:
+                scales[:, :, dst_ids] = scales[:, :, src_ids]
+            return len(src) * self.bytes_per_block * len(layers) // self.shape.num_layers
         layer_ids = torch.tensor(layers, dtype=torch.long, device=self.storage.device)[:, None]  # (L, 1)
         self.storage[:, layer_ids, dst_ids] = self.storage[:, layer_ids, src_ids]  # (2 or 1, L, len, bs, kvh, hd)
         if self.scales is not None:
@@ -188,7 +210,9 @@ class PagedKVCache:
         model's dtype, from a quantized cache).
 
         Returns K, V: (layers, num_tokens, kv_heads, head_dim); MLA: K (layers, tokens, 1, row), V None.
+        One table serves every layer, so not a cache with a tensor per layer group.
         """
+        assert self.storage is not None, "layer groups have a table each; read each group's layers with its own"
         blocks = torch.tensor(block_table, dtype=torch.long, device=self.storage.device)
         parts = []
         for part in range(self.shape.num_parts):  # K, then V (MLA: its latent rows only)

@@ -9,12 +9,23 @@ the full group keeps the whole context. A request's sliding blocks then stay fla
 (about window / block_size + 1 of them) while its full blocks grow with the context.
 
 How it is built, the simplest correct way:
-- One BlockPool per group, of the same size, all over the one cache tensor: block b of group g is
-  the slice storage[:, layers of g, b]. Groups hold different layers, so one id used by two
-  groups names two different slices; a copy-on-write copies only its group's layers. The tensor
-  is as large as before: a block the sliding group gives back serves other requests' sliding
-  layers only. (vLLM shares one pool between groups, a block being one group's share of the
-  layers, so that freed sliding blocks make room for more requests; kvviz does not, yet.)
+- One BlockPool per group, each with a cache tensor of its own: block b of group g is
+  storage_g[:, layer's index in g, b], so a group's blocks hold only its own layers and one id
+  used by two groups names two different blocks. A copy-on-write copies only its group's layers.
+- The pools share one memory budget: the bytes of `num_blocks` blocks of every layer, what a pool
+  with one table would take (pool_sizes). A sliding group's pool gets what its requests can hold
+  at once: each request about window / block_size + 2 blocks, plus the blocks of one step's new
+  tokens. The bytes it does not take go to the full group, whose blocks grow with the context, so
+  more requests fit at once in the same memory (Gemma-3's 5 sliding layers to 1 full: up to about
+  6 times the full blocks). Should the sliding pool still run out, the scheduler preempts as it
+  does for any pool; a smaller sliding pool also keeps fewer given-back blocks for prefix hits.
+  Where the windows need every block anyway, each pool keeps num_blocks over one tensor, as
+  before. A model without full layers (Mistral) keeps one pool of num_blocks: its given-back
+  blocks serve any request already.
+  Why not vLLM's way, one pool of blocks that each hold one group's share of the layers: it needs
+  groups of equal layer counts, so Gemma-3 (5 sliding : 1 full) would become six groups of one
+  layer, six tables per request and six views of every step. Two tables and two tensors read more
+  simply; the price is a split fixed when the engine starts, which a very uneven load may not suit.
 - A request's table in each group keeps its logical positions: table[i] holds tokens
   i*block_size..(i+1)*block_size-1. An entry given back is None, and the given-back entries are
   always the first ones. Attention never reads them: the compiled kernel reads only the positions
@@ -71,11 +82,40 @@ def layer_windows(config) -> list[int | None]:
     return [window] * config.num_hidden_layers
 
 
+def pool_sizes(windows: list[int | None], num_blocks: int, block_size: int, max_num_seqs: int,
+               max_num_batched_tokens: int, most_blocks: int) -> list[int]:
+    """Blocks in each group's pool (make_groups' order) out of the bytes of `num_blocks` blocks of
+    every layer.
+
+    A sliding group: what max_num_seqs requests hold at once, each the blocks its window covers
+    (window / block_size rounded up, +2 where the window and the newest token straddle block
+    boundaries), plus the blocks of a step's max_num_batched_tokens new tokens; never more than
+    num_blocks. The full group: the rest of the bytes, but at most `most_blocks` (every request's
+    whole context) unless num_blocks is already more. Without a full group every pool keeps num_blocks.
+    """
+    distinct = _distinct_windows(windows)
+    if distinct[0] is not None:
+        return [num_blocks] * len(distinct)
+    sliding = [min(num_blocks, max_num_seqs * (-(-window // block_size) + 2) + -(-max_num_batched_tokens // block_size))
+               for window in distinct[1:]]
+    layers = [windows.count(window) for window in distinct]  # per group
+    spare_layer_blocks = num_blocks * len(windows) - sum(s * n for s, n in zip(sliding, layers[1:]))
+    full = min(spare_layer_blocks // layers[0], max(num_blocks, most_blocks))
+    return [full] + sliding
+
+
 def make_groups(windows: list[int | None], num_blocks: int, block_size: int,
-                enable_prefix_caching: bool) -> list[LayerGroup]:
-    """One group per distinct window, full attention first; each with its own pool."""
-    distinct = sorted(set(windows), key=lambda w: -1 if w is None else w)
+                enable_prefix_caching: bool, sizes: list[int] | None = None) -> list[LayerGroup]:
+    """One group per distinct window, full attention first; each with its own pool, of sizes[g]
+    blocks (pool_sizes), or num_blocks each."""
+    distinct = _distinct_windows(windows)
+    sizes = sizes or [num_blocks] * len(distinct)
     return [LayerGroup("full" if window is None else "sliding", window,
                        [layer for layer, w in enumerate(windows) if w == window],
-                       BlockPool(num_blocks, block_size, enable_prefix_caching))
-            for window in distinct]
+                       BlockPool(size, block_size, enable_prefix_caching))
+            for window, size in zip(distinct, sizes)]
+
+
+def _distinct_windows(windows: list[int | None]) -> list[int | None]:
+    """Each window once: full attention (None) first, then the sliding windows from short to long."""
+    return sorted(set(windows), key=lambda w: -1 if w is None else w)

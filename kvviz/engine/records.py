@@ -181,12 +181,19 @@ class StepRecord:
         return cls(**data)
 
 
+def first_pool_size(records: list[StepRecord], num_blocks: int) -> int:
+    """Blocks of the pool that block_table names: num_blocks, or with layer groups the first group's
+    pool, which takes the bytes the sliding pools leave (engine/layer_groups.py) and may hold more."""
+    return records[0].layer_groups[0].num_blocks if records and records[0].layer_groups else num_blocks
+
+
 def pool_blocks(records: list[StepRecord], num_blocks: int) -> list[BlockRecord]:
     """Every block of the pool after the last of `records`, rebuilt from their events.
 
     `records` must start at the engine's first step. The engine does not list its whole pool
     each step (that would cost in proportion to the pool); a page that draws the pool asks this.
     """
+    num_blocks = first_pool_size(records, num_blocks)
     owners: list[set[int]] = [set() for _ in range(num_blocks)]
     cached = [False] * num_blocks
     for record in records:

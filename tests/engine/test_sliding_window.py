@@ -12,6 +12,7 @@ import torch
 
 from kvviz import Engine, EngineError, SamplingParams, StepRecord
 from kvviz.engine.kv_manager import blocks_needed
+from kvviz.engine.layer_groups import pool_sizes
 
 from tiny_models import VOCAB, hf_greedy, tiny_model
 
@@ -91,7 +92,7 @@ def test_greedy_identical_to_hf_generate(arch_case, setting):
         assert engine.scheduler.num_preemptions > 0
     check_pools(engine)
     for group in engine.layer_groups:
-        assert group.pool.num_free_blocks == engine.num_blocks  # nothing leaked
+        assert group.pool.num_free_blocks == group.pool.num_blocks  # nothing leaked
 
 
 @pytest.mark.parametrize("arch", SLIDING_ARCHS)
@@ -194,7 +195,7 @@ def test_parallel_samples_copy_only_their_groups_layers():
     assert out.samples == [o.token_ids for o in alone]
     assert len({tuple(s) for s in out.samples}) == n
     for group in fork.layer_groups:
-        assert group.pool.num_free_blocks == fork.num_blocks
+        assert group.pool.num_free_blocks == group.pool.num_blocks
 
 
 def test_swap_preemption_is_refused_in_one_sentence():
@@ -213,3 +214,56 @@ def test_a_traced_request_shows_given_back_keys_as_zeros():
     assert not keys[0, :12].any() and keys[0, 12:].all()  # the sliding layer: given back, shown as zeros
     assert keys[1].all()  # the full layer keeps every key
     assert not attention[0, :, :12].any() and attention[1, :, :12].all()
+
+
+def run_at_budget(model, max_num_batched_tokens):
+    """Four requests growing to 65 tokens (17 blocks each in a full layer) in the bytes of 40 blocks
+    of every layer: (engine, outputs, the most requests running at once)."""
+    engine = Engine(model, block_size=BLOCK, num_blocks=40, max_num_seqs=4,
+                    max_num_batched_tokens=max_num_batched_tokens)
+    for prompt in prompts(seed=3)[:4]:
+        engine.add_request(prompt[:5], SamplingParams(max_tokens=60, ignore_eos=True))
+    most_running = 0
+    while engine.has_unfinished():
+        record = engine.step()
+        most_running = max(most_running, sum(state.status == "running" for state in record.requests))
+    return engine, [engine.output(i).token_ids for i in range(4)], most_running
+
+
+@pytest.mark.parametrize("arch", ["gemma2", "gemma3"])
+def test_given_back_bytes_let_more_requests_run_in_the_same_memory(arch):
+    """The sliding pool keeps what 4 requests' windows hold; its other bytes become full blocks.
+    With max_num_batched_tokens 2048 a step's new tokens alone would need more than 40 sliding
+    blocks, so every pool keeps 40: the layout before the pools shared their bytes (one tensor)."""
+    model = tiny_model(arch)
+    num_layers = model.config.num_hidden_layers
+    shared, shared_out, shared_running = run_at_budget(model, max_num_batched_tokens=24)
+    before, before_out, before_running = run_at_budget(model, max_num_batched_tokens=2048)
+    bytes_of_40_blocks = 40 * shared.cache.bytes_per_block
+    assert before.cache.storage is not None and before.cache.nbytes == bytes_of_40_blocks
+    assert [g.pool.num_blocks for g in before.layer_groups] == [40, 40]
+    # sliding: 4 requests x (8 / 4 + 2) blocks + 24 new tokens / 4 = 22; full: the rest of the bytes
+    sliding_layers = num_layers - 1 if arch == "gemma3" else 1
+    full_blocks = (40 * num_layers - 22 * sliding_layers) // (num_layers - sliding_layers)
+    assert [g.pool.num_blocks for g in shared.layer_groups] == [full_blocks, 22] == \
+        ([130, 22] if arch == "gemma3" else [58, 22])
+    assert shared.cache.storage is None and shared.cache.nbytes == bytes_of_40_blocks  # the same memory
+    assert shared_out == before_out  # greedy: the same tokens, whatever was preempted
+    # before: at most 40 full blocks in use, so the 4 requests (68 blocks at the end) were preempted
+    assert before.stats["peak_blocks_by_group"][0] <= 40 and before.scheduler.num_preemptions >= 3
+    assert shared.stats["peak_blocks_by_group"][0] > 50  # more tokens held at once than 40 blocks hold
+    assert shared.step_index < before.step_index  # and the work done in fewer steps (77 before)
+    assert shared.scheduler.num_preemptions <= before.scheduler.num_preemptions
+    if arch == "gemma3":  # 4 x 17 full blocks fit in 130: nothing waits
+        assert shared.scheduler.num_preemptions == 0 and shared_running == before_running == 4
+    check_pools(shared)
+
+
+def test_pool_sizes_share_out_the_bytes_of_num_blocks():
+    gemma3 = [8, 8, 8, 8, 8, None]
+    assert pool_sizes(gemma3, 40, 4, max_num_seqs=4, max_num_batched_tokens=24, most_blocks=10**6) == [130, 22]
+    # the full group never takes more than every request's whole context, unless num_blocks already is
+    assert pool_sizes(gemma3, 40, 4, 4, 24, most_blocks=60) == [60, 22]
+    assert pool_sizes(gemma3, 40, 4, 4, 24, most_blocks=30) == [40, 22]
+    assert pool_sizes(gemma3, 40, 4, 64, 24, most_blocks=10**6) == [40, 40]  # the windows need every block
+    assert pool_sizes([8, 8], 40, 4, 4, 24, 10**6) == [40]  # all sliding (Mistral): one pool, as before

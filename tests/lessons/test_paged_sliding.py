@@ -52,3 +52,18 @@ def test_group_tables_are_drawn_exported_and_replayed(bundled, arch):
     as_json = lambda records: json.loads(json.dumps([r.to_dict() for r in records]))  # noqa: E731
     assert as_json(replay.records) == as_json(lesson.records)
     assert replay.reservation_comparison(step) == lesson.reservation_comparison(step)
+
+
+def test_a_larger_full_pool_is_drawn_at_its_size_and_replayed(bundled):
+    """With 128 blocks of 4 the sliding pool keeps 16 requests x (8 / 4 + 2) + 64 / 4 = 80 blocks and
+    its other bytes become full blocks (engine/layer_groups.py): the stage and the pool grid draw
+    the full group's 128 x 6 - 80 x 5 = 368, and a file with them replays."""
+    lesson = PagedLesson.start(sliding_lm(bundled, "gemma3"), SPECS, block_size=4, num_blocks=128,
+                               enable_prefix_caching=True)
+    while lesson.step() is not None:
+        pass
+    last = len(lesson.records) - 1
+    assert [g.num_blocks for g in lesson.records[0].layer_groups] == [368, 80] and lesson.num_blocks == 128
+    assert stage_data(lesson, last)["num_blocks"] == 368 and len(lesson.pool_blocks(last)) == 368
+    replay, _ = import_paged(export_paged(lesson, view_step=last).encode())
+    assert len(replay.pool_blocks(last)) == 368 and replay.num_blocks == 128

@@ -230,7 +230,7 @@ def run_batch(lm, workload: Workload, settings: BatchSettings | None = None, pro
             tokens_run=record.num_tokens_run, tokens_sampled=sampled,
             tokens_per_s=sampled / record.step_s if record.step_s > 0 else 0.0,
             running=status.count("running"), waiting=status.count("waiting"), finished=num_finished,
-            blocks_used=engine.num_blocks - record.num_free_blocks,
+            blocks_used=engine.pool.num_blocks - record.num_free_blocks,  # sliding layers: the full group's
             preemptions=sum(e.kind == "preempt" for e in record.events),
             prefix_hit_tokens=sum(len(e.block_ids) for e in record.events if e.kind == "prefix_hit")
             * engine.block_size,
@@ -241,7 +241,7 @@ def run_batch(lm, workload: Workload, settings: BatchSettings | None = None, pro
     outputs = engine.generate(workload.prompts, params, progress=watch)
     seconds = perf_counter() - start
     name = getattr(lm, "name", type(lm).__name__)
-    return BatchResult(workload, settings, name, engine.num_blocks, seconds, points, outputs, dict(engine.stats))
+    return BatchResult(workload, settings, name, engine.pool.num_blocks, seconds, points, outputs, dict(engine.stats))
 
 
 # ---- against transformers ----------------------------------------------------------------

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 
-from kvviz.engine.records import StepRecord
+from kvviz.engine.records import StepRecord, first_pool_size
 from kvviz.lessons.files import (
     LESSON_FORMAT,
     ROOM_ANSWERS,
@@ -70,8 +70,9 @@ def _build(payload: dict) -> tuple[PagedLesson, int]:
     for index in request_ids:
         check_range(index, 0, len(specs) - 1, "request_ids (a request's index)")
     records = step_records(payload["records"], MAX_STEPS, "records")
+    pool_size = _pool_size(records, sizes["num_blocks"])
     for i, record in enumerate(records):
-        _check_record(record, f"records[{i}]", set(request_ids.values()), sizes["num_blocks"])
+        _check_record(record, f"records[{i}]", set(request_ids.values()), pool_size)
     texts = bounded_list(payload["texts"], len(records), "texts")
     if len(texts) != len(records):
         raise FieldError("texts", f"has {len(texts)} steps where records has {len(records)}")
@@ -88,7 +89,8 @@ def _build(payload: dict) -> tuple[PagedLesson, int]:
 
 
 def _check_record(record: StepRecord, where: str, request_ids: set[int], num_blocks: int) -> None:
-    """Ids that the page looks up: requests of this run, blocks inside the pool."""
+    """Ids that the page looks up: requests of this run, blocks inside the pool (num_blocks: the
+    drawn pool's, _pool_size)."""
     for i, state in enumerate(record.requests):
         if state.request_id not in request_ids:
             raise FieldError(f"{where}.requests[{i}].request_id", "is not a request of this run")
@@ -101,6 +103,17 @@ def _check_record(record: StepRecord, where: str, request_ids: set[int], num_blo
         _check_blocks(event.block_ids, num_blocks, f"{where}.events[{i}].block_ids")
     for i, block in enumerate(record.blocks or []):
         _check_blocks([block.block_id], num_blocks, f"{where}.blocks[{i}].block_id")
+
+
+def _pool_size(records: list[StepRecord], num_blocks: int) -> int:
+    """The pool the page draws (records.first_pool_size): with layer groups the first group's, which
+    shares out the bytes of num_blocks blocks of every layer, so never more than num_blocks x layers."""
+    if records and records[0].layer_groups:
+        groups = records[0].layer_groups
+        most = num_blocks * sum(len(group.layers) for group in groups)
+        for g, group in enumerate(groups):
+            check_range(group.num_blocks, 1, most, f"records[0].layer_groups[{g}].num_blocks")
+    return first_pool_size(records, num_blocks)
 
 
 def _check_blocks(block_ids: list[int], num_blocks: int, where: str) -> None:

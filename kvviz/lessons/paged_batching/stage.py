@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from kvviz.engine.records import StepRecord
+from kvviz.engine.records import StepRecord, first_pool_size
 from kvviz.ui.colors import request_color
 
 
@@ -34,7 +34,8 @@ def _data(run, label, request_ids: list[int], num_preemptions, step: int, presen
     while len(cache) < len(run.records):
         cache.append(_step(run, len(cache), label, num_preemptions))
     steps = cache[:len(run.records)]
-    return {"block_size": run.block_size, "num_blocks": run.num_blocks, "presenter": presenter,
+    return {"block_size": run.block_size, "num_blocks": first_pool_size(run.records, run.num_blocks),
+            "presenter": presenter,
             "requests": [{"id": rid, "label": label(rid), "color": request_color(rid)} for rid in request_ids],
             "step": min(step, len(steps) - 1), "steps": steps}
 
