@@ -4,7 +4,7 @@ import shutil
 
 import pytest
 
-from chromium import CHROMIUM, ROOT, browser_page, running_app, screenshot, wait_idle
+from chromium import CHROMIUM, CHROMIUM_ARGS, ROOT, browser_page, running_app, screenshot, wait_idle
 
 pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
                                 reason="Debian's chromium is not installed (.ci/run installs it)")
@@ -15,6 +15,16 @@ def app_url():
     (ROOT / "artifacts").mkdir(exist_ok=True)
     with running_app() as url:
         yield url
+
+
+@pytest.fixture(scope="module")  # one Chromium for a module's tests, each in its own context
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
 
 
 @pytest.fixture()

@@ -12,10 +12,11 @@ import shutil
 import time
 
 import pytest
+from test_browser import app_url, browser  # noqa: F401  (fixtures)
 
 from conftest import one_sentence
 
-from chromium import CHROMIUM, CHROMIUM_ARGS, ROOT, running_app, screenshot, wait_idle
+from chromium import CHROMIUM, ROOT, screenshot, wait_idle
 
 pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
                                 reason="Debian's chromium is not installed (.ci/run installs it)")
@@ -24,23 +25,6 @@ UPLOAD_S = 20  # generous: the readers refuse these in well under a second witho
 HOST = "kvviz.invalid"
 POINTING = f"""() => [...document.querySelectorAll('a, img, image, iframe, source')]
     .filter(e => [...e.attributes].some(a => a.value.includes('{HOST}'))).length"""
-
-
-@pytest.fixture(scope="module")
-def app_url():
-    (ROOT / "artifacts").mkdir(exist_ok=True)
-    with running_app() as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
 
 
 @pytest.fixture(scope="module")

@@ -14,8 +14,9 @@ import shutil
 import time
 
 import pytest
+from test_browser import app_url, browser  # noqa: F401  (fixtures)
 
-from chromium import CHROMIUM, CHROMIUM_ARGS, ROOT, running_app, wait_idle
+from chromium import CHROMIUM, ROOT, wait_idle
 
 pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
                                 reason="Debian's chromium is not installed (.ci/run installs it)")
@@ -31,23 +32,6 @@ ROOM_ANSWERS = [{"room": "K7QW2M", "question": NAME, "unit": LINK_TEXT, "step": 
                  "exact": False}]
 POINTING = f"""() => [...document.querySelectorAll('a, img, image, iframe, source')]
     .filter(e => [...e.attributes].some(a => a.value.includes('{HOST}'))).map(e => e.outerHTML.slice(0, 120))"""
-
-
-@pytest.fixture(scope="module")
-def app_url():
-    (ROOT / "artifacts").mkdir(exist_ok=True)
-    with running_app() as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
 
 
 def prefill_file(bundled) -> str:

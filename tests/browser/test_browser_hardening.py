@@ -6,8 +6,9 @@ import re
 import shutil
 
 import pytest
+from test_browser import browser  # noqa: F401  (fixture)
 
-from chromium import CHROMIUM, CHROMIUM_ARGS, ROOT, running_app, wait_idle
+from chromium import CHROMIUM, ROOT, running_app, wait_idle
 
 pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
                                 reason="Debian's chromium is not installed (.ci/run installs it)")
@@ -22,16 +23,6 @@ def app_url():
             yield url
     finally:
         del os.environ["KVVIZ_MAX_LESSONS"]
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
 
 
 def open_lesson(browser, app_url):

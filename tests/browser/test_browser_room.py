@@ -10,25 +10,15 @@ import shutil
 import time
 
 import pytest
-from test_browser import app_url  # noqa: F401  (fixture)
+from test_browser import app_url, browser  # noqa: F401  (fixtures)
 
-from chromium import CHROMIUM, CHROMIUM_ARGS, ROOT, wait_idle
+from chromium import CHROMIUM, ROOT, wait_idle
 
 pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
                                 reason="Debian's chromium is not installed (.ci/run installs it)")
 SHOTS = ROOT / "docs" / "screenshots"
 STUDENTS = 5
 SLOW_S = 400
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
 
 
 def new_page(browser, url, width=1280, height=720):
