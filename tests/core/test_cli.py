@@ -1,21 +1,37 @@
-"""python -m kvviz generate: prompt files in, JSONL out, a summary, and clear refusals."""
+"""python -m kvviz generate: prompt files in, JSONL out, a summary, and clear refusals.
 
+One test runs `python -m kvviz` in a new process; the others call the same main() in this one,
+which saves a torch import and a model load per run (about 4 s each on a 2-core CPU)."""
+
+import contextlib
+import io
 import json
-
-import pytest
 import re
 import subprocess
 import sys
+from types import SimpleNamespace
 
 from conftest import ROOT
+from kvviz.cli.main import main
 
 
 def run_cli(*args):
+    """`python -m kvviz *args` in a new process: the entry point as a user runs it."""
     return subprocess.run([sys.executable, "-m", "kvviz", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=300)
 
 
-@pytest.mark.slow
+def call_cli(*args):
+    """kvviz.cli.main.main(args) in this process, with what it printed; the result reads like run_cli's."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(list(args))
+        except SystemExit as exit_:  # argparse refusals
+            code = exit_.code
+    return SimpleNamespace(returncode=code, stdout=out.getvalue(), stderr=err.getvalue())
+
+
 def test_generate_from_txt_and_jsonl(tmp_path, bundled):
     from kvviz import Engine, SamplingParams
 
@@ -24,26 +40,24 @@ def test_generate_from_txt_and_jsonl(tmp_path, bundled):
     jsonl = tmp_path / "prompts.jsonl"
     jsonl.write_text('{"prompt": "ROMEO:"}\n{"prompt": "JULIET:"}\n')
     expected = Engine(bundled).generate(["ROMEO:", "JULIET:"], SamplingParams(max_tokens=8))
-    for source in (txt, jsonl):
+    for source, run in ((txt, run_cli), (jsonl, call_cli)):
         out = tmp_path / f"{source.suffix[1:]}.jsonl"
-        result = run_cli("generate", "--prompts", str(source), "--max-tokens", "8", "--out", str(out))
+        result = run("generate", "--prompts", str(source), "--max-tokens", "8", "--out", str(out))
         assert result.returncode == 0, result.stderr
         rows = [json.loads(line) for line in out.read_text().splitlines()]
         assert [r["token_ids"] for r in rows] == [e.token_ids for e in expected]
         assert "output_tokens_per_s" in result.stdout and "prefix_cache_hit_rate" in result.stdout
 
 
-@pytest.mark.slow
 def test_bad_prompt_files_get_one_sentence(tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"prompt": "ok"}\nnot json\n')
-    result = run_cli("generate", "--prompts", str(bad), "--out", str(tmp_path / "o.jsonl"))
+    result = call_cli("generate", "--prompts", str(bad), "--out", str(tmp_path / "o.jsonl"))
     assert result.returncode == 2 and "Line 2 of bad.jsonl is not valid JSON" in result.stderr
-    result = run_cli("generate", "--prompts", str(tmp_path / "missing.txt"))
+    result = call_cli("generate", "--prompts", str(tmp_path / "missing.txt"))
     assert result.returncode == 2 and "no prompts file" in result.stderr
 
 
-@pytest.mark.slow
 def test_generate_with_samples_drafts_and_swap(tmp_path, bundled):
     """--n, --speculative-tokens and --preemption-mode reach the engine; the JSONL lists every sample."""
     from kvviz import Engine, SamplingParams
@@ -51,19 +65,19 @@ def test_generate_with_samples_drafts_and_swap(tmp_path, bundled):
     txt = tmp_path / "prompts.txt"
     txt.write_text("ROMEO: I love thee, I love thee, I love thee\n")
     out = tmp_path / "out.jsonl"
-    result = run_cli("generate", "--prompts", str(txt), "--max-tokens", "12", "--n", "3", "--seed", "5",
-                     "--temperature", "0.8", "--out", str(out))
+    result = call_cli("generate", "--prompts", str(txt), "--max-tokens", "12", "--n", "3", "--seed", "5",
+                      "--temperature", "0.8", "--out", str(out))
     assert result.returncode == 0, result.stderr
     row = json.loads(out.read_text())
     expected = Engine(bundled).generate([txt.read_text().strip()],
                                         SamplingParams(max_tokens=12, n=3, seed=5, temperature=0.8))[0]
     assert row["samples"] == expected.samples and len(row["samples"]) == 3 and len(row["texts"]) == 3
     assert re.search(r"^generated_tokens +36$", result.stdout, re.M)  # every sample's tokens count
-    greedy = run_cli("generate", "--prompts", str(txt), "--max-tokens", "12", "--speculative-tokens", "3",
-                     "--preemption-mode", "swap", "--out", str(out))
+    greedy = call_cli("generate", "--prompts", str(txt), "--max-tokens", "12", "--speculative-tokens", "3",
+                      "--preemption-mode", "swap", "--out", str(out))
     assert greedy.returncode == 0, greedy.stderr
     plain = Engine(bundled).generate([txt.read_text().strip()], SamplingParams(max_tokens=12))[0]
     assert json.loads(out.read_text())["token_ids"] == plain.token_ids
     assert "draft_tokens_accepted" in greedy.stdout
-    refused = run_cli("generate", "--prompts", str(txt), "--n", "2", "--backend", "vllm", "--out", str(out))
+    refused = call_cli("generate", "--prompts", str(txt), "--n", "2", "--backend", "vllm", "--out", str(out))
     assert refused.returncode == 2 and "--n is a setting of kvviz's engine" in refused.stderr
