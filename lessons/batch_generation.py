@@ -12,6 +12,7 @@ from kvviz.ui.common import current_model, show_code
 from kvviz.ui.text import plain
 from kvviz.workloads import MAX_UPLOAD_BYTES, UPLOAD_LIMITS
 
+bs.note_a_stopped_run()
 bs.note_a_stopped_comparison()
 st.title("Batch generation")
 info = current_model().describe()
@@ -82,6 +83,8 @@ if st.button("Run the batch", type="primary", disabled=upload_problem is not Non
     bs.run(progress_slot, live_slot)
 if bs.error():
     st.error(plain(bs.error()))
+if bs.run_stopped():
+    st.warning(bs.run_stopped(), icon=":material/stop_circle:")
 
 done = bs.result()
 if done is None:

@@ -1,7 +1,7 @@
-"""Stop in a real browser (issue 25): Model lab's Measure and Batch generation's "Run both and
-compare" each show a progress bar and a Stop button while they run; pressing Stop ends the
-script run within one unit of work (one context length, one timed run), says how far it got,
-and leaves the page able to start again."""
+"""Stop in a real browser (issue 25): Model lab's Measure, Batch generation's "Run the batch" and its
+"Run both and compare" each show a progress bar and a Stop button while they run; pressing Stop
+ends the script run within one unit of work (one context length, one engine step, one timed run),
+says how far it got, and leaves the page able to start again."""
 
 import os
 import re
@@ -74,19 +74,26 @@ def stop_and_time(page, app_url: str, key: str, stopped_text: str) -> tuple[floa
         assert time.perf_counter() - started < ONE_UNIT_S, "the server kept working after Stop"
 
 
+def stop_mid_run(page, app_url: str, key: str, bar_text: str, stopped_text: str, what: str) -> None:  # noqa: F811
+    """Wait for the Stop button `key` and for the bar to say `bar_text`, press Stop, and check that the
+    page and the server go idle within one unit, with the page saying `stopped_text` and no bar or Stop left."""
+    stop_button(page, key).wait_for(timeout=30_000)
+    wait_for_bar(page, bar_text)
+    idle_s, ended_s = stop_and_time(page, app_url, key, stopped_text)
+    print(f"{what}: {idle_s:.1f} s from Stop to an idle page, {ended_s:.1f} s to an idle server")
+    wait_idle(page)
+    assert stop_button(page, key).count() == 0
+    assert page.locator("[data-testid='stProgress']").count() == 0
+
+
 def test_model_lab_measure_stops_keeps_what_was_timed_and_measures_again(app_url, page):  # noqa: F811 (the fixture)
     page.goto(f"{app_url}/model_lab")
     page.get_by_role("button", name="Measure").wait_for()
     wait_idle(page)
     # the default shape, 4 layers of 256, to 512 tokens: six context lengths, 63 s here under load
     page.get_by_role("button", name="Measure").click()
-    stop_button(page, "lab_stop").wait_for(timeout=30_000)
-    wait_for_bar(page, r"\b[1-5] of 6 lengths done")
-    idle_s, ended_s = stop_and_time(page, app_url, "lab_stop", r"Stopped after [1-5] of 6 context lengths")
-    print(f"Model lab: {idle_s:.1f} s from Stop to an idle page, {ended_s:.1f} s to an idle server")
-    wait_idle(page)
-    assert stop_button(page, "lab_stop").count() == 0
-    assert page.locator("[data-testid='stProgress']").count() == 0
+    stop_mid_run(page, app_url, "lab_stop", r"\b[1-5] of 6 lengths done", r"Stopped after [1-5] of 6 context lengths",
+                 "Model lab")
     assert page.get_by_text("With the cache", exact=True).count() >= 1  # the lengths timed are shown
     assert not says(page, "Set a size and press")  # not the empty page
     no_exceptions(page)
@@ -96,10 +103,8 @@ def test_model_lab_measure_stops_keeps_what_was_timed_and_measures_again(app_url
     page.get_by_role("button", name="Measure").click()
     wait_for_bar(page, r"lengths done", timeout=60)
     assert stop_button(page, "lab_stop").is_visible()
-    wait_for_bar(page, r"\b[1-5] of 6 lengths done")
-    idle_s, ended_s = stop_and_time(page, app_url, "lab_stop", r"Stopped after [1-5] of 6 context lengths")
-    print(f"Model lab, second Stop: {idle_s:.1f} s to an idle page, {ended_s:.1f} s to an idle server")
-    wait_idle(page)
+    stop_mid_run(page, app_url, "lab_stop", r"\b[1-5] of 6 lengths done", r"Stopped after [1-5] of 6 context lengths",
+                 "Model lab, second Stop")
     no_exceptions(page)
 
 
@@ -114,13 +119,8 @@ def test_batch_compare_stops_keeps_nothing_and_compares_again(app_url, page):  #
     wait_idle(page)
     # warm-ups, then 3 timed runs each way: 8 runs, 70 s here under load
     page.get_by_role("button", name="Run both and compare").click()
-    stop_button(page, "batch_compare_stop").wait_for(timeout=30_000)
-    wait_for_bar(page, r"\b[1-7] of 8 runs done")
-    idle_s, ended_s = stop_and_time(page, app_url, "batch_compare_stop", r"Stopped after [1-7] of 8 runs")
-    print(f"Batch compare: {idle_s:.1f} s from Stop to an idle page, {ended_s:.1f} s to an idle server")
-    wait_idle(page)
-    assert stop_button(page, "batch_compare_stop").count() == 0
-    assert page.locator("[data-testid='stProgress']").count() == 0
+    stop_mid_run(page, app_url, "batch_compare_stop", r"\b[1-7] of 8 runs done", r"Stopped after [1-7] of 8 runs",
+                 "Batch compare")
     assert not says(page, "Outputs identical")  # nothing of the stopped comparison is shown
     assert page.get_by_text("requests in").count() >= 1  # the batch itself stays
     no_exceptions(page)
@@ -135,3 +135,27 @@ def test_batch_compare_stops_keeps_nothing_and_compares_again(app_url, page):  #
     assert not says(page, "Stopped after")
     no_exceptions(page)
     screenshot(page, "batch_compare_after_stop")
+
+
+def test_batch_run_stops_keeps_nothing_and_runs_again(app_url, page):  # noqa: F811 (the fixture)
+    page.goto(f"{app_url}/batch_generation")
+    page.get_by_role("button", name="Run the batch").wait_for()
+    wait_idle(page)
+    prompts = page.locator("input[type='range'][aria-label='Prompts']")
+    prompts.focus()
+    page.keyboard.press("End")  # the page's most prompts, 256: a run long enough to stop
+    wait_idle(page)
+    assert prompts.input_value() == "256"
+    page.get_by_role("button", name="Run the batch").click()
+    stop_mid_run(page, app_url, "batch_run_stop", r"\b[1-9]\d? of 256 requests finished",
+                 r"Stopped after \d+ of 256 requests", "Batch run")
+    assert not says(page, "requests in")  # the stopped run is not shown
+    no_exceptions(page)
+    screenshot(page, "batch_run_stopped")
+
+    # the session is usable: the batch runs again, to its end this time, and the note goes
+    page.get_by_role("button", name="Run the batch").click()
+    page.get_by_text("256 requests in").first.wait_for(timeout=400_000)
+    wait_idle(page)
+    assert not says(page, "Stopped after")
+    no_exceptions(page)

@@ -168,6 +168,29 @@ def test_a_stopped_comparison_says_how_far_it_got_and_keeps_nothing(batch_page):
     assert not any("Stopped" in w.value for w in at.warning)
 
 
+def test_a_stopped_run_says_how_far_it_got_and_keeps_only_the_last_finished_run(batch_page):
+    """Stop interrupts the run's script run; the next run finds how far it got under batch_running."""
+    at = batch_page
+    at.session_state["batch_running"] = (0, 5)  # stopped before any run finished: nothing to show
+    at.run()
+    assert not at.exception and not at.error and "batch_running" not in at.session_state
+    said = [w.value for w in at.warning if "Stopped" in w.value]
+    assert said == ["Stopped after 0 of 5 requests had finished; a stopped run is not kept. "
+                    "Press **Run the batch** to start again."]
+    assert "lesson_batch" not in at.session_state
+    button(at, "Run the batch").click().run()
+    assert not at.exception and "batch_running" not in at.session_state  # a run that ends is not stopped
+    assert not any("Stopped" in w.value for w in at.warning)
+    finished = at.session_state["lesson_batch"].seconds
+    at.session_state["batch_running"] = (3, 5)  # a second run, stopped: the first one's results stay
+    at.run()
+    said = [w.value for w in at.warning if "Stopped" in w.value][0]
+    assert said.startswith("Stopped after 3 of 5 requests") and "from the last run that finished" in said
+    assert at.session_state["lesson_batch"].seconds == finished and at.metric[0].label == "Output tokens/s"
+    button(at, "Run the batch").click().run()  # it runs again, and the note goes
+    assert not at.exception and not any("Stopped" in w.value for w in at.warning)
+
+
 def test_batch_pool_too_small_gives_one_sentence(batch_page):
     at = batch_page
     at.number_input(key="batch_num_blocks").set_value(1).run()

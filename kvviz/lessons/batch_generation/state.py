@@ -3,8 +3,8 @@
 Results live in st.session_state under "lesson_batch" and "lesson_batch_compare" (loading another
 model clears them, as it clears every lesson); widgets under "batch_*". The run and the comparison
 are started by buttons in the page, not in callbacks, because their progress bars (and the run's
-live charts) must sit in the page where the button is, and a comparison's Stop button interrupts a
-script run, never a callback.
+live charts) must sit in the page where the button is, and their Stop buttons interrupt a script
+run, never a callback.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ PAGE_ENGINE = EngineConfig(max_num_seqs=16, max_num_batched_tokens=256)
 PAGE_SAMPLING = SamplingParams(temperature=0.8, top_k=40, top_p=0.95, seed=0, ignore_eos=True)  # when not greedy
 KEYS = frozenset({"lesson_batch", "lesson_batch_compare", "lesson_batch_vllm", "batch_error", "batch_compare_error",
                   "batch_vllm_error", "batch_upload_parsed",  # the upload is parsed with the model's tokenizer
-                  "batch_comparing", "batch_compare_stopped"})
+                  "batch_comparing", "batch_compare_stopped", "batch_running", "batch_run_stopped"})
 INPUTS = ("batch_",)
 DEFAULTS = {"batch_source": SYNTHETIC, "batch_count": 16, "batch_prompt_len": (8, 32), "batch_output_len": (16, 32),
             "batch_prefix": 32, "batch_seed": PAGE_SAMPLING.seed, "batch_greedy": True,
@@ -128,8 +128,13 @@ def upload_summary() -> tuple[str | None, str | None]:
 
 
 def run(progress_slot, live_slot) -> None:
-    """Run the batch, moving a progress bar and redrawing live charts; keep the result or one sentence."""
-    st.session_state.pop("batch_error", None)
+    """Run the batch, moving a progress bar and redrawing live charts; keep the result or one sentence.
+
+    A Stop button sits under the bar. Pressing it (or any widget) interrupts this script run at the
+    bar's next move, within one engine step; "batch_running" then tells the next run of the page
+    how far it got, and the stopped run is not kept."""
+    for key in ("batch_error", "batch_run_stopped"):
+        st.session_state.pop(key, None)
     lm = current_model()
     try:
         work, chosen = workload(), settings()
@@ -139,11 +144,16 @@ def run(progress_slot, live_slot) -> None:
         return
     # sized once: the live view and the engine agree
     chosen = replace(chosen, engine=replace(chosen.engine, num_blocks=num_blocks))
-    bar = progress_slot.progress(0.0, text=f"Starting {len(work)} requests…")
+    with progress_slot.container():
+        bar = st.progress(0.0, text=f"Starting {len(work)} requests…")
+        st.button("Stop", key="batch_run_stop", icon=":material/stop:",
+                  help="Ends the run at its next step; a stopped run is not kept.")
+    st.session_state["batch_running"] = (0, len(work))
     last_bar, last_draw = [0.0], [0.0]
 
     def on_step(num_finished, num_total, points):
         point, now = points[-1], time.perf_counter()
+        st.session_state["batch_running"] = (num_finished, num_total)
         if now - last_bar[0] >= BAR_EVERY_S:
             last_bar[0] = now
             bar.progress(num_finished / num_total,
@@ -157,10 +167,12 @@ def run(progress_slot, live_slot) -> None:
     try:
         outcome = run_batch(lm, work, chosen, progress=on_step)
     except ValueError as problem:  # WorkloadError, EngineError, kvviz.lessons.budget.WorkTooLarge: before the work
+        st.session_state.pop("batch_running", None)
         st.session_state["batch_error"] = str(problem)
         progress_slot.empty()
         live_slot.empty()
         return
+    st.session_state.pop("batch_running", None)  # ended, not stopped
     st.session_state["lesson_batch"] = outcome
     for key in ("lesson_batch_compare", "batch_compare_stopped"):  # they compared other prompts
         st.session_state.pop(key, None)
@@ -221,6 +233,21 @@ def compare(slot) -> None:
                    "Run the batch first; the comparison uses its prompts.")
     st.session_state.pop("batch_comparing", None)  # ended, not stopped
     slot.empty()
+
+
+def note_a_stopped_run() -> None:
+    """A run that a widget interrupted is not kept: say how far it got, and what the results below are."""
+    if "batch_running" in st.session_state:
+        done, total = st.session_state.pop("batch_running")
+        shown = (" The results below are from the last run that finished." if "lesson_batch" in st.session_state
+                 else "")
+        st.session_state["batch_run_stopped"] = (
+            f"Stopped after {done} of {total} requests had finished; a stopped run is not kept.{shown} "
+            "Press **Run the batch** to start again.")
+
+
+def run_stopped() -> str | None:
+    return st.session_state.get("batch_run_stopped")
 
 
 def note_a_stopped_comparison() -> None:
