@@ -30,6 +30,7 @@ from kvviz.shapes import (  # noqa: F401
     get_preset,
     shape_from_pretrained,
 )
+from kvviz.shapes import format_bytes
 
 GiB = 2**30
 
@@ -91,14 +92,6 @@ def bits_per_value(name: str, scale_bytes: float = 2, group_size: int = QUANT_GR
 def weight_bytes_per_param(name: str) -> float:
     """Bytes one parameter costs in this dtype; int4/int8 weights pay a bf16 scale and zero point per 128."""
     return bits_per_value(name, 2, WEIGHT_GROUP_SIZE) / 8
-
-
-def format_bytes(num_bytes: float) -> str:
-    """1073741824 -> '1.00 GiB' (binary units, as GPU memory is counted)."""
-    for unit, size in (("TiB", 2**40), ("GiB", GiB), ("MiB", 2**20), ("KiB", 2**10)):
-        if num_bytes >= size:
-            return f"{num_bytes / size:.2f} {unit}"
-    return f"{num_bytes:,.0f} bytes"
 
 
 # --- The forward question: how many bytes? -------------------------------------------------

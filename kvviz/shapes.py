@@ -3,7 +3,8 @@
 A shape holds only the numbers the memory bill needs (kvviz.memory_bill does the arithmetic), so a
 lesson can describe a 405B model without loading a byte of it. `ModelShape.from_hf_config` is
 the one place kvviz reads a Hugging Face config's layers, heads and sizes; the engine's cache,
-the bill, the lessons and the strategies all start from it. Pure Python: transformers,
+the bill, the lessons and the strategies all start from it; `format_bytes` writes the byte
+counts they come to, as every page and the engine's messages show them. Pure Python: transformers,
 huggingface_hub and torch are imported only inside the functions that read a checkpoint.
 """
 from __future__ import annotations
@@ -189,6 +190,14 @@ PRESETS = {p.name: p for p in (
     _preset("smollm2-135m", 30, 9, 3, 64, 576, 134_515_008, 8192, 49152, True),            # HuggingFaceTB/SmolLM2-135M
     _preset("bundled", 6, 8, 2, 32, 256, 5_278_976, 512, 4096, True),                      # scripts/train_bundled_model.py
 )}
+
+
+def format_bytes(num_bytes: float) -> str:
+    """1073741824 -> '1.00 GiB' (binary units, as GPU memory is counted)."""
+    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if num_bytes >= size:
+            return f"{num_bytes / size:.2f} {unit}"
+    return f"{num_bytes:,.0f} bytes"
 
 
 def get_preset(name: str) -> ModelShape:

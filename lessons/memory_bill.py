@@ -5,8 +5,9 @@ import streamlit as st
 from kvviz import memory_bill
 from kvviz.lessons.memory_bill import figures
 from kvviz.lessons.memory_bill import logic as bill
-from kvviz.memory_bill import ACCELERATORS, MLA, PRESETS, SLIDING, GiB, format_bytes
+from kvviz.memory_bill import ACCELERATORS, MLA, PRESETS, SLIDING, GiB
 from kvviz.models import TINY_MLA
+from kvviz.shapes import format_bytes
 from kvviz.ui.common import current_model, shared_model
 
 DTYPES = ["fp32", "bf16", "fp8", "int4"]

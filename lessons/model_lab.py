@@ -8,8 +8,8 @@ from kvviz.lessons.budget import WorkTooLarge
 from kvviz.engine import EngineError
 from kvviz.lessons.model_lab import figures
 from kvviz.lessons.model_lab import logic as lab
-from kvviz.memory_bill import format_bytes
 from kvviz.models import CustomShape, ModelLoadError
+from kvviz.shapes import format_bytes
 from kvviz.ui.common import show_code
 
 LONGEST_CONTEXTS = [128, 256, 512, 1024, 2048]

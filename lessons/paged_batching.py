@@ -18,7 +18,7 @@ from kvviz.lessons.paged_batching.stage import stage_data
 from kvviz.lessons.paged_batching.swap_view import swap_view
 from kvviz.lessons.prefill_decode import predict
 from kvviz.lessons.uploads import file_buttons
-from kvviz.memory_bill import format_bytes
+from kvviz.shapes import format_bytes
 from kvviz.ui import rooms
 from kvviz.ui.common import show_code
 from kvviz.ui.stage import show_stage

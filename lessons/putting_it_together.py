@@ -3,7 +3,8 @@
 import streamlit as st
 
 from kvviz.lessons.putting_it_together.logic import choices, jobs, whole_context
-from kvviz.memory_bill import format_bytes, kv_bytes_per_token
+from kvviz.memory_bill import kv_bytes_per_token
+from kvviz.shapes import format_bytes
 from kvviz.ui.common import current_model
 
 st.title("Putting it together")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 
 from kvviz import memory_bill
+from kvviz.shapes import format_bytes
 
 
 def add_bill_arguments(parser: argparse.ArgumentParser) -> None:
@@ -49,14 +50,14 @@ def run_bill(args: argparse.Namespace) -> str:
         lines += [f"{memory_bill.KIND_LABELS[line.kind]} ({line.num_layers} layers):", f"  {line.formula}"]
     total = memory_bill.kv_cache_bytes(shape, tokens, batch, dtype_bytes, **options)
     per_token = memory_bill.kv_bytes_per_token(shape, dtype_bytes, **options)
-    lines += ["", f"KV cache total: {total:,} bytes ({memory_bill.format_bytes(total)}); "
+    lines += ["", f"KV cache total: {total:,} bytes ({format_bytes(total)}); "
                   f"{per_token:,} bytes per token inside every window"]
     if shape.num_params is None:
         lines.append("Weights: unknown (the config gives no parameter count and no local checkpoint was found)")
     else:
         weights = memory_bill.weights_bytes(shape, dtype_bytes)
         lines.append(f"Weights ({dtype_name}): {shape.num_params:,} parameters × {_bytes_word(dtype_bytes)} = "
-                     f"{weights:,} bytes ({memory_bill.format_bytes(weights)})")
+                     f"{weights:,} bytes ({format_bytes(weights)})")
         name = device if isinstance(device, str) else f"{device:,} bytes"
         lines.append(f"On {name}: " + memory_bill.fit_summary(shape, tokens, batch, device, dtype_bytes, **options))
     return "\n".join(lines)
@@ -122,7 +123,7 @@ def format_comparison(name: str, dtype: str, kv_bytes: int, context: int, block_
     rows = [("KV blocks", f"{k['num_blocks']:,}", f"{v['num_blocks']:,}"),
             ("tokens that fit", f"{k['kv_cache_tokens']:,}", f"{v['kv_cache_tokens']:,}"),
             (f"requests of {context:,} tokens at once", f"{k['max_concurrency']:.2f}", f"{v['max_concurrency']:.2f}")]
-    lines = [f"{name}, {dtype}, {kv_bytes:,} bytes ({memory_bill.format_bytes(kv_bytes)}) of KV space, blocks of {block_size}",
+    lines = [f"{name}, {dtype}, {kv_bytes:,} bytes ({format_bytes(kv_bytes)}) of KV space, blocks of {block_size}",
              f"{'':<36}{'kvviz bill':>14}{'vLLM':>14}"]
     lines += [f"{label:<36}{a:>14}{b:>14}" for label, a, b in rows]
     lines.append(c["explanation"])

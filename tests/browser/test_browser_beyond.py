@@ -19,8 +19,8 @@ from kvviz.lessons.paged_batching.fork_view import DEFAULT_PROMPT as FORK_PROMPT
 from kvviz.lessons.paged_batching.state import DEFAULT_TABLE
 from kvviz.lessons.speculative.logic import DEFAULT_PROMPT as SPEC_PROMPT
 from kvviz.lessons.speculative.logic import SpeculativeLesson
-from kvviz.memory_bill import format_bytes
 from kvviz.models import load_model
+from kvviz.shapes import format_bytes
 
 from chromium import CHROMIUM, ROOT, browser_page, wait_idle
 

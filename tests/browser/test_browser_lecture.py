@@ -14,8 +14,8 @@ from test_browser import app_url, no_exceptions  # noqa: F401  (fixture)
 
 from kvviz.lessons.prefill_decode.logic import Lesson, LessonSettings
 from kvviz.lessons.prefill_decode.state import EXAMPLE_PROMPTS, PAGE_SAMPLING
-from kvviz.memory_bill import format_bytes
 from kvviz.models import load_model
+from kvviz.shapes import format_bytes
 
 from chromium import CHROMIUM, ROOT, browser_page, wait_idle
 

@@ -11,7 +11,7 @@ import time
 import pytest
 from test_browser import app_url, no_exceptions  # noqa: F401  (fixture)
 
-from kvviz.memory_bill import format_bytes
+from kvviz.shapes import format_bytes
 
 from chromium import CHROMIUM, ROOT, browser_page, wait_idle
 

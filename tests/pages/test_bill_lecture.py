@@ -5,7 +5,8 @@ import json
 import pytest
 
 from kvviz import memory_bill
-from kvviz.memory_bill import PRESETS, format_bytes
+from kvviz.memory_bill import PRESETS
+from kvviz.shapes import format_bytes
 
 from conftest import open_lesson
 

@@ -8,7 +8,8 @@ import pytest
 
 from kvviz import SamplingParams
 from kvviz.engine import Engine
-from kvviz.memory_bill import format_bytes, kv_cache_bytes
+from kvviz.memory_bill import kv_cache_bytes
+from kvviz.shapes import format_bytes
 
 from conftest import ROOT, button, open_lesson
 

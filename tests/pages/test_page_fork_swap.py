@@ -5,7 +5,7 @@ import itertools
 import pytest
 
 from kvviz.lessons.paged_batching import fork as fork_lesson
-from kvviz.memory_bill import format_bytes
+from kvviz.shapes import format_bytes
 
 from conftest import open_lesson
 

@@ -6,7 +6,7 @@ import pytest
 from kvviz.lessons.prefill_decode.file import export_lesson, import_lesson
 from kvviz.lessons.prefill_decode.logic import Lesson, LessonSettings, lesson_sampling
 from kvviz.lessons.prefill_decode.state import DEFAULTS
-from kvviz.memory_bill import format_bytes
+from kvviz.shapes import format_bytes
 
 from conftest import button, open_lesson
 

@@ -4,7 +4,8 @@ import pytest
 
 from kvviz import load_model
 from kvviz.lessons.putting_it_together.logic import BLOCK_SIZE, quant_group
-from kvviz.memory_bill import format_bytes, kv_bytes_per_token, kv_cache_bytes
+from kvviz.memory_bill import kv_bytes_per_token, kv_cache_bytes
+from kvviz.shapes import format_bytes
 
 from conftest import open_lesson
 

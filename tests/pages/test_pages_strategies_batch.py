@@ -16,7 +16,7 @@ from kvviz.lessons.batch_generation.logic import BatchSettings, run_batch
 from kvviz.lessons.cache_strategies.figures import binary_ticks, divergence_html, one_two_five
 from kvviz.lessons.cache_strategies.logic import compare_strategies, lesson_specs
 from kvviz.lessons.cache_strategies.state import EXAMPLE_PROMPT, gqa_choices, group_sizes
-from kvviz.memory_bill import format_bytes
+from kvviz.shapes import format_bytes
 from kvviz.workloads import MAX_UPLOAD_BYTES, Workload, WorkloadError, parse_upload, synthetic_workload
 
 from conftest import ROOT, button

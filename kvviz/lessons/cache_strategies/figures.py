@@ -12,7 +12,7 @@ import math
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from kvviz.memory_bill import format_bytes
+from kvviz.shapes import format_bytes
 from kvviz.ui.colors import FONT, PHASE
 from kvviz.ui.text import chart_text
 

@@ -18,9 +18,9 @@ from kvviz.memory_bill import (
     AttentionVariant,
     GiB,
     ModelShape,
-    format_bytes,
     kv_cache_bytes,
 )
+from kvviz.shapes import format_bytes
 from kvviz.ui.colors import BLOCK_STATE, FONT, PHASE, request_color
 
 INK = "#1F2937"  # text dark enough to read from the back of a room

@@ -9,7 +9,7 @@ import plotly.graph_objects as go
 
 from kvviz.lessons.memory_bill.figures import layout
 from kvviz.lessons.model_lab.logic import DecodeTiming
-from kvviz.memory_bill import format_bytes
+from kvviz.shapes import format_bytes
 from kvviz.ui.colors import PHASE
 
 

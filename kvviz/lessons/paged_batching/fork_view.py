@@ -11,7 +11,7 @@ from kvviz.lessons.paged_batching import figures as paged_batching_figures
 from kvviz.lessons.paged_batching import fork as fork_lesson
 from kvviz.lessons.paged_batching import fork_figures
 from kvviz.lessons.paged_batching.stage import fork_stage_data
-from kvviz.memory_bill import format_bytes
+from kvviz.shapes import format_bytes
 from kvviz.ui.common import current_model, drop, show_code
 from kvviz.ui.stage import chosen_step, show_stage
 

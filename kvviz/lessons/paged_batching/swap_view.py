@@ -10,7 +10,7 @@ from kvviz.engine.kv_manager import KVCacheManager
 from kvviz.lessons.paged_batching import swap as swap_lesson
 from kvviz.lessons.paged_batching.events import event_words
 from kvviz.lessons.paged_batching.state import request_specs
-from kvviz.memory_bill import format_bytes
+from kvviz.shapes import format_bytes
 from kvviz.ui.common import current_model, drop, show_code
 
 KEYS = frozenset({"lesson_swap", "swap_error"})

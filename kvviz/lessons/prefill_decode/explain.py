@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from kvviz.memory_bill import format_bytes
+from kvviz.shapes import format_bytes
 
 
 def small_example(prompt_tokens: int = 4, generated: int = 3) -> list[dict]:
