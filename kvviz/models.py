@@ -33,6 +33,7 @@ from transformers import (
 )
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
+from kvviz.engine.cache_setup import available_memory_bytes
 from kvviz.shapes import DEFAULT_CONTEXT, ModelShape
 
 BUNDLED_DIR = Path(__file__).resolve().parent / "bundled_model"
@@ -149,21 +150,6 @@ def pick_dtype(device: torch.device, dtype: str | torch.dtype | None = None) -> 
     if dtype not in DTYPES:
         raise ModelLoadError(f"Unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}.")
     return DTYPES[dtype]
-
-
-def available_memory_bytes(device: torch.device) -> int:
-    """Memory free for new weights on `device`: free GPU memory, or the host's available RAM."""
-    if device.type == "cuda":
-        free, _total = torch.cuda.mem_get_info(device)
-        return free
-    try:
-        with open("/proc/meminfo") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
 
 
 def clean_source(source: str | None) -> str:

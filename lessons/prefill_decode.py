@@ -15,10 +15,10 @@ from kvviz.lessons.prefill_decode.classroom import export_and_replay, predict_pa
 from kvviz.lessons.prefill_decode.explain import bill_note, logit_difference_note, work_table
 from kvviz.lessons.prefill_decode.explain_views import inside_attention, memory_bound
 from kvviz.lessons.prefill_decode.logic import per_token_formula, steps_text
-from kvviz.memory_bill import format_bytes
 from kvviz.lessons import room_view
 from kvviz.lessons.prefill_decode.room import ROOM
 from kvviz.lessons.prefill_decode.stage import stage_data
+from kvviz.shapes import format_bytes
 from kvviz.ui.common import show_code
 from kvviz.ui.text import plain
 from kvviz.ui import rooms
@@ -247,8 +247,9 @@ if room is None and not lesson.replay:  # after the questions: a question asked 
         room_view.teacher_panel(ROOM, lesson, step)
 
 attention_code = mla_attention if info.get("kv_lora_rank") else paged_attention  # MLA: its own attention forward
-show_code(Engine.step, Engine._run, Scheduler.schedule, attention_code,
-          caption="The engine code that ran this step: schedule, one forward pass, and the attention "
-                  "function every layer calls, which writes new keys and values into the paged cache.")
+show_code(Engine.step, Engine._sample, Scheduler.schedule, attention_code,
+          caption="The engine code that ran this step: the loop (schedule, one forward pass, sample, record), "
+                  "the sampling, the scheduler, and the attention function every layer calls, which writes "
+                  "new keys and values into the paged cache.")
 if room is not None:
     room_view.follow(room.code)  # the teacher's next step

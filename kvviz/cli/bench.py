@@ -35,9 +35,10 @@ from kvviz.bench import (
     targets,
 )
 from kvviz.cli.common import check_output_path, write_atomically
+from kvviz.engine.cache_setup import available_memory_bytes
 from kvviz.engine.config import DEFAULTS
 from kvviz.engine.kv_cache import CacheShape
-from kvviz.models import ModelLoadError, available_memory_bytes, load_model
+from kvviz.models import ModelLoadError, load_model
 from kvviz.vllm.backend import bench_against_vllm, missing_message
 from kvviz.workloads import mixed_workload, shared_prefix_workload
 

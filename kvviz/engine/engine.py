@@ -4,6 +4,10 @@
     outs = engine.generate(["ROMEO:"], SamplingParams(max_tokens=32))
     rid = engine.add_request("JULIET:", SamplingParams(max_tokens=8), trace=True)
     record = engine.step()     # a StepRecord: what ran, what was sampled, blocks, bytes, K/V
+
+A step is the loop of every serving engine: schedule (scheduler.py), run one forward pass over
+the scheduled tokens of every request (batch.py, runner.py), sample (sampling.py), and record
+what happened (recording.py). The pool and cache it runs on are set up in cache_setup.py.
 """
 
 from __future__ import annotations
@@ -11,50 +15,22 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-import numpy as np
-import torch
-
 from kvviz.engine import mla
 from kvviz.engine.batch import build_step_batch
-from kvviz.engine.block_pool import BLOCK_BOOKKEEPING_BYTES, BlockPool
-from kvviz.engine.config import MAX_NUM_BLOCKS, EngineConfig
-from kvviz.engine.cpu import kernels as cpu_kernels
+from kvviz.engine.cache_setup import pick_attention_kernel, set_up_cache
+from kvviz.engine.config import EngineConfig
+from kvviz.engine.errors import EngineError, NonFiniteLogits
 from kvviz.engine.fork import fork_samples
-from kvviz.engine.kv_cache import CacheShape, PagedKVCache, slots_for
-from kvviz.engine.kv_manager import KVCacheManager, blocks_needed
-from kvviz.engine.layer_groups import layer_windows, make_groups, pool_sizes
-from kvviz.engine.model_parts import model_parts
-from kvviz.engine.records import (
-    BlockRecord,
-    ChunkRecord,
-    DraftRecord,
-    EventRecord,
-    LayerGroupRecord,
-    MemoryRecord,
-    RequestRecord,
-    StepRecord,
-    TraceRecord,
-)
+from kvviz.engine.kv_cache import CacheShape, slots_for
+from kvviz.engine.model_parts import eos_token_ids, model_parts
+from kvviz.engine.prompts import checked_token_ids
+from kvviz.engine.records import DraftRecord, MemoryRecord, StepRecord
+from kvviz.engine.recording import memory_record, step_record, trace_record
 from kvviz.engine.request import Request
-from kvviz.engine.runner import install, run_forward
+from kvviz.engine.runner import Trace, install, run_forward
 from kvviz.engine.sampling import SamplingParams, non_finite_rows, sample
 from kvviz.engine.scheduler import ScheduledChunk, Scheduler
 from kvviz.engine.speculative import accept, last_rows, set_drafts
-from kvviz.engine.swap import SWAP_SLOT_BOOKKEEPING_BYTES, SwapSpace
-from kvviz.memory_bill import format_bytes
-from kvviz.models import available_memory_bytes
-
-
-class EngineError(ValueError):
-    """A request or setting the engine refuses; the message says what to do."""
-
-
-class NonFiniteLogits(ArithmeticError):
-    """A step's logits hold NaN or +inf, or a row has no finite logit: nothing can be sampled."""
-
-    def __init__(self, row):
-        self.what = "NaN" if bool(row.isnan().any()) else "infinite" if bool(row.isposinf().any()) else "all -inf"
-        super().__init__(f"logits are {self.what}")
 
 
 @dataclass(slots=True)
@@ -93,7 +69,7 @@ class Engine:
         self.device = next(self.model.parameters()).device
         self.hf_config = self.model.config.get_text_config()
         self.vocab_size = self.model.get_output_embeddings().weight.shape[0]
-        self.eos_token_ids = self._eos_ids()
+        self.eos_token_ids = eos_token_ids(self.model)
         self.block_size = config.block_size
         self.use_cache = config.use_cache
         self.record_blocks = config.record_blocks
@@ -104,35 +80,11 @@ class Engine:
             raise EngineError(f"This {type(self.model).__name__} has multi-head latent attention (kv_lora_rank) "
                               "but not DeepSeek-V3's attention layers, the only MLA kvviz can cache; "
                               "load a DeepseekV3ForCausalLM model, or one without MLA.")
-        self.pool, self.cache, self.kv, self.num_blocks = None, None, None, 0
-        self.layer_groups = []  # layer_groups.py: one per distinct sliding window, full attention first
-        if config.use_cache:
-            self.num_blocks = config.num_blocks or self._blocks_that_fit(config.max_num_seqs, config.memory_fraction)
-            windows = layer_windows(self.hf_config)
-            if config.preemption_mode == "swap" and any(w is not None for w in windows):
-                raise EngineError("Preemption mode 'swap' moves one block table per request, but this model's "
-                                  "sliding-window layers keep a table of their own; use preemption_mode='recompute'.")
-            if len(set(windows)) == 1 and windows[0] is None:  # every layer sees the whole context
-                self._check_sizes()  # before allocating anything
-                self.pool = BlockPool(self.num_blocks, config.block_size, config.enable_prefix_caching)
-                self.cache = PagedKVCache(self.cache_shape, self.num_blocks, config.block_size, self.device)
-            else:  # the bytes of num_blocks blocks, shared out between the groups' pools
-                whole_contexts = config.max_num_seqs * blocks_needed(self.max_context, self.block_size)
-                most_blocks = min(whole_contexts, MAX_NUM_BLOCKS)
-                sizes = pool_sizes(windows, self.num_blocks, config.block_size, config.max_num_seqs,
-                                   config.max_num_batched_tokens, most_blocks)
-                self._check_sizes(sum(sizes))
-                self.layer_groups = make_groups(windows, self.num_blocks, config.block_size,
-                                                config.enable_prefix_caching, sizes)
-                self.pool = self.layer_groups[0].pool
-                split = None if set(sizes) == {self.num_blocks} else [(g.layers, g.pool.num_blocks)
-                                                                      for g in self.layer_groups]
-                self.cache = PagedKVCache(self.cache_shape, self.num_blocks, config.block_size, self.device, split)
-            swap = None
-            if config.preemption_mode == "swap":
-                swap = SwapSpace(self.cache_shape, config.swap_space_blocks or self.num_blocks, config.block_size)
-            self.kv = KVCacheManager(self.pool, self.cache, swap, self.layer_groups or None)
-        self.attention_kernel = self._pick_attention_kernel()
+        # cache_setup.py: a pool sized from free memory (or num_blocks), its cache tensors, one pool per layer
+        # group (layer_groups.py: one per distinct sliding window, full attention first) and the swap space
+        self.num_blocks, self.pool, self.cache, self.kv, self.layer_groups = set_up_cache(
+            config, self.cache_shape, self.hf_config, self.max_context, self.device)
+        self.attention_kernel = pick_attention_kernel(config, self.cache_shape, self.cache, self.device)
         self.scheduler = Scheduler(self.kv, config.max_num_seqs, config.max_num_batched_tokens,
                                    config.enable_chunked_prefill)
         self.requests: dict[int, Request] = {}
@@ -162,30 +114,8 @@ class Engine:
         return request.request_id
 
     def check_request(self, prompt: str | list[int], params: SamplingParams) -> list[int]:
-        """Tokenize and validate a request without queueing it; raises EngineError."""
-        if not isinstance(params, SamplingParams):
-            raise EngineError(f"Sampling settings must be a SamplingParams, not {type(params).__name__}; "
-                              "write one such as SamplingParams(max_tokens=32).")
-        try:
-            params.validate(max_num_seqs=self.config.max_num_seqs)
-        except ValueError as error:
-            raise EngineError(str(error)) from None
-        token_ids = self._tokenize(prompt)
-        if len(token_ids) >= self.max_context:
-            raise EngineError(f"The prompt has {len(token_ids)} tokens but the model's context holds "
-                              f"{self.max_context}; shorten the prompt so there is room to generate.")
-        budget = self.config.max_num_batched_tokens
-        if self.use_cache and not self.config.enable_chunked_prefill and len(token_ids) > budget:
-            raise EngineError(f"The prompt has {len(token_ids)} tokens but a step runs at most {budget} and "
-                              "chunked prefill is off; raise max_num_batched_tokens or turn chunked prefill on.")
-        if self.use_cache:
-            most_tokens = min(len(token_ids) + params.max_tokens, self.max_context)
-            needed = blocks_needed(most_tokens, self.block_size)
-            if needed > self.pool.num_blocks:  # the full group's pool, with layer groups: the largest
-                raise EngineError(
-                    f"This request needs up to {needed} blocks of {self.block_size} tokens but the pool "
-                    f"has only {self.pool.num_blocks}; enlarge the pool or ask for fewer tokens.")
-        return token_ids
+        """Tokenize and validate a request without queueing it (prompts.py); raises EngineError."""
+        return checked_token_ids(self, prompt, params)
 
     def has_unfinished(self) -> bool:
         return self.scheduler.has_unfinished()
@@ -207,50 +137,30 @@ class Engine:
         EngineError.
         """
         start = time.perf_counter()
-        chunks: list = []
+        chunks, forward_s, sampled, trace, drafts = [], 0.0, [], None, []
         try:
-            if self.config.speculative_tokens:
+            if self.config.speculative_tokens:  # prompt lookup proposes drafts for this step to verify
                 set_drafts(self.scheduler.running, self.config.speculative_tokens, self.config.prompt_lookup_max,
                            self.config.prompt_lookup_min, self.max_context)
-            chunks = self.scheduler.schedule()
-            forward_s, sampled, trace, drafts = self._run(chunks)
+            chunks = self.scheduler.schedule()  # which requests run, and how many of their tokens
+            if chunks:
+                batch = build_step_batch(chunks, self.cache, self.block_size, self.device, self.trace_request_id,
+                                         self.attention_kernel, self.layer_groups)  # slot mapping, block tables
+                logits, forward_s = run_forward(self.model, batch)  # (R, V): 1 + drafts rows per sampling chunk
+                self.stats["forward_s"] += forward_s
+                self.stats["kernel_steps"] += int(batch.kernel is not None)
+                sampled, trace, drafts = self._sample(chunks, logits, batch.trace)
         except BaseException as error:  # Ctrl-C too: never leave half-written blocks in the cache
-            failed = [c.request for c in chunks] or list(self.scheduler.running)
-            for request in failed:
-                if not request.is_finished:
-                    if self.kv is not None:
-                        self.kv.uncache_unwritten(request)
-                    self._finish(request, "error")
-            self.step_index += 1
-            if not isinstance(error, Exception):
-                raise
-            if isinstance(error, NonFiniteLogits):
-                raise EngineError(f"The model's logits in step {self.step_index - 1} are {error.what}, so no "
-                                  f"token can be chosen: the step's {len(failed)} requests were stopped with "
-                                  "finish_reason 'error' and their blocks freed; check the weights for NaN, or "
-                                  "load the model in float32 if float16 overflowed.") from None
-            raise EngineError(f"Step {self.step_index - 1} failed ({type(error).__name__}: {error}); its "
-                              f"{len(failed)} requests were finished with finish_reason 'error' and their "
-                              "blocks freed, and the engine can take new requests.") from error
-        if self.use_cache:
-            self.stats["peak_blocks"] = max(self.stats["peak_blocks"], self.pool.num_used_blocks)
-            if self.layer_groups:
-                peaks = self.stats["peak_blocks_by_group"]
-                for g, group in enumerate(self.layer_groups):
-                    peaks[g] = max(peaks[g], group.pool.num_used_blocks)
-        record = self._record(chunks, sampled, forward_s, time.perf_counter() - start, trace, drafts)
+            self._fail(chunks, error)  # finishes the step's requests, then raises
+        self._count_peak_blocks()
+        finished, self._finished_now = self._finished_now, []
+        record = step_record(self, chunks, sampled, forward_s, time.perf_counter() - start, trace, drafts, finished)
         self.step_index += 1
         return record
 
-    def _run(self, chunks):
-        """The forward pass and sampling of one step: (forward seconds, sampled pairs, trace, drafts)."""
-        if not chunks:
-            return 0.0, [], None, []
-        batch = build_step_batch(chunks, self.cache, self.block_size, self.device, self.trace_request_id,
-                                 self.attention_kernel, self.layer_groups)
-        logits, forward_s = run_forward(self.model, batch)  # (R, V): 1 + drafts rows per sampling chunk
-        self.stats["forward_s"] += forward_s
-        self.stats["kernel_steps"] += int(batch.kernel is not None)
+    def _sample(self, chunks: list[ScheduledChunk], logits, step_trace: Trace | None):
+        """Each sampling chunk's next token from its row of logits (R, V), its drafts accepted or
+        rolled back, the tokens appended: (sampled (request id, token) pairs, trace, drafts)."""
         sampling_chunks = [c for c in chunks if c.samples]
         bad = non_finite_rows(logits)  # every row a token or a draft's verdict would come from
         if bad:
@@ -262,7 +172,9 @@ class Engine:
         if self.use_cache:
             for chunk in chunks:
                 chunk.request.advance(chunk.end)
-        trace = self._trace_record(batch.trace, last_logits, sampling_chunks) if batch.trace is not None else None
+        trace = None
+        if step_trace is not None:
+            trace = trace_record(step_trace, self.trace_request_id, last_logits, sampling_chunks)
         sampled, drafts = [], []
         for chunk, row, token in zip(sampling_chunks, rows, tokens):
             request, new_tokens = chunk.request, [token]
@@ -273,7 +185,7 @@ class Engine:
                 if not request.is_finished:
                     sampled.append((request.request_id, token))
                     self._append_token(request, token)
-        return forward_s, sampled, trace, drafts
+        return sampled, trace, drafts
 
     def _roll_back(self, chunk: ScheduledChunk, num_accepted: int) -> DraftRecord:
         """Forget the rejected drafts' keys and values: the request's cache ends after its accepted
@@ -301,6 +213,35 @@ class Engine:
         self.scheduler.finish(request, reason)
         self.stats["cached_tokens"] += request.num_cached_tokens
         self._finished_now.append(request)
+
+    def _fail(self, chunks: list[ScheduledChunk], error: BaseException) -> None:
+        """A step raised: finish its requests with finish_reason "error", free their blocks, and raise."""
+        failed = [c.request for c in chunks] or list(self.scheduler.running)
+        for request in failed:
+            if not request.is_finished:
+                if self.kv is not None:
+                    self.kv.uncache_unwritten(request)
+                self._finish(request, "error")
+        self.step_index += 1
+        if not isinstance(error, Exception):
+            raise error
+        if isinstance(error, NonFiniteLogits):
+            raise EngineError(f"The model's logits in step {self.step_index - 1} are {error.what}, so no "
+                              f"token can be chosen: the step's {len(failed)} requests were stopped with "
+                              "finish_reason 'error' and their blocks freed; check the weights for NaN, or "
+                              "load the model in float32 if float16 overflowed.") from None
+        raise EngineError(f"Step {self.step_index - 1} failed ({type(error).__name__}: {error}); its "
+                          f"{len(failed)} requests were finished with finish_reason 'error' and their "
+                          "blocks freed, and the engine can take new requests.") from error
+
+    def _count_peak_blocks(self) -> None:
+        """The most blocks in use at once, in the pool and in each layer group's."""
+        if self.use_cache:
+            self.stats["peak_blocks"] = max(self.stats["peak_blocks"], self.pool.num_used_blocks)
+            if self.layer_groups:
+                peaks = self.stats["peak_blocks_by_group"]
+                for g, group in enumerate(self.layer_groups):
+                    peaks[g] = max(peaks[g], group.pool.num_used_blocks)
 
     # ---- generate ------------------------------------------------------------------------
     def generate(self, prompts: list[str] | list[list[int]],
@@ -352,181 +293,6 @@ class Engine:
                              request.finish_reason, request.num_cached_tokens, request.num_preemptions,
                              samples, texts)
 
-    # ---- memory --------------------------------------------------------------------------
     def memory(self) -> MemoryRecord:
-        shape = self.cache_shape
-        if not self.use_cache:
-            return MemoryRecord(0, 0, 0, 0, [0] * shape.num_layers, shape.bytes_per_token, shape.kv_cache_dtype)
-        block_bytes = self.cache.bytes_per_block
-        running = self.scheduler.running
-        if self.layer_groups:
-            return self._grouped_memory(running)
-        used_blocks = self.pool.num_used_blocks
-        # shared blocks count once: bytes holding tokens = used blocks minus the empty slots of
-        # each distinct last block (forked samples share theirs until one writes)
-        slack_by_block = {r.block_table[-1]: len(r.block_table) * self.block_size - r.num_computed_tokens
-                          for r in running if r.block_table}
-        slack_slots = sum(slack_by_block.values())
-        used_bytes = used_blocks * block_bytes
-        per_layer = used_blocks * block_bytes // shape.num_layers
-        return MemoryRecord(
-            allocated_bytes=self.cache.nbytes, used_block_bytes=used_bytes,
-            token_bytes=used_bytes - slack_slots * shape.bytes_per_token,
-            slack_bytes=slack_slots * shape.bytes_per_token,
-            layer_used_bytes=[per_layer] * shape.num_layers, bytes_per_token=shape.bytes_per_token,
-            kv_cache_dtype=shape.kv_cache_dtype)
-
-    def _grouped_memory(self, running) -> MemoryRecord:
-        """memory() with layer groups: a block of a group holds only that group's layers, so a sliding
-        layer's used bytes stop growing once its window is full."""
-        shape = self.cache_shape
-        layer_block_bytes = self.cache.bytes_per_block // shape.num_layers  # one block, one layer
-        layer_token_bytes = shape.bytes_per_token // shape.num_layers
-        layer_used_bytes = [0] * shape.num_layers
-        slack_bytes = 0
-        for g, group in enumerate(self.layer_groups):
-            for layer in group.layers:
-                layer_used_bytes[layer] = group.pool.num_used_blocks * layer_block_bytes
-            slack_by_block = {r.block_tables[g][-1]: len(r.block_tables[g]) * self.block_size - r.num_computed_tokens
-                              for r in running if r.block_tables[g]}
-            slack_bytes += sum(slack_by_block.values()) * layer_token_bytes * len(group.layers)
-        used_bytes = sum(layer_used_bytes)
-        return MemoryRecord(
-            allocated_bytes=self.cache.nbytes, used_block_bytes=used_bytes, token_bytes=used_bytes - slack_bytes,
-            slack_bytes=slack_bytes, layer_used_bytes=layer_used_bytes, bytes_per_token=shape.bytes_per_token,
-            kv_cache_dtype=shape.kv_cache_dtype)
-
-    # ---- records -------------------------------------------------------------------------
-    def _record(self, chunks, sampled, forward_s, step_s, trace, drafts) -> StepRecord:
-        """What this step did. Its cost follows the live requests and the events, not the pool."""
-        finished, self._finished_now = self._finished_now, []
-        live = self.scheduler.running + [r for r in finished if r not in self.scheduler.running]
-        requests = [self._request_record(r) for r in live] + [self._waiting_record(r) for r in self.scheduler.waiting]
-        requests.sort(key=lambda r: r.request_id)
-        events = self.pool.drain_events() if self.pool is not None else []
-        event_records = [EventRecord(e.kind, e.request_id, e.block_ids, e.num_bytes, e.cpu_slots) for e in events]
-        for g, group in enumerate(self.layer_groups[1:], start=1):  # the first group's pool is self.pool
-            event_records += [EventRecord(e.kind, e.request_id, e.block_ids, e.num_bytes, e.cpu_slots, group=g)
-                              for e in group.pool.drain_events()]
-        blocks = None
-        if self.record_blocks and self.pool is not None:  # the whole pool: O(num_blocks), off by default
-            blocks = [BlockRecord(b.block_id, b.ref_cnt, sorted(b.owners), b.block_hash is not None,
-                                  b.ref_cnt == 0) for b in self.pool.blocks]
-        return StepRecord(
-            step=self.step_index,
-            chunks=[ChunkRecord(c.request.request_id, c.kind, c.start, c.num_tokens, c.token_ids, c.num_drafts)
-                    for c in chunks],
-            sampled=sampled, requests=requests,
-            events=event_records,
-            num_free_blocks=self.pool.num_free_blocks if self.pool else 0,
-            num_cached_blocks=len(self.pool.cached_blocks) if self.pool else 0,
-            memory=self.memory(), blocks=blocks, forward_s=forward_s, step_s=step_s, trace=trace, drafts=drafts,
-            num_free_swap_slots=self.kv.swap.num_free_slots if self.kv and self.kv.swap else 0,
-            layer_groups=[LayerGroupRecord(g.name, g.window, list(g.layers), g.pool.num_blocks, g.pool.num_free_blocks,
-                                           len(g.pool.cached_blocks)) for g in self.layer_groups])
-
-    def _request_record(self, r: Request) -> RequestRecord:
-        return RequestRecord(r.request_id, r.status.value, r.num_prompt_tokens,
-                             r.num_computed_tokens if self.use_cache else 0, r.num_cached_tokens,
-                             list(r.block_table), list(r.output_token_ids), r.num_preemptions, r.finish_reason,
-                             r.parent_id, r.num_recomputed_tokens, self.kv is not None and self.kv.is_swapped(r),
-                             r.num_looked_up_tokens, r.num_hit_tokens,
-                             [list(table) for table in r.block_tables] if self.layer_groups else [])
-
-    def _waiting_record(self, r: Request) -> RequestRecord:
-        """A waiting request changes only when it is preempted: reuse its record until then."""
-        key = (r.num_preemptions, len(r.output_token_ids))
-        if getattr(r, "record_key", None) != key:
-            r.record_key, r.last_record = key, self._request_record(r)
-        return r.last_record
-
-    def _trace_record(self, trace, logits, sampling_chunks) -> TraceRecord:
-        row = next((i for i, c in enumerate(sampling_chunks)
-                    if c.request.request_id == self.trace_request_id), None)
-        return TraceRecord(
-            request_id=self.trace_request_id,
-            keys=torch.stack(trace.keys).numpy(),  # (layers, tokens, kv_heads, head_dim)
-            values=torch.stack(trace.values).numpy(),
-            attention=torch.stack(trace.attention).numpy(),  # (layers, heads, tokens)
-            logits=None if row is None else logits[row].float().cpu().numpy().astype(np.float32),
-            prompt_attention=torch.stack(trace.prompt_attention).numpy() if trace.prompt_attention else None,
-            latents=torch.stack(trace.latents).numpy() if trace.latents else None)  # MLA only
-
-    # ---- helpers -------------------------------------------------------------------------
-    def _tokenize(self, prompt) -> list[int]:
-        if not isinstance(prompt, str) and not hasattr(prompt, "__len__"):
-            raise EngineError(f"A prompt is text or a list of token ids, not {prompt!r:.40}; a list of token ids "
-                              "goes inside the list of prompts, as in generate([[1, 2, 3]]).")
-        if isinstance(prompt, str):
-            if not prompt.strip():
-                raise EngineError("The prompt is empty; type some text to start from.")
-            if self.tokenizer is None:
-                raise EngineError("This model has no tokenizer; give the prompt as a list of token ids.")
-            token_ids = self.tokenizer(prompt)["input_ids"]
-        else:
-            token_ids = prompt.tolist() if hasattr(prompt, "tolist") else list(prompt)  # a tensor or array too
-            if not all(isinstance(t, (int, np.integer)) and not isinstance(t, bool) for t in token_ids):
-                raise EngineError("Token ids must be whole numbers; give the prompt as text or a list of ints.")
-            token_ids = [int(t) for t in token_ids]
-        if not token_ids:
-            raise EngineError("The prompt is empty; give at least one token.")
-        bad = [t for t in token_ids if not 0 <= t < self.vocab_size]
-        if bad:
-            raise EngineError(f"Token id {bad[0]} is outside the vocabulary (0 to {self.vocab_size - 1}); "
-                              "check that the ids come from this model's tokenizer.")
-        return token_ids
-
-    def _eos_ids(self) -> set[int]:
-        eos = getattr(self.model.generation_config, "eos_token_id", None)
-        if eos is None:
-            eos = getattr(self.hf_config, "eos_token_id", None)
-        if eos is None:
-            return set()
-        return set(eos) if isinstance(eos, (list, tuple)) else {int(eos)}
-
-    def _pick_attention_kernel(self):
-        """The compiled paged-attention kernel (engine/cpu/kernels.py) where it applies: a KV
-        cache of a float32 model on the CPU, stored in float32, int8 or fp8 (the kernel decodes
-        8-bit rows as it reads them, with their per-row scales: not "fp8_per_tensor"), head size a
-        multiple of 8, K and V per head (not MLA's latent rows, engine/mla.py). Elsewhere, None:
-        gather + SDPA."""
-        shape = self.cache_shape
-        if (self.config.attention != "auto" or self.cache is None or self.device.type != "cpu"
-                or shape.dtype != torch.float32 or shape.storage_dtype not in cpu_kernels.CACHE_KINDS
-                or (shape.quantized and not shape.row_scales) or shape.head_dim % 8 or shape.latent):
-            return None
-        return cpu_kernels.load()
-
-    def _blocks_that_fit(self, max_num_seqs: int, memory_fraction: float) -> int:
-        """Size the pool from free memory, but no larger than max_num_seqs full contexts."""
-        block_bytes = self.block_size * self.cache_shape.bytes_per_token + BLOCK_BOOKKEEPING_BYTES
-        by_memory = int(available_memory_bytes(self.device) * memory_fraction * 0.5) // block_bytes
-        by_need = max_num_seqs * blocks_needed(self.max_context, self.block_size)
-        return max(1, min(by_memory, by_need, MAX_NUM_BLOCKS))
-
-    def _check_sizes(self, num_pool_blocks: int | None = None) -> None:
-        """Refuse a pool or swap space that memory cannot hold (more than memory_fraction of what is
-        free), before any of it is allocated. num_pool_blocks: the Block objects of every layer
-        group's pool together (layer_groups.pool_sizes), when not num_blocks."""
-        block_bytes = self.block_size * self.cache_shape.bytes_per_token
-        pool_bytes = self.num_blocks * block_bytes  # layer groups share out these bytes, never more
-        bookkeeping_bytes = (num_pool_blocks or self.num_blocks) * BLOCK_BOOKKEEPING_BYTES  # in host memory
-        swap_slots = (self.config.swap_space_blocks or self.num_blocks) if self.config.preemption_mode == "swap" else 0
-        swap_bytes = swap_slots * (block_bytes + SWAP_SLOT_BOOKKEEPING_BYTES)  # host memory too
-        pool = f"A pool of {self.num_blocks:,} block{'s' * (self.num_blocks != 1)} of {self.block_size:,} tokens"
-        if self.device.type == "cpu":  # one memory holds all three
-            knobs = "num_blocks, block_size or swap_space_blocks" if swap_slots else "num_blocks or block_size"
-            self._check_fits(pool + (f" and {swap_slots:,} swap slots" if swap_slots else ""),
-                             pool_bytes + bookkeeping_bytes + swap_bytes, self.device, knobs)
-        else:
-            self._check_fits(pool, pool_bytes, self.device, "num_blocks or block_size")
-            self._check_fits(f"The bookkeeping of {self.num_blocks:,} blocks and {swap_slots:,} swap slots",
-                             bookkeeping_bytes + swap_bytes, torch.device("cpu"), "num_blocks or swap_space_blocks")
-
-    def _check_fits(self, what: str, num_bytes: int, device: torch.device, knobs: str) -> None:
-        free = available_memory_bytes(device)
-        allowed = free * self.config.memory_fraction
-        if num_bytes > allowed:
-            raise EngineError(f"{what} would take {format_bytes(num_bytes)}, but memory_fraction "
-                              f"{self.config.memory_fraction:g} of the {format_bytes(free)} free on {device.type} "
-                              f"is {format_bytes(allowed)}; lower {knobs}.")
+        """The cache's bytes now (recording.py): allocated, in used blocks, holding tokens, slack."""
+        return memory_record(self)

@@ -2,6 +2,7 @@
 
     model, tokenizer, max_context = model_parts(load_model("bundled"))  # a kvviz LoadedModel
     model, tokenizer, max_context = model_parts(hf_model)               # a bare PreTrainedModel
+    eos_token_ids(model)                                                 # the ids that end a sequence
 
 A bare transformers model comes without a tokenizer (prompts must be token ids) and its context
 is read from its config. This is the one place kvviz tells the two apart.
@@ -27,3 +28,13 @@ def model_parts(lm) -> ModelParts:
     if isinstance(lm, torch.nn.Module):
         return ModelParts(lm, None, ModelShape.of_model(lm).max_context or DEFAULT_CONTEXT)
     return ModelParts(lm.model, lm.tokenizer, lm.max_context)
+
+
+def eos_token_ids(model) -> set[int]:
+    """The token ids that end a sequence: the generation config's, else the (text) config's."""
+    eos = getattr(model.generation_config, "eos_token_id", None)
+    if eos is None:
+        eos = getattr(model.config.get_text_config(), "eos_token_id", None)
+    if eos is None:
+        return set()
+    return set(eos) if isinstance(eos, (list, tuple)) else {int(eos)}

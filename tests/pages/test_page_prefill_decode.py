@@ -30,6 +30,9 @@ def test_prefill_then_three_decode_steps(app):
         assert lesson.trace(step).keys.shape[1] == prompt_tokens + step
         assert len(state.block_table) == -(-state.num_computed_tokens // 16)
     assert any("Decode step 3" in m.value for m in app.success)
+    shown = "\n".join(code.value for code in app.code)  # "Show the code": the step is the loop, a call a stage
+    assert all(call in shown for call in ("def step(", "self.scheduler.schedule()", "run_forward(", "self._sample(",
+                                          "step_record(", "def _sample(", "sample(last_logits"))
     # the work table: one token per decode step with the cache, all of them without
     work = lesson.work()
     assert [r["with_cache_tokens"] for r in work] == [prompt_tokens, 1, 1, 1]

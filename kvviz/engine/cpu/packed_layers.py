@@ -26,9 +26,9 @@ import types
 import torch
 import torch.nn.functional as F
 
+from kvviz.engine.cache_setup import available_memory_bytes
 from kvviz.engine.cpu import kernels as cpu_kernels
 from kvviz.engine.step_context import in_engine_step
-from kvviz.models import available_memory_bytes
 
 CHECK_ROWS = 3  # rows of the random input each gated MLP is checked on
 PACK_MEMORY_FRACTION = 0.25  # packed copies of the linear weights may take this much of free memory

@@ -23,10 +23,10 @@ from kvviz import bench
 from kvviz.lessons.budget import Work, check_click
 from kvviz.engine import Engine, EngineConfig, SamplingParams
 from kvviz.engine.block_pool import BLOCK_BOOKKEEPING_BYTES
+from kvviz.engine.cache_setup import available_memory_bytes
 from kvviz.engine.kv_cache import CacheShape
 from kvviz.engine.model_parts import model_parts
-from kvviz.memory_bill import format_bytes
-from kvviz.models import available_memory_bytes
+from kvviz.shapes import format_bytes
 from kvviz.throughput import busy_note, machine_load, output_tokens_per_s
 from kvviz.workloads import Workload, WorkloadError, jsonl_lines, request_sampling
 
