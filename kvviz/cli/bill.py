@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import argparse
 
-from kvviz import memory_bill
+from kvviz import memory_bill, shapes
 
 
 def add_bill_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the `bill` options to a (sub)parser."""
     source = parser.add_mutually_exclusive_group()
-    source.add_argument("--preset", help=f"a known model: {', '.join(memory_bill.PRESETS)} (default: bundled)")
+    source.add_argument("--preset", help=f"a known model: {', '.join(shapes.PRESETS)} (default: bundled)")
     source.add_argument("--model", help="a Hugging Face id in the local cache, or a folder with config.json")
     parser.add_argument("--tokens", type=int, default=8192, help="tokens per request (default: 8192)")
     parser.add_argument("--batch", type=int, default=1, help="requests at once (default: 1)")
@@ -29,8 +29,8 @@ def add_bill_arguments(parser: argparse.ArgumentParser) -> None:
 def run_bill(args: argparse.Namespace) -> str:
     """The bill as text: the model, each layer kind's formula filled in, the total, weights, fit."""
     model = getattr(args, "model", None)
-    shape = (memory_bill.shape_from_pretrained(model) if model
-             else memory_bill.get_preset(getattr(args, "preset", None) or "bundled"))
+    shape = (shapes.shape_from_pretrained(model) if model
+             else shapes.get_preset(getattr(args, "preset", None) or "bundled"))
     dtype_name = getattr(args, "dtype", "bf16")
     dtype_bytes = memory_bill.dtype_bytes(dtype_name)
     tokens, batch = getattr(args, "tokens", 8192), getattr(args, "batch", 1)
@@ -46,7 +46,7 @@ def run_bill(args: argparse.Namespace) -> str:
         lines.append(f"  note: {tokens:,} tokens is beyond the model's {shape.max_context:,}-token context")
     lines.append("")
     for line in memory_bill.bill_breakdown(shape, tokens, batch, dtype_bytes, **options):
-        lines += [f"{memory_bill.KIND_LABELS[line.kind]} ({line.num_layers} layers):", f"  {line.formula}"]
+        lines += [f"{shapes.KIND_LABELS[line.kind]} ({line.num_layers} layers):", f"  {line.formula}"]
     total = memory_bill.kv_cache_bytes(shape, tokens, batch, dtype_bytes, **options)
     per_token = memory_bill.kv_bytes_per_token(shape, dtype_bytes, **options)
     lines += ["", f"KV cache total: {total:,} bytes ({memory_bill.format_bytes(total)}); "
@@ -62,16 +62,16 @@ def run_bill(args: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
-def _describe(shape: memory_bill.ModelShape) -> str:
+def _describe(shape: shapes.ModelShape) -> str:
     """One line: layers by kind, heads, sizes, parameters, context."""
     kinds = shape.layer_kinds
-    counts = ", ".join(f"{kinds.count(kind)} {memory_bill.KIND_LABELS[kind]}"
-                       for kind in (memory_bill.FULL, memory_bill.SLIDING, memory_bill.MLA) if kind in kinds)
+    counts = ", ".join(f"{kinds.count(kind)} {shapes.KIND_LABELS[kind]}"
+                       for kind in (shapes.FULL, shapes.SLIDING, shapes.MLA) if kind in kinds)
     parts = [f"{shape.num_layers} layers ({counts})"]
     if shape.num_heads:
         parts.append(f"{shape.num_heads} query heads")
     parts.append(f"{shape.num_kv_heads} KV heads of {shape.head_dim} dims")
-    if shape.sliding_window and memory_bill.SLIDING in kinds:
+    if shape.sliding_window and shapes.SLIDING in kinds:
         parts.append(f"window {shape.sliding_window:,}")
     if shape.kv_lora_rank:
         parts.append(f"MLA latent {shape.kv_lora_rank} + RoPE {shape.qk_rope_head_dim}")
@@ -104,7 +104,7 @@ def bill_against_vllm(args) -> str:
         raise ValueError("--against-vllm needs --model FOLDER (or 'bundled'): vLLM must load the model itself.")
     python = vllm.require_python(args.vllm_python)
     folder = vllm.model_folder(args.model)
-    shape = memory_bill.shape_from_pretrained(folder)
+    shape = shapes.shape_from_pretrained(folder)
     dtype_bytes = memory_bill.dtype_bytes(args.dtype)
     dtype = {4: "float32", 2: "bfloat16" if "bf" in args.dtype else "float16"}.get(dtype_bytes)
     if dtype is None:

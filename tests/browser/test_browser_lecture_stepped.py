@@ -142,7 +142,7 @@ def test_the_fork_tab_stepped_to_its_end_never_lowers_a_peak(app_url):  # noqa: 
 
 def test_the_memory_bill_split_over_eight_gpus_gives_its_verdict_on_the_per_gpu_figure(app_url):  # noqa: F811
     from kvviz import memory_bill
-    from kvviz.memory_bill import PRESETS
+    from kvviz.shapes import PRESETS
 
     share = memory_bill.tensor_parallel_share(PRESETS["llama-3.1-70b"], 8, 8192)
     weights, cache = format_bytes(share.weights_bytes_per_gpu), format_bytes(share.cache_bytes_per_gpu)

@@ -4,7 +4,8 @@ untied embedding left out of the bytes read, and what-ifs that cannot run said t
 import pytest
 
 from kvviz.lessons.prefill_decode import roofline
-from kvviz.memory_bill import PRESETS, format_bytes
+from kvviz.memory_bill import format_bytes
+from kvviz.shapes import PRESETS
 
 from conftest import open_lesson
 

@@ -9,8 +9,9 @@ from streamlit.testing.v1 import AppTest
 
 from kvviz.engine.kv_cache import CacheShape, PagedKVCache
 from kvviz.lessons.model_lab import logic as lab
-from kvviz.memory_bill import PRESETS, ModelShape, cache_format, format_bytes, kv_cache_bytes
+from kvviz.memory_bill import cache_format, format_bytes, kv_cache_bytes
 from kvviz.models import CustomShape, ModelLoadError
+from kvviz.shapes import PRESETS, ModelShape
 
 ROOT = Path(__file__).resolve().parents[2]
 
