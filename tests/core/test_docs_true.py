@@ -7,6 +7,7 @@ EngineConfig keep up by themselves; variables against what the code reads; paths
 from __future__ import annotations
 
 import ast
+import importlib
 import re
 from pathlib import Path
 
@@ -43,9 +44,10 @@ def texts() -> dict[str, str]:
 
 def code_spans(text: str) -> list[str]:
     """Inline code and the lines of fenced code blocks."""
-    blocks = re.findall(r"```[^\n]*\n(.*?)```", text, flags=re.S)
+    blocks = [block.replace("\\\n", " ") for block in re.findall(r"```[^\n]*\n(.*?)```", text, flags=re.S)]
     rest = re.sub(r"```.*?```", "", text, flags=re.S)
-    return [line for block in blocks for line in block.splitlines()] + re.findall(r"`([^`\n]+)`", rest)
+    inline = [span.replace("\n", " ") for span in re.findall(r"`([^`]+)`", rest)]  # may run over a line break
+    return [line for block in blocks for line in block.splitlines()] + inline
 
 
 def parser_options() -> dict[str, set[str]]:
@@ -60,8 +62,9 @@ def flag_uses() -> list[tuple[str, str, str]]:
     """(where, command, flag) for each flag written after a kvviz command in a doc."""
     uses = []
     for where, text in texts().items():
-        for span in code_spans(text):
-            for match in re.finditer(r"(?:(?:python -m )?kvviz |^)(generate|bench|bill)\b([^#|;&]*)", span):
+        indented = [line for line in text.replace("\\\n", " ").splitlines() if line.startswith("    ")]
+        for span in code_spans(text) + indented:  # fenced, inline, and indented code blocks
+            for match in re.finditer(r"(?:(?:python -m )?kvviz |^)(generate|bench|bill)\b([^#|;&`]*)", span.strip()):
                 for flag in re.findall(r"(?<![\w-])(--[a-z][\w-]*)", match.group(2)):
                     uses.append((where, match.group(1), flag))
     return uses
@@ -169,6 +172,29 @@ def test_the_vllm_version_the_docs_quote_is_the_one_setup_installs():
     pinned = re.search(r"^VLLM_VERSION=(\S+)", (ROOT / "scripts" / "setup_vllm.sh").read_text(), flags=re.M).group(1)
     quoted = {version for p in DOCS for version in re.findall(r"vLLM (0\.\d+(?:\.\d+)?)\b", p.read_text())}  # 0.x: not tok/s
     assert quoted and all(pinned == v or pinned.startswith(v + ".") for v in quoted), (pinned, quoted)
+
+
+def resolves(dotted: str) -> bool:
+    """kvviz.a.b.name: the longest importable module, then attributes."""
+    parts = dotted.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            found = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        for name in parts[i:]:
+            if not hasattr(found, name):
+                return False
+            found = getattr(found, name)
+        return True
+    return False
+
+
+def test_every_dotted_kvviz_name_the_docs_give_exists():
+    """kvviz.memory_bill.kv_cache_bytes, kvviz.ui.live_lessons: each module and name is there."""
+    missing = sorted({(where, name) for where, text in texts().items()
+                      for name in re.findall(r"(?<![\w/.])kvviz(?:\.[A-Za-z_]\w*)+", text) if not resolves(name)})
+    assert not missing, f"names the docs give that do not exist: {missing}"
 
 
 def imports_of(path: Path, inside_functions: bool) -> list[str]:
