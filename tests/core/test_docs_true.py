@@ -7,6 +7,7 @@ EngineConfig keep up by themselves; variables against what the code reads; paths
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import re
 from pathlib import Path
@@ -28,6 +29,7 @@ READERS = [ROOT / "app.py", *(ROOT / "lessons").glob("*.py"), *(ROOT / "kvviz").
 MADE_AT_RUN_TIME = ("artifacts/", ".venv/", ".venv-vllm/")
 
 
+@functools.cache
 def docstrings() -> dict[str, str]:
     """Every kvviz module's docstring, by path."""
     found = {}
@@ -38,6 +40,7 @@ def docstrings() -> dict[str, str]:
     return found
 
 
+@functools.cache
 def texts() -> dict[str, str]:
     return {str(p.relative_to(ROOT)): p.read_text() for p in DOCS} | docstrings()
 
@@ -50,6 +53,7 @@ def code_spans(text: str) -> list[str]:
     return [line for block in blocks for line in block.splitlines()] + inline
 
 
+@functools.cache
 def parser_options() -> dict[str, set[str]]:
     """command -> the option strings its live parser takes."""
     parser = build_parser()
@@ -88,6 +92,7 @@ def test_every_engine_flag_the_readme_lists_is_generates():
     assert listed and set(listed) <= parser_options()["generate"]
 
 
+@functools.cache
 def script_flags() -> set[str]:
     """Flags the scripts define (argparse calls, or a shell script's own options)."""
     flags = set()
@@ -120,6 +125,7 @@ def test_every_bare_flag_in_the_docs_exists_somewhere():
                 assert flag in known, f"{where} names `{flag}`, which no kvviz command or script takes"
 
 
+@functools.cache
 def variables_read() -> set[str]:
     return {name for path in READERS if path.is_file()
             for name in re.findall(r"KVVIZ_[A-Z0-9_]+", path.read_text())}
