@@ -18,19 +18,7 @@ import math
 import os
 from dataclasses import dataclass, replace
 
-# ModelShape and the presets live in kvviz.shapes; they are re-exported here, where users look.
-from kvviz.shapes import (  # noqa: F401
-    FULL,
-    KIND_LABELS,
-    MLA,
-    PRESETS,
-    SLIDING,
-    ModelShape,
-    check_positive,
-    get_preset,
-    shape_from_pretrained,
-)
-from kvviz.shapes import format_bytes
+from kvviz.shapes import FULL, MLA, SLIDING, ModelShape, check_positive, format_bytes
 
 GiB = 2**30
 

@@ -205,7 +205,7 @@ def get_preset(name: str) -> ModelShape:
     shape = PRESETS.get(str(name).lower())
     if shape is None:
         raise ValueError(f"Unknown preset {name!r}; try one of {', '.join(list(PRESETS)[:6])} "
-                         f"(all {len(PRESETS)}: kvviz.memory_bill.PRESETS).")
+                         f"(all {len(PRESETS)}: kvviz.shapes.PRESETS).")
     return shape
 
 

@@ -13,9 +13,11 @@ from kvviz.lessons.cache_strategies.logic import (
     static_reservation,
 )
 from kvviz.lessons.uploads import file_buttons
-from kvviz.memory_bill import SLIDING
-from kvviz.shapes import format_bytes
-from kvviz.strategies import QuantizedKV, SlidingWindowKV, StaticKV
+
+from kvviz.shapes import SLIDING, format_bytes
+from kvviz.strategies.quantized import QuantizedKV
+from kvviz.strategies.sliding import SlidingWindowKV
+from kvviz.strategies.static import StaticKV
 from kvviz.throughput import busy_note
 from kvviz.ui.common import current_model, show_code
 from kvviz.ui.text import plain

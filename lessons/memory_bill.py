@@ -2,12 +2,12 @@
 
 import streamlit as st
 
-from kvviz import memory_bill
+from kvviz import memory_bill, shapes
 from kvviz.lessons.memory_bill import figures
 from kvviz.lessons.memory_bill import logic as bill
-from kvviz.memory_bill import ACCELERATORS, MLA, PRESETS, SLIDING, GiB
+from kvviz.memory_bill import ACCELERATORS, GiB
 from kvviz.models import TINY_MLA
-from kvviz.shapes import format_bytes
+from kvviz.shapes import MLA, PRESETS, SLIDING, format_bytes
 from kvviz.ui.common import current_model, shared_model
 
 DTYPES = ["fp32", "bf16", "fp8", "int4"]
@@ -115,7 +115,7 @@ def per_token_by_kind(shape, by_kind: dict, tokens: int) -> str:
             lines.append(f"- {layers} sliding-window layers: **{format_bytes(cost)}** per token for the first "
                          f"{shape.sliding_window:,} tokens, then nothing ({still} at {tokens:,} tokens)")
         else:
-            lines.append(f"- {layers} {memory_bill.KIND_LABELS[kind]} layers: **{format_bytes(cost)}** per token, "
+            lines.append(f"- {layers} {shapes.KIND_LABELS[kind]} layers: **{format_bytes(cost)}** per token, "
                          "for every token")
     return "\n".join(lines)
 
@@ -188,7 +188,7 @@ with results:
         st.markdown(per_token_by_kind(shape, by_kind, context))
     st.markdown("**The formula, filled in**")
     for line in memory_bill.bill_breakdown(shape, context, batch, **cache_format):
-        st.code(f"{memory_bill.KIND_LABELS[line.kind]}: {line.formula}", language=None, wrap_lines=True)
+        st.code(f"{shapes.KIND_LABELS[line.kind]}: {line.formula}", language=None, wrap_lines=True)
     if MLA in by_kind:  # the formula's MLA row against the engine's own tensor, on the loaded or the tiny MLA model
         loaded = current_model()
         st.caption(bill.measured_mla_note(loaded if loaded.shape.kv_lora_rank else shared_model(TINY_MLA)))

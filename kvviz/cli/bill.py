@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import argparse
 
-from kvviz import memory_bill
-from kvviz.shapes import format_bytes
+from kvviz import memory_bill, shapes
 
 
 def add_bill_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the `bill` options to a (sub)parser."""
     source = parser.add_mutually_exclusive_group()
-    source.add_argument("--preset", help=f"a known model: {', '.join(memory_bill.PRESETS)} (default: bundled)")
+    source.add_argument("--preset", help=f"a known model: {', '.join(shapes.PRESETS)} (default: bundled)")
     source.add_argument("--model", help="a Hugging Face id in the local cache, or a folder with config.json")
     parser.add_argument("--tokens", type=int, default=8192, help="tokens per request (default: 8192)")
     parser.add_argument("--batch", type=int, default=1, help="requests at once (default: 1)")
@@ -30,8 +29,8 @@ def add_bill_arguments(parser: argparse.ArgumentParser) -> None:
 def run_bill(args: argparse.Namespace) -> str:
     """The bill as text: the model, each layer kind's formula filled in, the total, weights, fit."""
     model = getattr(args, "model", None)
-    shape = (memory_bill.shape_from_pretrained(model) if model
-             else memory_bill.get_preset(getattr(args, "preset", None) or "bundled"))
+    shape = (shapes.shape_from_pretrained(model) if model
+             else shapes.get_preset(getattr(args, "preset", None) or "bundled"))
     dtype_name = getattr(args, "dtype", "bf16")
     dtype_bytes = memory_bill.dtype_bytes(dtype_name)
     tokens, batch = getattr(args, "tokens", 8192), getattr(args, "batch", 1)
@@ -47,32 +46,32 @@ def run_bill(args: argparse.Namespace) -> str:
         lines.append(f"  note: {tokens:,} tokens is beyond the model's {shape.max_context:,}-token context")
     lines.append("")
     for line in memory_bill.bill_breakdown(shape, tokens, batch, dtype_bytes, **options):
-        lines += [f"{memory_bill.KIND_LABELS[line.kind]} ({line.num_layers} layers):", f"  {line.formula}"]
+        lines += [f"{shapes.KIND_LABELS[line.kind]} ({line.num_layers} layers):", f"  {line.formula}"]
     total = memory_bill.kv_cache_bytes(shape, tokens, batch, dtype_bytes, **options)
     per_token = memory_bill.kv_bytes_per_token(shape, dtype_bytes, **options)
-    lines += ["", f"KV cache total: {total:,} bytes ({format_bytes(total)}); "
+    lines += ["", f"KV cache total: {total:,} bytes ({shapes.format_bytes(total)}); "
                   f"{per_token:,} bytes per token inside every window"]
     if shape.num_params is None:
         lines.append("Weights: unknown (the config gives no parameter count and no local checkpoint was found)")
     else:
         weights = memory_bill.weights_bytes(shape, dtype_bytes)
         lines.append(f"Weights ({dtype_name}): {shape.num_params:,} parameters × {_bytes_word(dtype_bytes)} = "
-                     f"{weights:,} bytes ({format_bytes(weights)})")
+                     f"{weights:,} bytes ({shapes.format_bytes(weights)})")
         name = device if isinstance(device, str) else f"{device:,} bytes"
         lines.append(f"On {name}: " + memory_bill.fit_summary(shape, tokens, batch, device, dtype_bytes, **options))
     return "\n".join(lines)
 
 
-def _describe(shape: memory_bill.ModelShape) -> str:
+def _describe(shape: shapes.ModelShape) -> str:
     """One line: layers by kind, heads, sizes, parameters, context."""
     kinds = shape.layer_kinds
-    counts = ", ".join(f"{kinds.count(kind)} {memory_bill.KIND_LABELS[kind]}"
-                       for kind in (memory_bill.FULL, memory_bill.SLIDING, memory_bill.MLA) if kind in kinds)
+    counts = ", ".join(f"{kinds.count(kind)} {shapes.KIND_LABELS[kind]}"
+                       for kind in (shapes.FULL, shapes.SLIDING, shapes.MLA) if kind in kinds)
     parts = [f"{shape.num_layers} layers ({counts})"]
     if shape.num_heads:
         parts.append(f"{shape.num_heads} query heads")
     parts.append(f"{shape.num_kv_heads} KV heads of {shape.head_dim} dims")
-    if shape.sliding_window and memory_bill.SLIDING in kinds:
+    if shape.sliding_window and shapes.SLIDING in kinds:
         parts.append(f"window {shape.sliding_window:,}")
     if shape.kv_lora_rank:
         parts.append(f"MLA latent {shape.kv_lora_rank} + RoPE {shape.qk_rope_head_dim}")
@@ -105,7 +104,7 @@ def bill_against_vllm(args) -> str:
         raise ValueError("--against-vllm needs --model FOLDER (or 'bundled'): vLLM must load the model itself.")
     python = vllm.require_python(args.vllm_python)
     folder = vllm.model_folder(args.model)
-    shape = memory_bill.shape_from_pretrained(folder)
+    shape = shapes.shape_from_pretrained(folder)
     dtype_bytes = memory_bill.dtype_bytes(args.dtype)
     dtype = {4: "float32", 2: "bfloat16" if "bf" in args.dtype else "float16"}.get(dtype_bytes)
     if dtype is None:
@@ -123,7 +122,7 @@ def format_comparison(name: str, dtype: str, kv_bytes: int, context: int, block_
     rows = [("KV blocks", f"{k['num_blocks']:,}", f"{v['num_blocks']:,}"),
             ("tokens that fit", f"{k['kv_cache_tokens']:,}", f"{v['kv_cache_tokens']:,}"),
             (f"requests of {context:,} tokens at once", f"{k['max_concurrency']:.2f}", f"{v['max_concurrency']:.2f}")]
-    lines = [f"{name}, {dtype}, {kv_bytes:,} bytes ({format_bytes(kv_bytes)}) of KV space, blocks of {block_size}",
+    lines = [f"{name}, {dtype}, {kv_bytes:,} bytes ({shapes.format_bytes(kv_bytes)}) of KV space, blocks of {block_size}",
              f"{'':<36}{'kvviz bill':>14}{'vLLM':>14}"]
     lines += [f"{label:<36}{a:>14}{b:>14}" for label, a, b in rows]
     lines.append(c["explanation"])

@@ -3,7 +3,7 @@ can be exported to JSON and replayed without a model."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
@@ -143,42 +143,14 @@ class StepRecord:
         return next((r for r in self.requests if r.request_id == request_id), None)
 
     def to_dict(self) -> dict:
+        """The record as JSON-ready data. A lesson file reads it back, checked field by field, with
+        kvviz.lessons.files.typed(data, StepRecord, where); a trace is not read back that way."""
         data = asdict(self)
         if self.trace is not None:
             data["trace"] = {name: _to_list(getattr(self.trace, name)) for name in
                              ("request_id", "keys", "values", "attention", "logits",
                                                                  "prompt_attention", "latents")}
         return data
-
-    @classmethod
-    def from_dict(cls, data: dict) -> "StepRecord":
-        """Rebuild a record from `to_dict` output (for replay); unknown keys are rejected."""
-        known = {f.name for f in fields(cls)}
-        unknown = set(data) - known
-        if unknown:
-            raise ValueError(f"unknown step-record fields: {sorted(unknown)}")
-        data = dict(data)
-        data["chunks"] = [ChunkRecord(**c) for c in data["chunks"]]
-        data["sampled"] = [tuple(pair) for pair in data["sampled"]]
-        data["requests"] = [RequestRecord(**r) for r in data["requests"]]
-        data["events"] = [EventRecord(**e) for e in data["events"]]
-        data["drafts"] = [DraftRecord(**d) for d in data.get("drafts", [])]
-        data["memory"] = MemoryRecord(**data["memory"])
-        data["layer_groups"] = [LayerGroupRecord(**g) for g in data.get("layer_groups", [])]
-        if data.get("blocks") is not None:
-            data["blocks"] = [BlockRecord(**b) for b in data["blocks"]]
-        if data.get("trace") is not None:
-            trace = data["trace"]
-            data["trace"] = TraceRecord(
-                request_id=int(trace["request_id"]),
-                keys=np.asarray(trace["keys"], dtype=np.float32),
-                values=np.asarray(trace["values"], dtype=np.float32),
-                attention=np.asarray(trace["attention"], dtype=np.float32),
-                logits=None if trace["logits"] is None else np.asarray(trace["logits"], dtype=np.float32),
-                prompt_attention=None if trace.get("prompt_attention") is None
-                else np.asarray(trace["prompt_attention"], dtype=np.float32),
-                latents=None if trace.get("latents") is None else np.asarray(trace["latents"], dtype=np.float32))
-        return cls(**data)
 
 
 def first_pool_size(records: list[StepRecord], num_blocks: int) -> int:

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from kvviz.memory_bill import ModelShape, bill_breakdown, kv_cache_bytes
+from kvviz.memory_bill import bill_breakdown, kv_cache_bytes
+from kvviz.shapes import ModelShape
 from kvviz.strategies.base import StrategyCache
 
 

@@ -136,7 +136,7 @@ class Context:
     options: dict
     model: torch.nn.Module
     facts: ModelFacts
-    shape: object  # kvviz.memory_bill.ModelShape
+    shape: object  # kvviz.shapes.ModelShape
     prompt_ids: list[int]
     forced: list[int] | None
     reference: StrategyRun | None

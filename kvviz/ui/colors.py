@@ -14,8 +14,6 @@ _REQUEST = ["#7F3C8D", "#11A579", "#3969AC", "#F2B701", "#E73F74", "#80BA5A",
             "#E68310", "#008695", "#CF1C90", "#F97B72", "#4B4B8F", "#A5AA99"]
 _LAYER = ["#1F77B4", "#FF7F0E", "#2CA02C", "#D62728", "#9467BD", "#8C564B",
           "#E377C2", "#7F7F7F", "#BCBD22", "#17BECF"]
-SEQUENTIAL = "Blues"
-DIVERGING = "RdBu"
 FONT = dict(size=16)
 
 
@@ -26,7 +24,3 @@ def request_color(request_id: int) -> str:
 def layer_color(layer: int) -> str:
     return _LAYER[layer % len(_LAYER)]
 
-
-def phase_color(entered_step: int) -> str:
-    """Step 0 is prefill; later steps are decodes."""
-    return PHASE["prompt"] if entered_step == 0 else PHASE["decode"]

@@ -1,8 +1,7 @@
-"""The model picker, shared model loading, token chips and "Show the code"."""
+"""What pages share: the model picker and shared model, sampling settings, kept settings, exports and "Show the code"."""
 
 from __future__ import annotations
 
-import html
 import inspect
 from dataclasses import replace
 
@@ -10,7 +9,6 @@ import streamlit as st
 
 from kvviz.engine import SamplingParams
 from kvviz.models import ModelLoadError, allowed_source, load_model
-from kvviz.ui.colors import PHASE
 from kvviz.ui.text import plain
 
 DEFAULT_SOURCE = "bundled"
@@ -92,20 +90,6 @@ def page_sampling(setting, prefix: str, sampling: SamplingParams) -> SamplingPar
         return sampling
     return replace(sampling, temperature=float(setting(prefix + "temperature")),
                    top_k=int(setting(prefix + "top_k")), top_p=float(setting(prefix + "top_p")))
-
-
-def token_chips(tokens: list[str], entered_step: list[int], latest_step: int) -> str:
-    """HTML chips, coloured by when each token entered the cache; the newest outlined."""
-    chips = []
-    for text, step in zip(tokens, entered_step):
-        color = PHASE["prompt"] if step == 0 else PHASE["decode"]
-        border = f"3px solid {PHASE['new']}" if step == latest_step else "3px solid transparent"
-        label = html.escape(text).replace("\n", "⏎").replace(" ", "&nbsp;") or "&nbsp;"
-        title = "prompt (prefill)" if step == 0 else f"decode step {step}"
-        chips.append(f"<span title='{title}' style='background:{color};color:white;border:{border};"
-                     f"border-radius:6px;padding:2px 5px;margin:2px;display:inline-block;"
-                     f"font-family:monospace;font-size:1.15rem'>{label}</span>")
-    return "<div style='line-height:2.1'>" + "".join(chips) + "</div>"
 
 
 def show_code(*objects, caption: str = "") -> None:

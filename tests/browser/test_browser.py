@@ -4,7 +4,9 @@ import shutil
 
 import pytest
 
-from chromium import CHROMIUM, CHROMIUM_ARGS, ROOT, browser_page, running_app, screenshot, wait_idle
+from kvviz.ui.app_server import CHROMIUM, CHROMIUM_ARGS, ROOT, running_app
+
+from chromium import browser_page, screenshot, wait_idle
 
 pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
                                 reason="Debian's chromium is not installed (.ci/run installs it)")

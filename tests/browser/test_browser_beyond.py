@@ -21,8 +21,9 @@ from kvviz.lessons.speculative.logic import DEFAULT_PROMPT as SPEC_PROMPT
 from kvviz.lessons.speculative.logic import SpeculativeLesson
 from kvviz.models import load_model
 from kvviz.shapes import format_bytes
+from kvviz.ui.app_server import CHROMIUM, ROOT
 
-from chromium import CHROMIUM, ROOT, browser_page, wait_idle
+from chromium import browser_page, wait_idle
 
 pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
                                 reason="Debian's chromium is not installed (.ci/run installs it)")

@@ -24,9 +24,9 @@ from kvviz.engine.cache_dtype import measured_bytes_per_token
 from kvviz.engine import Engine, SamplingParams
 from kvviz.engine.kv_cache import CacheShape
 from kvviz.lessons.prefill_decode.state import DEFAULTS
-from kvviz.memory_bill import PRESETS
+
 from kvviz.models import TINY_MLA, load_model
-from kvviz.shapes import format_bytes
+from kvviz.shapes import PRESETS, format_bytes
 
 from chromium import browser_page, wait_idle
 

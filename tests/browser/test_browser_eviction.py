@@ -6,7 +6,9 @@ import time
 import pytest
 from test_browser import app_url, no_exceptions  # noqa: F401  (fixture)
 
-from chromium import CHROMIUM, ROOT, SCREENSHOTS, browser_page, screenshot, wait_idle
+from kvviz.ui.app_server import CHROMIUM, ROOT
+
+from chromium import SCREENSHOTS, browser_page, screenshot, wait_idle
 
 pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
                                 reason="Debian's chromium is not installed (.ci/run installs it)")

@@ -16,7 +16,9 @@ import time
 import pytest
 from test_browser import app_url, browser  # noqa: F401  (fixtures)
 
-from chromium import CHROMIUM, ROOT, wait_idle
+from kvviz.ui.app_server import CHROMIUM, ROOT
+
+from chromium import wait_idle
 
 pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
                                 reason="Debian's chromium is not installed (.ci/run installs it)")

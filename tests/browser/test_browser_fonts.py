@@ -20,8 +20,9 @@ from test_browser_presenter import CUT_TEXT_JS
 from test_browser_stage import SHOTS, SLOW_S, press
 
 from kvviz.lessons.prefill_decode.state import VIEWS
+from kvviz.ui.app_server import CHROMIUM, ROOT
 
-from chromium import CHROMIUM, ROOT, browser_page, wait_idle
+from chromium import browser_page, wait_idle
 
 pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
                                 reason="Debian's chromium is not installed (.ci/run installs it)")

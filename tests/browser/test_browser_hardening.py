@@ -8,7 +8,9 @@ import shutil
 import pytest
 from test_browser import browser  # noqa: F401  (fixture)
 
-from chromium import CHROMIUM, ROOT, running_app, wait_idle
+from kvviz.ui.app_server import CHROMIUM, ROOT, running_app
+
+from chromium import wait_idle
 
 pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
                                 reason="Debian's chromium is not installed (.ci/run installs it)")

@@ -16,8 +16,9 @@ from kvviz.lessons.prefill_decode.logic import Lesson, LessonSettings
 from kvviz.lessons.prefill_decode.state import EXAMPLE_PROMPTS, PAGE_SAMPLING
 from kvviz.models import load_model
 from kvviz.shapes import format_bytes
+from kvviz.ui.app_server import CHROMIUM, ROOT
 
-from chromium import CHROMIUM, ROOT, browser_page, wait_idle
+from chromium import browser_page, wait_idle
 
 pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
                                 reason="Debian's chromium is not installed (.ci/run installs it)")

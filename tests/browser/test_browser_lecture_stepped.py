@@ -16,8 +16,9 @@ from kvviz.lessons.prefill_decode.logic import Lesson, LessonSettings
 from kvviz.lessons.prefill_decode.state import EXAMPLE_PROMPTS, PAGE_SAMPLING
 from kvviz.models import load_model
 from kvviz.shapes import format_bytes
+from kvviz.ui.app_server import CHROMIUM, ROOT
 
-from chromium import CHROMIUM, ROOT, browser_page, screenshot, wait_idle
+from chromium import browser_page, screenshot, wait_idle
 
 pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
                                 reason="Debian's chromium is not installed (.ci/run installs it)")
@@ -142,7 +143,7 @@ def test_the_fork_tab_stepped_to_its_end_never_lowers_a_peak(app_url):  # noqa: 
 
 def test_the_memory_bill_split_over_eight_gpus_gives_its_verdict_on_the_per_gpu_figure(app_url):  # noqa: F811
     from kvviz import memory_bill
-    from kvviz.memory_bill import PRESETS
+    from kvviz.shapes import PRESETS
 
     share = memory_bill.tensor_parallel_share(PRESETS["llama-3.1-70b"], 8, 8192)
     weights, cache = format_bytes(share.weights_bytes_per_gpu), format_bytes(share.cache_bytes_per_gpu)

@@ -9,7 +9,9 @@ from urllib.parse import urlparse
 import pytest
 from test_browser import no_exceptions, prefill_lesson
 
-from chromium import CHROMIUM, ROOT, browser_page, running_app, wait_idle
+from kvviz.ui.app_server import CHROMIUM, ROOT, running_app
+
+from chromium import browser_page, wait_idle
 
 pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
                                 reason="Debian's chromium is not installed (.ci/run installs it)")

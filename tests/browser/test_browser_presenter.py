@@ -10,8 +10,9 @@ import time
 import pytest
 
 from kvviz.lessons.registry import LECTURE
+from kvviz.ui.app_server import CHROMIUM, ROOT, running_app
 
-from chromium import CHROMIUM, ROOT, browser_page, running_app, wait_idle
+from chromium import browser_page, wait_idle
 
 pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
                                 reason="Debian's chromium is not installed (.ci/run installs it)")

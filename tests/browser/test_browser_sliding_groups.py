@@ -13,8 +13,9 @@ from test_browser_cache_kinds import settle, start_on_model
 
 from kvviz.lessons.paged_batching.logic import DEFAULT_REQUESTS, PagedLesson, RequestSpec
 from kvviz.models import TINY_GEMMA3, load_model
+from kvviz.ui.app_server import ROOT
 
-from chromium import ROOT, browser_page
+from chromium import browser_page
 
 BLOCK_SIZE, NUM_BLOCKS, PREFIX = 8, 40, True  # the page's defaults (lessons/paged_batching.py)
 STEPS = 12  # after Start's step 0: the first request's 25-token prompt is already past the 16-token window

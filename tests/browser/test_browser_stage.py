@@ -11,9 +11,11 @@ import time
 import pytest
 from test_browser import app_url, no_exceptions  # noqa: F401  (fixture)
 
-from kvviz.shapes import format_bytes
 
-from chromium import CHROMIUM, ROOT, browser_page, wait_idle
+from kvviz.shapes import format_bytes
+from kvviz.ui.app_server import CHROMIUM, ROOT
+
+from chromium import browser_page, wait_idle
 
 pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
                                 reason="Debian's chromium is not installed (.ci/run installs it)")

@@ -16,7 +16,9 @@ import pytest
 from test_browser import app_url, no_exceptions  # noqa: F401  (fixture)
 from test_browser_stage import SHOTS, SLOW_S, SMALLEST_FONT_JS, press, replay
 
-from chromium import CHROMIUM, ROOT, browser_page, wait_idle
+from kvviz.ui.app_server import CHROMIUM, ROOT
+
+from chromium import browser_page, wait_idle
 
 pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
                                 reason="Debian's chromium is not installed (.ci/run installs it)")

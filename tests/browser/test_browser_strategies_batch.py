@@ -5,7 +5,9 @@ import shutil
 import pytest
 from test_browser import app_url, no_exceptions, page  # noqa: F401  (fixtures)
 
-from chromium import CHROMIUM, ROOT, running_app, screenshot, wait_idle
+from kvviz.ui.app_server import CHROMIUM, ROOT, running_app
+
+from chromium import screenshot, wait_idle
 
 pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
                                 reason="Debian's chromium is not installed (.ci/run installs it)")

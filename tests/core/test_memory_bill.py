@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from kvviz import memory_bill
 from kvviz.cli.bill import add_bill_arguments, run_bill
-from kvviz.memory_bill import FULL, MLA, PRESETS, SLIDING, ModelShape, kv_cache_bytes
+from kvviz.memory_bill import kv_cache_bytes
+from kvviz.shapes import FULL, MLA, PRESETS, SLIDING, ModelShape, get_preset
 
 ARTICLE = ModelShape(num_layers=32, num_kv_heads=8, head_dim=128)
 GIB = 2**30
@@ -326,7 +327,7 @@ def test_memory_sizes(monkeypatch):
     (lambda: kv_cache_bytes(ARTICLE, 8192, reserved_tokens=100), "reserve at least"),
     (lambda: kv_cache_bytes(ARTICLE, 8192, quant_bits=0), "quant_bits must be"),
     (lambda: memory_bill.dtype_bytes("fp12"), "Unknown dtype 'fp12'; use one of fp32"),
-    (lambda: memory_bill.get_preset("llama-9"), "Unknown preset 'llama-9'; try one of gpt2"),
+    (lambda: get_preset("llama-9"), "Unknown preset 'llama-9'; try one of gpt2"),
     (lambda: memory_bill.memory_bytes("lots"), "Unknown memory size"),
     (lambda: memory_bill.cache_budget_bytes(PRESETS["gpt2"], "T4 16GB", utilization=1.5), "utilization must be"),
     (lambda: memory_bill.weights_bytes(ARTICLE), "no parameter count"),
@@ -392,7 +393,8 @@ def test_memory_module_imports_without_torch_or_transformers():
 
 
 def test_per_token_cost_ignores_block_rounding():
-    from kvviz.memory_bill import PRESETS, kv_bytes_per_token
+    from kvviz.memory_bill import kv_bytes_per_token
+    from kvviz.shapes import PRESETS
 
     shape = PRESETS["llama-3.1-70b"]
     plain = kv_bytes_per_token(shape, 2)

@@ -9,8 +9,10 @@ import torch
 
 from kvviz.lessons.cache_strategies.logic import compare_strategies
 from kvviz.memory_bill import kv_cache_bytes
-from kvviz.strategies import StrategySpec, dequantize, quantize, run_strategy
 from kvviz.strategies.bill import full_attention_shape
+from kvviz.strategies.options import StrategySpec
+from kvviz.strategies.quantized import dequantize, quantize
+from kvviz.strategies.run import run_strategy
 
 from tiny_models import VOCAB, hf_greedy, tiny_model
 

@@ -8,6 +8,7 @@ import torch
 
 from kvviz import Engine, EngineError, SamplingParams, StepRecord
 from kvviz.engine.records import pool_blocks
+from kvviz.lessons.files import typed
 
 from tiny_models import VOCAB, tiny_model
 
@@ -138,7 +139,7 @@ def test_swap_and_recompute_give_identical_outputs_under_preemption(llama):
     assert all(b.free for b in pool_blocks(swap_records, engines["swap"].num_blocks))
     for record in swap_records:  # new events and fields survive JSON
         text = json.dumps(record.to_dict())
-        assert json.dumps(StepRecord.from_dict(json.loads(text)).to_dict()) == text
+        assert json.dumps(typed(json.loads(text), StepRecord, "step").to_dict()) == text
 
 
 def test_a_full_swap_space_falls_back_to_recompute_and_says_so(llama):

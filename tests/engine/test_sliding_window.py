@@ -13,6 +13,7 @@ import torch
 from kvviz import Engine, EngineError, SamplingParams, StepRecord
 from kvviz.engine.kv_manager import blocks_needed
 from kvviz.engine.layer_groups import pool_sizes
+from kvviz.lessons.files import typed
 
 from tiny_models import VOCAB, hf_greedy, tiny_model
 
@@ -178,7 +179,7 @@ def test_records_with_group_tables_survive_json():
     engine.step()
     record = engine.step()
     assert record.requests[0].group_block_tables[1][0] is None and record.layer_groups
-    again = StepRecord.from_dict(json.loads(json.dumps(record.to_dict())))
+    again = typed(json.loads(json.dumps(record.to_dict())), StepRecord, "step")
     assert again == record
 
 

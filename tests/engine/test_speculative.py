@@ -10,6 +10,7 @@ from kvviz import Engine, EngineError, SamplingParams
 from kvviz.engine.kv_manager import blocks_needed
 from kvviz.engine.records import StepRecord
 from kvviz.engine.speculative import accept, propose_drafts
+from kvviz.lessons.files import typed
 
 from tiny_models import VOCAB, tiny_model
 
@@ -189,7 +190,7 @@ def test_records_carry_drafts_through_json():
     records = [engine.step() for _ in iter(engine.has_unfinished, False)]
     assert any(r.drafts for r in records)
     for record in records:
-        again = StepRecord.from_dict(json.loads(json.dumps(record.to_dict())))
+        again = typed(json.loads(json.dumps(record.to_dict())), StepRecord, "step")
         assert again.drafts == record.drafts and again.chunks == record.chunks
         for chunk, draft in zip([c for c in record.chunks if c.num_drafts], record.drafts):
             assert chunk.token_ids[-chunk.num_drafts:] == draft.draft_token_ids

@@ -3,7 +3,8 @@
 import pytest
 
 from kvviz.lessons.memory_bill import logic
-from kvviz.memory_bill import PRESETS, compare_attention_variants
+from kvviz.memory_bill import compare_attention_variants
+from kvviz.shapes import PRESETS
 
 
 def test_the_sliders_make_the_preset_until_one_moves():

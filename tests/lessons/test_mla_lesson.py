@@ -72,7 +72,7 @@ def test_the_memory_bill_measures_the_engines_latent_row(tiny_mla):
 
 
 def test_the_cache_strategies_refuse_an_mla_model_in_one_sentence(tiny_mla):
-    from kvviz.strategies import run_strategy
+    from kvviz.strategies.run import run_strategy
 
     with pytest.raises(ValueError, match="this MLA model caches one latent row per token for all heads"):
         run_strategy(tiny_mla, "ROMEO:", "dynamic", max_tokens=2)

@@ -5,7 +5,8 @@ from dataclasses import replace
 import pytest
 
 from kvviz.lessons.putting_it_together import logic
-from kvviz.memory_bill import PRESETS, ModelShape, kv_cache_bytes
+from kvviz.memory_bill import kv_cache_bytes
+from kvviz.shapes import PRESETS, ModelShape
 
 LLAMA = PRESETS["llama-3.1-8b"]  # 32 layers, 32 query heads over 8 KV heads of 128, 131,072 tokens
 

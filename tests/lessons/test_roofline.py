@@ -6,9 +6,10 @@ import torch
 import transformers
 
 from kvviz.lessons.prefill_decode import roofline
-from kvviz.memory_bill import PRESETS, ModelShape, bits_per_value, cache_format, kv_cache_bytes
-from kvviz.strategies import run_strategy
+from kvviz.memory_bill import bits_per_value, cache_format, kv_cache_bytes
+from kvviz.shapes import PRESETS, ModelShape
 from kvviz.strategies.bill import full_attention_shape
+from kvviz.strategies.run import run_strategy
 
 H100 = roofline.ACCELERATORS["H100 SXM"]
 

@@ -5,8 +5,8 @@ import json
 import pytest
 
 from kvviz import memory_bill
-from kvviz.memory_bill import PRESETS
-from kvviz.shapes import format_bytes
+
+from kvviz.shapes import FULL, PRESETS, SLIDING, ModelShape, format_bytes
 
 from conftest import open_lesson
 
@@ -55,15 +55,15 @@ def test_bill_page_weights_dtype_tensor_parallel_mla_and_sliding():
     at.slider(key="bill_heads").set_value(96).run()
     at.number_input(key="bill_latent").set_value(256).run()
     assert not at.exception and not at.error
-    shape = memory_bill.ModelShape(num_layers=61, num_kv_heads=128, head_dim=192, kv_lora_rank=256, qk_rope_head_dim=64)
+    shape = ModelShape(num_layers=61, num_kv_heads=128, head_dim=192, kv_lora_rank=256, qk_rope_head_dim=64)
     assert metric("KV cache") == format_bytes(memory_bill.kv_cache_bytes(shape, 8192, 1, **int4))
     # a hybrid: per-token cost per layer type, and the average at this length
     at.selectbox(key="bill_preset").set_value("gemma-3-27b").run()
     gemma = PRESETS["gemma-3-27b"]
     by_kind = memory_bill.bytes_per_token_by_kind(gemma, **int4)
     text = next(m.value for m in at.markdown if "by layer type" in m.value)
-    assert f"52 sliding-window layers: **{format_bytes(by_kind[memory_bill.SLIDING])}**" in text
-    assert f"10 full attention layers: **{format_bytes(by_kind[memory_bill.FULL])}**" in text
+    assert f"52 sliding-window layers: **{format_bytes(by_kind[SLIDING])}**" in text
+    assert f"10 full attention layers: **{format_bytes(by_kind[FULL])}**" in text
     assert metric("Per token, at this length") == format_bytes(memory_bill.kv_cache_bytes(gemma, 8192, 1, **int4) / 8192)
 
 

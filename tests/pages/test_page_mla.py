@@ -1,8 +1,8 @@
 """The tiny MLA model in the app (Streamlit's AppTest): picked in the sidebar, its cached latent rows
 in the Prefill and decode lesson, and the engine's measured bytes in the Memory bill."""
 
-from kvviz.memory_bill import PRESETS, kv_cache_bytes
-from kvviz.shapes import format_bytes
+from kvviz.memory_bill import kv_cache_bytes
+from kvviz.shapes import PRESETS, format_bytes
 
 from conftest import button, open_lesson
 

@@ -4,8 +4,8 @@ untied embedding left out of the bytes read, and what-ifs that cannot run said t
 import pytest
 
 from kvviz.lessons.prefill_decode import roofline
-from kvviz.memory_bill import PRESETS
-from kvviz.shapes import format_bytes
+
+from kvviz.shapes import PRESETS, format_bytes
 
 from conftest import open_lesson
 

@@ -9,9 +9,9 @@ from streamlit.testing.v1 import AppTest
 
 from kvviz.engine.kv_cache import CacheShape, PagedKVCache
 from kvviz.lessons.model_lab import logic as lab
-from kvviz.memory_bill import PRESETS, ModelShape, cache_format, kv_cache_bytes
+from kvviz.memory_bill import cache_format, kv_cache_bytes
 from kvviz.models import CustomShape, ModelLoadError
-from kvviz.shapes import format_bytes
+from kvviz.shapes import PRESETS, ModelShape, format_bytes
 
 ROOT = Path(__file__).resolve().parents[2]
 

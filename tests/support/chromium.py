@@ -1,4 +1,6 @@
-"""Drive the real app (kvviz.ui.app_server starts it) with Playwright in Debian's Chromium."""
+"""Drive the real app with Playwright in Debian's Chromium: open a page, wait for a run to end, take a
+screenshot. Starting the app, and which browser, is kvviz.ui.app_server's (scripts/ use it too); import
+those names from there."""
 
 from __future__ import annotations
 
@@ -6,7 +8,7 @@ import contextlib
 import time
 from pathlib import Path
 
-from kvviz.ui.app_server import CHROMIUM, CHROMIUM_ARGS, ROOT, free_port, running_app  # noqa: F401 (tests import them here)
+from kvviz.ui.app_server import CHROMIUM, CHROMIUM_ARGS, ROOT
 
 SCREENSHOTS = ROOT / "artifacts" / "screenshots"
 

@@ -12,7 +12,7 @@ import shutil
 import pytest
 import torch
 
-from kvviz import Engine, SamplingParams, load_model, memory_bill
+from kvviz import Engine, SamplingParams, load_model, shapes
 from kvviz.cli.bill import format_comparison
 from kvviz.cli.main import main as cli_main
 from kvviz.models import BUNDLED_DIR
@@ -83,7 +83,7 @@ def test_greedy_token_ids_identical(vllm_runs, name):
 @pytest.mark.parametrize("name", ["llama", "qwen3"])
 def test_bill_predicts_vllm_allocation(vllm_runs, name):
     result = vllm_backend.check_result(vllm_runs["allocate"][name], name)
-    shape = memory_bill.shape_from_pretrained(vllm_runs["folders"][name])
+    shape = shapes.shape_from_pretrained(vllm_runs["folders"][name])
     compared = vllm_backend.compare_allocation(shape, 4, KV_BYTES, CONTEXT, result)
     assert result["reported"]["kv_cache_tokens"] == result["num_blocks"] * result["block_size"]  # log == config
     assert compared["token_gap"] == 0, compared["explanation"]

@@ -20,9 +20,11 @@ from dataclasses import dataclass, replace
 import torch
 
 from kvviz.engine.model_parts import model_parts
-from kvviz.memory_bill import ModelShape, kv_bytes_per_token
+from kvviz.memory_bill import kv_bytes_per_token
 from kvviz.models import default_heldout_text
-from kvviz.strategies import DynamicKV, StrategyCache
+from kvviz.shapes import ModelShape
+from kvviz.strategies.base import StrategyCache
+from kvviz.strategies.dynamic import DynamicKV
 
 KV_PROJECTIONS = ("k_proj.weight", "k_proj.bias", "v_proj.weight", "v_proj.bias")
 

@@ -10,17 +10,8 @@ import math
 
 import plotly.graph_objects as go
 
-from kvviz.memory_bill import (
-    FULL,
-    KIND_LABELS,
-    MLA,
-    SLIDING,
-    AttentionVariant,
-    GiB,
-    ModelShape,
-    kv_cache_bytes,
-)
-from kvviz.shapes import format_bytes
+from kvviz.memory_bill import AttentionVariant, GiB, kv_cache_bytes
+from kvviz.shapes import FULL, KIND_LABELS, MLA, SLIDING, ModelShape, format_bytes
 from kvviz.ui.colors import BLOCK_STATE, FONT, PHASE, request_color
 
 INK = "#1F2937"  # text dark enough to read from the back of a room

@@ -12,16 +12,13 @@ from dataclasses import replace
 from kvviz.engine.cache_dtype import measured_bytes_per_token
 from kvviz.engine.kv_cache import CacheShape, PagedKVCache
 from kvviz.memory_bill import (
-    FULL,
-    PRESETS,
     QUANT_GROUP_SIZE,
-    SLIDING,
     AttentionVariant,
-    ModelShape,
     cache_format,
     compare_attention_variants,
     kv_bytes_per_token,
 )
+from kvviz.shapes import FULL, PRESETS, SLIDING, ModelShape
 from kvviz.ui.text import plain
 
 CUSTOM = "custom (sliders moved)"  # the preset box's entry once the sliders leave the preset's numbers

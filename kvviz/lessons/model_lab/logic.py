@@ -25,7 +25,7 @@ from kvviz.lessons.budget import Work, check_click, forward_flops
 from kvviz.engine import Engine, SamplingParams
 from kvviz.engine.config import DEFAULTS
 from kvviz.engine.kv_manager import blocks_needed
-from kvviz.memory_bill import ModelShape, bill_breakdown, kv_cache_bytes
+from kvviz.memory_bill import bill_breakdown, kv_cache_bytes
 from kvviz.models import (
     BUNDLED_DIR,
     CustomShape,
@@ -36,6 +36,7 @@ from kvviz.models import (
     pick_dtype,
     validate_shape,
 )
+from kvviz.shapes import ModelShape
 from kvviz.throughput import busy_note, machine_load
 
 # Keep a measurement to seconds: a bigger model is refused with its size rather than left to

@@ -112,12 +112,6 @@ def project_newest_token(model, token_ids: list[int], layer: int) -> Projection 
                       q=array(q_rot), k_before_rope=array(k), k=array(k_rot), v=array(v))
 
 
-def is_causal(matrix: np.ndarray, atol: float = 0.0) -> bool:
-    """True if no row gives weight to a later position. matrix: (..., T, T)."""
-    upper = np.triu(np.ones(matrix.shape[-2:], dtype=bool), k=1)
-    return bool(np.all(np.abs(matrix[..., upper]) <= atol))
-
-
 # Logits count as equal below this: float32 keeps about 7 significant digits, and logits of a few
 # tens lose a few units in the 6th digit when the same sum is taken in another order.
 EQUAL_LOGITS = {"float32": 1e-3, "bfloat16": 0.1, "float16": 0.05}

@@ -12,8 +12,8 @@ import streamlit as st
 from kvviz.lessons.prefill_decode import explain, roofline
 from kvviz.lessons.prefill_decode import explain_figures as figures
 from kvviz.lessons.prefill_decode.logic import MAX_TRIANGLE_TOKENS
-from kvviz.memory_bill import PRESETS, ModelShape
-from kvviz.shapes import format_bytes
+
+from kvviz.shapes import PRESETS, ModelShape, format_bytes
 from kvviz.ui.common import drop
 from kvviz.ui.text import plain
 

@@ -17,8 +17,8 @@ import time
 from dataclasses import dataclass, replace
 
 from kvviz import memory_bill
-from kvviz.memory_bill import QUANT_GROUP_SIZE, ModelShape, kv_cache_bytes
-from kvviz.shapes import format_bytes
+from kvviz.memory_bill import QUANT_GROUP_SIZE, kv_cache_bytes
+from kvviz.shapes import ModelShape, format_bytes
 
 # The three words of the roofline, as the lesson defines them on screen.
 DEFINITIONS = (

@@ -19,7 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from kvviz.engine.config import DEFAULTS
-from kvviz.memory_bill import ModelShape, kv_cache_bytes
+from kvviz.memory_bill import kv_cache_bytes
+from kvviz.shapes import ModelShape
 
 BLOCK_SIZE = DEFAULTS.block_size  # the engine's default block, as in the Paged lesson
 QUANT_GROUP = 32  # values per scale and zero point: the Cache strategies lesson's default
