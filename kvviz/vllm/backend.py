@@ -114,7 +114,8 @@ def check_result(result: dict, model: str) -> dict:
     if "error" in result:
         first = result["error"].split(". ")[0].rstrip(".")[:300]  # vLLM's reason, its first sentence
         raise ValueError(f"vLLM could not run {model!r} ({first}); "
-                         "check that the folder holds a complete checkpoint of an architecture vLLM supports.")
+                         "check that the folder holds a complete checkpoint of an architecture vLLM supports, "
+                         "and that a pool set in blocks holds one request of the model's whole context.")
     return result
 
 
