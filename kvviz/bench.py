@@ -31,7 +31,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from kvviz.engine import Engine, SamplingParams
 from kvviz.engine.config import DEFAULTS, EngineConfig
-from kvviz.engine.kv_manager import blocks_needed
+from kvviz.engine.block_pool import blocks_needed
 from kvviz.models import CustomShape, pick_device, pick_dtype
 from kvviz.shapes import ModelShape
 from kvviz.workloads import Workload

@@ -18,7 +18,7 @@ import random
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from kvviz.engine.kv_manager import blocks_needed
+from kvviz.engine.block_pool import blocks_needed
 from kvviz.engine.sampling import SamplingParams
 from kvviz.models import default_heldout_text
 

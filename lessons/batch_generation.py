@@ -2,6 +2,7 @@
 
 import streamlit as st
 
+from kvviz.engine.config import MAX_NUM_SEQS
 from kvviz.engine.engine import Engine
 from kvviz.engine.scheduler import Scheduler
 from kvviz.lessons.batch_generation import figures
@@ -59,7 +60,7 @@ with settings_col:
                    bs.DEFAULTS["batch_num_blocks"], key="batch_num_blocks",
                    help="Make it small to watch requests wait and get preempted. At most what the prompts can "
                         "fill and what memory holds.")
-    a.number_input("Most requests running at once", 1, 1024, bs.DEFAULTS["batch_max_num_seqs"],
+    a.number_input("Most requests running at once", 1, MAX_NUM_SEQS, bs.DEFAULTS["batch_max_num_seqs"],
                    key="batch_max_num_seqs")
     b.number_input("Token budget per step", 1, 65_536, bs.DEFAULTS["batch_max_batched_tokens"],
                    key="batch_max_batched_tokens", help="Prompt and generated tokens one forward pass may run; "

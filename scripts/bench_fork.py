@@ -21,8 +21,10 @@ import time
 
 from kvviz import bench
 from kvviz.engine import Engine, SamplingParams
+from kvviz.engine.block_pool import blocks_needed
 from kvviz.models import CustomShape
 
+BLOCK_SIZE = 16  # tokens per block, in every engine here
 QUICK_SHAPE = CustomShape(num_layers=2, hidden_size=128, num_heads=4, num_kv_heads=2, vocab_size=512,
                           max_context=512)
 
@@ -48,13 +50,13 @@ def fork_case(model, prompt: list[int], n: int, max_tokens: int, runs: int) -> d
     sampled = dict(max_tokens=max_tokens, temperature=0.8, top_k=50, ignore_eos=True)
 
     def fork():
-        engine = Engine(model, block_size=16)
+        engine = Engine(model, block_size=BLOCK_SIZE)
         out = engine.generate([prompt], SamplingParams(n=n, seed=100, **sampled))[0]
         return {"samples": out.samples, "peak_blocks": engine.stats["peak_blocks"]}
 
     def separate(prefix_caching: bool):
         def run():
-            engine = Engine(model, block_size=16, enable_prefix_caching=prefix_caching)
+            engine = Engine(model, block_size=BLOCK_SIZE, enable_prefix_caching=prefix_caching)
             outs = engine.generate([prompt] * n, [SamplingParams(seed=100 + i, **sampled) for i in range(n)])
             return {"samples": [o.token_ids for o in outs], "peak_blocks": engine.stats["peak_blocks"]}
         return run
@@ -72,12 +74,12 @@ def fork_case(model, prompt: list[int], n: int, max_tokens: int, runs: int) -> d
 
 def swap_case(model, prompts: list[list[int]], max_tokens: int, num_blocks: int, runs: int) -> dict:
     greedy = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
-    result = {"requests": len(prompts), "num_blocks": num_blocks, "block_size": 16}
+    result = {"requests": len(prompts), "num_blocks": num_blocks, "block_size": BLOCK_SIZE}
     outputs = {}
 
     def case(mode: str):
         def run():
-            engine = Engine(model, block_size=16, num_blocks=num_blocks, preemption_mode=mode)
+            engine = Engine(model, block_size=BLOCK_SIZE, num_blocks=num_blocks, preemption_mode=mode)
             ids = [engine.add_request(p, greedy) for p in prompts]
             events = []
             while engine.has_unfinished():
@@ -112,7 +114,7 @@ def main() -> None:
     prompts = [[rng.randrange(1, vocab) for _ in range(rng.randint(32, 96))] for _ in range(12 if args.quick else 16)]
     max_tokens = args.max_tokens or (32 if args.quick else 64)
     # a pool for about a third of the batch at full length: preemption is certain
-    per_request = -(-(96 + max_tokens) // 16)
+    per_request = blocks_needed(96 + max_tokens, BLOCK_SIZE)
     swap = swap_case(model, prompts, max_tokens, num_blocks=per_request * len(prompts) // 3, runs=args.runs)
     print(json.dumps({"swap_vs_recompute": swap}, indent=1), flush=True)
 

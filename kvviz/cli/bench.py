@@ -9,7 +9,6 @@ The measuring is kvviz.bench; this module reads the flags, runs every workload, 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 from pathlib import Path
 
@@ -35,6 +34,7 @@ from kvviz.bench import (
     targets,
 )
 from kvviz.cli.common import check_output_path, write_atomically
+from kvviz.cli.engine_flags import add_engine_arguments, engine_config, given
 from kvviz.engine.cache_setup import available_memory_bytes
 from kvviz.engine.config import DEFAULTS
 from kvviz.engine.kv_cache import CacheShape
@@ -42,7 +42,7 @@ from kvviz.models import ModelLoadError, load_model
 from kvviz.vllm.backend import bench_against_vllm, missing_message
 from kvviz.workloads import mixed_workload, shared_prefix_workload
 
-ENGINE_FLAGS = ("block_size", "num_blocks", "max_num_seqs", "max_num_batched_tokens")  # EngineConfig fields
+HF_BATCH_SETTINGS = ("block_size", "num_blocks", "max_num_seqs", "max_num_batched_tokens")  # generate_batch's too
 QUICK = dict(requests=8, min_len=8, max_len=32, min_out=8, max_out=32, prefix_requests=8,
              prefix_len=32, suffix_len=8, prefix_out=8, peak_size=512, peak_seconds=0.3,
              pool_sizes="128,1024")
@@ -60,12 +60,6 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     add("--seed", type=int, default=0, help="seed of the prompts and of the random weights")
     add("--repeats", type=int, default=1, help="time each system this many times; report the median")
     add("--hf-batch-size", type=int, default=16, help="static batch size of transformers generate")
-    engine_default = "default: Engine's own, {}; any value given is reported as a tuned setting"
-    add("--block-size", type=int, default=None, help=engine_default.format(DEFAULTS.block_size))
-    add("--num-blocks", type=int, default=None, help=engine_default.format("sized from free memory"))
-    add("--max-num-seqs", type=int, default=None, help=engine_default.format(DEFAULTS.max_num_seqs))
-    add("--max-num-batched-tokens", type=int, default=None,
-        help=engine_default.format(DEFAULTS.max_num_batched_tokens))
     add("--pool-sizes", default="512,4096,65536",
         help="pool sizes (blocks) at which to time a step outside the forward pass; '' to skip")
     add("--prefix-requests", type=int, default=32, help="requests in the shared-prefix workload")
@@ -83,6 +77,8 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
              "(a folder, link, device or pipe is refused before the bench starts)")
     add("--against", choices=("vllm",), default=None, help="also run vLLM on the mixed workload (kvviz/vllm/backend.py)")
     add("--vllm-python", default=None, help="vLLM's interpreter (default: $KVVIZ_VLLM_PYTHON or .venv-vllm/bin/python)")
+    add_engine_arguments(parser, "The headline row runs Engine(model), every default; any of these given adds a "
+                                 "'kvviz tuned' row, and the shared-prefix and tight-pool runs use them too.")
     return parser
 
 
@@ -126,9 +122,8 @@ def run_bench(args: argparse.Namespace) -> int:
         return 2
     device, dtype = next(model.parameters()).device, next(model.parameters()).dtype
     vocab_size = model.get_output_embeddings().weight.shape[0]
-    tuned = {key: getattr(args, key) for key in ENGINE_FLAGS
-             if getattr(args, key) is not None}  # what the user set; the headline keeps the defaults
-    engine_settings = {key: getattr(dataclasses.replace(DEFAULTS, **tuned), key) for key in ENGINE_FLAGS}
+    tuned = given(args)  # what the user set; the headline keeps the defaults
+    engine_settings = {key: getattr(engine_config(args), key) for key in HF_BATCH_SETTINGS}
     results = {"model": {"name": model_name, "params": count_params(model), "device": str(device),
                          "dtype": str(dtype).removeprefix("torch."), "threads": torch.get_num_threads()},
                "settings": {k: v for k, v in vars(args).items() if isinstance(v, (int, float, str, bool, type(None)))}}
@@ -185,6 +180,10 @@ def _check_args(args) -> str | None:
         return "Every count and length must be at least 1; check --requests, the lengths and --repeats."
     if args.min_len > args.max_len or args.min_out > args.max_out:
         return "A minimum length is above its maximum; give --min-len <= --max-len and --min-out <= --max-out."
+    try:
+        engine_config(args).validate()  # the engine flags, before the model loads
+    except ValueError as error:
+        return str(error)
     return None
 
 

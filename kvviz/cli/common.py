@@ -1,5 +1,5 @@
-"""What the commands share: the sampling and engine flags as kvviz objects, the summary they
-print, and writing their output safely."""
+"""What the commands share: the sampling flags as SamplingParams, the summary they print, and
+writing their output safely. The engine flags are kvviz/cli/engine_flags.py's."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import stat
 import tempfile
 from pathlib import Path
 
-from kvviz.engine.config import EngineConfig
 from kvviz.engine.sampling import SamplingParams
 
 
@@ -98,11 +97,3 @@ def sampling_params(args) -> SamplingParams:
     return SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, top_k=args.top_k,
                           top_p=args.top_p, seed=args.seed, ignore_eos=args.ignore_eos, n=args.n)
 
-
-def engine_config(args) -> EngineConfig:
-    """The engine flags of `generate` as an EngineConfig."""
-    return EngineConfig(block_size=args.block_size, num_blocks=args.num_blocks,
-                        enable_prefix_caching=not args.no_prefix_caching, max_num_seqs=args.max_num_seqs,
-                        max_num_batched_tokens=args.max_num_batched_tokens,
-                        speculative_tokens=args.speculative_tokens, preemption_mode=args.preemption_mode,
-                        swap_space_blocks=args.swap_space_blocks)

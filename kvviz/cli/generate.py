@@ -11,9 +11,9 @@ from pathlib import Path
 from tqdm import tqdm
 from transformers import AutoTokenizer
 
-from kvviz.cli.common import check_output_path, engine_config, print_summary, sampling_params, write_atomically
+from kvviz.cli.common import check_output_path, print_summary, sampling_params, write_atomically
+from kvviz.cli.engine_flags import add_engine_arguments, engine_config, given, vllm_engine_options
 from kvviz.engine import Engine
-from kvviz.engine.config import DEFAULTS
 from kvviz.engine.sampling import SamplingParams
 from kvviz.models import load_model, pick_device, pick_dtype
 from kvviz.throughput import output_tokens_per_s
@@ -41,34 +41,20 @@ def add_generate_arguments(parser: argparse.ArgumentParser) -> None:
     add("--ignore-eos", action="store_true", help="generate --max-tokens even past the end-of-text token")
     add("--n", type=int, default=SAMPLING_DEFAULTS.n,
         help="samples per prompt; they share the prompt's blocks (parallel sampling)")
-    add("--block-size", type=int, default=DEFAULTS.block_size, help="tokens per KV block")
-    add("--num-blocks", type=int, default=DEFAULTS.num_blocks,
-        help="blocks in the pool (none: as many as the free memory allows)")
-    add("--max-num-seqs", type=int, default=DEFAULTS.max_num_seqs, help="requests in one step at most")
-    add("--max-num-batched-tokens", type=int, default=DEFAULTS.max_num_batched_tokens,
-        help="tokens in one step at most (the token budget)")
-    add("--no-prefix-caching", action="store_true", help="turn off prefix caching")
-    add("--speculative-tokens", type=int, default=DEFAULTS.speculative_tokens,
-        help="draft tokens per greedy decode, by prompt lookup (0: off)")
-    add("--preemption-mode", choices=("recompute", "swap"), default=DEFAULTS.preemption_mode,
-        help="what a preempted request loses: its blocks (recompute) or nothing (swap to CPU)")
-    add("--swap-space-blocks", type=int, default=DEFAULTS.swap_space_blocks,
-        help="CPU blocks for --preemption-mode swap (none: as many as the pool)")
+    add_engine_arguments(parser)  # a flag for every EngineConfig field
     add("--device", default=None, help="cuda | cpu (none: cuda when present)")
     add("--dtype", default=None, help="float32 | bfloat16 | float16 (none: bfloat16 on a GPU, float32 on a CPU)")
     add_vllm_arguments(parser)  # --backend vllm and vLLM's parallel settings
 
 
 def cmd_generate(args) -> int:
-    kvviz_only = [flag for flag, used in (("--n", args.n != 1), ("--speculative-tokens", args.speculative_tokens),
-                                          ("--preemption-mode swap", args.preemption_mode != "recompute")) if used]
-    if args.backend == "vllm" and kvviz_only:
-        raise ValueError(f"{kvviz_only[0]} is a setting of kvviz's engine, not passed to vLLM; "
+    if args.backend == "vllm" and args.n != 1:
+        raise ValueError("--n is a setting of kvviz's engine, not passed to vLLM; "
                          "drop it or run without --backend vllm.")
     config = engine_config(args)
     sampling_params(args).validate(max_num_seqs=config.max_num_seqs)  # a bad flag is refused before any work
     if args.backend == "vllm":  # the same job on vLLM, in its own environment
-        return generate_on_vllm(args)
+        return generate_on_vllm(args, vllm_engine_options(given(args)))
     config.validate()
     prompts = read_prompts(Path(args.prompts))
     check_output_path(Path(args.out))
@@ -121,8 +107,9 @@ def sampling(args, num_prompts: int, stop_ids: list[int]) -> list[dict]:
     return [vllm.vllm_sampling(request_sampling(params, i), stop_ids) for i in range(num_prompts)]
 
 
-def generate_on_vllm(args) -> int:
-    """`generate --backend vllm`: the same prompts, flags, JSONL and summary as the kvviz backend."""
+def generate_on_vllm(args, engine_options: dict) -> int:
+    """`generate --backend vllm`: the same prompts, flags, JSONL and summary as the kvviz backend;
+    engine_options are the engine flags as vLLM's LLM(...) arguments (see vllm_engine_options)."""
     prompts = read_prompts(Path(args.prompts))
     check_output_path(Path(args.out))
     python = vllm.require_python(args.vllm_python)
@@ -134,8 +121,8 @@ def generate_on_vllm(args) -> int:
                          "token ids; give a model folder that holds its tokenizer files.") from None
     prompt_ids = [tokenizer(p)["input_ids"] for p in prompts]
     dtype = str(pick_dtype(pick_device(args.device), args.dtype)).removeprefix("torch.")
-    job = {"kind": "generate", "model": folder, "llm": vllm.llm_options(args, dtype), "prompts": prompt_ids,
-           "sampling": sampling(args, len(prompts), vllm.eos_token_ids(folder))}
+    job = {"kind": "generate", "model": folder, "llm": vllm.llm_options(args, dtype) | engine_options,
+           "prompts": prompt_ids, "sampling": sampling(args, len(prompts), vllm.eos_token_ids(folder))}
     print(f"starting vLLM ({python}) on {folder} ...", file=sys.stderr)
     result = vllm.check_result(vllm.run_jobs([job], python)[0], args.model)
     records = [{"prompt": prompt, "text": tokenizer.decode(out["token_ids"]), "token_ids": out["token_ids"],

@@ -7,6 +7,7 @@ import dataclasses
 import numpy as np
 import torch
 
+from kvviz.engine.block_pool import blocks_needed
 from kvviz.engine.cpu.kernels import KernelMetadata
 from kvviz.engine.kv_cache import slots_for
 from kvviz.engine.runner import AttentionGroup, StepBatch, Trace
@@ -97,7 +98,7 @@ def _kernel_metadata(chunks, positions: torch.Tensor, block_size: int, group: in
     """Block tables (R, max_blocks), and per token its row and position: int32 for the kernel.
     Filled through numpy: torch.tensor of Python lists costs several times more per element.
     A sliding group's given-back entries (None) become block 0: the kernel reads only the window."""
-    tables = [c.request.block_tables[group][:-(-c.end // block_size)] for c in chunks]
+    tables = [c.request.block_tables[group][:blocks_needed(c.end, block_size)] for c in chunks]
     if window is not None:
         tables = [[block or 0 for block in table] for table in tables]
     block_tables = np.zeros((len(chunks), max(len(t) for t in tables)), dtype=np.int32)  # padding: never read
@@ -126,7 +127,7 @@ def _group(chunks, members, offsets, cached: bool, block_size: int, device, grou
     real_query = query_span[None, :] < lengths[:, None]  # (B, Tq)
     if cached:
         num_keys = starts + lengths  # (B,) the whole context so far
-        max_blocks = -(-max_keys // block_size)
+        max_blocks = blocks_needed(max_keys, block_size)
         tables = [chunks[i].request.block_tables[group][:max_blocks] for i in members]
         if window is not None:
             tables = [[block or 0 for block in table] for table in tables]

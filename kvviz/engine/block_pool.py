@@ -20,6 +20,11 @@ from dataclasses import dataclass, field
 BLOCK_BOOKKEEPING_BYTES = 460
 
 
+def blocks_needed(num_tokens: int, block_size: int) -> int:
+    """Blocks that hold num_tokens tokens: the last one may be partly empty (ceil(tokens / block_size))."""
+    return -(-num_tokens // block_size)
+
+
 def hash_block(parent_hash: int | None, token_ids: tuple[int, ...]) -> int:
     """Chained hash: a block's identity depends on every token before it, not just its own."""
     return hash((parent_hash, token_ids))

@@ -16,12 +16,12 @@ from typing import NamedTuple
 
 import torch
 
-from kvviz.engine.block_pool import BLOCK_BOOKKEEPING_BYTES, BlockPool
+from kvviz.engine.block_pool import BLOCK_BOOKKEEPING_BYTES, BlockPool, blocks_needed
 from kvviz.engine.config import MAX_NUM_BLOCKS, EngineConfig
 from kvviz.engine.cpu import kernels as cpu_kernels
 from kvviz.engine.errors import EngineError
 from kvviz.engine.kv_cache import CacheShape, PagedKVCache
-from kvviz.engine.kv_manager import KVCacheManager, blocks_needed
+from kvviz.engine.kv_manager import KVCacheManager
 from kvviz.engine.layer_groups import LayerGroup, layer_windows, make_groups, pool_sizes
 from kvviz.engine.swap import SWAP_SLOT_BOOKKEEPING_BYTES, SwapSpace
 from kvviz.shapes import format_bytes

@@ -4,9 +4,11 @@
     Engine(lm, max_num_seqs=8)                   # one override
     Engine(lm, EngineConfig(block_size=8), record_blocks=True)
 
-The command line, the bench and the pages read their defaults from here. `validate` is the one
-check of every setting's type and range; what depends on the model (the pool's bytes against
-free memory, the block size against the context) the Engine checks before it allocates.
+The command line, the bench and the pages read their defaults from here, and the command line
+its flags: kvviz/cli/engine_flags.py makes one of every field, with the field's help and choices.
+`validate` is the one check of every setting's type and range; what depends on the model (the
+pool's bytes against free memory, the block size against the context) the Engine checks before
+it allocates.
 """
 
 from __future__ import annotations
@@ -25,25 +27,41 @@ MAX_SPECULATIVE_TOKENS = 16  # draft tokens run after every greedy decode
 MAX_PROMPT_LOOKUP = 16  # n-gram length: the lookup scans the context once per length, every step
 
 
+PREEMPTION_MODES = ("recompute", "swap")
+ATTENTIONS = ("auto", "sdpa")
+
+
+def setting(default, help: str, choices: tuple | None = None):
+    """A field of EngineConfig, with the help its command-line flag shows (kvviz/cli/engine_flags.py)."""
+    return dataclasses.field(default=default, metadata={"help": help, "choices": choices})
+
+
 @dataclass(slots=True)
 class EngineConfig:
-    block_size: int = 16  # tokens per block
-    num_blocks: int | None = None  # None: what free memory holds, at most max_num_seqs full contexts
-    enable_prefix_caching: bool = True
-    max_num_seqs: int = 64  # requests running at once
-    max_num_batched_tokens: int = 2048  # token budget of one step
-    enable_chunked_prefill: bool = True  # a long prompt may run over several steps
-    use_cache: bool = True  # False: recompute every token every step (the lesson's "no cache")
-    record_blocks: bool = False  # True: every StepRecord also lists every block of the pool
-    memory_fraction: float = 0.9  # of free memory the pool and swap space may take (a sized pool: half of it)
-    speculative_tokens: int = 0  # draft tokens a greedy decode proposes by prompt lookup; 0: off
-    prompt_lookup_max: int = 3  # longest n-gram looked up in the context to find drafts
-    prompt_lookup_min: int = 1  # shortest n-gram tried before giving up on drafts
-    preemption_mode: str = "recompute"  # or "swap": a victim's blocks wait in CPU memory
-    swap_space_blocks: int | None = None  # CPU slots for "swap"; None: as many as the pool has blocks
-    attention: str = "auto"  # "auto": the compiled kernel where it applies (CPU, float32); "sdpa": gather + SDPA
-    kv_cache_dtype: str = "auto"  # "auto": the model's dtype; "int8" or "fp8" (e4m3): 1 byte per value + scales;
-    # "fp8_per_tensor": vLLM's fp8 scheme (one scale of 1.0, no scale bytes), to compare with vLLM
+    block_size: int = setting(16, "tokens per block")
+    num_blocks: int | None = setting(None, "blocks in the pool; None: what free memory holds, at most max_num_seqs "
+                                           "full contexts")
+    enable_prefix_caching: bool = setting(True, "reuse the cached blocks of a prompt's start that an earlier "
+                                                "request already computed (prefix caching)")
+    max_num_seqs: int = setting(64, "requests running at once")
+    max_num_batched_tokens: int = setting(2048, "tokens of one step at most (the token budget)")
+    enable_chunked_prefill: bool = setting(True, "a long prompt may run over several steps")
+    use_cache: bool = setting(True, "off: recompute every token every step (the lesson's 'no cache')")
+    record_blocks: bool = setting(False, "every StepRecord also lists every block of the pool")
+    memory_fraction: float = setting(0.9, "of free memory the pool and swap space may take (a pool sized from "
+                                          "memory: half of it)")
+    speculative_tokens: int = setting(0, "draft tokens a greedy decode proposes by prompt lookup; 0: off")
+    prompt_lookup_max: int = setting(3, "longest n-gram looked up in the context to find drafts")
+    prompt_lookup_min: int = setting(1, "shortest n-gram tried before giving up on drafts")
+    preemption_mode: str = setting("recompute", "what a preempted request loses: its blocks (recompute), or "
+                                                "nothing (swap: its blocks wait in CPU memory)", PREEMPTION_MODES)
+    swap_space_blocks: int | None = setting(None, "CPU blocks for preemption_mode swap; None: as many as the pool "
+                                                  "has blocks")
+    attention: str = setting("auto", "auto: the compiled kernel where it applies (CPU, float32); sdpa: gather + "
+                                     "SDPA", ATTENTIONS)
+    kv_cache_dtype: str = setting("auto", "auto: the model's dtype; int8 or fp8 (e4m3): 1 byte per value + scales; "
+                                          "fp8_per_tensor: vLLM's fp8 scheme (one scale of 1.0, no scale bytes), "
+                                          "to compare with vLLM", KV_CACHE_DTYPES)
 
     def with_overrides(self, **overrides) -> "EngineConfig":
         """A copy with some settings changed; an unknown name is refused in one sentence."""
@@ -75,9 +93,9 @@ class EngineConfig:
         if isinstance(fraction, bool) or not isinstance(fraction, Real) or not 0 < fraction <= 1:
             raise ValueError(f"memory_fraction (the share of free memory the pool may take) must be a number in "
                              f"(0, 1], not {fraction!r}.")
-        if self.preemption_mode not in ("recompute", "swap"):
+        if self.preemption_mode not in PREEMPTION_MODES:
             raise ValueError(f"preemption_mode must be 'recompute' or 'swap', not {self.preemption_mode!r}.")
-        if self.attention not in ("auto", "sdpa"):
+        if self.attention not in ATTENTIONS:
             raise ValueError(f"attention must be 'auto' or 'sdpa', not {self.attention!r}.")
         if self.kv_cache_dtype not in KV_CACHE_DTYPES:
             raise ValueError(f"kv_cache_dtype must be one of {', '.join(map(repr, KV_CACHE_DTYPES))} (the "

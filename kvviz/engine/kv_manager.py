@@ -17,15 +17,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvviz.engine.block_pool import BlockPool, hash_block
+from kvviz.engine.block_pool import BlockPool, blocks_needed, hash_block
 from kvviz.engine.kv_cache import PagedKVCache
 from kvviz.engine.layer_groups import LayerGroup
 from kvviz.engine.request import Request
 from kvviz.engine.swap import SwapSpace
-
-
-def blocks_needed(num_tokens: int, block_size: int) -> int:
-    return -(-num_tokens // block_size)
 
 
 @dataclass(slots=True)

@@ -46,7 +46,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvviz.engine.block_pool import BlockPool
+from kvviz.engine.block_pool import BlockPool, blocks_needed
 
 
 @dataclass(slots=True)
@@ -96,8 +96,8 @@ def pool_sizes(windows: list[int | None], num_blocks: int, block_size: int, max_
     distinct = _distinct_windows(windows)
     if distinct[0] is not None:
         return [num_blocks] * len(distinct)
-    sliding = [min(num_blocks, max_num_seqs * (-(-window // block_size) + 2) + -(-max_num_batched_tokens // block_size))
-               for window in distinct[1:]]
+    sliding = [min(num_blocks, max_num_seqs * (blocks_needed(window, block_size) + 2)
+                   + blocks_needed(max_num_batched_tokens, block_size)) for window in distinct[1:]]
     layers = [windows.count(window) for window in distinct]  # per group
     spare_layer_blocks = num_blocks * len(windows) - sum(s * n for s, n in zip(sliding, layers[1:]))
     full = min(spare_layer_blocks // layers[0], max(num_blocks, most_blocks))

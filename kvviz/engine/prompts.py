@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from kvviz.engine.errors import EngineError
-from kvviz.engine.kv_manager import blocks_needed
+from kvviz.engine.block_pool import blocks_needed
 from kvviz.engine.sampling import SamplingParams
 
 

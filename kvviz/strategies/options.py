@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from kvviz.engine.block_pool import blocks_needed
 from kvviz.engine.config import DEFAULTS
 from kvviz.shapes import DEFAULT_CONTEXT, ModelShape
 from kvviz.strategies.base import StrategyCache
@@ -114,7 +115,7 @@ def resolve_options(name: str, options: dict, facts: ModelFacts, num_tokens: int
     if name == "paged":
         _check_whole("block_size", resolved["block_size"])
         # the Engine asks for room for one token beyond the request (see run._run_in_engine)
-        resolved["num_blocks"] = resolved["num_blocks"] or -(-(num_tokens + 1) // resolved["block_size"])
+        resolved["num_blocks"] = resolved["num_blocks"] or blocks_needed(num_tokens + 1, resolved["block_size"])
         _check_whole("num_blocks", resolved["num_blocks"])
     return resolved
 

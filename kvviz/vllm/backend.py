@@ -23,6 +23,7 @@ from transformers import AutoConfig, GenerationConfig
 
 from kvviz import memory_bill
 from kvviz.bench import compare_outputs
+from kvviz.engine.block_pool import blocks_needed
 from kvviz.engine.kv_cache import CacheShape
 from kvviz.engine.model_parts import model_parts
 from kvviz.models import BUNDLED_DIR, pick_device
@@ -113,7 +114,8 @@ def check_result(result: dict, model: str) -> dict:
     if "error" in result:
         first = result["error"].split(". ")[0].rstrip(".")[:300]  # vLLM's reason, its first sentence
         raise ValueError(f"vLLM could not run {model!r} ({first}); "
-                         "check that the folder holds a complete checkpoint of an architecture vLLM supports.")
+                         "check that the folder holds a complete checkpoint of an architecture vLLM supports, "
+                         "and that a pool set in blocks holds one request of the model's whole context.")
     return result
 
 
@@ -191,7 +193,7 @@ def batch_on_vllm(lm, workload, settings, kvviz_outputs: list[list[int]], python
     per_token = CacheShape.from_model(model).bytes_per_token
     # kvviz's pool in bytes, but never less than the longest request plus vLLM's reserved null block
     # in blocks of up to 128 (vLLM's CPU size): with less, vLLM could not run the longest request at all
-    least = (math.ceil(longest / 128) + 1) * 128 * per_token
+    least = (blocks_needed(longest, 128) + 1) * 128 * per_token
     config = settings.engine
     kv_bytes = max(settings.pool_blocks(lm, workload) * config.block_size * per_token, least)
     llm = {"enforce_eager": True, "enable_prefix_caching": config.enable_prefix_caching,

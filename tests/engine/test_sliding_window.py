@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from kvviz import Engine, EngineError, SamplingParams, StepRecord
-from kvviz.engine.kv_manager import blocks_needed
+from kvviz.engine.block_pool import blocks_needed
 from kvviz.engine.layer_groups import pool_sizes
 from kvviz.lessons.files import typed
 

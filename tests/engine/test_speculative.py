@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from kvviz import Engine, EngineError, SamplingParams
-from kvviz.engine.kv_manager import blocks_needed
+from kvviz.engine.block_pool import blocks_needed
 from kvviz.engine.records import StepRecord
 from kvviz.engine.speculative import accept, propose_drafts
 from kvviz.lessons.files import typed

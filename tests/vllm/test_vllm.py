@@ -7,6 +7,7 @@ the vLLM tests are skipped with the reason; the refusals that need no vLLM alway
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import pytest
@@ -97,7 +98,9 @@ def test_bill_predicts_vllm_allocation(vllm_runs, name):
 def test_cli_vllm_backend_writes_kvviz_schema(tmp_path, capsys):
     prompt_file = tmp_path / "prompts.txt"
     prompt_file.write_text("To be, or not to be\nROMEO:\n")
-    common = ["generate", "--prompts", str(prompt_file), "--max-tokens", "12"]
+    # engine flags reach both engines: vLLM's pool is 8 usable blocks plus its empty null block
+    common = ["generate", "--prompts", str(prompt_file), "--max-tokens", "12", "--num-blocks", "8",
+              "--max-num-seqs", "2"]
     assert cli_main(common + ["--out", str(tmp_path / "kvviz.jsonl")]) == 0
     kvviz_summary = capsys.readouterr().out
     assert cli_main(common + ["--out", str(tmp_path / "vllm.jsonl"), "--backend", "vllm", "--enforce-eager",
@@ -110,6 +113,7 @@ def test_cli_vllm_backend_writes_kvviz_schema(tmp_path, capsys):
     assert [r["text"] for r in theirs] == [r["text"] for r in ours]
     fields = [[line.split()[0] for line in summary.splitlines()] for summary in (kvviz_summary, vllm_summary)]
     assert fields[0] == fields[1] and "prefix_cache_hit_rate" in fields[0]
+    assert re.search(r"^num_blocks +8$", kvviz_summary, re.M) and re.search(r"^num_blocks +9$", vllm_summary, re.M)
 
 
 @needs_vllm

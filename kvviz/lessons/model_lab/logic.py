@@ -24,7 +24,7 @@ from transformers import AutoTokenizer
 from kvviz.lessons.budget import Work, check_click, forward_flops
 from kvviz.engine import Engine, SamplingParams
 from kvviz.engine.config import DEFAULTS
-from kvviz.engine.kv_manager import blocks_needed
+from kvviz.engine.block_pool import blocks_needed
 from kvviz.memory_bill import bill_breakdown, kv_cache_bytes
 from kvviz.models import (
     BUNDLED_DIR,

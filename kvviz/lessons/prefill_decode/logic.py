@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kvviz.engine import Engine, EngineError, SamplingParams, StepRecord
+from kvviz.engine.block_pool import blocks_needed
 from kvviz.engine.config import DEFAULTS
 from kvviz.engine.records import TraceRecord
 from kvviz.lessons.budget import ModelCost, Work, click_seconds
@@ -82,7 +83,7 @@ class Lesson:
         # the pool holds what this lesson can use, not the model's whole context
         most_tokens = min(len(prompt_ids) + max_tokens, lm.max_context)
         engine = Engine(lm, block_size=settings.block_size, max_num_seqs=1,
-                        num_blocks=-(-most_tokens // settings.block_size))
+                        num_blocks=blocks_needed(most_tokens, settings.block_size))
         engine.check_request(prompt_ids, settings.sampling)
         lesson = cls(settings, lm.describe(), engine=engine, twin=twin, tokenizer=lm.tokenizer)
         lesson.prompt_token_ids = prompt_ids

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 
+from kvviz.engine.config import MAX_SPECULATIVE_TOKENS
 from kvviz.engine.records import StepRecord
 from kvviz.lessons.files import (
     LESSON_FORMAT,
@@ -34,7 +35,7 @@ MAX_TEXTS = 50_000
 MAX_TOKENS = 2**16  # in the prompt, or in one decoded list
 FIELDS = {"format", "lesson", "model_name", "settings", "prompt_token_ids", "records", "plain_records", "texts",
           "view_step", ROOM_ANSWERS}  # room_answers may be missing (a kvviz-lesson/3 file)
-SETTINGS = {"num_speculative": 16, "max_tokens": MAX_PASSES, "block_size": 1024}  # name -> most
+SETTINGS = {"num_speculative": MAX_SPECULATIVE_TOKENS, "max_tokens": MAX_PASSES, "block_size": 1024}  # name -> most
 
 
 def export_speculative(lesson: SpeculativeLesson, view_step: int) -> str:

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from itertools import accumulate
 
 from kvviz.engine import Engine, EngineError, SamplingParams, StepRecord
+from kvviz.engine.block_pool import blocks_needed
+from kvviz.engine.config import MAX_SPECULATIVE_TOKENS
 
 # a line that comes back like a refrain: the lookup copies it, and the model says it again
 DEFAULT_PROMPT = "KING:\nI am sorry, my lord.\n\nQUEEN:\nI am sorry, my lord.\n\nKING:\n"
@@ -57,15 +59,15 @@ class SpeculativeLesson:
     @classmethod
     def start(cls, lm, prompt: str, num_speculative: int, max_tokens: int, block_size: int) -> "SpeculativeLesson":
         """Both engines with the request queued; raises EngineError with one sentence."""
-        if not 1 <= num_speculative <= 16:
-            raise EngineError(f"Draft tokens per step must be from 1 to 16, not {num_speculative}.")
+        if not 1 <= num_speculative <= MAX_SPECULATIVE_TOKENS:
+            raise EngineError(f"Draft tokens per step must be from 1 to {MAX_SPECULATIVE_TOKENS}, not {num_speculative}.")
         params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
         prompt_ids = Engine(lm, use_cache=False, max_num_seqs=1).check_request(prompt, params)  # no pool
         # each pool holds what this request can use (its drafts too), not the model's whole context:
         # a model of a million positions took 2 x 3 GiB and 14 s to start
         most_tokens = min(len(prompt_ids) + max_tokens + num_speculative + 1, lm.max_context)
         settings = dict(block_size=block_size, max_num_seqs=1, max_num_batched_tokens=1024,
-                        num_blocks=-(-most_tokens // block_size))
+                        num_blocks=blocks_needed(most_tokens, block_size))
         engine = Engine(lm, speculative_tokens=num_speculative, **settings)
         plain = Engine(lm, **settings)
         for each in (engine, plain):
