@@ -226,13 +226,22 @@ def results(text: str, unit: str, engine: float, answers: list[float], exact: bo
                      x_label="students", y_label=unit)
 
 
+FILE_CHARTS = 3  # a file's room answers drawn at once; more are picked one at a time
+
+
 def file_answers(lesson) -> None:
     """A replayed lesson's room answers, as the teacher saw them (a file written in a room)."""
     if not lesson.room_answers:
         return
     with st.expander(f"The room's answers ({len(lesson.room_answers)} questions, from the file)",
                      icon=":material/groups:"):
-        for row in lesson.room_answers:  # the file's text, shown as text (no link or image from a crafted file)
+        shown = lesson.room_answers
+        if len(shown) > FILE_CHARTS:  # one chart at a time: a file may hold 100 questions, each rerun drew them all
+            labels = [f"{i + 1}. {row.question[:80]} (room {row.room})" for i, row in enumerate(shown)]
+            pick = st.selectbox("Question", range(len(shown)), index=len(shown) - 1, format_func=labels.__getitem__,
+                                key="file_room_question")  # a selectbox shows its options as text
+            shown = [shown[min(pick, len(shown) - 1)]]
+        for row in shown:  # the file's text, shown as text (no link or image from a crafted file)
             room, question, unit = plain(row.room), plain(row.question), plain(row.unit)
             if row.engine is None:
                 st.caption(f"Room {room}: “{question}” {len(row.answers)} answered; the file was written "
