@@ -216,7 +216,7 @@ def room_status(code: str) -> None:
 def results(text: str, unit: str, engine: float, answers: list[float], exact: bool) -> None:
     """A revealed question: how many answered, how many were right, and the answers beside the engine's."""
     right = rooms.right_answers(answers, engine, exact)
-    st.markdown(f"**Room's answers** to “{text}” The engine: **{engine:,.0f} {unit}**; "
+    st.markdown(f"**Room's answers** to “{plain(text)}” The engine: **{engine:,.0f} {plain(unit)}**; "
                 f"{right} of {len(answers)} answered {'exactly that' if exact else 'within 1%'}.")
     if answers:
         counts: dict[str, int] = {}
@@ -242,12 +242,12 @@ def file_answers(lesson) -> None:
                                 key="file_room_question")  # a selectbox shows its options as text
             shown = [shown[min(pick, len(shown) - 1)]]
         for row in shown:  # the file's text, shown as text (no link or image from a crafted file)
-            room, question, unit = plain(row.room), plain(row.question), plain(row.unit)
             if row.engine is None:
-                st.caption(f"Room {room}: “{question}” {len(row.answers)} answered; the file was written "
-                           "before the reveal.")
-            else:
-                results(f"{question} (room {room}, step {row.step})", unit, row.engine, row.answers, row.exact)
+                st.caption(f"Room {plain(row.room)}: “{plain(row.question)}” {len(row.answers)} answered; the file "
+                           "was written before the reveal.")
+            else:  # results() shows the text through plain(), and the chart's axis takes it as it is
+                results(f"{row.question} (room {row.room}, step {row.step})", row.unit, row.engine, row.answers,
+                        row.exact)
 
 
 def _sync_questions(room: rooms.Room, asked: list[rooms.RoomQuestion]) -> None:
