@@ -22,3 +22,29 @@ def test_link_values_in_the_refusal_are_text_not_markdown():
     assert "](" not in message and "![" not in message and "http://" not in message, message
     shown = message.replace("\\", "").replace("\u2060", "")  # as the reader sees it
     assert "view '![a](http://kvviz.invalid/x)'" in shown and "tokens '[CLICK ME](http://kv'" in shown
+
+
+def refused_upload():
+    """A crafted file's refusal as the upload shows it (AppTest runs this source alone)."""
+    import json
+
+    import streamlit as st
+
+    from kvviz.lessons.files import LessonFileError
+    from kvviz.lessons.paged_batching.file import import_paged
+    from kvviz.lessons.uploads import file_buttons
+
+    crafted = {"format": "kvviz-lesson/4", "lesson": "paged_batching", "![a](http://kvviz.invalid/x)": 1}
+    try:
+        import_paged(json.dumps(crafted))
+    except LessonFileError as error:  # the sentence names the file's unknown key
+        st.session_state.setdefault("crafted_upload_error", str(error))
+    file_buttons(None, "x.json", "crafted_upload", import_paged)
+
+
+def test_an_upload_refusal_quoting_the_file_is_text():
+    at = AppTest.from_function(refused_upload, default_timeout=60).run()
+    assert not at.exception
+    message = at.error[0].value
+    assert "is not one kvviz writes" in message
+    assert "](" not in message and "![" not in message and "http://" not in message, message
