@@ -170,6 +170,9 @@ def load_model(source: str = "bundled", *, shape: CustomShape | None = None,
     dtype = pick_dtype(device, dtype)
     if shape is not None:
         return _build_custom(shape, device, dtype)
+    if not isinstance(source, str) or not source.strip():  # load_model(5), (None) or ("") loaded the bundled model
+        raise ModelLoadError(f"load_model takes a model name, not {source!r:.40}; give 'bundled', 'tiny-mla', "
+                             "'tiny-gemma3', a Hugging Face id or a folder.")
     source = clean_source(source)
     if source == "bundled":
         return _load_pretrained(str(BUNDLED_DIR), "bundled", "bundled", device, dtype)

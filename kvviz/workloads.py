@@ -136,8 +136,10 @@ def read_prompts(path: Path) -> list[str]:
 
     The file is read only up to MAX_PROMPTS_FILE_BYTES (a 2 GB file was read whole, 28 s and 4.4 GB,
     before the tokenizer aborted the process), and its bytes are decoded as an upload's are."""
-    if not path.is_file():
+    if not path.exists():
         raise ValueError(f"There is no prompts file at {str(path)!r}; give a .txt or .jsonl file.")
+    if not path.is_file():  # a folder, a pipe or a device (/dev/zero): not opened
+        raise ValueError(f"{str(path)!r} is a folder, a pipe or a device, not a file; give a .txt or .jsonl file.")
     size = path.stat().st_size
     if size <= MAX_PROMPTS_FILE_BYTES:  # a bigger file is not opened
         with path.open("rb") as file:
@@ -209,8 +211,11 @@ def parse_upload(name: str, data: bytes) -> list[str]:
         decoded = data.decode("utf-8")
     except UnicodeDecodeError:
         decoded = None
-    if decoded is None or "\x00" in decoded:
+    if decoded is None:
         raise WorkloadError(f"{file_name} is not UTF-8 text; upload a plain-text .txt or .jsonl file.")
+    if "\x00" in decoded:  # UTF-8 all right, but a NUL byte: a binary file
+        raise WorkloadError(f"{file_name} holds a NUL byte (character {decoded.index(chr(0)):,}), so it is binary, "
+                            "not text; upload a plain-text .txt or .jsonl file.")
     try:
         prompts = parse_prompts(decoded, file_name)  # as `python -m kvviz generate` reads its file
     except ValueError as error:

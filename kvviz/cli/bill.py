@@ -29,8 +29,9 @@ def add_bill_arguments(parser: argparse.ArgumentParser) -> None:
 def run_bill(args: argparse.Namespace) -> str:
     """The bill as text: the model, each layer kind's formula filled in, the total, weights, fit."""
     model = getattr(args, "model", None)
-    shape = (shapes.shape_from_pretrained(model) if model
-             else shapes.get_preset(getattr(args, "preset", None) or "bundled"))
+    preset = "bundled" if model == "bundled" else getattr(args, "preset", None)  # --model bundled, as load_model reads it
+    shape = (shapes.shape_from_pretrained(model) if model and model != "bundled"
+             else shapes.get_preset(preset or "bundled"))
     dtype_name = getattr(args, "dtype", "bf16")
     dtype_bytes = memory_bill.dtype_bytes(dtype_name)
     tokens, batch = getattr(args, "tokens", 8192), getattr(args, "batch", 1)

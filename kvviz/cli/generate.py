@@ -51,11 +51,12 @@ def cmd_generate(args) -> int:
     if args.backend == "vllm" and args.n != 1:
         raise ValueError("--n is a setting of kvviz's engine, not passed to vLLM; "
                          "drop it or run without --backend vllm.")
+    check_vllm_sizes(args)
     config = engine_config(args)
+    config.validate()  # first: --max-num-seqs 0 is refused as itself, not as too few for n=1 samples
     sampling_params(args).validate(max_num_seqs=config.max_num_seqs)  # a bad flag is refused before any work
     if args.backend == "vllm":  # the same job on vLLM, in its own environment
         return generate_on_vllm(args, vllm_engine_options(given(args)))
-    config.validate()
     prompts = read_prompts(Path(args.prompts))
     check_output_path(Path(args.out))
     lm = load_model(args.model, device=args.device, dtype=args.dtype)
@@ -99,6 +100,14 @@ def add_vllm_arguments(parser) -> None:
         help="vLLM: worker processes on this machine (mp) or a Ray cluster (ray)")
     add("--kv-cache-bytes", type=int, default=None, help="vLLM: bytes for the KV cache (default: 1 GiB on a CPU, vLLM's own on a GPU)")
     add("--enforce-eager", action="store_true", help="vLLM: skip torch.compile (starts much sooner)")
+
+
+def check_vllm_sizes(args) -> None:
+    """vLLM's sizes, when given, are whole numbers from 1 up (-5 bytes or 0 GPUs were passed on silently)."""
+    for flag in ("--tensor-parallel-size", "--pipeline-parallel-size", "--kv-cache-bytes"):
+        value = getattr(args, flag[2:].replace("-", "_"), None)
+        if value is not None and value < 1:
+            raise ValueError(f"{flag} is {value}; give a whole number from 1 up, or leave it out for vLLM's default.")
 
 
 def sampling(args, num_prompts: int, stop_ids: list[int]) -> list[dict]:

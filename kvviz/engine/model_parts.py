@@ -27,6 +27,9 @@ def model_parts(lm) -> ModelParts:
     """(model, tokenizer, max_context) from a kvviz LoadedModel or a bare transformers model."""
     if isinstance(lm, torch.nn.Module):
         return ModelParts(lm, None, ModelShape.of_model(lm).max_context or DEFAULT_CONTEXT)
+    if not all(hasattr(lm, name) for name in ("model", "tokenizer", "max_context")):  # Engine(None), Engine("bundled")
+        raise TypeError(f"An engine runs a model from kvviz.load_model or a transformers model, not {lm!r:.60}; "
+                        "pass load_model('bundled') for the bundled one.")
     return ModelParts(lm.model, lm.tokenizer, lm.max_context)
 
 

@@ -51,6 +51,9 @@ def tokenize(prompt, tokenizer, vocab_size: int) -> list[int]:
             raise EngineError("The prompt is empty; type some text to start from.")
         if tokenizer is None:
             raise EngineError("This model has no tokenizer; give the prompt as a list of token ids.")
+        if not prompt.isascii() and prompt.encode("utf-8", "surrogatepass").decode("utf-8", "ignore") != prompt:
+            raise EngineError("The prompt holds a lone surrogate (\\ud800 to \\udfff), half of a character, which "
+                              "no tokenizer reads; give text of whole characters.")
         token_ids = tokenizer(prompt)["input_ids"]
     else:
         token_ids = prompt.tolist() if hasattr(prompt, "tolist") else list(prompt)  # a tensor or array too

@@ -163,23 +163,57 @@ def pool_blocks(records: list[StepRecord], num_blocks: int) -> list[BlockRecord]
     """Every block of the pool after the last of `records`, rebuilt from their events.
 
     `records` must start at the engine's first step. The engine does not list its whole pool
-    each step (that would cost in proportion to the pool); a page that draws the pool asks this.
+    each step (that would cost in proportion to the pool); a page that draws the pool asks this,
+    or keeps a PoolReplay to walk the steps at the cost of one step's events each.
     """
-    num_blocks = first_pool_size(records, num_blocks)
-    owners: list[set[int]] = [set() for _ in range(num_blocks)]
-    cached = [False] * num_blocks
-    for record in records:
-        for event in record.events:
-            if event.group != 0:  # another layer group's pool
-                continue
-            for block_id in event.block_ids:
-                if event.kind in ("allocate", "prefix_hit", "fork"):
-                    owners[block_id].add(event.request_id)
-                elif event.kind == "free":
-                    owners[block_id].discard(event.request_id)
-                elif event.kind in ("cache", "evict"):
-                    cached[block_id] = event.kind == "cache"
-    return [BlockRecord(i, len(owners[i]), sorted(owners[i]), cached[i], not owners[i]) for i in range(num_blocks)]
+    return PoolReplay(first_pool_size(records, num_blocks)).blocks(records, len(records) - 1)
+
+
+class PoolReplay:
+    """The pool after a chosen step, rebuilt from the records' events at the cost of the steps since
+    the last call: a step forward replays one step's events, a step back starts again from the first."""
+
+    def __init__(self, num_blocks: int):
+        self.num_blocks = num_blocks  # the first group's pool (first_pool_size)
+        self.step = -1  # the last step replayed
+        self.owners: dict[int, set[int]] = {}  # held block -> requests holding it; a free block is absent
+        self.cached: set[int] = set()  # blocks holding a registered prefix hash
+
+    def advance(self, records: list[StepRecord], step: int) -> None:
+        if step < self.step:
+            self.__init__(self.num_blocks)
+        for record in records[self.step + 1:step + 1]:
+            for event in record.events:
+                if event.group == 0:  # else another layer group's pool
+                    self._apply(event)
+        self.step = step
+
+    def _apply(self, event: EventRecord) -> None:
+        for block_id in event.block_ids:
+            if event.kind in ("allocate", "prefix_hit", "fork"):
+                self.owners.setdefault(block_id, set()).add(event.request_id)
+            elif event.kind == "free" and block_id in self.owners:
+                self.owners[block_id].discard(event.request_id)
+                if not self.owners[block_id]:
+                    del self.owners[block_id]
+            elif event.kind == "cache":
+                self.cached.add(block_id)
+            elif event.kind == "evict":
+                self.cached.discard(block_id)
+
+    def held(self, records: list[StepRecord], step: int) -> list[BlockRecord]:
+        """The blocks held or holding a cached prefix after `step`, by id: work in proportion to them."""
+        self.advance(records, step)
+        return [self._block(block_id) for block_id in sorted(self.owners.keys() | self.cached)]
+
+    def blocks(self, records: list[StepRecord], step: int) -> list[BlockRecord]:
+        """Every block of the pool after `step`."""
+        self.advance(records, step)
+        return [self._block(block_id) for block_id in range(self.num_blocks)]
+
+    def _block(self, block_id: int) -> BlockRecord:
+        owners = sorted(self.owners.get(block_id, ()))
+        return BlockRecord(block_id, len(owners), owners, block_id in self.cached, not owners)
 
 
 def _to_list(value):

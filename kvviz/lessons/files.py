@@ -12,6 +12,7 @@ field. A text field that is half of a character (a lone surrogate) is refused: n
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import types
@@ -24,8 +25,8 @@ from kvviz.lessons.registry import BY_KEY
 LESSON_FORMAT = "kvviz-lesson/4"  # 3: the first lesson's settings hold a SamplingParams; 4: room_answers
 READ_FORMATS = ("kvviz-lesson/3", LESSON_FORMAT)  # a /3 file is a /4 file without room_answers
 ROOM_ANSWERS = "room_answers"  # the optional field every lesson's file may hold
-MAX_ROOM_QUESTIONS = 500  # questions in a file's room_answers (a room asks at most 50; a lesson may have had rooms)
-MAX_ROOM_ANSWERS = 10_000  # answers to one question
+MAX_ROOM_QUESTIONS = 100  # questions in a file's room_answers (a room asks at most 50; a lesson may have had two)
+MAX_ROOM_ANSWERS = 1000  # answers to one question (a room seats 60 students unless KVVIZ_ROOM_STUDENTS says more)
 MAX_LESSON_BYTES = 20 * 2**20  # a 256-token lesson on the bundled model exports to a few MiB
 
 
@@ -123,8 +124,7 @@ def typed(value, kind, where: str):
         return typed(value, next(a for a in args if a is not type(None)), where)
     if is_dataclass(kind):
         value = typed(value, dict, where)
-        hints = typing.get_type_hints(kind)
-        required = {f.name for f in fields(kind) if f.default is MISSING and f.default_factory is MISSING}
+        hints, required = _fields(kind)
         check_keys(value, where, set(hints), required)
         return kind(**{name: typed(item, hints[name], f"{where}.{name}") for name, item in value.items()})
     if origin in (list, tuple) or kind in (list, dict):
@@ -158,6 +158,13 @@ def typed(value, kind, where: str):
                                     "page can show")
         return value
     raise FieldError(where, "has a type kvviz does not read")
+
+
+@functools.cache
+def _fields(kind) -> tuple[dict, set]:
+    """A record dataclass's field types and required names, worked out once (not once per record read)."""
+    required = {f.name for f in fields(kind) if f.default is MISSING and f.default_factory is MISSING}
+    return typing.get_type_hints(kind), required
 
 
 def _encodes(text: str) -> bool:

@@ -216,7 +216,7 @@ def room_status(code: str) -> None:
 def results(text: str, unit: str, engine: float, answers: list[float], exact: bool) -> None:
     """A revealed question: how many answered, how many were right, and the answers beside the engine's."""
     right = rooms.right_answers(answers, engine, exact)
-    st.markdown(f"**Room's answers** to “{text}” The engine: **{engine:,.0f} {unit}**; "
+    st.markdown(f"**Room's answers** to “{plain(text)}” The engine: **{engine:,.0f} {plain(unit)}**; "
                 f"{right} of {len(answers)} answered {'exactly that' if exact else 'within 1%'}.")
     if answers:
         counts: dict[str, int] = {}
@@ -226,19 +226,28 @@ def results(text: str, unit: str, engine: float, answers: list[float], exact: bo
                      x_label="students", y_label=unit)
 
 
+FILE_CHARTS = 3  # a file's room answers drawn at once; more are picked one at a time
+
+
 def file_answers(lesson) -> None:
     """A replayed lesson's room answers, as the teacher saw them (a file written in a room)."""
     if not lesson.room_answers:
         return
     with st.expander(f"The room's answers ({len(lesson.room_answers)} questions, from the file)",
                      icon=":material/groups:"):
-        for row in lesson.room_answers:  # the file's text, shown as text (no link or image from a crafted file)
-            room, question, unit = plain(row.room), plain(row.question), plain(row.unit)
+        shown = lesson.room_answers
+        if len(shown) > FILE_CHARTS:  # one chart at a time: a file may hold 100 questions, each rerun drew them all
+            labels = [f"{i + 1}. {row.question[:80]} (room {row.room})" for i, row in enumerate(shown)]
+            pick = st.selectbox("Question", range(len(shown)), index=len(shown) - 1, format_func=labels.__getitem__,
+                                key="file_room_question")  # a selectbox shows its options as text
+            shown = [shown[min(pick, len(shown) - 1)]]
+        for row in shown:  # the file's text, shown as text (no link or image from a crafted file)
             if row.engine is None:
-                st.caption(f"Room {room}: “{question}” {len(row.answers)} answered; the file was written "
-                           "before the reveal.")
-            else:
-                results(f"{question} (room {room}, step {row.step})", unit, row.engine, row.answers, row.exact)
+                st.caption(f"Room {plain(row.room)}: “{plain(row.question)}” {len(row.answers)} answered; the file "
+                           "was written before the reveal.")
+            else:  # results() shows the text through plain(), and the chart's axis takes it as it is
+                results(f"{row.question} (room {row.room}, step {row.step})", row.unit, row.engine, row.answers,
+                        row.exact)
 
 
 def _sync_questions(room: rooms.Room, asked: list[rooms.RoomQuestion]) -> None:

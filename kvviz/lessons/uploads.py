@@ -5,6 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from kvviz.lessons.files import MAX_LESSON_BYTES, LessonFileError
+from kvviz.ui.text import plain
 
 
 def file_buttons(export, file_name: str, upload_key: str, replay) -> None:
@@ -19,7 +20,7 @@ def file_buttons(export, file_name: str, upload_key: str, replay) -> None:
                     help=f"Replays every view from the recorded steps, with no model. Files up to "
                          f"{MAX_LESSON_BYTES // 2**20} MiB.")
     if upload_key + "_error" in st.session_state:  # shown once: the next action clears it
-        b.error(st.session_state.pop(upload_key + "_error"))
+        b.error(plain(st.session_state.pop(upload_key + "_error")))  # it may quote the file (a key it names)
 
 
 def _on_upload(upload_key: str, replay) -> None:

@@ -20,6 +20,7 @@ KVVIZ_ROOM_STUDENTS students a room (60), KVVIZ_ROOM_IDLE_S seconds before an id
 from __future__ import annotations
 
 import os
+import unicodedata
 import secrets
 import threading
 import time
@@ -149,7 +150,9 @@ def teachers_room(page: str) -> Room | None:
 
 
 def normalize(code: str) -> str:
-    return "".join(ch for ch in str(code).upper() if ch.isalnum())[:CODE_LENGTH * 2]
+    """The code as rooms keep it: NFKC first, so a phone's fullwidth "ＫＢ７" is "KB7"; ASCII letters and digits only."""
+    text = unicodedata.normalize("NFKC", str(code)[:CODE_LENGTH * 8]).upper()
+    return "".join(ch for ch in text if ch.isascii() and ch.isalnum())[:CODE_LENGTH * 2]
 
 
 def find(code: str) -> Room | None:

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from kvviz.lessons.files import LESSON_FORMAT, LessonFileError, RoomAnswers
+from kvviz.lessons.files import LESSON_FORMAT, MAX_ROOM_ANSWERS, MAX_ROOM_QUESTIONS, LessonFileError, RoomAnswers
 from kvviz.lessons.paged_batching.file import export_paged, import_paged
 from kvviz.lessons.paged_batching.logic import DEFAULT_REQUESTS, PagedLesson, RequestSpec
 from kvviz.lessons.prefill_decode.file import export_lesson, import_lesson
@@ -67,7 +67,7 @@ def test_a_format_3_file_with_answers_is_refused_in_one_sentence(files):
 @pytest.mark.parametrize("bad, field", [({"answers": [-1.0]}, "room_answers[0].answers[0]"),
                                         ({"engine": "nine"}, "room_answers[0].engine"),
                                         ({"who": "a student"}, "room_answers[0].who"),
-                                        ({"answers": [1.0] * 10_001}, "room_answers[0].answers")])
+                                        ({"answers": [1.0] * (MAX_ROOM_ANSWERS + 1)}, "room_answers[0].answers")])
 def test_a_bad_answer_is_refused_naming_its_field(files, bad, field):
     text, replay = files["speculative"]
     data = json.loads(text)
@@ -75,3 +75,20 @@ def test_a_bad_answer_is_refused_naming_its_field(files, bad, field):
     with pytest.raises(LessonFileError, match=f"field {field.replace('[', '.').replace(']', '.')}") as refused:
         replay(json.dumps(data))
     assert one_sentence(str(refused.value))
+
+
+def test_room_answers_at_their_limits_read_in_seconds(files):
+    """Issue 35 item 4: 500 questions x 4,000 answers (11 MiB) took 26 s of CPU to upload; the limits
+    are now what a class gives, and a file past them is refused before its answers are read."""
+    import time
+
+    text, replay = files["paged"]
+    data = json.loads(text)
+    row = dict(data["room_answers"][0], answers=[float(i) for i in range(MAX_ROOM_ANSWERS)])
+    data["room_answers"] = [row] * MAX_ROOM_QUESTIONS
+    started = time.process_time()
+    assert len(replay(json.dumps(data)).room_answers) == MAX_ROOM_QUESTIONS
+    assert time.process_time() - started < 5
+    data["room_answers"] = [row] * (MAX_ROOM_QUESTIONS + 1)
+    with pytest.raises(LessonFileError, match=f"field room_answers has {MAX_ROOM_QUESTIONS + 1} items"):
+        replay(json.dumps(data))

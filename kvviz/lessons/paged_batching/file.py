@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 
-from kvviz.engine.records import StepRecord, first_pool_size
+from kvviz.engine.records import PoolReplay, StepRecord, first_pool_size
 from kvviz.lessons.files import (
     LESSON_FORMAT,
     ROOM_ANSWERS,
@@ -32,7 +32,10 @@ from kvviz.lessons.paged_batching.logic import PagedLesson, RequestSpec
 LESSON = "paged_batching"
 MAX_REQUESTS = 256
 MAX_STEPS = 10_000
-MAX_BLOCKS = 4096  # the page's slider stops at 128; the pool grid draws every block
+MAX_BLOCKS = 1024  # the page's slider stops at 128; the pool grid draws every block
+MAX_LAYERS = 128  # layers in a record's layer groups, all groups together (as a Prefill file's model.layers)
+MAX_POOL_BLOCKS = 8192  # the drawn pool with layer groups (a sliding model's full pool may hold several num_blocks)
+MAX_STAGE_BLOCKS = 250_000  # held blocks summed over every step: what the stage sends (a live run: pool x steps)
 FIELDS = {"format", "lesson", "model_name", "settings", "specs", "request_ids", "prompt_lengths", "records",
           "texts", "view_step", ROOM_ANSWERS}  # room_answers may be missing (a kvviz-lesson/3 file)
 SETTINGS = {"block_size": 1024, "num_blocks": MAX_BLOCKS, "max_context": 2**24}  # name -> most
@@ -73,6 +76,7 @@ def _build(payload: dict) -> tuple[PagedLesson, int]:
     pool_size = _pool_size(records, sizes["num_blocks"])
     for i, record in enumerate(records):
         _check_record(record, f"records[{i}]", set(request_ids.values()), pool_size)
+    _check_stage(records, pool_size)
     texts = bounded_list(payload["texts"], len(records), "texts")
     if len(texts) != len(records):
         raise FieldError("texts", f"has {len(texts)} steps where records has {len(records)}")
@@ -107,13 +111,32 @@ def _check_record(record: StepRecord, where: str, request_ids: set[int], num_blo
 
 def _pool_size(records: list[StepRecord], num_blocks: int) -> int:
     """The pool the page draws (records.first_pool_size): with layer groups the first group's, which
-    shares out the bytes of num_blocks blocks of every layer, so never more than num_blocks x layers."""
+    shares out the bytes of num_blocks blocks of every layer, so never more than num_blocks x layers,
+    and never more than MAX_POOL_BLOCKS."""
+    for i, record in enumerate(records):
+        layers = [layer for group in record.layer_groups for layer in group.layers]
+        where = f"records[{i}].layer_groups"
+        check_range(len(layers), 0, MAX_LAYERS, f"{where} (its layers, every group together)")
+        if len(set(layers)) != len(layers) or any(layer >= MAX_LAYERS for layer in layers):
+            raise FieldError(where, f"must name each layer once, from 0 to {MAX_LAYERS - 1}")
     if records and records[0].layer_groups:
         groups = records[0].layer_groups
-        most = num_blocks * sum(len(group.layers) for group in groups)
+        most = min(num_blocks * sum(len(group.layers) for group in groups), MAX_POOL_BLOCKS)
         for g, group in enumerate(groups):
             check_range(group.num_blocks, 1, most, f"records[0].layer_groups[{g}].num_blocks")
     return first_pool_size(records, num_blocks)
+
+
+def _check_stage(records: list[StepRecord], num_blocks: int) -> None:
+    """The stage sends, for every step, each block held or cached: their sum must stay drawable. One
+    pass over the events, as the page's replay makes it (a block both held and cached counts twice)."""
+    pool, total = PoolReplay(num_blocks), 0
+    for step in range(len(records)):
+        pool.advance(records, step)
+        total += len(pool.owners) + len(pool.cached)  # at least the blocks the stage sends for this step
+        if total > MAX_STAGE_BLOCKS:
+            raise FieldError("records", f"hold more than {MAX_STAGE_BLOCKS:,} blocks over their steps (the pool's "
+                                        "held and cached blocks, step by step), more than the stage draws")
 
 
 def _check_blocks(block_ids: list[int], num_blocks: int, where: str) -> None:

@@ -11,11 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kvviz.engine import Engine, SamplingParams, StepRecord
-from kvviz.engine.records import BlockRecord, pool_blocks
+from kvviz.engine.records import PoolReplay
+from kvviz.lessons.paged_batching.events import PoolSteps
 
 
 @dataclass
-class ForkRun:
+class ForkRun(PoolSteps):
     records: list[StepRecord]
     request_id: int  # the prompt's request (sample 0)
     sample_ids: list[int]  # every sample, sample 0 first
@@ -25,6 +26,7 @@ class ForkRun:
     num_blocks: int
     bytes_per_block: int
     stage_steps: list[dict] = field(default_factory=list)  # each step as the stage draws it (stage.py), once
+    pool: PoolReplay | None = field(default=None, repr=False, compare=False)  # the pool at the step last drawn
 
     def label(self, request_id: int) -> str:
         return f"sample {self.sample_ids.index(request_id)}" if request_id in self.sample_ids else f"#{request_id}"
@@ -38,8 +40,6 @@ class ForkRun:
         """"s0", "s1", ...: short enough to fit in a pool cell."""
         return {rid: f"s{index}" for index, rid in enumerate(self.sample_ids)}
 
-    def pool_blocks(self, step: int) -> list[BlockRecord]:
-        return pool_blocks(self.records[:step + 1], self.num_blocks)
 
 
 def run_fork(lm, prompt: str | list[int], n: int = 4, max_tokens: int = 16, block_size: int = 8,
@@ -80,7 +80,7 @@ def summary(run: ForkRun, step: int) -> dict:
 
     The saving now can fall (the first decode step copies the shared, partly filled prompt block);
     a peak is the most blocks held at any step up to `step`, so it never falls."""
-    shared = [b for b in run.pool_blocks(step) if b.ref_cnt > 1]
+    shared = [b for b in run.held_blocks(step) if b.ref_cnt > 1]
     held = [blocks_held(run, s) for s in range(step + 1)]
     copied = copies(run, step)
     blocks_now, separate_now = held[step]

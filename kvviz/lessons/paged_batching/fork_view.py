@@ -14,6 +14,7 @@ from kvviz.lessons.paged_batching.stage import fork_stage_data
 from kvviz.shapes import format_bytes
 from kvviz.ui.common import current_model, drop, show_code
 from kvviz.ui.stage import chosen_step, show_stage
+from kvviz.ui.text import plain
 
 DEFAULT_PROMPT = "JULIET:\nO Romeo, Romeo, wherefore art thou Romeo?"  # 13 tokens: a partly filled last block
 
@@ -103,7 +104,8 @@ def fork_view() -> None:
         st.markdown("**Copies so far**")
         st.table(pd.DataFrame([dict(c, bytes=format_bytes(c["bytes"])) for c in copied] or
                               [{"step": "—", "sample": "no copy yet"}]).set_index("step"))
-    st.table(pd.DataFrame({"sample": list(run.labels.values()), "text": run.texts}).set_index("sample"))
+    texts = [plain(text) for text in run.texts]  # a model's text: st.table reads its cells as markdown
+    st.table(pd.DataFrame({"sample": list(run.labels.values()), "text": texts}).set_index("sample"))
     show_code(KVCacheManager.fork, KVCacheManager._copy_on_write,
               caption="The KV manager shares the parent's blocks, and copies one before a sample writes into it.")
 

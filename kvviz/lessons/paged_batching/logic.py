@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kvviz.engine import Engine, EngineError, SamplingParams, StepRecord
-from kvviz.engine.records import BlockRecord, pool_blocks
+from kvviz.engine.records import PoolReplay
+from kvviz.lessons.paged_batching.events import PoolSteps
 
 SYSTEM_PROMPT = "A hall in the castle. Enter the court, with lords and attendants.\n\n"
 DEFAULT_REQUESTS = [
@@ -31,7 +32,7 @@ class RequestSpec:
 
 
 @dataclass
-class PagedLesson:
+class PagedLesson(PoolSteps):
     specs: list[RequestSpec]
     engine: Engine | None  # None in a replay: the steps come from a lesson file
     max_context: int
@@ -45,6 +46,7 @@ class PagedLesson:
     model_name: str = ""
     stage_steps: list[dict] = field(default_factory=list)  # each step as the stage draws it (stage.py), once
     room_answers: list = field(default_factory=list)  # files.RoomAnswers: what rooms answered about it
+    pool: PoolReplay | None = field(default=None, repr=False, compare=False)  # the pool at the step last drawn
 
     @classmethod
     def start(cls, lm, specs: list[RequestSpec], block_size: int, num_blocks: int,
@@ -125,9 +127,6 @@ class PagedLesson:
                 counts[state.request_id] = state.num_preemptions
         return sum(counts.values())
 
-    def pool_blocks(self, step: int) -> list[BlockRecord]:
-        """Every physical block after `step`, rebuilt from the events of the records so far."""
-        return pool_blocks(self.records[:step + 1], self.num_blocks)
 
     def reservation_comparison(self, step: int) -> dict:
         """Paged blocks against a contiguous reservation of the whole context per request.

@@ -29,7 +29,7 @@ def fork_stage_data(run, step: int, presenter: bool = False) -> dict:
 
 
 def _data(run, label, request_ids: list[int], num_preemptions, step: int, presenter: bool) -> dict:
-    """`run` has records, pool_blocks(step), block_size, num_blocks and the stage_steps list."""
+    """`run` has records, held_blocks(step), block_size, num_blocks and the stage_steps list."""
     cache = run.stage_steps
     while len(cache) < len(run.records):
         cache.append(_step(run, len(cache), label, num_preemptions))
@@ -51,7 +51,7 @@ def _step(run, step: int, label, num_preemptions) -> dict:
             filled[block_id] = max(filled.get(block_id, 0), in_block)
     pool = [{"block": b.block_id, "ref_count": b.ref_cnt, "owners": b.owners, "cached": b.cached,
              "filled": filled.get(b.block_id, run.block_size if b.cached else 0)}
-            for b in run.pool_blocks(step) if not b.free or b.cached]
+            for b in run.held_blocks(step)]
     return {"requests": requests, "pool": pool, "num_preemptions": num_preemptions(step),
             "sentence": sentence(record, before, label)}
 

@@ -109,9 +109,10 @@ def _check_record(record: StepRecord, where: str, block_size: int) -> None:
     if len(record.requests) != 1:
         raise FieldError(f"{where}.requests", f"holds {len(record.requests)} requests where a lesson follows one")
     block_bytes = record.memory.bytes_per_token * block_size
-    if block_bytes and record.memory.allocated_bytes // block_bytes > MAX_REPLAY_TOKENS:
-        raise FieldError(f"{where}.memory.allocated_bytes", f"makes a pool of more than {MAX_REPLAY_TOKENS} blocks, "
-                                                            "more than a lesson's tokens can fill")
+    most = -(-MAX_REPLAY_TOKENS // block_size)  # blocks: the stage draws each of their block_size slots
+    if block_bytes and record.memory.allocated_bytes // block_bytes > most:
+        raise FieldError(f"{where}.memory.allocated_bytes", f"makes a pool of more than {most} blocks of "
+                                                            f"{block_size} tokens, more than a lesson's tokens can fill")
 
 
 def _settings(value) -> LessonSettings:

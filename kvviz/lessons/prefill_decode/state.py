@@ -24,6 +24,7 @@ from kvviz.lessons.prefill_decode.logic import (
 from kvviz.ui import live_lessons
 from kvviz.ui.common import current_model, drop, load_linked_model, page_sampling
 from kvviz.ui.stage import chosen_step
+from kvviz.ui.text import plain
 
 EXAMPLE_PROMPTS = [
     "ROMEO:\nBut soft, what light through yonder window breaks?",
@@ -167,10 +168,10 @@ def _link_settings(params) -> list[str]:
         try:
             value = kind(params[name])
         except ValueError:
-            notes.append(f"The link's {name} {params[name][:20]!r} is not a number; it keeps {DEFAULTS[key]}.")
+            notes.append(f"The link's {name} {plain(repr(params[name][:20]))} is not a number; it keeps {DEFAULTS[key]}.")
             continue
         if not low <= value <= high:  # NaN too
-            notes.append(f"The link's {name} {params[name][:20]} is outside {low}-{high}; it keeps {DEFAULTS[key]}.")
+            notes.append(f"The link's {name} {plain(params[name][:20])} is outside {low}-{high}; it keeps {DEFAULTS[key]}.")
             continue
         st.session_state[key] = value
     st.session_state["lesson_greedy"] = params.get("greedy", "1") != "0"
@@ -178,7 +179,7 @@ def _link_settings(params) -> list[str]:
         if params["view"] in VIEWS:
             st.session_state["lesson_view"] = params["view"]
         else:
-            notes.append(f"The link's view {params['view'][:40]!r} is not one of this page's; showing the cache.")
+            notes.append(f"The link's view {plain(repr(params['view'][:40]))} is not one of this page's; showing the cache.")
     return notes
 
 
@@ -198,7 +199,7 @@ def restore_from_query() -> None:
     st.session_state["lesson_query_done"] = True  # only the first run of a session reads the link
     st.session_state["lesson_prompt"] = params["prompt"]
     on_prompt_edit()
-    notes = _link_settings(params) + ([model_note] if model_note else [])
+    notes = _link_settings(params) + ([plain(model_note)] if model_note else [])  # it quotes the link's model
     if "step" in params:
         try:
             target = max(0, int(params["step"]))

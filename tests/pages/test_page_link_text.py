@@ -1,0 +1,50 @@
+"""Issue 35, item 2: a link's values are quoted as text. The Prefill and decode page's refusal quoted
+the raw view, tokens, temperature and seed: ?view=![a](http://HOST/x) made every opener's browser
+fetch that address, and a [text](address) value put a working link in the app's own error box."""
+
+from streamlit.testing.v1 import AppTest
+
+from conftest import ROOT
+
+IMAGE, LINK = "![a](http://kvviz.invalid/x)", "[CLICK ME](http://kvviz.invalid/y)"
+
+
+def test_link_values_in_the_refusal_are_text_not_markdown():
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=240)
+    at.query_params.update(prompt="ROMEO:", step="0", view=IMAGE, tokens=LINK, temperature=IMAGE, seed=LINK,
+                           greedy="0")
+    at.run()
+    at.switch_page("lessons/prefill_decode.py").run()
+    assert not at.exception
+    message = " ".join(error.value for error in at.error)
+    for name in ("view", "tokens", "temperature", "seed"):
+        assert f"The link's {name} " in message
+    assert "](" not in message and "![" not in message and "http://" not in message, message
+    shown = message.replace("\\", "").replace("\u2060", "")  # as the reader sees it
+    assert "view '![a](http://kvviz.invalid/x)'" in shown and "tokens '[CLICK ME](http://kv'" in shown
+
+
+def refused_upload():
+    """A crafted file's refusal as the upload shows it (AppTest runs this source alone)."""
+    import json
+
+    import streamlit as st
+
+    from kvviz.lessons.files import LessonFileError
+    from kvviz.lessons.paged_batching.file import import_paged
+    from kvviz.lessons.uploads import file_buttons
+
+    crafted = {"format": "kvviz-lesson/4", "lesson": "paged_batching", "![a](http://kvviz.invalid/x)": 1}
+    try:
+        import_paged(json.dumps(crafted))
+    except LessonFileError as error:  # the sentence names the file's unknown key
+        st.session_state.setdefault("crafted_upload_error", str(error))
+    file_buttons(None, "x.json", "crafted_upload", import_paged)
+
+
+def test_an_upload_refusal_quoting_the_file_is_text():
+    at = AppTest.from_function(refused_upload, default_timeout=60).run()
+    assert not at.exception
+    message = at.error[0].value
+    assert "is not one kvviz writes" in message
+    assert "](" not in message and "![" not in message and "http://" not in message, message
