@@ -1,6 +1,8 @@
 """Load a model for kvviz: the bundled one, a Hugging Face id, a folder, or a custom shape.
 
     lm = load_model("bundled")                 # the small Shakespeare model that ships with kvviz
+    lm = load_model("smollm2")                 # SmolLM2-135M-Instruct, once `kvviz fetch smollm2` has run
+    lm = load_model("/path/model.Q4_1.gguf")   # a GGUF file, converted once into kvviz's cache
     lm = load_model("Qwen/Qwen3-0.6B")         # from the local Hugging Face cache, never the network
     lm = load_model("/path/to/checkpoint")     # a folder with config.json and weights
     lm = load_model(shape=CustomShape(num_layers=4, hidden_size=256, num_heads=8, num_kv_heads=2))
@@ -34,6 +36,9 @@ from transformers import (
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
 from kvviz.engine.cache_setup import available_memory_bytes
+from kvviz.hub.cache import FetchError
+from kvviz.hub.fetch import PACKAGED, fetch_command, fetched_folder
+from kvviz.hub.gguf import converted_gguf
 from kvviz.shapes import DEFAULT_CONTEXT, ModelShape
 
 BUNDLED_DIR = Path(__file__).resolve().parent / "bundled_model"
@@ -85,7 +90,7 @@ class LoadedModel:
     device: torch.device
     dtype: torch.dtype
     name: str
-    source: str  # "bundled", "hub", "folder", "custom", "tiny-mla" or "tiny-gemma3"
+    source: str  # "bundled", "packaged", "gguf", "hub", "folder", "custom", "tiny-mla" or "tiny-gemma3"
     max_context: int
 
     @property
@@ -157,15 +162,15 @@ def clean_source(source: str | None) -> str:
     source = (source or "bundled").strip()
     if len(source) > MAX_SOURCE_CHARS:
         raise ModelLoadError(f"A model name of {len(source):,} characters is too long; give 'bundled', "
-                             "a Hugging Face id or a folder path.")
+                             "'smollm2', a Hugging Face id, a folder or a .gguf file.")
     return source
 
 
 def load_model(source: str = "bundled", *, shape: CustomShape | None = None,
                device: str | torch.device | None = None,
                dtype: str | torch.dtype | None = None) -> LoadedModel:
-    """Load `source` ("bundled", "tiny-mla", "tiny-gemma3", a Hugging Face id or a folder), or build `shape` with
-    random weights."""
+    """Load `source` ("bundled", "smollm2", "tiny-mla", "tiny-gemma3", a Hugging Face id, a folder or a .gguf
+    file), or build `shape` with random weights."""
     device = pick_device(device)
     dtype = pick_dtype(device, dtype)
     if shape is not None:
@@ -180,6 +185,10 @@ def load_model(source: str = "bundled", *, shape: CustomShape | None = None,
         return build_tiny_mla(device, dtype)
     if source == TINY_GEMMA3:
         return build_tiny_gemma3(device, dtype)
+    if source in PACKAGED:
+        return _load_packaged(source, device, dtype)
+    if source.lower().endswith(".gguf"):
+        return _load_gguf(source, device, dtype)
     if Path(source).expanduser().is_dir():
         folder = os.path.realpath(Path(source).expanduser())
         return _load_pretrained(folder, Path(folder).name, "folder", device, dtype)
@@ -187,6 +196,28 @@ def load_model(source: str = "bundled", *, shape: CustomShape | None = None,
         raise ModelLoadError(f"There is no folder at {source!r}; give a folder that holds "
                              "config.json and the weights, a Hugging Face id, or 'bundled'.")
     return _load_pretrained(source, source, "hub", device, dtype)
+
+
+def _load_packaged(name: str, device, dtype) -> LoadedModel:
+    """A model `kvviz fetch NAME` made ready; kvviz never downloads it here."""
+    folder = fetched_folder(name)
+    if folder is None:
+        raise ModelLoadError(f"{PACKAGED[name].title} is not fetched on this machine yet; run "
+                             f"`{fetch_command(name)}` once (it downloads about {PACKAGED[name].download_mb} MB).")
+    return _load_pretrained(str(folder), name, "packaged", device, dtype)
+
+
+def _load_gguf(path: str, device, dtype) -> LoadedModel:
+    """A GGUF file, converted into the cache the first time (kvviz.hub.gguf), then loaded as a folder."""
+    def refuse_early(config) -> None:  # before the slow dequantization
+        check_causal_decoder(config)
+        check_fits(estimate_weight_bytes(config, torch.float32), device, Path(path).name)  # dequantized to float32
+
+    try:
+        folder = converted_gguf(path, check_config=refuse_early)
+    except FetchError as error:
+        raise ModelLoadError(str(error)) from None
+    return _load_pretrained(str(folder), Path(path).name, "gguf", device, dtype)
 
 
 def _load_config(where: str, source: str):
@@ -383,16 +414,17 @@ def allowed_source(source: str, policy: str | None = None) -> str:
     """The canonical name of `source` if the server's policy lets a student load it.
 
     policy: comma-separated rules from KVVIZ_MODELS (default "bundled,hf-cache"): "bundled" (also
-    allows "tiny-mla" and "tiny-gemma3", built in too);
-    "hf-cache" (any id already in the local Hugging Face cache); "folders" (any folder); or a
-    folder path or hub id allowed by name. A refused folder gets the same sentence whether it
+    allows "tiny-mla" and "tiny-gemma3", built in too, and the packaged models such as "smollm2",
+    loaded only once the server's owner has fetched them); "hf-cache" (any id already in the local
+    Hugging Face cache); "folders" (any folder or .gguf file); or a folder, a .gguf file, a packaged
+    model or a hub id allowed by name. A refused folder gets the same sentence whether it
     exists or not, so the field cannot probe the disk. Folders come back as their real path, so
     one folder spelled several ways is one cache entry.
     """
     policy = os.environ.get(ALLOWED_MODELS_ENV, DEFAULT_ALLOWED) if policy is None else policy
     rules = [rule.strip() for rule in policy.split(",") if rule.strip()]
     source = clean_source(source)
-    if source in ("bundled", TINY_MLA, TINY_GEMMA3) and "bundled" in rules:
+    if source in ("bundled", TINY_MLA, TINY_GEMMA3, *PACKAGED) and "bundled" in rules:
         return source
     named_folders = {os.path.realpath(os.path.expanduser(r)) for r in rules if r.startswith(("/", ".", "~"))}
     if source.startswith(("/", ".", "~")):

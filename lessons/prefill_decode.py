@@ -4,6 +4,7 @@ import time
 
 import streamlit as st
 
+from kvviz.engine.chat import has_chat_template
 from kvviz.engine.engine import Engine
 from kvviz.engine.mla import mla_attention
 from kvviz.engine.runner import paged_attention
@@ -19,7 +20,7 @@ from kvviz.lessons import room_view
 from kvviz.lessons.prefill_decode.room import ROOM
 from kvviz.lessons.prefill_decode.stage import stage_data
 from kvviz.shapes import format_bytes
-from kvviz.ui.common import show_code
+from kvviz.ui.common import current_model, show_code
 from kvviz.ui.text import plain
 from kvviz.ui import rooms
 from kvviz.ui.stage import show_stage
@@ -48,6 +49,8 @@ def prompt_and_settings() -> None:
         st.selectbox("Example prompts", ls.EXAMPLE_PROMPTS, key="lesson_example", on_change=ls.on_example, index=None,
                      placeholder="Your own prompt", format_func=lambda prompt: prompt.replace("\n", " ⏎ "))
         st.text_area("Prompt", key="lesson_prompt", height=90, on_change=ls.on_prompt_edit)
+        if has_chat_template(current_model().tokenizer):  # a chat model: the prompt may be a message to it
+            st.toggle("Chat: apply the model's chat template; stop at the end of its turn", key="lesson_chat")
     with right:
         st.slider("Tokens to generate", 1, ls.MAX_LESSON_TOKENS, key="lesson_max_tokens")
         with st.expander("Sampling"):
@@ -81,6 +84,8 @@ if room is None:
             prompt_and_settings()
 if "lesson_error" in st.session_state:
     st.error(st.session_state["lesson_error"])
+if lesson is not None and lesson.answer() is not None:
+    st.markdown(f"**Answer** (without the template's tokens): {plain(lesson.answer())}")
 
 if playing and lesson is not None and not lesson.finished:
     delay = {"slow": 1.5, "normal": 0.7, "fast": 0.25}[st.session_state.get("lesson_speed", "normal")]

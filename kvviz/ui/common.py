@@ -8,6 +8,7 @@ from dataclasses import replace
 import streamlit as st
 
 from kvviz.engine import SamplingParams
+from kvviz.hub.fetch import PACKAGED, fetch_command, fetched_folder
 from kvviz.models import ModelLoadError, allowed_source, load_model
 from kvviz.ui.text import plain
 
@@ -61,12 +62,15 @@ def model_sidebar(on_model_change) -> None:
     (app.py passes kvviz.lessons.registry.reset_lessons: lessons belong to the model they ran on)."""
     with st.sidebar:
         st.markdown("### Model")
-        st.text_input("bundled, tiny-mla, tiny-gemma3, a Hugging Face id (local cache) or a folder",
+        st.text_input("bundled, smollm2, tiny-mla, tiny-gemma3, a Hugging Face id (local cache), a folder "
+                      "or a .gguf file",
                       key="model_request", placeholder="bundled", on_change=_load_requested_model,
                       args=(on_model_change,))
         st.button("Load model", on_click=_load_requested_model, args=(on_model_change,), width="stretch")
         if "model_error" in st.session_state:
             st.error(plain(st.session_state["model_error"]))  # it quotes what was typed: show it as text
+        for name in (name for name in PACKAGED if fetched_folder(name) is None):  # the app never downloads
+            st.caption(f"{PACKAGED[name].title} ({name}): not fetched here; run `{fetch_command(name)}` once.")
         info = current_model().describe()
         heads = (f"{info['heads']} query heads / {info['kv_heads']} KV heads · head size {info['head_dim']}"
                  if not info.get("kv_lora_rank") else  # MLA: one latent row per token, for all heads

