@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Callable
 
 import torch
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from kvviz.hub.cache import (FetchError, check_free_space, disk_error, file_sha256, folder_bytes, models_root,
                              new_part_folder, publish, ready_folder)
@@ -29,8 +30,6 @@ def _quiet(_line: str) -> None:
 
 def read_gguf_config(gguf_path: Path):
     """The transformers config a GGUF file describes; one sentence for a file transformers cannot read."""
-    from transformers import AutoConfig
-
     try:
         return AutoConfig.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name, local_files_only=True)
     except ValueError as error:
@@ -53,8 +52,6 @@ def convert_gguf(gguf_path: Path, out: Path, report: Report = print) -> dict:
 
     The weights are dequantized: a 4-bit GGUF takes about 8 times its size on disk here.
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     config = read_gguf_config(gguf_path)
     started = time.perf_counter()
     try:
