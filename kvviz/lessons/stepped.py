@@ -74,7 +74,6 @@ class Stepped:
     reveal: Callable[[Any, int], None] = lambda run, step: None  # a replay stepped by hand shows up to `step`
     exportable: Callable[[Any], bool] = lambda run: True
     settings: frozenset[str] = field(default_factory=frozenset)  # inputs a model change clears, Reset keeps
-    kept: tuple[str, ...] = ()  # widget values kept while another page is shown (ui.common.keep_settings)
 
     def cleared_keys(self) -> frozenset[str]:
         """Every key a model change clears: the run's and the settings that fit one model."""

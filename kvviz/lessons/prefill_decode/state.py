@@ -66,9 +66,9 @@ LESSON = stepped.Stepped(
     exportable=lambda run: run.started,
     settings=frozenset(DEFAULTS) | {  # the player, the views' choices and the link's one reading
         "lesson_last_tick", "lesson_ticker_inline", "lesson_query_done", "lesson_speed", "lesson_view",
-        "lesson_kv_layer", "lesson_kv_head", "lesson_attention_layer", "lesson_stage"},
-    kept=("lesson_kv_layer", "lesson_kv_head", "lesson_attention_layer"))  # view choices, kept off the view
+        "lesson_kv_layer", "lesson_kv_head", "lesson_attention_layer", "lesson_stage"})
 KEYS = LESSON.cleared_keys()
+KEPT = ("lesson_kv_layer", "lesson_kv_head", "lesson_attention_layer")  # view choices (registry.kept_settings)
 
 
 def lesson() -> Lesson | None:

@@ -15,7 +15,7 @@ from kvviz.ui.common import current_model
 DRAFTS, MAX_TOKENS, BLOCK_SIZES = (1, 8), (8, 128), (2, 16)  # what the sliders offer
 PROMPT_BOX_CHARS = 20_000  # the longest prompt a replayed file puts into the prompt box
 INPUTS = ("spec_",)  # the other spec_* widgets (the uploader too) stay when another model loads
-KEPT = ("spec_prompt", "spec_k", "spec_max_tokens", "spec_block_size")  # the run's settings, kept off the page
+KEPT = ("spec_prompt", "spec_k", "spec_max_tokens", "spec_block_size")  # the run's settings (registry.kept_settings)
 
 
 def _new() -> SpeculativeLesson:
@@ -39,7 +39,7 @@ def _file_settings(run: SpeculativeLesson) -> dict:
 LESSON = stepped.Stepped(
     stepped.StepKeys("spec_", run="lesson_speculative", view="spec_view", slider="spec_view_step"),
     new=_new, step=SpeculativeLesson.step, file_name="kvviz-speculative.json", export=export_speculative,
-    read_file=import_speculative, file_settings=_file_settings, admit=True, kept=KEPT)
+    read_file=import_speculative, file_settings=_file_settings, admit=True)
 KEYS = LESSON.cleared_keys()  # reset() drops them when another model loads
 
 
