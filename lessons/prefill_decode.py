@@ -49,8 +49,8 @@ def prompt_and_settings() -> None:
             st.slider("Top-k (0 = off)", 0, 200, key="lesson_top_k", disabled=greedy)
             st.slider("Top-p", 0.05, 1.0, step=0.05, key="lesson_top_p", disabled=greedy)
             st.number_input("Seed", 0, 2**31 - 1, key="lesson_seed", disabled=greedy)
-    st.button("Prefill", type="primary", on_click=stepped.start, args=(LESSON,), width="stretch" if lesson else "content",
-              help="Run the prompt through the model in one pass (a new lesson).")
+    st.button("Prefill", type="primary", on_click=stepped.start, args=(LESSON,),
+              width="stretch" if lesson else "content", help="Run the prompt through the model in one pass (a new lesson).")
 
 
 if room is not None:  # a student: the teacher moves the lesson
@@ -64,8 +64,8 @@ else:  # one toolbar row: the stage below gets the screen
     buttons[0].button("Next token", on_click=stepped.step, args=(LESSON,), width="stretch", shortcut="Right",
                       disabled=lesson.finished)
 if room is None:
-    buttons[1].button("Pause" if playing else "Play", on_click=stepped.toggle_play, args=(LESSON,), width="stretch", shortcut="P",
-                      disabled=lesson is None or lesson.finished)
+    buttons[1].button("Pause" if playing else "Play", on_click=stepped.toggle_play, args=(LESSON,), width="stretch",
+                      shortcut="P", disabled=lesson is None or lesson.finished)
     buttons[2].select_slider("Play speed", ["slow", "normal", "fast"], value="normal", key=KEYS.speed)
     buttons[3].button("Reset", on_click=stepped.reset_run, args=(LESSON,), width="stretch")
     if lesson is not None:
