@@ -50,7 +50,8 @@ def prompt_and_settings() -> None:
             st.slider("Top-p", 0.05, 1.0, step=0.05, key="lesson_top_p", disabled=greedy)
             st.number_input("Seed", 0, 2**31 - 1, key="lesson_seed", disabled=greedy)
     st.button("Prefill", type="primary", on_click=stepped.start, args=(LESSON,),
-              width="stretch" if lesson else "content", help="Run the prompt through the model in one pass (a new lesson).")
+              width="stretch" if lesson else "content",
+              help="Run the prompt through the model in one pass (a new lesson).")
 
 
 if room is not None:  # a student: the teacher moves the lesson
