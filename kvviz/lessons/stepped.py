@@ -64,7 +64,7 @@ class Stepped:
     new: Callable[[], Any]  # a run from the page's settings, not stepped yet (raises EngineError)
     step: Callable[[Any], Any]  # (run) -> falsy when it had no step left to take (raises EngineError)
     file_name: str  # what Export names the lesson file
-    export: Callable[[Any, int], bytes]  # (run, step in view) -> the lesson file
+    export: Callable[[Any, int], str]  # (run, step in view) -> the lesson file's JSON
     read_file: Callable[[bytes], tuple[Any, int]]  # -> (the replayed run, its step in view); LessonFileError
     first: Callable[[Any], Any] | None = None  # the run's first step (the prefill), when not `step`
     file_settings: Callable[[Any], dict] = lambda run: {}  # show_file_settings' controls for a replay
