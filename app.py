@@ -25,7 +25,7 @@ st.set_page_config(page_title="kvviz · the KV cache, live", layout="wide",
 st.html("<style>[data-testid='stMainBlockContainer'] {padding-top: 2.5rem;} "
         "[data-testid='stMetricValue'] {font-size: clamp(1.5rem, 2.2vw, 2.25rem);}</style>")
 page = st.navigation(navigation.pages())
-keep_settings()
+keep_settings(registry.kept_settings())
 model_sidebar(on_model_change=registry.reset_lessons)
 presenter_mode(*registry.neighbours(page.title))
 footer = navigation.footer_container()  # drawn at the bottom even when a page stops early

@@ -6,7 +6,7 @@ import streamlit as st
 from kvviz.engine.block_pool import BlockPool
 from kvviz.engine.kv_manager import KVCacheManager
 from kvviz.engine.scheduler import Scheduler
-from kvviz.lessons import room_view
+from kvviz.lessons import room_view, stepped
 from kvviz.lessons.paged_batching import figures
 from kvviz.lessons.paged_batching import state as ps
 from kvviz.lessons.paged_batching.events import event_rows
@@ -17,15 +17,12 @@ from kvviz.lessons.paged_batching.room import ROOM
 from kvviz.lessons.paged_batching.stage import stage_data
 from kvviz.lessons.paged_batching.swap_view import swap_view
 from kvviz.lessons.prefill_decode import predict
-from kvviz.lessons.uploads import file_buttons
 from kvviz.shapes import format_bytes
-from kvviz.ui import rooms
 from kvviz.ui.common import show_code
-from kvviz.ui.stage import show_stage
 from kvviz.ui.text import plain
 
-room_view.restore_from_query(ROOM)  # ?room=CODE: follow a teacher's run
-room = room_view.followed_room(ROOM)  # None unless this session follows a room
+LESSON = ps.LESSON
+room = stepped.open_page(ROOM)  # ?room=CODE: follow a teacher's run; None unless this session follows a room
 lesson = ps.paged()
 presenter = bool(st.session_state.get("presenter"))
 
@@ -74,48 +71,19 @@ def requests_and_settings() -> None:
     a.slider("Block size (tokens)", *ps.BLOCK_SIZES, 8, key="paged_block_size")
     b.slider("Pool size (blocks)", *ps.POOL_SIZES, 40, key="paged_num_blocks")
     c.toggle("Prefix caching", value=True, key="paged_prefix")
-    if lesson is not None:
-        st.button("Start", type="primary", on_click=ps.on_start, width="stretch",
-                  help="A new run of these requests from step 0.")
 
 
-if "room_error" in st.session_state:
-    st.error(st.session_state.pop("room_error"))
+stepped.header("Paged cache and batching", lesson)
 if lesson is None:
-    st.title("Paged cache and batching")
     introduction()
     paging_explained()
-    requests_and_settings()
-    buttons = st.columns(4)
-    buttons[0].button("Start", type="primary", on_click=ps.on_start, width="stretch")
-    buttons[1].button("Step", width="stretch", disabled=True)
-    buttons[2].button("Run to the end", width="stretch", disabled=True)
-    buttons[3].button("Reset", on_click=ps.reset, args=(st.session_state,), width="stretch", key="paged_reset")
-elif room is not None:  # a student: the teacher moves the run
-    if not presenter:
-        st.subheader("Paged cache and batching", anchor=False)
-    room_view.student_bar(ROOM, room)
-else:  # one toolbar row: the stage below gets the screen (presenter mode's top bar names the lesson)
-    if not presenter:
-        st.subheader("Paged cache and batching", anchor=False)
-    buttons = st.columns([1, 1.5, 1, 2.3], vertical_alignment="bottom")
-    buttons[0].button("Step", on_click=ps.on_step, width="stretch", disabled=not lesson.can_step)
-    buttons[1].button("Run to the end", on_click=ps.on_step, args=(500,), width="stretch", disabled=not lesson.can_step)
-    buttons[2].button("Reset", on_click=ps.reset, args=(st.session_state,), width="stretch", key="paged_reset")
-    with buttons[3].popover("Requests and settings", icon=":material/tune:", width="stretch"):
-        st.html("<style>[data-testid='stPopoverBody'] {width: min(760px, 90vw);}</style>")  # the table's columns
-        requests_and_settings()
-if "paged_error" in st.session_state:
-    st.error(st.session_state["paged_error"])
-
-
-def export_and_replay() -> None:
-    with st.expander("Export or replay a lesson"):
-        file_buttons(ps.exporter(), "kvviz-paged-batching.json", "paged_upload", ps.replay)
-
+stepped.toolbar(LESSON, ROOM, lesson, room, requests_and_settings, "Requests and settings",
+                can_step=lesson is not None and lesson.can_step, start_help="A new run of these requests from step 0.",
+                popover_css="<style>[data-testid='stPopoverBody'] {width: min(760px, 90vw);}</style>")  # the table
+stepped.error(LESSON)
 
 if lesson is None:
-    export_and_replay()
+    stepped.files_expander(LESSON)
     st.info("Press **Start**: the engine admits the requests that arrive at step 0 and runs one step.")
     beyond_the_article()
     st.stop()
@@ -128,14 +96,11 @@ if lesson.replay and room is None:
 
 # the stage: the requests' block tables and the pool, stepped in the browser; the views below follow it
 last = len(lesson.records) - 1
-step = min(st.session_state.get("paged_view_step", last), last)
-if room is None and not lesson.replay:
-    room_view.publish(ROOM, lesson, step)  # followers move while this page draws
-show_stage(stage_data(lesson, step, presenter), key="paged_stage", on_step=ps.on_stage_step)
-if last > 0:
-    st.slider("Look back at step", 0, last, key="paged_view_step",
-              help="Or step in the diagram (its arrows, or ← → when it has the focus).")
-export_and_replay()
+step = stepped.step_in_view(LESSON, ROOM, lesson, room)
+stepped.stage(LESSON, stage_data(lesson, step, presenter))
+stepped.look_back(LESSON, step, last, "Look back at step",
+                  help="Or step in the diagram (its arrows, or ← → when it has the focus).")
+stepped.files_expander(LESSON)
 with st.expander("The idea: blocks, block tables, shared prefixes, preemption"):
     introduction()
 paging_explained()
@@ -218,15 +183,11 @@ if room is None:  # a student answers the room's questions in the bar at the top
     with st.expander("Predict, then reveal: which block comes next?",
                      expanded=bool(st.session_state.get("paged_questions"))):
         predict_then_reveal()
-if room is None and not lesson.replay:  # after the questions: a question committed this run reaches the room
-    with st.expander("Show this lesson to the class (a room)", icon=":material/groups:",
-                     expanded=rooms.teachers_room(ROOM.page) is not None):
-        room_view.teacher_panel(ROOM, lesson, step)
+stepped.room_panel(ROOM, lesson, step, room)  # after the questions: one committed this run reaches the room
 
 show_code(Scheduler.schedule, KVCacheManager.allocate_slots, BlockPool.find_cached_prefix, BlockPool.allocate,
           BlockPool.free, caption="The scheduler that chose this step's tokens, the KV manager that found "
                                   "their blocks, and the block pool it took them from.")
 
 beyond_the_article()
-if room is not None:
-    room_view.follow(room.code)  # the teacher's next step
+stepped.follow(room)  # the teacher's next step

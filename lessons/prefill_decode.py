@@ -1,7 +1,5 @@
 """Lesson 1: prefill then decode, one step at a time, on a real model."""
 
-import time
-
 import streamlit as st
 
 from kvviz.engine.chat import has_chat_template
@@ -12,35 +10,29 @@ from kvviz.engine.scheduler import Scheduler
 from kvviz.lessons.navigation import taught_later
 from kvviz.lessons.prefill_decode import figures
 from kvviz.lessons.prefill_decode import state as ls
-from kvviz.lessons.prefill_decode.classroom import export_and_replay, predict_panel, sync_query_params
+from kvviz.lessons.prefill_decode.classroom import predict_panel, sync_query_params
 from kvviz.lessons.prefill_decode.explain import bill_note, logit_difference_note, work_table
 from kvviz.lessons.prefill_decode.explain_views import inside_attention, memory_bound
 from kvviz.lessons.prefill_decode.logic import per_token_formula, steps_text
-from kvviz.lessons import room_view
+from kvviz.lessons import room_view, stepped
 from kvviz.lessons.prefill_decode.room import ROOM
 from kvviz.lessons.prefill_decode.stage import stage_data
 from kvviz.shapes import format_bytes
 from kvviz.ui.common import current_model, show_code
 from kvviz.ui.text import plain
-from kvviz.ui import rooms
-from kvviz.ui.stage import show_stage
 
+LESSON, KEYS = ls.LESSON, ls.LESSON.keys
 ls.set_defaults()
-room_view.restore_from_query(ROOM)  # ?room=CODE: follow a teacher's lesson
+room_view.restore_from_query(ROOM)  # ?room=CODE: follow a teacher's lesson (a room's lesson reads no link)
 ls.restore_from_query()
-room = room_view.followed_room(ROOM)  # None unless this session follows a room
-if "room_error" in st.session_state:
-    st.error(st.session_state.pop("room_error"))
-if ls.lesson() is None:
-    st.title("Prefill and decode")
-else:  # the stage needs the height: a smaller title (none in presenter mode, whose top bar names the lessons)
-    if not st.session_state.get("presenter"):
-        st.subheader("Prefill and decode", anchor=False)
+room = stepped.open_page(ROOM)  # None unless this session follows a room
+lesson = ls.lesson()
+stepped.header("Prefill and decode", lesson)
+if lesson is not None:  # the stage needs the height
     st.html("<style>[data-testid='stAlertContainer'] {padding: 0.45rem 0.9rem;}</style>")
 
 # ---- the prompt and the controls: in full before Prefill, folded into a popover after it -----
-lesson = ls.lesson()
-playing = st.session_state.get("lesson_playing", False)
+playing = st.session_state.get(KEYS.playing, False)
 
 
 def prompt_and_settings() -> None:
@@ -60,7 +52,8 @@ def prompt_and_settings() -> None:
             st.slider("Top-k (0 = off)", 0, 200, key="lesson_top_k", disabled=greedy)
             st.slider("Top-p", 0.05, 1.0, step=0.05, key="lesson_top_p", disabled=greedy)
             st.number_input("Seed", 0, 2**31 - 1, key="lesson_seed", disabled=greedy)
-    st.button("Prefill", type="primary", on_click=ls.on_prefill, width="stretch" if lesson else "content",
+    st.button("Prefill", type="primary", on_click=stepped.start, args=(LESSON,),
+              width="stretch" if lesson else "content",
               help="Run the prompt through the model in one pass (a new lesson).")
 
 
@@ -72,45 +65,26 @@ elif lesson is None:
     buttons[0].button("Next token", width="stretch", shortcut="Right", disabled=True)
 else:  # one toolbar row: the stage below gets the screen
     buttons = st.columns([1.5, 1, 1.5, 1, 2.5], vertical_alignment="bottom")  # "Next token" fits in presenter type
-    buttons[0].button("Next token", on_click=ls.on_next_token, width="stretch", shortcut="Right",
+    buttons[0].button("Next token", on_click=stepped.step, args=(LESSON,), width="stretch", shortcut="Right",
                       disabled=lesson.finished)
 if room is None:
-    buttons[1].button("Pause" if playing else "Play", on_click=ls.on_toggle_play, width="stretch", shortcut="P",
-                      disabled=lesson is None or lesson.finished)
-    buttons[2].select_slider("Play speed", ["slow", "normal", "fast"], value="normal", key="lesson_speed")
-    buttons[3].button("Reset", on_click=ls.on_reset, width="stretch")
+    buttons[1].button("Pause" if playing else "Play", on_click=stepped.toggle_play, args=(LESSON,), width="stretch",
+                      shortcut="P", disabled=lesson is None or lesson.finished)
+    buttons[2].select_slider("Play speed", ["slow", "normal", "fast"], value="normal", key=KEYS.speed)
+    buttons[3].button("Reset", on_click=stepped.reset_run, args=(LESSON,), width="stretch")
     if lesson is not None:
         with buttons[4].popover("Prompt and settings", icon=":material/tune:", width="stretch"):
             prompt_and_settings()
-if "lesson_error" in st.session_state:
-    st.error(st.session_state["lesson_error"])
+stepped.error(LESSON)
 if lesson is not None and lesson.answer() is not None:
     st.markdown(f"**Answer** (without the template's tokens): {plain(lesson.answer())}")
-
-if playing and lesson is not None and not lesson.finished:
-    delay = {"slow": 1.5, "normal": 0.7, "fast": 0.25}[st.session_state.get("lesson_speed", "normal")]
-
-    @st.fragment(run_every=delay)
-    def ticker():
-        # Only the timer's reruns step. Stepping in the inline call too would st.rerun before the page below
-        # is drawn, and when a step takes longer than the beat every full run would step again: the lesson
-        # raced ahead on the server while the page never showed a new step.
-        if st.session_state.get("lesson_ticker_inline") or not st.session_state.get("lesson_playing"):
-            return
-        if time.time() - st.session_state.get("lesson_last_tick", 0.0) >= delay * 0.9:
-            ls.on_next_token()
-            st.session_state["lesson_last_tick"] = time.time()  # after the step: a slow step is not a beat
-            st.rerun()
-
-    st.session_state["lesson_ticker_inline"] = True
-    ticker()
-    st.session_state["lesson_ticker_inline"] = False
+playing = stepped.player(LESSON, lesson)  # Play's beat steps the lesson
 
 if lesson is None:
     st.info("Type a prompt and press **Prefill**. The whole prompt goes through the model in one "
             "forward pass, and every layer stores each prompt token's key and value vectors.")
     with st.expander("Export or replay a lesson"):
-        export_and_replay(lesson)
+        stepped.files(LESSON)
     st.stop()
 
 # ---- which step we look at: the stage steps in the browser and tells the server -------------
@@ -119,9 +93,7 @@ if lesson.replay and room is None:
     st.caption(f"Replaying a recorded lesson ({plain(lesson.model_info['name'])}, {steps_text(len(lesson.records))}): "
                "every view is drawn from the file; no model runs. Step with the stage's arrows or Next token.")
     room_view.file_answers(lesson)
-step = ls.view_step(last_step, playing)
-if room is None and not lesson.replay:
-    room_view.publish(ROOM, lesson, step)  # followers move while this page draws
+step = stepped.step_in_view(LESSON, ROOM, lesson, room, playing)  # a teacher's room follows it
 record, info = lesson.records[step], lesson.model_info
 num_tokens = lesson.num_tokens_at(step)
 entered = lesson.entered_step(step)
@@ -139,12 +111,10 @@ else:
                "against the growing cache. The **Work saved** view adds up what recomputing everything would "
                "have cost. "
                + (ls.stop_note(lesson) or ""))
-show_stage(stage_data(lesson, step, bool(st.session_state.get("presenter"))), key="lesson_stage",
-           on_step=ls.on_stage_step)
-if last_step > 0:
-    st.slider("Look back at step (0 = prefill)", 0, last_step, key="lesson_view_step", disabled=playing,
-              help="Or step in the diagram (its arrows, or ← → when it has the focus). While playing, the "
-                   "views follow the newest step.")
+stepped.stage(LESSON, stage_data(lesson, step, bool(st.session_state.get("presenter"))))
+stepped.look_back(LESSON, step, last_step, "Look back at step (0 = prefill)", disabled=playing,
+                  help="Or step in the diagram (its arrows, or ← → when it has the focus). While playing, the "
+                       "views follow the newest step.")
 sync_query_params(lesson.settings.prompt, step)
 
 # one view at a time: only the chosen view is computed, so a step redraws quickly
@@ -241,20 +211,16 @@ if view == "Memory bill":
     taught_later("paged_batching", "Blocks, the last block's slack and the preallocated pool")
 
 with st.expander("Export or replay a lesson"):
-    export_and_replay(lesson)
+    stepped.files(LESSON)
 if room is None:  # a student answers the room's questions in the bar at the top
     with st.expander("Predict, then reveal", expanded=bool(st.session_state.get("lesson_questions"))):
         predict_panel(lesson)
         taught_later("paged_batching", "Blocks, which the second question asks about")
-if room is None and not lesson.replay:  # after the questions: a question asked this run reaches the room
-    with st.expander("Show this lesson to the class (a room)", icon=":material/groups:",
-                     expanded=rooms.teachers_room(ROOM.page) is not None):
-        room_view.teacher_panel(ROOM, lesson, step)
+stepped.room_panel(ROOM, lesson, step, room)  # after the questions: one asked this run reaches the room
 
 attention_code = mla_attention if info.get("kv_lora_rank") else paged_attention  # MLA: its own attention forward
 show_code(Engine.step, Engine._sample, Scheduler.schedule, attention_code,
           caption="The engine code that ran this step: the loop (schedule, one forward pass, sample, record), "
                   "the sampling, the scheduler, and the attention function every layer calls, which writes "
                   "new keys and values into the paged cache.")
-if room is not None:
-    room_view.follow(room.code)  # the teacher's next step
+stepped.follow(room)  # the teacher's next step

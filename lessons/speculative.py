@@ -6,20 +6,17 @@ import streamlit as st
 from kvviz.engine.engine import Engine
 from kvviz.engine.kv_manager import KVCacheManager
 from kvviz.engine.speculative import accept, propose_drafts
-from kvviz.lessons import room_view
+from kvviz.lessons import room_view, stepped
 from kvviz.lessons.speculative import figures
 from kvviz.lessons.speculative import state as ss
 from kvviz.lessons.speculative.logic import DEFAULT_PROMPT
 from kvviz.lessons.speculative.room import ROOM
 from kvviz.lessons.speculative.stage import stage_data
-from kvviz.lessons.uploads import file_buttons
-from kvviz.ui import rooms
 from kvviz.ui.common import show_code
-from kvviz.ui.stage import show_stage
 from kvviz.ui.text import plain
 
-room_view.restore_from_query(ROOM)  # ?room=CODE: follow a teacher's run
-room = room_view.followed_room(ROOM)  # None unless this session follows a room
+LESSON = ss.LESSON
+room = stepped.open_page(ROOM)  # ?room=CODE: follow a teacher's run; None unless this session follows a room
 lesson = ss.lesson()
 presenter = bool(st.session_state.get("presenter"))
 
@@ -47,48 +44,18 @@ def prompt_and_settings() -> None:
     a.slider("Draft tokens per step (k)", *ss.DRAFTS, 4, key="spec_k")
     b.slider("Tokens to generate", *ss.MAX_TOKENS, 48, key="spec_max_tokens")
     c.slider("Block size (tokens)", *ss.BLOCK_SIZES, 4, key="spec_block_size")
-    if lesson is not None:
-        st.button("Start", type="primary", on_click=ss.on_start, width="stretch", key="spec_start",
-                  help="A new run of this prompt from the prefill.")
 
 
-stepped = lesson is None or lesson.replay or lesson.finished  # a replay takes no more steps
-if "room_error" in st.session_state:
-    st.error(st.session_state.pop("room_error"))
+stepped.header("Speculative decoding", lesson)
 if lesson is None:
-    st.title("Speculative decoding")
     introduction()
-    prompt_and_settings()
-    buttons = st.columns(4)
-    buttons[0].button("Start", type="primary", on_click=ss.on_start, width="stretch", key="spec_start")
-    buttons[1].button("Step", width="stretch", key="spec_step", disabled=True)
-    buttons[2].button("Run to the end", width="stretch", key="spec_run", disabled=True)
-    buttons[3].button("Reset", on_click=ss.reset, args=(st.session_state,), width="stretch", key="spec_reset")
-elif room is not None:  # a student: the teacher moves the run
-    if not presenter:
-        st.subheader("Speculative decoding", anchor=False)
-    room_view.student_bar(ROOM, room)
-else:  # one toolbar row: the stage below gets the screen (presenter mode's top bar names the lesson)
-    if not presenter:
-        st.subheader("Speculative decoding", anchor=False)
-    buttons = st.columns([1, 1.5, 1, 2.3], vertical_alignment="bottom")
-    buttons[0].button("Step", on_click=ss.on_step, width="stretch", key="spec_step", disabled=stepped)
-    buttons[1].button("Run to the end", on_click=ss.on_step, args=(500,), width="stretch", key="spec_run",
-                      disabled=stepped)
-    buttons[2].button("Reset", on_click=ss.reset, args=(st.session_state,), width="stretch", key="spec_reset")
-    with buttons[3].popover("Prompt and settings", icon=":material/tune:", width="stretch"):
-        prompt_and_settings()
-if "spec_error" in st.session_state:
-    st.error(st.session_state["spec_error"])
-
-
-def export_and_replay() -> None:
-    with st.expander("Export or replay a lesson"):
-        file_buttons(ss.exporter(), "kvviz-speculative.json", "spec_upload", ss.replay)
-
+stepped.toolbar(LESSON, ROOM, lesson, room, prompt_and_settings, "Prompt and settings",
+                can_step=lesson is not None and not (lesson.replay or lesson.finished),  # a replay takes no steps
+                start_help="A new run of this prompt from the prefill.")
+stepped.error(LESSON)
 
 if lesson is None:
-    export_and_replay()
+    stepped.files_expander(LESSON)
     st.info("Press **Start**: the prompt is prefilled, then each **Step** is one forward pass of two "
             "engines, one with drafts and one without.")
     st.stop()
@@ -101,16 +68,12 @@ if lesson.replay and room is None:
 
 # the stage: the request's blocks, each pass's drafts filling slots and the rejected ones emptying again
 last = len(lesson.records) - 1
-step = min(st.session_state.get("spec_view", last), last)
-if room is None and not lesson.replay:
-    room_view.publish(ROOM, lesson, step)  # followers move while this page draws
-show_stage(stage_data(lesson, step, presenter), key="spec_stage", on_step=ss.on_stage_step)
-if last > 0:
-    st.session_state["spec_view_step"] = step + 1  # Streamlit forgets a widget's value while its page is away
-    st.slider("Look back at forward pass", 1, last + 1, key="spec_view_step", on_change=ss.on_look_back,
-              help="Passes are counted from 1: pass 1 is the prefill. Or step in the diagram (its arrows, "
-                   "or ← → when it has the focus).")
-export_and_replay()
+step = stepped.step_in_view(LESSON, ROOM, lesson, room)
+stepped.stage(LESSON, stage_data(lesson, step, presenter))
+stepped.look_back(LESSON, step, last, "Look back at forward pass", base=1,
+                  help="Passes are counted from 1: pass 1 is the prefill. Or step in the diagram (its arrows, "
+                       "or ← → when it has the focus).")
+stepped.files_expander(LESSON)
 with st.expander("The idea: drafts, one pass to check them, rollback"):
     introduction()
 rows = lesson.draft_steps()[:step + 1]
@@ -174,12 +137,7 @@ texts = pd.DataFrame([
 ]).set_index("decoding")
 st.table(texts)
 
-if room is None and not lesson.replay:
-    with st.expander("Show this lesson to the class (a room)", icon=":material/groups:",
-                     expanded=rooms.teachers_room(ROOM.page) is not None):
-        room_view.teacher_panel(ROOM, lesson, step)
-
+stepped.room_panel(ROOM, lesson, step, room)
 show_code(propose_drafts, accept, Engine._roll_back, KVCacheManager.truncate,
           caption="Prompt lookup, greedy verification, and the rollback of the rejected drafts' cache slots.")
-if room is not None:
-    room_view.follow(room.code)  # the teacher's next step
+stepped.follow(room)  # the teacher's next step

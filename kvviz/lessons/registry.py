@@ -8,8 +8,10 @@ files (whose `lesson` field is the key).
 The session-state modules are named, not imported: this list sits below the lessons, because
 their file checks read it (kvviz/lessons/files.py), and each state module imports the lesson's
 logic. A state module declares KEYS (what a run leaves behind), optionally KEY_PREFIXES (keys
-made on the fly, one per question asked) and INPUTS (prefixes of widget keys that stay when
-another model loads), and a reset(state) that clears exactly its keys. SHARED_STATES names the
+made on the fly, one per question asked), INPUTS (prefixes of widget keys that stay when
+another model loads) and KEPT (widget keys whose values outlive a visit to another page), and a
+reset(state) that clears exactly its keys. A stepped lesson's state module declares its keys
+once, in its LESSON (kvviz.lessons.stepped.Stepped), and derives KEYS and reset from it. SHARED_STATES names the
 modules beside the lesson folders that own keys several lesson pages make (a room's).
 """
 
@@ -92,6 +94,11 @@ def state_modules() -> list:
     return [importlib.import_module(f"kvviz.lessons.{lesson.key}.{name}")
             for lesson in LECTURE for name in lesson.states] + [
         importlib.import_module(f"kvviz.lessons.{name}") for name in SHARED_STATES]
+
+
+def kept_settings() -> list[str]:
+    """The widget keys whose values outlive a visit to another page: each state module's KEPT."""
+    return [key for module in state_modules() for key in getattr(module, "KEPT", ())]
 
 
 def reset_lessons(state) -> None:

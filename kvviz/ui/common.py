@@ -105,18 +105,12 @@ def show_code(*objects, caption: str = "") -> None:
             st.code(inspect.getsource(obj), language="python")
 
 
-# Settings of the runs the beyond-the-article views show. Streamlit drops a widget's value while
-# its page is away, so the page came back showing a default beside a run made with another value.
-KEPT_SETTINGS = ("spec_prompt", "spec_k", "spec_max_tokens", "spec_block_size",
-                 "fork_prompt", "fork_n", "fork_block_size", "fork_max_tokens",
-                 "swap_num_blocks", "swap_max_tokens", "swap_timed_runs",
-                 # Prefill and decode's view choices, kept while another view is shown
-                 "lesson_kv_layer", "lesson_kv_head", "lesson_attention_layer")
+def keep_settings(keys) -> None:
+    """Copy these widget values into plain session state, which outlives a visit to another page.
 
-
-def keep_settings() -> None:
-    """Copy the kept widget values into plain session state, which outlives a visit to another page."""
-    for key in KEPT_SETTINGS:
+    Streamlit drops a widget's value while its page is away, so a page came back showing a default
+    beside a run made with another value (kvviz.lessons.registry.kept_settings names the keys)."""
+    for key in keys:
         if key in st.session_state:
             st.session_state[key] = st.session_state[key]
 

@@ -95,13 +95,23 @@ def test_loading_a_model_reruns_the_linked_prefill_lesson_on_it():
     assert {key for key in before if not cleared_by_someone(key)} <= session_keys(at)
 
 
-@pytest.mark.parametrize("path, module", [("lessons/paged_batching.py", "paged_batching.state"),
-                                          ("lessons/speculative.py", "speculative.state")])
-def test_the_reset_button_clears_its_lessons_keys(path, module):
-    lesson = next(lesson for lesson in registry.state_modules() if lesson.__name__.endswith(module))
+STEPPED = [(lesson.path, module) for lesson in LECTURE for module in registry.state_modules()
+           if module.__name__ == f"kvviz.lessons.{lesson.key}.state" and hasattr(module, "LESSON")]
+
+
+def test_the_stepped_lessons_are_found():
+    assert {path for path, _ in STEPPED} >= {"lessons/prefill_decode.py", "lessons/paged_batching.py",
+                                             "lessons/speculative.py"}
+
+
+@pytest.mark.parametrize("path, module", STEPPED, ids=[path for path, _ in STEPPED])
+def test_the_reset_button_clears_its_lessons_run(path, module):
+    run_keys = module.LESSON.keys.run_keys()  # declared once, in the lesson's StepKeys
     at = open_lesson(path)
-    click(at, "Start")
-    click(at, "Step")
-    assert any(registry.cleared(key, lesson) for key in session_keys(at))
+    for label in RUN_BUTTONS:
+        if any(b.label == label and not b.disabled for b in at.button):
+            click(at, label)
+    assert run_keys & session_keys(at)
+    assert all(registry.cleared(key, module) for key in run_keys)  # a model change clears the run too
     click(at, "Reset")
-    assert not any(registry.cleared(key, lesson) for key in session_keys(at))
+    assert not run_keys & session_keys(at)

@@ -20,6 +20,7 @@ DEFAULT_PROMPT = "JULIET:\nO Romeo, Romeo, wherefore art thou Romeo?"  # 13 toke
 
 KEYS = frozenset({"lesson_fork", "fork_error", "fork_view_step"})
 INPUTS = ("fork_",)
+KEPT = ("fork_prompt", "fork_n", "fork_block_size", "fork_max_tokens")  # the run's settings (registry.kept_settings)
 
 
 def _on_fork() -> None:

@@ -6,6 +6,7 @@ from dataclasses import replace
 
 import streamlit as st
 
+from kvviz.lessons import stepped
 from kvviz.lessons.paged_batching import state as ps
 from kvviz.lessons.paged_batching.logic import PagedLesson
 from kvviz.lessons.prefill_decode import predict
@@ -29,9 +30,9 @@ def take_over(teacher: PagedLesson, step: int) -> None:
                                   "max tokens": spec.max_tokens} for spec in teacher.specs],
         "paged_block_size": teacher.block_size, "paged_num_blocks": teacher.num_blocks,
         "paged_prefix": teacher.enable_prefix_caching})
-    ps.on_start()  # the first step
+    stepped.start(ps.LESSON)  # the first step
     if step and ps.paged() is not None:
-        ps.on_step(step)
+        stepped.step(ps.LESSON, step)
 
 
 def questions(lesson: PagedLesson) -> list[RoomQuestion]:
@@ -45,4 +46,4 @@ def questions(lesson: PagedLesson) -> list[RoomQuestion]:
     return asked
 
 
-ROOM = RoomLesson("paged_batching", "lesson_paged", "paged_view_step", follower, take_over, questions)
+ROOM = RoomLesson("paged_batching", ps.LESSON.keys.run, ps.LESSON.keys.view, follower, take_over, questions)

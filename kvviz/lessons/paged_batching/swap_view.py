@@ -15,6 +15,7 @@ from kvviz.ui.common import current_model, drop, show_code
 
 KEYS = frozenset({"lesson_swap", "swap_error"})
 INPUTS = ("swap_",)
+KEPT = ("swap_num_blocks", "swap_max_tokens", "swap_timed_runs")  # the run's settings (registry.kept_settings)
 
 
 def _on_compare() -> None:

@@ -1,15 +1,13 @@
-"""The Prefill and decode lesson in class: its state in the URL, predict-then-reveal, export and replay."""
+"""The Prefill and decode lesson in class: its state in the URL, and predict-then-reveal."""
 
 from __future__ import annotations
 
 import streamlit as st
 
 from kvviz.lessons.prefill_decode import predict
-from kvviz.lessons.prefill_decode.file import export_lesson, import_lesson
-from kvviz.lessons.uploads import file_buttons
 from kvviz.ui.common import drop
 
-KEYS = frozenset({"lesson_question_kind", "lesson_ask", "lesson_upload", "lesson_upload_error"})
+KEYS = frozenset({"lesson_question_kind", "lesson_ask", "lesson_upload"})
 KEY_PREFIXES = ("lesson_guess_",)  # one guess widget per question asked
 
 
@@ -62,18 +60,6 @@ def predict_panel(lesson) -> None:
         st.caption(f"Step to {question.target} to see the engine's answer.")
     for question in reversed([q for q in questions if q.revealed][-3:]):
         st.markdown(predict.verdict(question))
-
-
-def export_and_replay(lesson) -> None:
-    export = (lambda: export_lesson(lesson)) if lesson is not None and lesson.started else None
-    file_buttons(export, "kvviz-lesson.json", "lesson_upload", _replay)
-
-
-def _replay(data: bytes) -> None:
-    st.session_state["lesson"] = import_lesson(data)
-    st.session_state["lesson_view_step"] = 0
-    st.session_state["lesson_questions"] = []
-    st.session_state.pop("lesson_error", None)
 
 
 def reset(state) -> None:

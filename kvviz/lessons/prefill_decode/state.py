@@ -1,17 +1,15 @@
-"""Session state and button callbacks of the "Prefill and decode" lesson.
+"""Session state and link reading of the "Prefill and decode" lesson; its run steps through kvviz.lessons.stepped.
 
-Everything lives in st.session_state under the keys in KEYS, so each browser session keeps its
+Everything lives in st.session_state under the keys LESSON declares, so each browser session keeps its
 own engine and records; the model itself is shared read-only. reset() clears them all when
 another model loads (the inputs too: their defaults and the layer choices fit the old model).
 """
 
 from __future__ import annotations
 
-import time
-
 import streamlit as st
 
-from kvviz.engine import EngineError
+from kvviz.lessons import stepped
 from kvviz.lessons.budget import WorkTooLarge, check_click, click_seconds
 from kvviz.lessons.prefill_decode.logic import (
     MAX_LESSON_TOKENS,
@@ -21,9 +19,8 @@ from kvviz.lessons.prefill_decode.logic import (
     lesson_sampling,
     lesson_work,
 )
-from kvviz.ui import live_lessons
-from kvviz.ui.common import current_model, drop, load_linked_model, page_sampling
-from kvviz.ui.stage import chosen_step
+from kvviz.lessons.prefill_decode.file import export_lesson, import_lesson
+from kvviz.ui.common import current_model, load_linked_model, page_sampling
 from kvviz.ui.text import plain
 
 EXAMPLE_PROMPTS = [
@@ -40,24 +37,12 @@ DEFAULTS = {"lesson_prompt": EXAMPLE_PROMPTS[0], "lesson_example": EXAMPLE_PROMP
             "lesson_temperature": PAGE_SAMPLING.temperature, "lesson_top_k": PAGE_SAMPLING.top_k,
             "lesson_top_p": PAGE_SAMPLING.top_p, "lesson_seed": PAGE_SAMPLING.seed,
             "lesson_chat": False}
-KEYS = frozenset(DEFAULTS) | {  # the run, the player, the views' choices and the link's one reading
-    "lesson", "lesson_view_step", "lesson_playing", "lesson_error", "lesson_questions", "lesson_last_tick",
-    "lesson_ticker_inline", "lesson_query_done", "lesson_speed", "lesson_view", "lesson_kv_layer",
-    "lesson_kv_head", "lesson_attention_layer", "lesson_stage"}
 
 
 def set_defaults() -> None:
     """Widget values live in session state, so callbacks and links can set them."""
     for key, value in DEFAULTS.items():
         st.session_state.setdefault(key, value)
-
-
-def lesson() -> Lesson | None:
-    current = st.session_state.get("lesson")
-    if current is not None and current.released:  # freed while this session was away
-        st.session_state.pop("lesson")
-        return None
-    return current
 
 
 def setting(key: str):
@@ -71,86 +56,33 @@ def _settings() -> LessonSettings:
                           chat=bool(setting("lesson_chat")))
 
 
-def on_prefill() -> None:
-    """Build a fresh lesson from the prompt box and run the prefill step."""
-    st.session_state.pop("lesson_error", None)
-    try:
-        new = Lesson.start(current_model(), _settings())
-    except EngineError as error:
-        st.session_state["lesson_error"] = str(error)  # the previous lesson stays as it was
-        return
-    refusal = live_lessons.admit(new)
-    if refusal is not None:
-        st.session_state["lesson_error"] = refusal
-        return
-    try:
-        new.prefill()
-    except EngineError as error:  # the model's logits are NaN or infinite: the engine stopped the request
-        st.session_state["lesson_error"] = str(error)
-        return
-    st.session_state["lesson"] = new
-    st.session_state["lesson_view_step"] = 0
-    st.session_state["lesson_questions"] = []
+def _reveal(run: Lesson, chosen: int) -> None:
+    """A replay stepped by hand shows the steps up to the one chosen."""
+    if run.replay:
+        run.replay_position = max(run.replay_position, min(chosen, len(run.records) - 1))
 
 
-def on_next_token() -> None:
-    current = lesson()
-    if current is None:
-        on_prefill()
-        return
-    try:
-        stepped = current.next_token()
-    except EngineError as error:  # NaN or infinite logits midway: the lesson keeps the steps it has
-        st.session_state["lesson_error"] = str(error)
-        st.session_state["lesson_playing"] = False
-        return
-    if stepped is not None:
-        st.session_state["lesson_view_step"] = len(current.visible_records) - 1
-    if current.finished:
-        st.session_state["lesson_playing"] = False
+LESSON = stepped.Stepped(
+    stepped.StepKeys("lesson_", run="lesson", view="lesson_view_step", asks=True, plays=True),
+    new=lambda: Lesson.start(current_model(), _settings()), first=Lesson.prefill, step=Lesson.next_token,
+    file_name="kvviz-lesson.json", export=lambda run, step: export_lesson(run),
+    read_file=lambda data: (import_lesson(data), 0), admit=True,
+    last=lambda run: len(run.visible_records) - 1, done=lambda run: run.finished, reveal=_reveal,
+    exportable=lambda run: run.started,
+    settings=frozenset(DEFAULTS) | {  # the player, the views' choices and the link's one reading
+        "lesson_last_tick", "lesson_ticker_inline", "lesson_query_done", "lesson_speed", "lesson_view",
+        "lesson_kv_layer", "lesson_kv_head", "lesson_attention_layer", "lesson_stage"})
+KEYS = LESSON.cleared_keys()
+KEPT = ("lesson_kv_layer", "lesson_kv_head", "lesson_attention_layer")  # view choices (registry.kept_settings)
 
 
-def on_toggle_play() -> None:
-    st.session_state["lesson_playing"] = not st.session_state.get("lesson_playing", False)
-    if st.session_state["lesson_playing"]:  # the first step comes one beat after Play, like the rest
-        st.session_state["lesson_last_tick"] = time.time()
-    elif (current := lesson()) is not None:
-        # Pause stops on the newest step. The ticker may have stepped in a run the browser never
-        # drew, and the slider value sent with this press is then one step behind.
-        st.session_state["lesson_view_step"] = len(current.visible_records) - 1
-
-
-def on_stage_step() -> None:
-    """The stage moved to another step in the browser: the views below follow it. A replay reveals
-    the steps up to it; moving by hand pauses Play."""
-    current, chosen = lesson(), chosen_step("lesson_stage")
-    if current is None or chosen is None:
-        return
-    if current.replay:
-        current.replay_position = max(current.replay_position, min(int(chosen), len(current.records) - 1))
-    st.session_state["lesson_view_step"] = min(int(chosen), len(current.visible_records) - 1)
-    st.session_state["lesson_playing"] = False
-
-
-def view_step(last_step: int, playing: bool) -> int:
-    """The step the views show: the newest while playing, else the one chosen (Pause keeps it).
-
-    Written back before the slider is drawn: the slider's maximum grows with every step, which
-    gives it a new identity, and Streamlit would otherwise reset it to step 0."""
-    chosen = st.session_state.get("lesson_view_step", last_step)
-    step = last_step if playing else min(int(chosen), last_step)
-    st.session_state["lesson_view_step"] = step
-    return step
-
-
-def on_reset() -> None:
-    for key in ("lesson", "lesson_view_step", "lesson_playing", "lesson_error", "lesson_questions"):
-        st.session_state.pop(key, None)
+def lesson() -> Lesson | None:
+    return stepped.current(LESSON)
 
 
 def reset(state) -> None:
     """Forget this lesson's run when another model loads: it belongs to the model it ran on."""
-    drop(state, KEYS)
+    stepped.reset(LESSON, state)
 
 
 # what a link may set, with the bounds of the page's own widgets: key -> (session key, type, low, high)
@@ -243,12 +175,12 @@ def run_to_step(target: int) -> None:
                 f"{click_seconds():,.0f} s one click may take, so the lesson stops at step {reachable:,}; press "
                 "Next token or Play to go on from there.")
         target = reachable
-    on_prefill()
+    stepped.start(LESSON)
     for _ in range(target):  # at most one real step per step asked for
         current = lesson()
         if current is None or current.finished:
             break
-        on_next_token()
+        stepped.step(LESSON)
     if note is not None and "lesson_error" not in st.session_state:
         st.session_state["lesson_error"] = note
 

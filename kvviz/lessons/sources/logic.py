@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-PREFILL, BILL, LAB, PAGED, STRATEGIES, BATCH, TOGETHER, SPECULATIVE = (
-    "Prefill and decode", "Memory bill", "Model lab", "Paged cache and batching", "Cache strategies",
-    "Batch generation", "Putting it together", "Speculative decoding")
+from kvviz.lessons.registry import BY_KEY
+
+# the lessons' titles, as the registry spells them
+PREFILL, BILL, LAB, PAGED, STRATEGIES, BATCH, TOGETHER, SPECULATIVE = (BY_KEY[key].title for key in (
+    "prefill_decode", "memory_bill", "model_lab", "paged_batching", "cache_strategies", "batch_generation",
+    "putting_it_together", "speculative"))
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ from dataclasses import replace
 
 import streamlit as st
 
+from kvviz.lessons import stepped
 from kvviz.lessons.room_view import RoomLesson
 from kvviz.lessons.speculative import state as ss
 from kvviz.lessons.speculative.logic import SpeculativeLesson
@@ -28,9 +29,9 @@ def take_over(teacher: SpeculativeLesson, step: int) -> None:
     asked = teacher.settings
     st.session_state.update({"spec_prompt": asked["prompt"], "spec_k": asked["num_speculative"],
                              "spec_max_tokens": asked["max_tokens"], "spec_block_size": asked["block_size"]})
-    ss.on_start()  # the prefill pass
+    stepped.start(ss.LESSON)  # the prefill pass
     if step and ss.lesson() is not None:
-        ss.on_step(step)
+        stepped.step(ss.LESSON, step)
 
 
 def progress(lesson: SpeculativeLesson) -> int:
@@ -38,4 +39,4 @@ def progress(lesson: SpeculativeLesson) -> int:
     return len(lesson.plain_records)
 
 
-ROOM = RoomLesson("speculative", ss.KEY, "spec_view", follower, take_over, progress=progress)
+ROOM = RoomLesson("speculative", ss.LESSON.keys.run, ss.LESSON.keys.view, follower, take_over, progress=progress)

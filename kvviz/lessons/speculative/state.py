@@ -6,97 +6,50 @@ import html
 
 import streamlit as st
 
-from kvviz.engine import EngineError
+from kvviz.lessons import stepped
 from kvviz.lessons.speculative.figures import ACCEPTED, MODEL, REJECTED
 from kvviz.lessons.speculative.file import export_speculative, import_speculative
 from kvviz.lessons.speculative.logic import DEFAULT_PROMPT, DraftStep, SpeculativeLesson
-from kvviz.ui import live_lessons
-from kvviz.ui.common import bound_export, current_model, drop, show_file_settings
-from kvviz.ui.stage import chosen_step
+from kvviz.ui.common import current_model
 
-KEY = "lesson_speculative"
 DRAFTS, MAX_TOKENS, BLOCK_SIZES = (1, 8), (8, 128), (2, 16)  # what the sliders offer
 PROMPT_BOX_CHARS = 20_000  # the longest prompt a replayed file puts into the prompt box
-KEYS = frozenset({KEY, "spec_view", "spec_view_step", "spec_error",  # reset() drops them when another model loads
-                  "spec_upload_error"})
-INPUTS = ("spec_",)  # the other spec_* widgets (the uploader too) stay
+INPUTS = ("spec_",)  # the other spec_* widgets (the uploader too) stay when another model loads
+KEPT = ("spec_prompt", "spec_k", "spec_max_tokens", "spec_block_size")  # the run's settings (registry.kept_settings)
 
 
-def lesson() -> SpeculativeLesson | None:
-    return st.session_state.get(KEY)
-
-
-def on_start() -> None:
+def _new() -> SpeculativeLesson:
     state = st.session_state
-    state.pop("spec_error", None)
-    try:
-        new = SpeculativeLesson.start(current_model(), state.get("spec_prompt", DEFAULT_PROMPT),
-                                      int(state.get("spec_k", 4)), int(state.get("spec_max_tokens", 48)),
-                                      int(state.get("spec_block_size", 4)))
-    except EngineError as error:
-        state["spec_error"] = str(error)
-        return
-    refusal = live_lessons.admit(new)  # its two engines count against the server's live lessons
-    if refusal is not None:
-        state["spec_error"] = refusal
-        return
-    try:
-        new.step()  # the prefill: the first token, no drafts yet
-    except EngineError as error:  # the model's logits are NaN or infinite: the engine stopped the request
-        state["spec_error"] = str(error)
-        return
-    state[KEY] = new
-    state["spec_view"] = 0
+    return SpeculativeLesson.start(current_model(), state.get("spec_prompt", DEFAULT_PROMPT),
+                                   int(state.get("spec_k", 4)), int(state.get("spec_max_tokens", 48)),
+                                   int(state.get("spec_block_size", 4)))
 
 
-def on_step(count: int = 1) -> None:
-    current = lesson()
-    if current is None:
-        on_start()
-        return
-    try:
-        for _ in range(count):
-            if not current.step():
-                break
-    except EngineError as error:  # NaN or infinite logits midway: the run keeps the passes it has
-        st.session_state["spec_error"] = str(error)
-    st.session_state["spec_view"] = len(current.records) - 1
-
-
-def on_look_back() -> None:
-    """Keep the pass the slider shows outside the widget, so it survives a visit to another page.
-    The slider counts passes from 1; "spec_view" is the index of the pass's record."""
-    st.session_state["spec_view"] = st.session_state["spec_view_step"] - 1
-
-
-def on_stage_step() -> None:
-    """The stage moved to another pass in the browser: the views below follow it."""
-    current, chosen = lesson(), chosen_step("spec_stage")
-    if current is not None and chosen is not None:
-        st.session_state["spec_view"] = min(int(chosen), len(current.records) - 1)
-
-
-def exporter():
-    """The export button's function: the run as a lesson file, opening at the pass in view."""
-    return bound_export(lesson(), "spec_view", export_speculative)
-
-
-def replay(data: bytes) -> None:
-    """Replay an uploaded run (raises LessonFileError, and then the current run stays)."""
-    run, view = import_speculative(data)
+def _file_settings(run: SpeculativeLesson) -> dict:
+    """The controls a replayed file sets, with what each control offers."""
     asked = run.settings
     controls = {"spec_k": (asked["num_speculative"], *DRAFTS), "spec_max_tokens": (asked["max_tokens"], *MAX_TOKENS),
                 "spec_block_size": (asked["block_size"], *BLOCK_SIZES)}
     if len(asked["prompt"]) <= PROMPT_BOX_CHARS:  # a file's text is untrusted: the box takes a prompt's worth
         controls["spec_prompt"] = (asked["prompt"], None, None)
-    show_file_settings(controls)
-    st.session_state[KEY], st.session_state["spec_view"] = run, view
-    st.session_state.pop("spec_error", None)
+    return controls
+
+
+# the slider counts passes from 1 and has a key of its own; "spec_view" is the index of the pass's record
+LESSON = stepped.Stepped(
+    stepped.StepKeys("spec_", run="lesson_speculative", view="spec_view", slider="spec_view_step"),
+    new=_new, step=SpeculativeLesson.step, file_name="kvviz-speculative.json", export=export_speculative,
+    read_file=import_speculative, file_settings=_file_settings, admit=True)
+KEYS = LESSON.cleared_keys()  # reset() drops them when another model loads
+
+
+def lesson() -> SpeculativeLesson | None:
+    return stepped.current(LESSON)
 
 
 def reset(state) -> None:
     """Forget this lesson's run when another model loads: it belongs to the model it ran on."""
-    drop(state, KEYS)
+    stepped.reset(LESSON, state)
 
 
 def _chip(text: str, color: str, title: str, struck: bool = False) -> str:

@@ -1,0 +1,332 @@
+"""One stepped lesson: a run taken a step at a time, its stage, its files, its room and its toolbar.
+
+Prefill and decode, Paged cache and batching and Speculative decoding each declare a `Stepped`
+(their state module's LESSON): its session keys, named once in `StepKeys`, how a run starts and
+steps, and how its lesson files are written and read. The callbacks and the page parts below
+serve all three; a page keeps its layout and what only its lesson shows.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+import streamlit as st
+
+from kvviz.engine import EngineError
+from kvviz.lessons import room_view
+from kvviz.lessons.room_view import RoomLesson
+from kvviz.lessons.uploads import file_buttons
+from kvviz.ui import live_lessons, rooms
+from kvviz.ui.common import bound_export, drop, show_file_settings
+from kvviz.ui.stage import chosen_step, show_stage
+
+PLAY_DELAYS = {"slow": 1.5, "normal": 0.7, "fast": 0.25}  # seconds between Play's steps
+
+
+@dataclass(frozen=True)
+class StepKeys:
+    """A stepped lesson's session-state keys. Those a run leaves go with Reset and with a model change."""
+
+    prefix: str  # its widgets' keys start with it: "lesson_", "paged_", "spec_"
+    run: str  # the lesson object
+    view: str  # the index of the step in view
+    slider: str = ""  # the look-back slider, when it is not the view itself (one counting from 1)
+    asks: bool = False  # a predict-then-reveal list under prefix + "questions"
+    plays: bool = False  # a Play button (prefix + "playing", "last_tick", "ticker_inline", "speed")
+    extra: tuple[str, ...] = ()  # other keys a run leaves behind
+
+    # the keys named after the prefix
+    error = property(lambda self: self.prefix + "error")  # the last refusal's one sentence
+    stage = property(lambda self: self.prefix + "stage")  # the stage component
+    upload = property(lambda self: self.prefix + "upload")  # the lesson-file uploader (and upload + "_error")
+    questions = property(lambda self: self.prefix + "questions")
+    playing = property(lambda self: self.prefix + "playing")
+    last_tick = property(lambda self: self.prefix + "last_tick")  # when Play last stepped
+    ticker_inline = property(lambda self: self.prefix + "ticker_inline")  # Play's fragment runs inside the page
+    speed = property(lambda self: self.prefix + "speed")  # Play's speed picker
+
+    def run_keys(self) -> frozenset[str]:
+        """What a run leaves: Reset drops it, and so does loading another model."""
+        keys = {self.run, self.view, self.slider or self.view, self.error, self.upload + "_error", *self.extra}
+        keys |= {self.questions} if self.asks else set()
+        return frozenset(keys | ({self.playing} if self.plays else set()))
+
+
+@dataclass(frozen=True)
+class Stepped:
+    """What one stepped lesson gives the controller."""
+
+    keys: StepKeys
+    new: Callable[[], Any]  # a run from the page's settings, not stepped yet (raises EngineError)
+    step: Callable[[Any], Any]  # (run) -> falsy when it had no step left to take (raises EngineError)
+    file_name: str  # what Export names the lesson file
+    export: Callable[[Any, int], str]  # (run, step in view) -> the lesson file's JSON
+    read_file: Callable[[bytes], tuple[Any, int]]  # -> (the replayed run, its step in view); LessonFileError
+    first: Callable[[Any], Any] | None = None  # the run's first step (the prefill), when not `step`
+    file_settings: Callable[[Any], dict] = lambda run: {}  # show_file_settings' controls for a replay
+    admit: bool = False  # counts against the server's live lessons (kvviz.ui.live_lessons)
+    last: Callable[[Any], int] = lambda run: len(run.records) - 1  # the newest step the views may show
+    done: Callable[[Any], bool] = lambda run: False  # no step left: Play stops
+    reveal: Callable[[Any, int], None] = lambda run, step: None  # a replay stepped by hand shows up to `step`
+    exportable: Callable[[Any], bool] = lambda run: True
+    settings: frozenset[str] = field(default_factory=frozenset)  # inputs a model change clears, Reset keeps
+
+    def cleared_keys(self) -> frozenset[str]:
+        """Every key a model change clears: the run's and the settings that fit one model."""
+        return self.keys.run_keys() | self.settings
+
+
+# ---- callbacks -----------------------------------------------------------------------------------
+def current(lesson: Stepped):
+    """This session's run, or None (also when the server freed it while the session was away)."""
+    run = st.session_state.get(lesson.keys.run)
+    if run is not None and getattr(run, "released", False):
+        st.session_state.pop(lesson.keys.run)
+        return None
+    return run
+
+
+def start(lesson: Stepped) -> None:
+    """A new run from the page's settings, with its first step; on an error the old run stays."""
+    state, keys = st.session_state, lesson.keys
+    state.pop(keys.error, None)
+    try:
+        run = lesson.new()
+    except EngineError as error:
+        state[keys.error] = str(error)
+        return
+    refusal = live_lessons.admit(run) if lesson.admit else None
+    if refusal is not None:
+        state[keys.error] = refusal
+        return
+    try:
+        (lesson.first or lesson.step)(run)
+    except EngineError as error:  # the model's logits are NaN or infinite: the engine stopped the request
+        state[keys.error] = str(error)
+        return
+    state[keys.run], state[keys.view] = run, 0
+    if keys.asks:
+        state[keys.questions] = []  # they asked about the previous run's steps
+
+
+def step(lesson: Stepped, count: int = 1) -> None:
+    """`count` steps (fewer when the run ends), the views on the newest; a first press starts a run."""
+    state, keys = st.session_state, lesson.keys
+    run = current(lesson)
+    if run is None:
+        start(lesson)
+        return
+    moved = False
+    try:
+        for _ in range(count):
+            if not lesson.step(run):
+                break
+            moved = True
+    except EngineError as error:  # NaN or infinite logits midway: the run keeps the steps it has
+        state[keys.error] = str(error)
+        state[keys.playing] = False
+        moved = moved or not keys.plays
+    if moved:
+        state[keys.view] = lesson.last(run)
+    if lesson.done(run):
+        state[keys.playing] = False
+
+
+def toggle_play(lesson: Stepped) -> None:
+    state, keys = st.session_state, lesson.keys
+    state[keys.playing] = not state.get(keys.playing, False)
+    if state[keys.playing]:  # the first step comes one beat after Play, like the rest
+        state[keys.last_tick] = time.time()
+    elif (run := current(lesson)) is not None:
+        # Pause stops on the newest step. The ticker may have stepped in a run the browser never
+        # drew, and the slider value sent with this press is then one step behind.
+        state[keys.view] = lesson.last(run)
+
+
+def stage_step(lesson: Stepped) -> None:
+    """The stage moved to another step in the browser: the views below follow it, and moving by hand pauses."""
+    keys = lesson.keys
+    run, chosen = current(lesson), chosen_step(keys.stage)
+    if run is None or chosen is None:
+        return
+    lesson.reveal(run, int(chosen))
+    st.session_state[keys.view] = min(int(chosen), lesson.last(run))
+    if keys.plays:
+        st.session_state[keys.playing] = False
+
+
+def look_back_moved(lesson: Stepped, base: int) -> None:
+    """Keep the slider's step outside the widget, which Streamlit forgets while its page is away."""
+    st.session_state[lesson.keys.view] = st.session_state[lesson.keys.slider] - base
+
+
+def replay(lesson: Stepped, data: bytes) -> None:
+    """Replay an uploaded lesson file (raises LessonFileError, and then the current run stays)."""
+    state, keys = st.session_state, lesson.keys
+    run, view = lesson.read_file(data)
+    show_file_settings(lesson.file_settings(run))
+    state[keys.run], state[keys.view] = run, view
+    if keys.asks:
+        state[keys.questions] = []
+    state.pop(keys.error, None)
+
+
+def exporter(lesson: Stepped):
+    """The export button's function (None before a run), bound as the page draws."""
+    run = current(lesson)
+    if run is not None and not lesson.exportable(run):
+        return None
+    return bound_export(run, lesson.keys.view, lesson.export)
+
+
+def reset_run(lesson: Stepped) -> None:
+    """The Reset button: forget the run; the settings stay."""
+    drop(st.session_state, lesson.keys.run_keys())
+
+
+def reset(lesson: Stepped, state) -> None:
+    """Forget the run and the settings that fit one model, when another model loads."""
+    drop(state, lesson.cleared_keys())
+
+
+# ---- the page's shared parts -----------------------------------------------------------------------
+def open_page(kind: RoomLesson) -> rooms.Room | None:
+    """Read a ?room=CODE link once; the room this session follows here (None when on its own)."""
+    room_view.restore_from_query(kind)
+    room = room_view.followed_room(kind)
+    if "room_error" in st.session_state:
+        st.error(st.session_state.pop("room_error"))
+    return room
+
+
+def header(title: str, run) -> None:
+    """The lesson's title; a smaller one over a run, so the stage gets the height (none in presenter mode,
+    whose top bar names the lessons)."""
+    if run is None:
+        st.title(title)
+    elif not st.session_state.get("presenter"):
+        st.subheader(title, anchor=False)
+
+
+def toolbar(lesson: Stepped, kind: RoomLesson, run, room, settings: Callable[[], None], settings_label: str,
+            can_step: bool, start_help: str, popover_css: str = "") -> None:
+    """Start, Step, Run to the end, Reset, and the settings: in full before a run, in a popover during one.
+    A student's bar instead while following a room."""
+    prefix = lesson.keys.prefix
+    if run is None:
+        settings()
+        buttons = st.columns(4)
+        buttons[0].button("Start", type="primary", on_click=start, args=(lesson,), width="stretch",
+                          key=prefix + "start")
+        buttons[1].button("Step", width="stretch", key=prefix + "step", disabled=True)
+        buttons[2].button("Run to the end", width="stretch", key=prefix + "run", disabled=True)
+    elif room is not None:  # a student: the teacher moves the run
+        room_view.student_bar(kind, room)
+        return
+    else:  # one toolbar row: the stage below gets the screen
+        buttons = st.columns([1, 1.5, 1, 2.3], vertical_alignment="bottom")
+        buttons[0].button("Step", on_click=step, args=(lesson,), width="stretch", key=prefix + "step",
+                          disabled=not can_step)
+        buttons[1].button("Run to the end", on_click=step, args=(lesson, 500), width="stretch",
+                          key=prefix + "run", disabled=not can_step)
+    buttons[2 if run is not None else 3].button("Reset", on_click=reset_run, args=(lesson,), width="stretch",
+                                                key=prefix + "reset")
+    if run is not None:
+        with buttons[3].popover(settings_label, icon=":material/tune:", width="stretch"):
+            if popover_css:
+                st.html(popover_css)
+            settings()
+            st.button("Start", type="primary", on_click=start, args=(lesson,), width="stretch",
+                      key=prefix + "start", help=start_help)
+
+
+def error(lesson: Stepped) -> None:
+    if lesson.keys.error in st.session_state:
+        st.error(st.session_state[lesson.keys.error])
+
+
+def player(lesson: Stepped, run) -> bool:
+    """Play's beat: a fragment that steps once per beat while playing. Returns whether it plays."""
+    keys = lesson.keys
+    playing = bool(st.session_state.get(keys.playing, False))
+    if not playing or run is None or lesson.done(run):
+        return playing
+    delay = PLAY_DELAYS[st.session_state.get(keys.speed, "normal")]
+
+    @st.fragment(run_every=delay)
+    def ticker():
+        # Only the timer's reruns step. Stepping in the inline call too would st.rerun before the page below
+        # is drawn, and when a step takes longer than the beat every full run would step again: the lesson
+        # raced ahead on the server while the page never showed a new step.
+        if st.session_state.get(keys.ticker_inline) or not st.session_state.get(keys.playing):
+            return
+        if time.time() - st.session_state.get(keys.last_tick, 0.0) >= delay * 0.9:
+            step(lesson)
+            st.session_state[keys.last_tick] = time.time()  # after the step: a slow step is not a beat
+            st.rerun()
+
+    st.session_state[keys.ticker_inline] = True
+    ticker()
+    st.session_state[keys.ticker_inline] = False
+    return playing
+
+
+def files(lesson: Stepped) -> None:
+    """The export and replay buttons (kvviz.lessons.uploads)."""
+    file_buttons(exporter(lesson), lesson.file_name, lesson.keys.upload, partial(replay, lesson))
+
+
+def files_expander(lesson: Stepped) -> None:
+    with st.expander("Export or replay a lesson"):
+        files(lesson)
+
+
+def step_in_view(lesson: Stepped, kind: RoomLesson, run, room, playing: bool = False) -> int:
+    """The step the views show: the newest while playing, else the one chosen; a teacher's room follows it.
+
+    Written back before the slider is drawn: the slider's maximum grows with every step, which gives
+    it a new identity, and Streamlit would otherwise reset it to its first step."""
+    last = lesson.last(run)
+    chosen = st.session_state.get(lesson.keys.view, last)
+    shown = last if playing else min(int(chosen), last)
+    st.session_state[lesson.keys.view] = shown
+    if room is None and not run.replay:
+        room_view.publish(kind, run, shown)  # followers move while this page draws
+    return shown
+
+
+def stage(lesson: Stepped, data: dict) -> None:
+    """The stage component: it steps in the browser and tells the server (stage_step)."""
+    show_stage(data, key=lesson.keys.stage, on_step=partial(stage_step, lesson))
+
+
+def look_back(lesson: Stepped, shown: int, last: int, label: str, help: str, base: int = 0,
+              disabled: bool = False) -> None:
+    """A slider over the steps so far, counted from `base` (0, or 1 for passes), once there are two."""
+    if last <= 0:
+        return
+    keys = lesson.keys
+    if keys.slider:  # a slider of its own, kept in step with the view
+        st.session_state[keys.slider] = shown + base
+        st.slider(label, base, last + base, key=keys.slider, on_change=look_back_moved, args=(lesson, base),
+                  help=help, disabled=disabled)
+    else:
+        st.slider(label, base, last + base, key=keys.view, help=help, disabled=disabled)
+
+
+def room_panel(kind: RoomLesson, run, shown: int, room) -> None:
+    """A teacher's room, after the questions (a question asked this run reaches the room)."""
+    if room is None and not run.replay:
+        with st.expander("Show this lesson to the class (a room)", icon=":material/groups:",
+                         expanded=rooms.teachers_room(kind.page) is not None):
+            room_view.teacher_panel(kind, run, shown)
+
+
+def follow(room) -> None:
+    """A student's page reruns when the teacher steps; call it last."""
+    if room is not None:
+        room_view.follow(room.code)
