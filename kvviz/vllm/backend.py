@@ -26,6 +26,7 @@ from kvviz.bench import compare_outputs
 from kvviz.engine.block_pool import blocks_needed
 from kvviz.engine.kv_cache import CacheShape
 from kvviz.engine.model_parts import model_parts
+from kvviz.hub.fetch import PACKAGED, fetch_command, fetched_folder
 from kvviz.models import BUNDLED_DIR, pick_device
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -76,10 +77,16 @@ def run_jobs(jobs: list[dict], python: str | Path | None = None, timeout: float 
 
 
 def model_folder(source: str) -> str:
-    """The folder vLLM loads: 'bundled', a folder, or a Hugging Face id already in the local cache."""
+    """The folder vLLM loads: 'bundled', a fetched packaged model ('smollm2'), a folder, or a Hugging
+    Face id already in the local cache."""
     source = (source or "bundled").strip()
     if source == "bundled":
         return str(BUNDLED_DIR)
+    if source in PACKAGED:
+        folder = fetched_folder(source)
+        if folder is None:
+            raise ValueError(f"{source!r} is not fetched yet; run `{fetch_command(source)}` once, then again.")
+        return str(folder)
     if Path(source).expanduser().is_dir():
         return str(Path(source).expanduser().resolve())
     try:
