@@ -42,7 +42,7 @@ DEFAULTS = {"lesson_prompt": EXAMPLE_PROMPTS[0], "lesson_example": EXAMPLE_PROMP
 KEYS = frozenset(DEFAULTS) | {  # the run, the player, the views' choices and the link's one reading
     "lesson", "lesson_view_step", "lesson_playing", "lesson_error", "lesson_questions", "lesson_last_tick",
     "lesson_ticker_inline", "lesson_query_done", "lesson_speed", "lesson_view", "lesson_kv_layer",
-    "lesson_kv_head", "lesson_attention_layer", "lesson_stage"}
+    "lesson_kv_head", "lesson_attention_layer", "lesson_stage", "lesson_stepped"}
 
 
 def set_defaults() -> None:
@@ -104,6 +104,7 @@ def on_next_token() -> None:
         return
     if stepped is not None:
         st.session_state["lesson_view_step"] = len(current.visible_records) - 1
+        st.session_state["lesson_stepped"] = True  # not a widget's key: no browser's value overwrites it
     if current.finished:
         st.session_state["lesson_playing"] = False
 
@@ -134,9 +135,15 @@ def view_step(last_step: int, playing: bool) -> int:
     """The step the views show: the newest while playing, else the one chosen (Pause keeps it).
 
     Written back before the slider is drawn: the slider's maximum grows with every step, which
-    gives it a new identity, and Streamlit would otherwise reset it to step 0."""
+    gives it a new identity, and Streamlit would otherwise reset it to step 0.
+
+    After a step (Next token, or Play's tick) the newest: Play's ticks at "fast" come faster than its
+    steps, and the browser's requests that piled up carry the slider it drew a step before; they
+    overwrite lesson_view_step, and the last tick, which ends Play, left the page one step short of
+    the end ("Step 46 of 47", no "Done.")."""
     chosen = st.session_state.get("lesson_view_step", last_step)
-    step = last_step if playing else min(int(chosen), last_step)
+    stepped = st.session_state.pop("lesson_stepped", False)
+    step = last_step if playing or stepped else min(int(chosen), last_step)
     st.session_state["lesson_view_step"] = step
     return step
 
