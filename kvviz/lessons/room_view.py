@@ -11,14 +11,17 @@ reveal). A link opened on another lesson's page goes to the room's own page.
 
 from __future__ import annotations
 
+import io
 import json
+import os
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import qrcode
-import qrcode.image.svg
 import streamlit as st
+from streamlit import config
 
 from kvviz.lessons.files import RoomAnswers
 from kvviz.lessons.registry import BY_KEY
@@ -175,12 +178,15 @@ def teacher_panel(kind: RoomLesson, lesson, step: int) -> None:
     rooms.publish(room, step, kind.progress(lesson))
     _sync_questions(room, kind.questions(lesson))
     keep_answers(lesson, room)
-    link = f"{base_url(kind.page)}/{kind.page}?room={room.code}"
+    base, warning = room_address(kind.page)
+    link = f"{base}/{kind.page}?room={room.code}"
     left, right = st.columns([1, 3])
-    left.html(f"<div style='width:160px'>{qr_svg(link)}</div>")
+    left.image(qr_png(link), width=160, output_format="PNG")  # a PNG: st.html's sanitizer strips an inline SVG
     with right:
         st.markdown(f"### Room **{room.code}**")
         st.code(link, language=None)
+        if warning:
+            st.warning(warning, icon=":material/wifi_off:")
         if room.questions:
             st.download_button("Download the room's answers (JSON)", json.dumps(rooms.answers_table(room), indent=1),
                                file_name=f"kvviz-room-{room.code}.json", mime="application/json", on_click="ignore")
@@ -260,11 +266,48 @@ def _sync_questions(room: rooms.Room, asked: list[rooms.RoomQuestion]) -> None:
             rooms.reveal(room, question.id, question.answer, question.target)
 
 
-def qr_svg(text: str) -> str:
-    """The link as a QR code, an SVG drawn here (no image host)."""
-    image = qrcode.make(text, image_factory=qrcode.image.svg.SvgPathImage, border=2)
-    svg = image.to_string(encoding="unicode")
-    return svg.replace("<svg ", "<svg style='width:100%;height:auto' ", 1)
+def qr_png(text: str) -> bytes:
+    """The link as a QR code, a PNG drawn here (no image host)."""
+    buffer = io.BytesIO()
+    qrcode.make(text, border=2, box_size=8).save(buffer, format="PNG")  # Pillow's image (Streamlit needs Pillow)
+    return buffer.getvalue()
+
+
+def room_address(page: str) -> tuple[str, str | None]:
+    """This app's address as a student's device reaches it, without the page's name, and a sentence
+    when there is none but the teacher's own (localhost). In order: KVVIZ_PUBLIC_URL, Streamlit's
+    browser.serverAddress when set, this machine's LAN address, the address the teacher browsed to."""
+    public = os.environ.get("KVVIZ_PUBLIC_URL", "").strip().rstrip("/")
+    if public:
+        return (public if "://" in public else f"http://{public}"), None
+    path = "/" + config.get_option("server.baseUrlPath").strip("/") if config.get_option("server.baseUrlPath") else ""
+    port = config.get_option("browser.serverPort") or config.get_option("server.port")
+    host = config.get_option("browser.serverAddress")
+    if not host or not config.is_manually_set("browser.serverAddress") or _local(host):
+        host = lan_address()
+    if host:
+        return f"http://{host}:{port}{path}", None
+    browsed = base_url(page)
+    if not _local(urlsplit(browsed).hostname or "localhost"):
+        return browsed, None
+    return browsed, ("Students' devices cannot open this link (localhost, and no network address was found): "
+                     "set KVVIZ_PUBLIC_URL to the address they reach this server at.")
+
+
+def lan_address() -> str | None:
+    """This machine's address on its network: the source address of a UDP socket connected towards a
+    non-routable address (connecting a UDP socket sends no packet); None without a network."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("10.255.255.255", 1))
+            address = probe.getsockname()[0]
+        except OSError:
+            return None
+    return None if _local(address) or address == "0.0.0.0" else address
+
+
+def _local(host: str) -> bool:
+    return host in ("localhost", "::1", "") or host.startswith("127.")
 
 
 def base_url(page: str) -> str:

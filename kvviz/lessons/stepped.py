@@ -48,10 +48,14 @@ class StepKeys:
     last_tick = property(lambda self: self.prefix + "last_tick")  # when Play last stepped
     ticker_inline = property(lambda self: self.prefix + "ticker_inline")  # Play's fragment runs inside the page
     speed = property(lambda self: self.prefix + "speed")  # Play's speed picker
+    # a step just ran: show the newest. No widget owns this key, so a browser message that carries the
+    # look-back slider one step behind (Play at "fast") cannot pull the view back.
+    stepped = property(lambda self: self.prefix + "stepped")
 
     def run_keys(self) -> frozenset[str]:
         """What a run leaves: Reset drops it, and so does loading another model."""
-        keys = {self.run, self.view, self.slider or self.view, self.error, self.upload + "_error", *self.extra}
+        keys = {self.run, self.view, self.slider or self.view, self.error, self.upload + "_error", self.stepped,
+                *self.extra}
         keys |= {self.questions} if self.asks else set()
         return frozenset(keys | ({self.playing} if self.plays else set()))
 
@@ -132,6 +136,7 @@ def step(lesson: Stepped, count: int = 1) -> None:
         moved = moved or not keys.plays
     if moved:
         state[keys.view] = lesson.last(run)
+        state[keys.stepped] = True
     if lesson.done(run):
         state[keys.playing] = False
 
@@ -292,7 +297,7 @@ def step_in_view(lesson: Stepped, kind: RoomLesson, run, room, playing: bool = F
     it a new identity, and Streamlit would otherwise reset it to its first step."""
     last = lesson.last(run)
     chosen = st.session_state.get(lesson.keys.view, last)
-    shown = last if playing else min(int(chosen), last)
+    shown = last if playing or st.session_state.pop(lesson.keys.stepped, False) else min(int(chosen), last)
     st.session_state[lesson.keys.view] = shown
     if room is None and not run.replay:
         room_view.publish(kind, run, shown)  # followers move while this page draws

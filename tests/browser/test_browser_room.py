@@ -66,7 +66,10 @@ def test_five_students_follow_the_teacher_answer_and_take_over(browser, app_url)
     press(teacher, "Open a room for the class")
     link = teacher.locator("[data-testid='stCode']").filter(has_text="?room=").first.inner_text().strip()
     code = link.rsplit("=", 1)[1]
-    assert re.fullmatch(r"[A-Z2-9]{6}", code) and teacher.locator("svg path").count() >= 1  # the QR code
+    assert re.fullmatch(r"[A-Z2-9]{6}", code)
+    qr = teacher.locator("[data-testid='stImage'] img").first  # the QR code, a PNG (an SVG was sanitized away)
+    qr.wait_for()
+    assert teacher.wait_for_function("img => img.complete && img.naturalWidth >= 100", arg=qr.element_handle())
 
     students = []
     for index in range(STUDENTS):

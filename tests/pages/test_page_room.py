@@ -1,8 +1,13 @@
 """A room (issue 27) under AppTest: a teacher's Prefill and decode lesson followed by students."""
 
+import io
+
 import pytest
+import qrcode
+from PIL import Image
 from streamlit.testing.v1 import AppTest
 
+from kvviz.lessons import room_view
 from kvviz.ui import rooms
 
 from conftest import ROOT, open_lesson
@@ -108,3 +113,42 @@ def test_a_full_server_refuses_another_room_in_one_sentence(teacher, monkeypatch
     click(other, "Open a room for the class")
     assert "already has 1 open rooms, its limit (KVVIZ_MAX_ROOMS)" in other.error[0].value
     assert not other.exception and other.session_state["lesson"] is not None
+
+
+def test_the_teachers_panel_draws_the_rooms_qr_code_and_a_link_students_can_reach(teacher):
+    """Issue 33 item 3: the QR code was an SVG that st.html's sanitizer stripped (an empty box), and
+    the link named localhost, the host the teacher browsed to."""
+    images = teacher.get("image")
+    assert len(images) == 1 and images[0].value[0].endswith(".png")  # qr_png's bytes, kept lossless
+    link = next(c.value for c in teacher.code if "?room=" in c.value)
+    detected = room_view.lan_address()
+    if detected is not None:
+        assert link.startswith(f"http://{detected}:8501/prefill_decode?room=")
+        assert not teacher.warning
+    else:
+        assert "KVVIZ_PUBLIC_URL" in teacher.warning[0].value
+
+
+def test_the_rooms_link_is_the_configured_address_else_the_detected_one(monkeypatch):
+    monkeypatch.setenv("KVVIZ_PUBLIC_URL", "http://class.example:8080/kv/")
+    assert room_view.room_address("prefill_decode") == ("http://class.example:8080/kv", None)
+    monkeypatch.setenv("KVVIZ_PUBLIC_URL", "10.0.0.5:8501")
+    assert room_view.room_address("prefill_decode") == ("http://10.0.0.5:8501", None)
+    monkeypatch.delenv("KVVIZ_PUBLIC_URL")
+    detected = room_view.lan_address()
+    base, warning = room_view.room_address("prefill_decode")
+    if detected is not None:
+        assert (base, warning) == (f"http://{detected}:8501", None)
+    else:
+        assert "localhost" in base and "KVVIZ_PUBLIC_URL" in warning
+
+
+def test_the_qr_code_is_a_png_of_a_qr_codes_size():
+    link = "http://10.0.0.5:8501/prefill_decode?room=ABCD"
+    image = Image.open(io.BytesIO(room_view.qr_png(link)))
+    modules = qrcode.QRCode(border=2)
+    modules.add_data(link)
+    modules.make(fit=True)
+    side = (modules.modules_count + 4) * 8  # border 2 each side, 8 px a module
+    assert image.format == "PNG" and image.size == (side, side)
+    assert set(image.convert("L").getdata()) == {0, 255}  # black modules on white

@@ -257,3 +257,29 @@ def test_a_link_with_bad_settings_says_which_and_keeps_the_defaults():
     assert "view" in message
     assert at.session_state["lesson_temperature"] == 0.8 and at.radio(key="lesson_view").value == "Cache per layer"
     assert at.session_state["lesson_view_step"] == 2
+
+
+def test_play_that_ends_the_lesson_shows_done_though_the_browser_sends_the_slider_a_step_behind():
+    """Issue 33 item 2: Play at "fast" stopped at "Step 46 of 47", greyed, and never said "Done.". The
+    last tick (a fragment run) steps, writes the newest step and ends Play; the browser's piled-up
+    tick requests then carry the slider it drew a step before, which overwrote that step, and with
+    Play off the page trusted it. Here: the tick's writes (as kvviz.lessons.stepped.step makes them), then a
+    run that sends the stale slider."""
+    at = open_lesson("lessons/prefill_decode.py")
+    at.slider(key="lesson_max_tokens").set_value(4).run()
+    click(at, "Prefill")
+    for _ in range(2):
+        click(at, "Next token")
+    click(at, "Play")
+    lesson = at.session_state["lesson"]
+    shown = at.slider(key="lesson_view_step").value
+    lesson.next_token()  # the last tick, in the ticker fragment
+    assert lesson.finished and len(lesson.records) - 1 == shown + 1
+    at.session_state["lesson_view_step"] = shown + 1
+    at.session_state["lesson_stepped"] = True
+    at.session_state["lesson_playing"] = False
+    at.run()  # carries the slider the browser drew at `shown`
+    assert at.success[0].value.startswith("**Done.**")
+    assert at.slider(key="lesson_view_step").value == shown + 1 == at.slider(key="lesson_view_step").max
+    at.slider(key="lesson_view_step").set_value(shown).run()  # looking back afterwards still works
+    assert at.success[0].value.startswith(f"**Decode step {shown}.**")

@@ -134,11 +134,10 @@ def bill_note(bill: dict) -> str:
     pool = f"The engine's whole pool is {format_bytes(bill['pool_bytes'])} (preallocated blocks). "
     difference = bill["token_bytes"] - bill["formula_bytes"]
     if difference == 0:
-        verdict = ("Formula and measured bytes agree because the engine stores exactly K and V for each layer "
-                   "and KV head, nothing more.")
+        verdict = f"Formula and measured bytes agree because the engine stores exactly {bill['stores']}, nothing more."
     else:
         verdict = (f"Formula and measured bytes differ by {format_bytes(abs(difference))}: the engine holds "
-                   f"{'more' if difference > 0 else 'less'} than K and V for this request's tokens.")
+                   f"{'more' if difference > 0 else 'less'} than {bill['stores']} for this request's tokens.")
     if not bill["returned"]:
         return pool + verdict
     blocks = f"{bill['blocks']} block{'' if bill['blocks'] == 1 else 's'}"

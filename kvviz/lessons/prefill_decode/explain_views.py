@@ -26,7 +26,8 @@ MACHINE = "this machine (measured)"
 def lesson_shape(info: dict) -> ModelShape:
     return ModelShape(name=info["name"], num_layers=info["layers"], num_kv_heads=info["kv_heads"],
                       head_dim=info["head_dim"], num_heads=info["heads"], num_params=info["parameters"],
-                      hidden_size=info.get("hidden_size"), max_context=info.get("max_context"))
+                      hidden_size=info.get("hidden_size"), max_context=info.get("max_context"),
+                      kv_lora_rank=info.get("kv_lora_rank"), qk_rope_head_dim=info.get("qk_rope_head_dim"))
 
 
 def decode_rows(lesson, step: int, layer: int, head: int) -> list[np.ndarray]:
@@ -56,7 +57,7 @@ def inside_attention(lesson, step: int) -> None:
         token_ids = (lesson.prompt_token_ids + [t for r in lesson.records[:step] for _, t in r.sampled])[:num_keys]
         projection = explain.project_newest_token(lesson.engine.model, token_ids, layer)
     if projection is None:
-        st.info("Recomputing q, k and v needs the model and a Llama-style layer; a replayed lesson has no model.")
+        st.info(_no_projection(lesson, info))
     else:
         trace = lesson.trace(step)  # every cached K/V row after this step
         kv_head = head // (heads // kv_heads)
@@ -109,6 +110,18 @@ def inside_attention(lesson, step: int) -> None:
     st.dataframe(explain.small_example_table(rows), hide_index=True, width="stretch")
 
 
+def _no_projection(lesson, info: dict) -> str:
+    """Why step 1 recomputes no q, k and v: a replay has no model, an MLA layer caches no per-head k and v."""
+    if lesson.engine is None:
+        return "Recomputing q, k and v needs the model and a Llama-style layer; a replayed lesson has no model."
+    if info.get("kv_lora_rank") is not None:
+        return (f"This model uses multi-head latent attention (MLA): each layer caches one row per token, a "
+                f"{info['kv_lora_rank']}-value latent and a {info['qk_rope_head_dim']}-value RoPE key, and rebuilds "
+                "every head's k and v from it, so there is no per-head k and v to recompute here (the Keys and "
+                "values view shows the cached rows).")
+    return "Recomputing q, k and v needs a Llama-style layer (q_proj, k_proj, v_proj); this model's layers differ."
+
+
 def _device_choice() -> roofline.Accelerator:
     names = list(roofline.ACCELERATORS) + [MACHINE]
     name = st.selectbox("Accelerator", names, key="lesson_roofline_device")
@@ -146,8 +159,9 @@ def memory_bound(lesson, step: int) -> None:
         shape = PRESETS[model_name]
         num_params, weight_bytes = shape.num_params, 2
     cache_bytes = weight_bytes
+    measured = lesson.records[step].memory.bytes_per_token if model_name == THIS_MODEL else None  # the engine's row
     costs = roofline.variants(shape, num_params, context, batch=batch, weight_bytes=weight_bytes,
-                              cache_bytes=cache_bytes)
+                              cache_bytes=cache_bytes, cache_per_token=measured)
     step_cost = costs[0]
     prefill = roofline.prefill_step(shape, num_params, len(lesson.prompt_token_ids),
                                     weight_bytes=weight_bytes, cache_bytes=cache_bytes)

@@ -255,7 +255,9 @@ class Lesson:
                 "token_bytes": cached_tokens * per_token, "blocks": len(blocks), "block_bytes": block_bytes,
                 "slack_slots": len(blocks) * self.settings.block_size - cached_tokens,
                 "slack_bytes": block_bytes - cached_tokens * per_token, "returned": returned,
-                "pool_bytes": record.memory.allocated_bytes, "bytes_per_token": per_token}
+                "pool_bytes": record.memory.allocated_bytes, "bytes_per_token": per_token,
+                "stores": ("one latent row (latent + RoPE key) for each layer" if shape.kv_lora_rank is not None
+                           else "K and V for each layer and KV head")}
 
 
 def lesson_work(lm, prompt_tokens: int, last_step: int) -> Work:

@@ -118,18 +118,23 @@ def multiplied_params(shape: ModelShape, num_params: int) -> int:
 
 
 def decode_step(shape: ModelShape, num_params: int, context: int, *, batch: int = 1, weight_bytes: float = 2,
-                cache_bytes: float = 2, label: str = "decode", **cache_options) -> StepCost:
+                cache_bytes: float = 2, label: str = "decode", cache_per_token: int | None = None,
+                **cache_options) -> StepCost:
     """Bytes and FLOPs of one decode step.
 
     Reads: every multiplied weight once (shared by the batch) + each request's cache for `context`
-    tokens (the memory bill; cache_options as kvviz.memory_bill.kv_cache_bytes takes them). FLOPs:
+    tokens (the memory bill; cache_options as kvviz.memory_bill.kv_cache_bytes takes them; or the
+    engine's measured `cache_per_token`, all layers, when given). FLOPs:
     2 per multiplied weight per token, plus attention's q·Kᵀ and probabilities·V, 2 × 2 × heads ×
     head_dim per cached token per layer.
     """
     if context < 1 or batch < 1:
         raise ValueError("context and batch must be at least 1 token and 1 request.")
     multiplied = multiplied_params(shape, num_params)
-    cache = kv_cache_bytes(shape, context, batch, cache_bytes, **cache_options)
+    if cache_per_token is None:
+        cache = kv_cache_bytes(shape, context, batch, cache_bytes, **cache_options)
+    else:
+        cache = cache_per_token * context * batch
     heads = shape.num_heads or shape.num_kv_heads
     attention = 4 * shape.num_layers * heads * shape.head_dim * context
     return StepCost(label, batch, context, round(multiplied * weight_bytes), cache,
@@ -148,12 +153,15 @@ def prefill_step(shape: ModelShape, num_params: int, prompt_tokens: int, *, weig
                     2 * multiplied * prompt_tokens + attention, round(num_params * weight_bytes) + written)
 
 
-def variants(shape: ModelShape, num_params: int, context: int, *, batch: int = 1,
-             weight_bytes: float = 2, cache_bytes: float = 2) -> list[StepCost]:
-    """The same step with this model's KV heads, with every head cached (MHA), one (MQA), and int8/int4 caches."""
+def variants(shape: ModelShape, num_params: int, context: int, *, batch: int = 1, weight_bytes: float = 2,
+             cache_bytes: float = 2, cache_per_token: int | None = None) -> list[StepCost]:
+    """The same step with this model's KV heads (its cache at the engine's measured `cache_per_token`
+    when given), with every head cached (MHA), one (MQA), and int8/int4 caches."""
     heads = shape.num_heads or shape.num_kv_heads
-    rows = [decode_step(shape, num_params, context, batch=batch, weight_bytes=weight_bytes,
-                        cache_bytes=cache_bytes, label=f"this model ({shape.num_kv_heads} KV heads)")]
+    cached = (f"MLA latent {shape.kv_lora_rank} + RoPE {shape.qk_rope_head_dim}" if shape.kv_lora_rank is not None
+              else f"{shape.num_kv_heads} KV heads")
+    rows = [decode_step(shape, num_params, context, batch=batch, weight_bytes=weight_bytes, cache_bytes=cache_bytes,
+                        cache_per_token=cache_per_token, label=f"this model ({cached})")]
     if shape.kv_lora_rank is not None:  # MLA caches a latent, not heads: only the dtype moves it
         heads = shape.num_kv_heads
     if shape.num_kv_heads != heads:
