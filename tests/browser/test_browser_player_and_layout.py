@@ -9,7 +9,7 @@ from urllib.parse import urlparse
 import pytest
 from test_browser import no_exceptions, prefill_lesson
 
-from chromium import CHROMIUM, ROOT, browser_page, running_app, wait_idle
+from chromium import CHROMIUM, ROOT, browser_page, shared_app_url, wait_idle
 
 pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
                                 reason="Debian's chromium is not installed (.ci/run installs it)")
@@ -37,11 +37,9 @@ CUT_OFF_JS = """() => {
 }"""
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module")  # the session's one app server
 def app_url():
-    (ROOT / "artifacts").mkdir(exist_ok=True)
-    with running_app() as url:
-        yield url
+    return shared_app_url()
 
 
 def shown_step(page) -> int | None:
