@@ -66,12 +66,14 @@ def browser_page(width: int = 1400, height: int = 1000):
         context.close()
 
 
-# Marks when the page last sent a message to the server and last heard from it: a send not yet
-# answered (for at most 3 s; a few messages get no answer) is a script run on its way. Patched on the
-# prototype, so it also sees a socket opened before it; returns whether it was there already.
+# Marks when the page last sent a message to the server and last heard from it (a send not yet
+# answered, for at most 3 s as a few messages get no answer, is a script run on its way), and which
+# HTTP requests are open (a file upload goes before its rerun; one open over 10 s is not waited on).
+# Patched on the prototypes, so it also sees a socket opened before; returns whether it was there already.
 SENDS_JS = """() => {
   if (window.__kvvizSends) return true;
-  const sends = window.__kvvizSends = { sent: 0, heard: 0 };
+  const sends = window.__kvvizSends = { sent: 0, heard: 0, open: new Map(), next: 0 };
+  const opened = () => { const id = sends.next++; sends.open.set(id, performance.now()); return id; };
   const send = WebSocket.prototype.send;
   WebSocket.prototype.send = function (data) {
     if (!this.__kvvizHeard) {
@@ -81,20 +83,32 @@ SENDS_JS = """() => {
     sends.sent = performance.now();
     return send.call(this, data);
   };
+  const xhrSend = XMLHttpRequest.prototype.send;
+  XMLHttpRequest.prototype.send = function (...args) {
+    const id = opened();
+    this.addEventListener("loadend", () => sends.open.delete(id));
+    return xhrSend.apply(this, args);
+  };
+  const fetch = window.fetch;
+  window.fetch = function (...args) {
+    const id = opened();
+    return fetch.apply(this, args).finally(() => sends.open.delete(id));
+  };
   return false;
 }"""
 BUSY_JS = """() => {
-  const sends = window.__kvvizSends;
-  const waiting = sends && sends.sent > sends.heard && performance.now() - sends.sent < 3000;
+  const sends = window.__kvvizSends, now = performance.now();
+  const waiting = sends && ((sends.sent > sends.heard && now - sends.sent < 3000)
+                            || [...sends.open.values()].some(start => now - start < 10000));
   return waiting || document.querySelectorAll('[data-stale="true"], [data-testid="stSkeleton"], '
     + '[data-testid="stStatusWidget"]').length > 0;
 }"""
 
 
 def wait_idle(page, settle: float | None = None, quiet: float = 0.5, timeout: float = 120.0) -> None:
-    """Wait until Streamlit has finished the script run: no message to the server unanswered, nothing
-    stale, no skeletons, for `quiet` s. `settle` s pass first when given (a report the page sends
-    later, after a debounce), and 0.5 s when the page's sends were not watched yet."""
+    """Wait until Streamlit has finished the script run: no message to the server unanswered, no
+    request open, nothing stale, no skeletons, for `quiet` s. `settle` s pass first when given (a
+    report the page sends later, after a debounce), and 0.5 s when the page's sends were not watched yet."""
     watched = page.evaluate(SENDS_JS)
     if settle is not None or not watched:
         time.sleep(0.5 if settle is None else settle)
