@@ -69,9 +69,9 @@ def browser_page(width: int = 1400, height: int = 1000):
 # Marks when the page last sent a message to the server and last heard from it (a send not yet
 # answered, for at most 3 s as a few messages get no answer, is a script run on its way), and which
 # HTTP requests are open (a file upload goes before its rerun; one open over 10 s is not waited on).
-# Patched on the prototypes, so it also sees a socket opened before; returns whether it was there already.
+# Patched on the prototypes, so it also sees a socket opened before.
 SENDS_JS = """() => {
-  if (window.__kvvizSends) return true;
+  if (window.__kvvizSends) return;
   const sends = window.__kvvizSends = { sent: 0, heard: 0, open: new Map(), next: 0 };
   const opened = () => { const id = sends.next++; sends.open.set(id, performance.now()); return id; };
   const send = WebSocket.prototype.send;
@@ -94,7 +94,6 @@ SENDS_JS = """() => {
     const id = opened();
     return fetch.apply(this, args).finally(() => sends.open.delete(id));
   };
-  return false;
 }"""
 BUSY_JS = """() => {
   const sends = window.__kvvizSends, now = performance.now();
@@ -105,13 +104,11 @@ BUSY_JS = """() => {
 }"""
 
 
-def wait_idle(page, settle: float | None = None, quiet: float = 0.5, timeout: float = 120.0) -> None:
-    """Wait until Streamlit has finished the script run: no message to the server unanswered, no
-    request open, nothing stale, no skeletons, for `quiet` s. `settle` s pass first when given (a
-    report the page sends later, after a debounce), and 0.5 s when the page's sends were not watched yet."""
-    watched = page.evaluate(SENDS_JS)
-    if settle is not None or not watched:
-        time.sleep(0.5 if settle is None else settle)
+def wait_idle(page, settle: float = 0.5, quiet: float = 0.5, timeout: float = 120.0) -> None:
+    """Wait `settle` s, then until Streamlit has finished the script run: no message to the server
+    unanswered, no request open, nothing stale, no skeletons, for `quiet` s."""
+    page.evaluate(SENDS_JS)
+    time.sleep(settle)
     deadline, quiet_since = time.time() + timeout, None
     while time.time() < deadline:
         if not page.evaluate(BUSY_JS):
