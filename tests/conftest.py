@@ -6,12 +6,19 @@ ROOT = Path(__file__).resolve().parent.parent
 FOLDER_MARKERS = {"browser": pytest.mark.browser, "vllm": pytest.mark.vllm}  # tests/<folder>/ -> its tier
 
 
+def needs_vllm(item) -> bool:
+    """Whether a test is skipped without vLLM's environment (its module's needs_vllm mark)."""
+    return any(mark.name == "skipif" and str(mark.kwargs.get("reason", "")).startswith("vLLM tests skipped")
+               for mark in item.iter_markers())
+
+
 def pytest_collection_modifyitems(items):
-    """Tests under tests/browser/ and tests/vllm/ carry their folder's marker, so
-    `-m "not browser and not vllm"` (scripts/test.sh --quick) leaves them out."""
+    """Tests under tests/browser/ carry the browser marker, and those under tests/vllm/ that need vLLM
+    the vllm marker, so `-m "not browser and not vllm"` (scripts/test.sh --quick) leaves them out;
+    tests/vllm/'s refusals and cache arithmetic, which need no vLLM, stay in the quick tier."""
     for item in items:
         folder = Path(item.fspath).parent.name
-        if folder in FOLDER_MARKERS:
+        if folder == "browser" or (folder == "vllm" and needs_vllm(item)):
             item.add_marker(FOLDER_MARKERS[folder])
 
 
@@ -64,3 +71,11 @@ def page_view(at) -> dict:
     """What a page shows: every metric (value and delta) and every table, as plain data."""
     return {"metrics": {m.label: (m.value, m.delta) for m in at.metric},
             "tables": [t.value.to_dict() for t in at.table]}
+
+
+def pytest_sessionfinish(session):
+    """Stop the browser tests' shared app server and Chromium (tests/support/chromium.py), if started."""
+    import sys
+
+    if "chromium" in sys.modules:
+        sys.modules["chromium"].close_shared()

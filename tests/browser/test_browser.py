@@ -4,29 +4,25 @@ import shutil
 
 import pytest
 
-from kvviz.ui.app_server import CHROMIUM, CHROMIUM_ARGS, ROOT, running_app
+from kvviz.ui.app_server import CHROMIUM, ROOT
 
-from chromium import browser_page, screenshot, wait_idle
+from chromium import browser_page, screenshot, shared_app_url, shared_browser, wait_idle
 
 pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
                                 reason="Debian's chromium is not installed (.ci/run installs it)")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module")  # the session's one app server (tests/support/chromium.py)
 def app_url():
-    (ROOT / "artifacts").mkdir(exist_ok=True)
-    with running_app() as url:
-        yield url
+    return shared_app_url()
 
 
-@pytest.fixture(scope="module")  # one Chromium for a module's tests, each in its own context
+@pytest.fixture(scope="module")  # the session's one Chromium; each test opens its own context in it
 def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
+    chromium = shared_browser()
+    yield chromium
+    for context in chromium.contexts:  # what a failed test left open goes with its module
+        context.close()
 
 
 @pytest.fixture()

@@ -9,9 +9,9 @@ from urllib.parse import urlparse
 import pytest
 from test_browser import no_exceptions, prefill_lesson
 
-from kvviz.ui.app_server import CHROMIUM, ROOT, running_app
+from kvviz.ui.app_server import CHROMIUM, ROOT
 
-from chromium import browser_page, wait_idle
+from chromium import browser_page, shared_app_url, wait_idle
 
 pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
                                 reason="Debian's chromium is not installed (.ci/run installs it)")
@@ -39,11 +39,9 @@ CUT_OFF_JS = """() => {
 }"""
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module")  # the session's one app server
 def app_url():
-    (ROOT / "artifacts").mkdir(exist_ok=True)
-    with running_app() as url:
-        yield url
+    return shared_app_url()
 
 
 def shown_step(page) -> int | None:

@@ -10,9 +10,9 @@ import time
 import pytest
 
 from kvviz.lessons.registry import LECTURE
-from kvviz.ui.app_server import CHROMIUM, ROOT, running_app
+from kvviz.ui.app_server import CHROMIUM, ROOT
 
-from chromium import browser_page, wait_idle
+from chromium import browser_page, shared_app_url, wait_idle
 
 pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
                                 reason="Debian's chromium is not installed (.ci/run installs it)")
@@ -28,11 +28,9 @@ CUT_TEXT_JS = """() => [...document.querySelectorAll('[data-testid="stMain"] *')
   }).map(e => e.textContent.trim().slice(0, 60))"""
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module")  # the session's one app server
 def app_url():
-    (ROOT / "artifacts").mkdir(exist_ok=True)
-    with running_app() as url:
-        yield url
+    return shared_app_url()
 
 
 def url_of(app_url, lesson):

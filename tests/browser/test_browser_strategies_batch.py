@@ -5,7 +5,7 @@ import shutil
 import pytest
 from test_browser import app_url, no_exceptions, page  # noqa: F401  (fixtures)
 
-from kvviz.ui.app_server import CHROMIUM, ROOT, running_app
+from kvviz.ui.app_server import CHROMIUM, ROOT
 
 from chromium import screenshot, wait_idle
 

@@ -1,6 +1,11 @@
-"""Drive the real app with Playwright in Debian's Chromium: open a page, wait for a run to end, take a
-screenshot. Starting the app, and which browser, is kvviz.ui.app_server's (scripts/ use it too); import
-those names from there."""
+"""Drive the real app (kvviz.ui.app_server starts it) with Playwright in Debian's Chromium.
+
+One Chromium and one app server serve the whole test session (shared_browser, shared_app_url):
+each test opens its own browser context, so tests keep apart cookies and sessions while the
+browser's and the server's start-up (and the server's model loads) are paid once.
+close_shared() (tests/conftest.py, at the session's end) stops both. Starting the app, and which
+browser, is kvviz.ui.app_server's (scripts/ use it too); import those names from there.
+"""
 
 from __future__ import annotations
 
@@ -8,40 +13,113 @@ import contextlib
 import time
 from pathlib import Path
 
-from kvviz.ui.app_server import CHROMIUM, CHROMIUM_ARGS, ROOT
+from kvviz.ui.app_server import CHROMIUM, CHROMIUM_ARGS, ROOT, running_app
 
 SCREENSHOTS = ROOT / "artifacts" / "screenshots"
 
 
+_shared: dict = {}  # "playwright", "browser", "app" (the running_app block's exit stack), "url"
+
+
+def shared_browser():
+    """The session's one Chromium, launched on first use (again if it went away)."""
+    browser = _shared.get("browser")
+    if browser is None or not browser.is_connected():
+        if "playwright" not in _shared:
+            from playwright.sync_api import sync_playwright
+
+            _shared["playwright"] = sync_playwright().start()
+        browser = _shared["browser"] = _shared["playwright"].chromium.launch(executable_path=CHROMIUM,
+                                                                             args=CHROMIUM_ARGS)
+    return browser
+
+
+def shared_app_url() -> str:
+    """The session's one app server (kvviz.ui.app_server.running_app), started on first use."""
+    if "url" not in _shared:
+        (ROOT / "artifacts").mkdir(exist_ok=True)
+        stack = contextlib.ExitStack()
+        _shared["url"] = stack.enter_context(running_app())
+        _shared["app"] = stack
+    return _shared["url"]
+
+
+def close_shared() -> None:
+    """Stop the session's app server and Chromium, if they were started."""
+    if "app" in _shared:
+        _shared.pop("app").close()
+        _shared.pop("url")
+    if "browser" in _shared:
+        _shared.pop("browser").close()
+    if "playwright" in _shared:
+        _shared.pop("playwright").stop()
+
+
 @contextlib.contextmanager
 def browser_page(width: int = 1400, height: int = 1000):
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": width, "height": height})
-            page.set_default_timeout(60_000)
-            yield page
-        finally:
-            browser.close()
+    """A page in a fresh context of the session's Chromium, closed on leaving the block."""
+    context = shared_browser().new_context(viewport={"width": width, "height": height})
+    try:
+        page = context.new_page()
+        page.set_default_timeout(60_000)
+        yield page
+    finally:
+        context.close()
 
 
-def wait_idle(page, settle: float = 0.5, quiet: float = 1.0, timeout: float = 120.0) -> None:
-    """Wait until Streamlit has finished the script run: nothing stale, no skeletons, for `quiet` s."""
-    busy_js = ("() => document.querySelectorAll('[data-stale=\"true\"], [data-testid=\"stSkeleton\"], "
-               "[data-testid=\"stStatusWidget\"]').length")
+# Marks when the page last sent a message to the server and last heard from it (a send not yet
+# answered, for at most 3 s as a few messages get no answer, is a script run on its way), and which
+# HTTP requests are open (a file upload goes before its rerun; one open over 10 s is not waited on).
+# Patched on the prototypes, so it also sees a socket opened before.
+SENDS_JS = """() => {
+  if (window.__kvvizSends) return;
+  const sends = window.__kvvizSends = { sent: 0, heard: 0, open: new Map(), next: 0 };
+  const opened = () => { const id = sends.next++; sends.open.set(id, performance.now()); return id; };
+  const send = WebSocket.prototype.send;
+  WebSocket.prototype.send = function (data) {
+    if (!this.__kvvizHeard) {
+      this.__kvvizHeard = true;
+      this.addEventListener("message", () => { sends.heard = performance.now(); });
+    }
+    sends.sent = performance.now();
+    return send.call(this, data);
+  };
+  const xhrSend = XMLHttpRequest.prototype.send;
+  XMLHttpRequest.prototype.send = function (...args) {
+    const id = opened();
+    this.addEventListener("loadend", () => sends.open.delete(id));
+    return xhrSend.apply(this, args);
+  };
+  const fetch = window.fetch;
+  window.fetch = function (...args) {
+    const id = opened();
+    return fetch.apply(this, args).finally(() => sends.open.delete(id));
+  };
+}"""
+BUSY_JS = """() => {
+  const sends = window.__kvvizSends, now = performance.now();
+  const waiting = sends && ((sends.sent > sends.heard && now - sends.sent < 3000)
+                            || [...sends.open.values()].some(start => now - start < 10000));
+  return waiting || document.querySelectorAll('[data-stale="true"], [data-testid="stSkeleton"], '
+    + '[data-testid="stStatusWidget"]').length > 0;
+}"""
+
+
+def wait_idle(page, settle: float = 0.5, quiet: float = 0.5, timeout: float = 120.0) -> None:
+    """Wait `settle` s, then until Streamlit has finished the script run: no message to the server
+    unanswered, no request open, nothing stale, no skeletons, for `quiet` s."""
+    page.evaluate(SENDS_JS)
     time.sleep(settle)
     deadline, quiet_since = time.time() + timeout, None
     while time.time() < deadline:
-        if page.evaluate(busy_js) == 0:
+        if not page.evaluate(BUSY_JS):
             quiet_since = quiet_since or time.time()
             if time.time() - quiet_since >= quiet:
                 return
         else:
             quiet_since = None
-        time.sleep(0.2)
-    raise TimeoutError("the app kept running for two minutes")
+        time.sleep(0.1)
+    raise TimeoutError(f"the app kept running for {timeout:.0f} s")
 
 
 def screenshot(page, name: str) -> Path:
