@@ -41,6 +41,7 @@ class RoomLesson:
     take_over: Callable  # (teacher's lesson, step) -> None: the same settings run to that step, this session's own
     questions: Callable = lambda lesson: []  # (teacher's lesson) -> list[rooms.RoomQuestion] asked on the page
     progress: Callable = lambda lesson: 0  # (lesson) -> a number that grows when followers must redraw the same step
+    error_key: str = ""  # session-state key of the lesson's refusal (what Take over says when refused)
 
 
 # ---- a student's page ----------------------------------------------------------------------------
@@ -89,21 +90,34 @@ def followed_room(kind: RoomLesson) -> rooms.Room | None:
     return room
 
 
-def stop_following(kind: RoomLesson) -> None:
+def stop_following(kind: RoomLesson, keep_lesson: bool = False) -> None:
+    """Leave the room; its replay goes too, unless the student took it over (`keep_lesson`)."""
     code = st.session_state.get("room_code")
     room = rooms.find(code) if code else None
     if room is not None:
         rooms.leave(room)
-    for key in ("room_code", "room_version", "room_followed_step", "room_sent", kind.lesson_key, kind.step_key):
+    lesson_keys = () if keep_lesson else (kind.lesson_key, kind.step_key)
+    for key in ("room_code", "room_version", "room_followed_step", "room_sent", *lesson_keys):
         st.session_state.pop(key, None)
 
 
 def take_over(kind: RoomLesson) -> None:
-    """The room's lesson at the room's step, run on this session's own engine."""
-    room = rooms.find(st.session_state.get("room_code", ""))
-    stop_following(kind)
-    if room is not None:
-        kind.take_over(room.lesson, min(room.step, len(room.lesson.records) - 1))
+    """The room's lesson at the room's step, run on this session's own engine. Refused (the server's
+    live lessons are at their limit, the budget): the student still follows the room, told why."""
+    code = st.session_state.get("room_code", "")
+    room = rooms.find(code)
+    if room is None:
+        stop_following(kind)
+        return
+    st.session_state.pop(kind.lesson_key, None)  # the replay followed: the student's own run takes its place
+    kind.take_over(room.lesson, min(room.step, len(room.lesson.records) - 1))
+    run = st.session_state.get(kind.lesson_key)
+    if run is None or getattr(run, "replay", False):
+        reason = st.session_state.pop(kind.error_key, "") if kind.error_key else ""
+        st.session_state["room_error"] = (f"Take over could not start a lesson of your own, so you still follow "
+                                          f"room {room.code}: {reason or 'try again in a while.'}")
+        return
+    stop_following(kind, keep_lesson=True)
 
 
 def student_bar(kind: RoomLesson, room: rooms.Room) -> None:

@@ -1,9 +1,11 @@
 """A room (issue 27) under AppTest: a teacher's Prefill and decode lesson followed by students."""
 
+import weakref
+
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from kvviz.ui import rooms
+from kvviz.ui import live_lessons, rooms
 
 from conftest import ROOT, open_lesson
 
@@ -93,6 +95,22 @@ def test_take_over_gives_a_lesson_of_ones_own_at_the_rooms_step(teacher):
     assert pupil.session_state.get("room_code") is None and len(room.students) == 0
     click(pupil, "Next token")  # it runs on its own now; the teacher's lesson did not move
     assert len(pupil.session_state["lesson"].records) == 4 and room.step == 2
+
+
+def test_a_refused_take_over_keeps_the_student_in_the_room_with_one_sentence(teacher, monkeypatch):
+    room = room_of(teacher)
+    pupil = student(room.code)
+    # the server's one live lesson is another session's (AppTest names every session alike)
+    monkeypatch.setitem(live_lessons._live, ("another session", "Lesson"), weakref.ref(room.lesson))
+    monkeypatch.setenv("KVVIZ_MAX_LESSONS", "1")
+    click(pupil, "Take over")
+    assert not pupil.exception
+    refusal = pupil.error[0].value
+    assert f"you still follow room {room.code}" in refusal and "live lessons" in refusal
+    assert pupil.session_state["room_code"] == room.code and len(room.students) == 1
+    lesson = pupil.session_state["lesson"]
+    assert lesson.replay and len(lesson.records) == 3  # the room's replay, at the teacher's step
+    assert pupil.success[0].value.startswith("**Decode step 2.**")
 
 
 def test_a_wrong_code_gets_one_sentence_and_a_lesson_of_ones_own():
