@@ -53,7 +53,7 @@ def restore_from_query(kind: RoomLesson) -> None:
         return
     seat = st.query_params.get("seat")
     seat = seat if rooms.valid_seat(seat) else rooms.new_seat()
-    room = rooms.take_seat(st.query_params["room"], seat, (rooms.session_id(), rooms.client_address()))
+    room = rooms.take_seat(st.query_params["room"], seat, rooms.session_id(), rooms.client_address())
     if not isinstance(room, str) and room.page != kind.page and room.page in BY_KEY:
         st.switch_page(BY_KEY[room.page].path, query_params={"room": room.code, "seat": seat})
     st.session_state["room_query_done"] = True

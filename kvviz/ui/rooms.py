@@ -15,7 +15,8 @@ KVVIZ_ROOM_IDLE_S seconds, or when the teacher closes it.
 A student holds a seat, not a tab: the seat is a token kept in the page's address (?room=CODE&seat=TOKEN),
 so a reload takes the same seat, and a seat whose page has not asked for news for KVVIZ_SEAT_IDLE_S
 seconds is free again. A wrong code and a full room get the same sentence (a code's existence is not
-told), and a client that tries more than GUESSES wrong codes in GUESS_WINDOW_S seconds waits.
+told), and a session or an address that tries more than its GUESSES wrong codes in GUESS_WINDOW_S
+seconds waits.
 
 Bounds, each an environment variable: KVVIZ_MAX_ROOMS rooms at once (default 10), KVVIZ_ROOMS_PER_CLIENT
 rooms opened from one address (2), KVVIZ_ROOM_STUDENTS seats a room (60), KVVIZ_SEAT_IDLE_S seconds
@@ -44,11 +45,12 @@ SESSION_KEY = "room_session"  # this session's name in rooms, in st.session_stat
 DEFAULTS = {"KVVIZ_MAX_ROOMS": 10, "KVVIZ_ROOMS_PER_CLIENT": 2, "KVVIZ_ROOM_STUDENTS": 60,
             "KVVIZ_SEAT_IDLE_S": 30, "KVVIZ_ROOM_IDLE_S": 3600}
 SEAT_PATTERN = re.compile(r"[A-Za-z0-9_-]{16}")  # secrets.token_urlsafe(12)
-GUESSES = 5  # wrong codes a client may try in GUESS_WINDOW_S seconds
+GUESSES = {"session": 5, "address": 30}  # wrong codes each may try in GUESS_WINDOW_S seconds (a class may share
+# one address behind its school's router: its limit is higher, and still far from guessing one of 32**6 codes)
 GUESS_WINDOW_S = 60.0
 _lock = threading.Lock()
 _rooms: dict[str, "Room"] = {}
-_wrong_guesses: dict[str, list[float]] = {}  # a session or client address -> when it tried a wrong code
+_wrong_guesses: dict[tuple[str, str], list[float]] = {}  # ("session" or "address", its name) -> wrong codes' times
 
 
 def setting(name: str) -> int:
@@ -209,18 +211,18 @@ def no_seat(code: str) -> str:
             "have closed or be full), or run the lesson on your own here.")
 
 
-def take_seat(code: str, seat: str, guessers: tuple[str | None, ...] = ()) -> Room | str:
+def take_seat(code: str, seat: str, session: str | None = None, address: str | None = None) -> Room | str:
     """The room with this code, `seat` held in it (the same seat again after a reload); else one sentence.
-    `guessers` (this session, its address) each try at most GUESSES wrong codes in GUESS_WINDOW_S seconds."""
+    The session and its address each try at most their GUESSES wrong codes in GUESS_WINDOW_S seconds."""
     sweep()
     code, now = normalize(code), time.time()
-    keys = [key for key in guessers if key]
+    keys = [(kind, name) for kind, name in (("session", session), ("address", address)) if name]
     with _lock:
         for key in list(_wrong_guesses):
             _wrong_guesses[key] = [t for t in _wrong_guesses[key] if now - t < GUESS_WINDOW_S]
             if not _wrong_guesses[key]:
                 del _wrong_guesses[key]
-        if any(len(_wrong_guesses.get(key, ())) >= GUESSES for key in keys):
+        if any(len(_wrong_guesses.get(key, ())) >= GUESSES[key[0]] for key in keys):
             return ("Too many room codes were tried from here in the last minute; wait a minute, then check the "
                     "code with your teacher.")
         room = _rooms.get(code)

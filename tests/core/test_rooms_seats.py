@@ -57,12 +57,16 @@ def test_a_seat_unseen_for_a_while_is_freed(room, monkeypatch):
     assert rooms.seen(room, seats[0]) and rooms.seats(room) == 3
 
 
-def test_wrong_codes_are_rate_limited_per_address(room):
-    for _ in range(rooms.GUESSES):
-        assert isinstance(rooms.take_seat("ZZZZZZ", rooms.new_seat(), ("session", "10.0.0.9")), str)
-    refused = rooms.take_seat(room.code, rooms.new_seat(), ("another session", "10.0.0.9"))
+def test_wrong_codes_are_rate_limited_per_session_and_address(room):
+    for _ in range(rooms.GUESSES["session"]):
+        assert isinstance(rooms.take_seat("ZZZZZZ", rooms.new_seat(), "one session"), str)
+    refused = rooms.take_seat(room.code, rooms.new_seat(), "one session")
     assert isinstance(refused, str) and refused.startswith("Too many room codes")
-    assert rooms.take_seat(room.code, rooms.new_seat(), ("a third session", "10.0.0.10")) is room
+    for guess in range(rooms.GUESSES["address"]):  # new sessions from one address
+        assert isinstance(rooms.take_seat("ZZZZZZ", rooms.new_seat(), f"session {guess}", "10.0.0.9"), str)
+    refused = rooms.take_seat(room.code, rooms.new_seat(), "another session", "10.0.0.9")
+    assert isinstance(refused, str) and refused.startswith("Too many room codes")
+    assert rooms.take_seat(room.code, rooms.new_seat(), "a third session", "10.0.0.10") is room
 
 
 def test_rooms_are_bounded_per_address(room, monkeypatch):
