@@ -4,9 +4,12 @@ FLOPs grows with the model's layers and their kind, so a link to a late step sta
 import pytest
 import torch
 
+from kvviz.engine import EngineConfig
+from kvviz.lessons.batch_generation.logic import BatchSettings, batch_work
 from kvviz.lessons.budget import ModelCost, click_seconds
 from kvviz.lessons.prefill_decode.logic import furthest_step, lesson_work
 from kvviz.models import load_model
+from kvviz.workloads import synthetic_workload
 
 CPU = torch.device("cpu")
 # CPU seconds measured on the 2-core machine (issue 35): a 250-token prompt linked to step 255 ran to the
@@ -40,3 +43,11 @@ def test_the_step_cost_grows_with_the_layers_and_their_kind(models):
     assert scale["tiny-mla"] > scale["tiny-gemma3"] > scale["bundled"]  # 4 MLA layers cost more than 6 plain ones
     at = {name: lesson_work(lm, 250, 130).seconds(CPU) for name, lm in models.items()}
     assert at["tiny-mla"] > at["bundled"] and at["tiny-gemma3"] > at["bundled"]
+
+
+def test_a_batchs_steps_cost_more_on_a_model_whose_steps_do(models):
+    settings = BatchSettings(EngineConfig(block_size=16, num_blocks=800))
+    works = {name: batch_work(lm, synthetic_workload(lm.tokenizer, 4096, 8, (50, 50), (50, 50), 0, 0), settings)
+             for name, lm in models.items()}
+    assert works["bundled"].step_scale == 1.0
+    assert works["tiny-mla"].step_scale == ModelCost.of(models["tiny-mla"].model).step_scale > 1.0
