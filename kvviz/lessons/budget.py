@@ -52,13 +52,15 @@ class Work:
     steps: int = 0  # engine steps
     passes: int = 0  # the model's own forward passes, outside an engine
     read_backs: int = 0  # engine steps whose traced request (K, V, attention, logits) is copied out
+    step_scale: float = 1.0  # the model's step and read-back cost next to the bundled model's (ModelCost.step_scale)
 
     def __add__(self, other: Work) -> Work:
         return Work(self.flops + other.flops, self.steps + other.steps, self.passes + other.passes,
-                    self.read_backs + other.read_backs)
+                    self.read_backs + other.read_backs, max(self.step_scale, other.step_scale))
 
     def __mul__(self, times: int) -> Work:
-        return Work(self.flops * times, self.steps * times, self.passes * times, self.read_backs * times)
+        return Work(self.flops * times, self.steps * times, self.passes * times, self.read_backs * times,
+                    self.step_scale)
 
     @property
     def forward_passes(self) -> int:
@@ -66,7 +68,8 @@ class Work:
 
     def seconds(self, device: torch.device) -> float:
         rate = RATES.get(device.type, RATES["cpu"])
-        return self.flops / rate.flops_per_s + self.steps * rate.step_s + self.read_backs * rate.read_back_s
+        fixed = self.steps * rate.step_s + self.read_backs * rate.read_back_s
+        return self.flops / rate.flops_per_s + fixed * self.step_scale
 
 
 def forward_flops(multiplied_params: int, per_pair: int, new_tokens: int, cached_tokens: int) -> float:
@@ -78,13 +81,32 @@ def forward_flops(multiplied_params: int, per_pair: int, new_tokens: int, cached
     return 2.0 * multiplied_params * new_tokens + float(per_pair) * pairs
 
 
+# An engine step's cost outside the FLOPs grows with the layers it walks (their modules, the K, V and
+# attention read back from each), counted in the bundled model's layers (6 of them, RATES' measure).
+# A Gemma-3 layer has four norms and a window mask; an MLA layer compresses and decompresses its latent
+# row. Measured at a link to step 255 after 250 tokens (issue 35): per engine step past the FLOPs,
+# bundled 73 ms, tiny-gemma3 91 ms (6 layers), tiny-mla 102 ms (4 layers), so about 1.0, 1.25 and 2.1
+# bundled layers each; rounded up here so the estimate stays above the run.
+BUNDLED_LAYERS = 6
+LAYER_WEIGHT = {"plain": 1.0, "gemma": 1.35, "mla": 2.3}
+
+
+def layer_weight(shape: ModelShape) -> float:
+    """One layer's step cost in bundled layers, from its kind."""
+    if shape.kv_lora_rank:
+        return LAYER_WEIGHT["mla"]
+    return LAYER_WEIGHT["gemma" if "sliding_attention" in (shape.layer_types or ()) else "plain"]
+
+
 @dataclass(frozen=True, slots=True)
 class ModelCost:
-    """A loaded model's forward-pass FLOPs, from its weights and shape (see forward_flops)."""
+    """A loaded model's forward-pass FLOPs, from its weights and shape (see forward_flops), and its
+    engine steps' cost outside them next to the bundled model's."""
 
     multiplied: int  # weights multiplied per token: all but the embedding table and the logits head
     per_pair: int  # 4 x heads x head size x layers
     head: int  # the logits head's weights: 2 x head FLOPs per row of logits
+    step_scale: float = 1.0  # layers x layer_weight / BUNDLED_LAYERS, at least 1
 
     @classmethod
     def of(cls, model) -> ModelCost:
@@ -94,7 +116,8 @@ class ModelCost:
         shared = head.data_ptr() == embedding.data_ptr()
         total = sum(p.numel() for p in model.parameters())
         return cls(total - embedding.numel() - (0 if shared else head.numel()),
-                   4 * (shape.num_heads or shape.num_kv_heads) * shape.head_dim * shape.num_layers, head.numel())
+                   4 * (shape.num_heads or shape.num_kv_heads) * shape.head_dim * shape.num_layers, head.numel(),
+                   max(1.0, shape.num_layers * layer_weight(shape) / BUNDLED_LAYERS))
 
     def forward(self, new_tokens: int, cached_tokens: int, logit_rows: int = 1) -> float:
         return forward_flops(self.multiplied, self.per_pair, new_tokens, cached_tokens) + 2.0 * self.head * logit_rows

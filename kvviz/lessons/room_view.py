@@ -3,7 +3,7 @@
 Every engine-driven lesson gives its room a `RoomLesson`: where its run and its step in view live
 in session state, a function that copies the teacher's lesson as a replay at a step, and one that
 runs the same settings to that step on the student's own engine (Take over). A student's page
-opened with ?room=CODE shows the teacher's lesson as that replay at the teacher's step: every view
+opened with ?room=CODE (and &seat=TOKEN, its seat, added on joining: a reload keeps the seat) shows the teacher's lesson as that replay at the teacher's step: every view
 works, nothing runs a model, and the student picks views and tabs without moving anyone. A
 one-second fragment reruns the student's page when the room changed (a step, a question, a
 reveal). A link opened on another lesson's page goes to the room's own page.
@@ -29,8 +29,8 @@ from kvviz.ui import rooms
 from kvviz.ui.common import drop
 from kvviz.ui.text import plain
 
-KEYS = frozenset({"room_code", "room_query_done", "room_error", "room_version", "room_answer", "room_sent",
-                  "room_followed_step", rooms.SESSION_KEY})
+KEYS = frozenset({"room_code", "room_seat", "room_query_done", "room_error", "room_version", "room_answer",
+                  "room_sent", "room_followed_step", rooms.SESSION_KEY})
 
 
 @dataclass(frozen=True)
@@ -44,28 +44,27 @@ class RoomLesson:
     take_over: Callable  # (teacher's lesson, step) -> None: the same settings run to that step, this session's own
     questions: Callable = lambda lesson: []  # (teacher's lesson) -> list[rooms.RoomQuestion] asked on the page
     progress: Callable = lambda lesson: 0  # (lesson) -> a number that grows when followers must redraw the same step
+    error_key: str = ""  # session-state key of the lesson's refusal (what Take over says when refused)
 
 
 # ---- a student's page ----------------------------------------------------------------------------
 def restore_from_query(kind: RoomLesson) -> None:
-    """A link with ?room=CODE, read once per session: follow that room, or say why not. A room of
-    another lesson sends the student to that lesson's page, with the link."""
+    """A link with ?room=CODE, read once per session: take a seat in that room (the link's &seat=TOKEN
+    after a reload), or say why not. A room of another lesson sends the student to that lesson's page,
+    with the link."""
     if st.session_state.get("room_query_done") or "room" not in st.query_params:
         return
-    code = rooms.normalize(st.query_params["room"])
-    room = rooms.find(code)
-    if room is not None and room.page != kind.page and room.page in BY_KEY:
-        st.switch_page(BY_KEY[room.page].path, query_params={"room": room.code})
+    seat = st.query_params.get("seat")
+    seat = seat if rooms.valid_seat(seat) else rooms.new_seat()
+    room = rooms.take_seat(st.query_params["room"], seat, rooms.session_id(), rooms.client_address())
+    if not isinstance(room, str) and room.page != kind.page and room.page in BY_KEY:
+        st.switch_page(BY_KEY[room.page].path, query_params={"room": room.code, "seat": seat})
     st.session_state["room_query_done"] = True
-    if room is None:
-        st.session_state["room_error"] = (f"No open room has the code {code or '(empty)'}: check it with your "
-                                          "teacher (the room may have closed), or run the lesson on your own here.")
+    if isinstance(room, str):
+        st.session_state["room_error"] = room
         return
-    refusal = rooms.join(room)
-    if refusal is not None:
-        st.session_state["room_error"] = refusal
-        return
-    st.session_state["room_code"] = room.code
+    st.query_params["room"], st.query_params["seat"] = room.code, seat  # a reload takes the same seat
+    st.session_state["room_code"], st.session_state["room_seat"] = room.code, seat
     st.session_state["lesson_query_done"] = True  # the room, not a Prefill and decode link's prompt, sets it
 
 
@@ -82,7 +81,11 @@ def followed_room(kind: RoomLesson) -> rooms.Room | None:
         stop_following(kind)
         st.session_state["room_error"] = f"Room {code} has closed; you can run the lesson on your own here."
         return None
-    rooms.seen(room)
+    if not rooms.seen(room, st.session_state.get("room_seat", "")):
+        stop_following(kind)
+        st.session_state["room_error"] = (f"Room {code} gave your seat to another student while your page was "
+                                          "away; you can run the lesson on your own here.")
+        return None
     st.session_state["room_version"] = room.version
     step = min(room.step, len(room.lesson.records) - 1)
     st.session_state[kind.lesson_key] = kind.follower(room.lesson, step)
@@ -92,21 +95,36 @@ def followed_room(kind: RoomLesson) -> rooms.Room | None:
     return room
 
 
-def stop_following(kind: RoomLesson) -> None:
+def stop_following(kind: RoomLesson, keep_lesson: bool = False) -> None:
+    """Leave the room; its replay goes too, unless the student took it over (`keep_lesson`)."""
     code = st.session_state.get("room_code")
     room = rooms.find(code) if code else None
     if room is not None:
-        rooms.leave(room)
-    for key in ("room_code", "room_version", "room_followed_step", "room_sent", kind.lesson_key, kind.step_key):
+        rooms.leave(room, st.session_state.get("room_seat", ""))
+    lesson_keys = () if keep_lesson else (kind.lesson_key, kind.step_key)
+    for key in ("room_code", "room_seat", "room_version", "room_followed_step", "room_sent", *lesson_keys):
         st.session_state.pop(key, None)
+    for key in ("room", "seat"):  # a reload does not take the seat again
+        st.query_params.pop(key, None)
 
 
 def take_over(kind: RoomLesson) -> None:
-    """The room's lesson at the room's step, run on this session's own engine."""
-    room = rooms.find(st.session_state.get("room_code", ""))
-    stop_following(kind)
-    if room is not None:
-        kind.take_over(room.lesson, min(room.step, len(room.lesson.records) - 1))
+    """The room's lesson at the room's step, run on this session's own engine. Refused (the server's
+    live lessons are at their limit, the budget): the student still follows the room, told why."""
+    code = st.session_state.get("room_code", "")
+    room = rooms.find(code)
+    if room is None:
+        stop_following(kind)
+        return
+    st.session_state.pop(kind.lesson_key, None)  # the replay followed: the student's own run takes its place
+    kind.take_over(room.lesson, min(room.step, len(room.lesson.records) - 1))
+    run = st.session_state.get(kind.lesson_key)
+    if run is None or getattr(run, "replay", False):
+        reason = st.session_state.pop(kind.error_key, "") if kind.error_key else ""
+        st.session_state["room_error"] = (f"Take over could not start a lesson of your own, so you still follow "
+                                          f"room {room.code}: {reason or 'try again in a while.'}")
+        return
+    stop_following(kind, keep_lesson=True)
 
 
 def student_bar(kind: RoomLesson, room: rooms.Room) -> None:
@@ -125,7 +143,8 @@ def student_bar(kind: RoomLesson, room: rooms.Room) -> None:
             st.number_input(f"Your answer ({question.unit})", min_value=0.0, step=1.0, value=None, key="room_answer")
             if st.form_submit_button("Send my answer" if not sent else "Change my answer"):
                 value = st.session_state.get("room_answer")
-                refusal = "Type a number first." if value is None else rooms.answer(room, question.id, value)
+                seat = st.session_state.get("room_seat", "")
+                refusal = "Type a number first." if value is None else rooms.answer(room, question.id, value, seat)
                 if refusal:
                     st.error(refusal)
                 else:
@@ -133,7 +152,7 @@ def student_bar(kind: RoomLesson, room: rooms.Room) -> None:
                     st.success("Sent. The answer shows when the teacher reveals it.")
     last = next((q for q in reversed(room.questions) if q.revealed), None)
     if last is not None and question is None:
-        mine = last.answers.get(rooms.session_id())
+        mine = last.answers.get(st.session_state.get("room_seat", ""))
         said = "you did not answer" if mine is None else f"you said {mine:,.0f}"
         st.caption(f"Revealed: {last.text} The engine's answer is **{last.answer:,.0f} {last.unit}**; {said}; "
                    f"{len(last.answers)} answered.")
@@ -145,9 +164,8 @@ def follow(code: str) -> None:
     fragment's tick that lands during a full run otherwise dropped the element after it (the step's
     sentence) on a loaded server."""
     now = rooms.find(code)
-    if now is not None:
-        rooms.seen(now)  # still following
-    if now is None or now.version != st.session_state.get("room_version"):
+    still = now is not None and rooms.seen(now, st.session_state.get("room_seat", ""))  # still following
+    if not still or now.version != st.session_state.get("room_version"):
         st.rerun(scope="app")
 
 
@@ -166,7 +184,7 @@ def teacher_panel(kind: RoomLesson, lesson, step: int) -> None:
     if room is None:
         if st.button("Open a room for the class", icon=":material/groups:"):
             try:
-                rooms.open_room(lesson, kind.page)
+                rooms.open_room(lesson, kind.page, rooms.client_address())
             except ValueError as error:
                 st.error(str(error))
                 return
@@ -209,7 +227,7 @@ def room_status(code: str) -> None:
     if room is None:
         st.caption("The room has closed.")
         return
-    st.caption(f"{room.following()} of {len(room.students)} students following now "
+    st.caption(f"{room.following()} of {rooms.seats(room)} students following now "
                f"(at most {rooms.setting('KVVIZ_ROOM_STUDENTS')}).")
     for question in room.questions[-3:]:
         answers = sorted(question.answers.values())

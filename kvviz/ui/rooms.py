@@ -2,24 +2,32 @@
 
     room = rooms.open_room(lesson, page="paged_batching")   # the teacher's session owns it
     rooms.publish(room, step=3)                              # each time the teacher's page draws
-    found = rooms.find("K7QW2M")                             # a student's link; None if closed or wrong
-    rooms.join(found)                                        # counts the student, or says why not
+    found = rooms.take_seat("K7QW2M", seat, client)          # a student's link: the room, or one sentence
+    rooms.answer(found, question_id, 12.0, seat)             # a student's answer, under their seat
 
 A room belongs to one lesson page (Prefill and decode, Paged cache and batching, Speculative
 decoding). It holds a reference to the teacher's lesson object (its records are what students
 see, as a replay: no model runs for them), the step the teacher shows, the questions the teacher
-asked and one answer per student per question. Everything sits in one dict behind one lock, shared by the
+asked and one answer per seat per question. Everything sits in one dict behind one lock, shared by the
 server's sessions. A room closes when its teacher's session ends, when it has been idle for
 KVVIZ_ROOM_IDLE_S seconds, or when the teacher closes it.
 
-Bounds, each an environment variable: KVVIZ_MAX_ROOMS rooms at once (default 10),
-KVVIZ_ROOM_STUDENTS students a room (60), KVVIZ_ROOM_IDLE_S seconds before an idle room closes
-(3600), and MAX_QUESTIONS questions a room (50).
+A student holds a seat, not a tab: the seat is a token kept in the page's address (?room=CODE&seat=TOKEN),
+so a reload takes the same seat, and a seat whose page has not asked for news for KVVIZ_SEAT_IDLE_S
+seconds is free again. A wrong code and a full room get the same sentence (a code's existence is not
+told), and a session or an address that tries more than its GUESSES wrong codes in GUESS_WINDOW_S
+seconds waits.
+
+Bounds, each an environment variable: KVVIZ_MAX_ROOMS rooms at once (default 10), KVVIZ_ROOMS_PER_CLIENT
+rooms opened from one address (2), KVVIZ_ROOM_STUDENTS seats a room (60), KVVIZ_SEAT_IDLE_S seconds
+before an unseen seat is freed (30), KVVIZ_ROOM_IDLE_S seconds before an idle room closes (3600), and
+MAX_QUESTIONS questions a room (50).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import unicodedata
 import secrets
 import threading
@@ -34,9 +42,15 @@ CODE_LETTERS = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I: read aloud and
 CODE_LENGTH = 6
 MAX_QUESTIONS = 50
 SESSION_KEY = "room_session"  # this session's name in rooms, in st.session_state
-DEFAULTS = {"KVVIZ_MAX_ROOMS": 10, "KVVIZ_ROOM_STUDENTS": 60, "KVVIZ_ROOM_IDLE_S": 3600}
+DEFAULTS = {"KVVIZ_MAX_ROOMS": 10, "KVVIZ_ROOMS_PER_CLIENT": 2, "KVVIZ_ROOM_STUDENTS": 60,
+            "KVVIZ_SEAT_IDLE_S": 30, "KVVIZ_ROOM_IDLE_S": 3600}
+SEAT_PATTERN = re.compile(r"[A-Za-z0-9_-]{16}")  # secrets.token_urlsafe(12)
+GUESSES = {"session": 5, "address": 30}  # wrong codes each may try in GUESS_WINDOW_S seconds (a class may share
+# one address behind its school's router: its limit is higher, and still far from guessing one of 32**6 codes)
+GUESS_WINDOW_S = 60.0
 _lock = threading.Lock()
 _rooms: dict[str, "Room"] = {}
+_wrong_guesses: dict[tuple[str, str], list[float]] = {}  # ("session" or "address", its name) -> wrong codes' times
 
 
 def setting(name: str) -> int:
@@ -56,7 +70,7 @@ class RoomQuestion:
     target: int  # the step whose record holds the answer (the first that may, until revealed)
     exact: bool = False  # only the same number is right (a block id); else within 1% (bytes)
     answer: float | None = None  # the engine's, set when revealed
-    answers: dict[str, float] = field(default_factory=dict)  # student session -> their number
+    answers: dict[str, float] = field(default_factory=dict)  # student's seat -> their number
 
     @property
     def revealed(self) -> bool:
@@ -74,9 +88,10 @@ class Room:
     progress: int = 0  # what the teacher's lesson holds past its step that followers also draw
     opened: float = field(default_factory=time.time)
     touched: float = field(default_factory=time.time)
-    students: dict[str, float] = field(default_factory=dict)  # session id -> last seen
+    students: dict[str, float] = field(default_factory=dict)  # seat -> last seen
     questions: list[RoomQuestion] = field(default_factory=list)
-    version: int = 0  # grows with every change a student's page must show
+    version: int = 0  # grows with every change a student's page must show (not another student's answer)
+    client: str | None = None  # the opener's address, when the server knows it
 
     def question(self, question_id: str) -> RoomQuestion | None:
         return next((q for q in self.questions if q.id == question_id), None)
@@ -91,10 +106,33 @@ class Room:
         now = time.time()
         return sum(now - seen <= within_s for seen in self.students.values())
 
+    def free_idle_seats(self, now: float) -> None:
+        """Seats whose page has not asked for news for KVVIZ_SEAT_IDLE_S seconds (a closed tab) are free."""
+        idle = setting("KVVIZ_SEAT_IDLE_S")
+        for seat, seen in list(self.students.items()):
+            if now - seen > idle:
+                del self.students[seat]
+
 
 def session_id() -> str:
     """This browser session's name in rooms: kept in its session state (SESSION_KEY)."""
     return st.session_state.setdefault(SESSION_KEY, secrets.token_hex(8))
+
+
+def client_address() -> str | None:
+    """The browser's address as the server sees it (None when unknown, as under a test)."""
+    try:
+        return st.context.ip_address
+    except (AttributeError, RuntimeError):
+        return None
+
+
+def new_seat() -> str:
+    return secrets.token_urlsafe(12)
+
+
+def valid_seat(token) -> bool:
+    return isinstance(token, str) and SEAT_PATTERN.fullmatch(token) is not None
 
 
 def runtime_session() -> str | None:
@@ -118,8 +156,9 @@ def sweep() -> None:
                 del _rooms[code]
 
 
-def open_room(lesson, page: str) -> Room:
-    """A new room for this session's lesson (the one it had is closed); ValueError says why not."""
+def open_room(lesson, page: str, client: str | None = None) -> Room:
+    """A new room for this session's lesson (the one it had is closed), opened from `client`'s address;
+    ValueError says why not."""
     sweep()
     teacher = session_id()
     with _lock:
@@ -129,10 +168,14 @@ def open_room(lesson, page: str) -> Room:
         if len(_rooms) >= setting("KVVIZ_MAX_ROOMS"):
             raise ValueError(f"This server already has {len(_rooms)} open rooms, its limit (KVVIZ_MAX_ROOMS); "
                              "close one, or wait for an idle one to close.")
+        mine = sum(room.client == client for room in _rooms.values()) if client is not None else 0
+        if mine >= setting("KVVIZ_ROOMS_PER_CLIENT"):
+            raise ValueError(f"Your address already has {mine} open rooms, its limit (KVVIZ_ROOMS_PER_CLIENT); "
+                             "close one in its tab, or wait for it to close.")
         code = "".join(secrets.choice(CODE_LETTERS) for _ in range(CODE_LENGTH))
         while code in _rooms:
             code = "".join(secrets.choice(CODE_LETTERS) for _ in range(CODE_LENGTH))
-        room = _rooms[code] = Room(code, teacher, runtime_session(), page, lesson)
+        room = _rooms[code] = Room(code, teacher, runtime_session(), page, lesson, client=client)
     return room
 
 
@@ -162,26 +205,60 @@ def find(code: str) -> Room | None:
         return _rooms.get(normalize(code))
 
 
-def join(room: Room) -> str | None:
-    """Count this session as one of the room's students; a sentence if the room is full."""
-    student = session_id()
+def no_seat(code: str) -> str:
+    """The one sentence for a wrong code and for a full room alike: which of the two is not told."""
+    return (f"No open room has a seat for the code {code or '(empty)'}: check it with your teacher (the room may "
+            "have closed or be full), or run the lesson on your own here.")
+
+
+def take_seat(code: str, seat: str, session: str | None = None, address: str | None = None) -> Room | str:
+    """The room with this code, `seat` held in it (the same seat again after a reload); else one sentence.
+    The session and its address each try at most their GUESSES wrong codes in GUESS_WINDOW_S seconds."""
+    sweep()
+    code, now = normalize(code), time.time()
+    keys = [(kind, name) for kind, name in (("session", session), ("address", address)) if name]
     with _lock:
-        if student not in room.students and len(room.students) >= setting("KVVIZ_ROOM_STUDENTS"):
-            return (f"Room {room.code} is full ({len(room.students)} students, its limit KVVIZ_ROOM_STUDENTS); "
-                    "ask your teacher to raise the limit.")
-        room.students[student] = time.time()
-    return None
+        for key in list(_wrong_guesses):
+            _wrong_guesses[key] = [t for t in _wrong_guesses[key] if now - t < GUESS_WINDOW_S]
+            if not _wrong_guesses[key]:
+                del _wrong_guesses[key]
+        if any(len(_wrong_guesses.get(key, ())) >= GUESSES[key[0]] for key in keys):
+            return ("Too many room codes were tried from here in the last minute; wait a minute, then check the "
+                    "code with your teacher.")
+        room = _rooms.get(code)
+        if room is not None:
+            room.free_idle_seats(now)
+            if seat in room.students or len(room.students) < setting("KVVIZ_ROOM_STUDENTS"):
+                room.students[seat] = now
+                return room
+        for key in keys:
+            _wrong_guesses.setdefault(key, []).append(now)
+    return no_seat(code)
 
 
-def seen(room: Room) -> None:
-    """A student's page looked for news: it still follows."""
+def seen(room: Room, seat: str) -> bool:
+    """A student's page looked for news: it still follows. False when its seat was freed while it was
+    away and the room has filled since."""
+    now = time.time()
     with _lock:
-        room.students[session_id()] = time.time()
+        if seat not in room.students:
+            room.free_idle_seats(now)
+            if len(room.students) >= setting("KVVIZ_ROOM_STUDENTS"):
+                return False
+        room.students[seat] = now
+    return True
 
 
-def leave(room: Room) -> None:
+def leave(room: Room, seat: str) -> None:
     with _lock:
-        room.students.pop(session_id(), None)
+        room.students.pop(seat, None)
+
+
+def seats(room: Room) -> int:
+    """Seats held now (the idle ones freed first)."""
+    with _lock:
+        room.free_idle_seats(time.time())
+        return len(room.students)
 
 
 def publish(room: Room, step: int, progress: int = 0) -> None:
@@ -225,8 +302,9 @@ def reveal(room: Room, question_id: str, answer: float, step: int | None = None)
             room.version += 1
 
 
-def answer(room: Room, question_id: str, value: float) -> str | None:
-    """This student's number for the question (a second answer replaces the first); a sentence if refused."""
+def answer(room: Room, question_id: str, value: float, seat: str) -> str | None:
+    """The number of the student in `seat` (a second answer replaces the first); a sentence if refused.
+    No follower's page wakes for it: only the teacher's counts change, and they redraw on their own."""
     with _lock:
         question = room.question(question_id)
         if question is None:
@@ -235,8 +313,7 @@ def answer(room: Room, question_id: str, value: float) -> str | None:
             return "The teacher has already revealed this answer."
         if not 0 <= value < 1e15:
             return "Answer with a number from 0 up."
-        question.answers[session_id()] = float(value)
-        room.version += 1
+        question.answers[seat] = float(value)
     return None
 
 

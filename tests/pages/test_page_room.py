@@ -1,6 +1,7 @@
 """A room (issue 27) under AppTest: a teacher's Prefill and decode lesson followed by students."""
 
 import io
+import weakref
 
 import pytest
 import qrcode
@@ -8,7 +9,7 @@ from PIL import Image
 from streamlit.testing.v1 import AppTest
 
 from kvviz.lessons import room_view
-from kvviz.ui import rooms
+from kvviz.ui import live_lessons, rooms
 
 from conftest import ROOT, open_lesson
 
@@ -17,9 +18,11 @@ def click(at, label):
     next(b for b in at.button if b.label == label).click().run()
 
 
-def student(code: str) -> AppTest:
+def student(code: str, seat: str | None = None) -> AppTest:
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
     at.query_params["room"] = code
+    if seat is not None:
+        at.query_params["seat"] = seat
     at.run()
     at.switch_page("lessons/prefill_decode.py").run()
     return at
@@ -100,9 +103,43 @@ def test_take_over_gives_a_lesson_of_ones_own_at_the_rooms_step(teacher):
     assert len(pupil.session_state["lesson"].records) == 4 and room.step == 2
 
 
+def test_a_refused_take_over_keeps_the_student_in_the_room_with_one_sentence(teacher, monkeypatch):
+    room = room_of(teacher)
+    pupil = student(room.code)
+    # the server's one live lesson is another session's (AppTest names every session alike)
+    monkeypatch.setitem(live_lessons._live, ("another session", "Lesson"), weakref.ref(room.lesson))
+    monkeypatch.setenv("KVVIZ_MAX_LESSONS", "1")
+    click(pupil, "Take over")
+    assert not pupil.exception
+    refusal = pupil.error[0].value
+    assert f"you still follow room {room.code}" in refusal and "live lessons" in refusal
+    assert pupil.session_state["room_code"] == room.code and len(room.students) == 1
+    lesson = pupil.session_state["lesson"]
+    assert lesson.replay and len(lesson.records) == 3  # the room's replay, at the teacher's step
+    assert pupil.success[0].value.startswith("**Decode step 2.**")
+
+
+def test_a_reload_takes_the_same_seat_and_leave_frees_it(teacher, monkeypatch):
+    monkeypatch.setenv("KVVIZ_ROOM_STUDENTS", "3")
+    room = room_of(teacher)
+    first = student(room.code)
+    seat = first.session_state["room_seat"]
+    assert first.query_params["seat"] == seat  # in the page's address: a reload sends it back
+    reloads = [student(room.code, seat) for _ in range(3)]  # the same student reloading three times
+    assert all(r.session_state["room_seat"] == seat and not r.error for r in reloads)
+    assert list(room.students) == [seat]
+    others = [student(room.code) for _ in range(2)]
+    assert all(not o.error for o in others) and len(room.students) == 3
+    teacher.run()
+    assert any(c.value.startswith("3 of 3 students following") for c in teacher.caption)
+    click(others[0], "Leave")
+    assert len(room.students) == 2 and "seat" not in others[0].query_params
+    assert not student(room.code).error  # the seat left is free
+
+
 def test_a_wrong_code_gets_one_sentence_and_a_lesson_of_ones_own():
     pupil = student("NOSUCH")
-    assert "No open room has the code NOSUCH" in pupil.error[0].value
+    assert "No open room has a seat for the code NOSUCH" in pupil.error[0].value
     assert any(b.label == "Prefill" for b in pupil.button)
 
 

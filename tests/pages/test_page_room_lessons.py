@@ -169,7 +169,7 @@ def test_a_room_link_on_another_lessons_page_goes_to_the_rooms_page(paged_teache
 @pytest.mark.parametrize("path, run_button", [(PAGED, "Start"), (SPECULATIVE, "Start")])
 def test_a_wrong_code_gets_one_sentence_and_a_run_of_ones_own(path, run_button, close_rooms):
     pupil = student("NOSUCH", path)
-    assert len(pupil.error) == 1 and "No open room has the code NOSUCH" in pupil.error[0].value
+    assert len(pupil.error) == 1 and "No open room has a seat for the code NOSUCH" in pupil.error[0].value
     assert one_sentence(pupil.error[0].value)
     click(pupil, run_button)
     assert not pupil.error

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from time import perf_counter
 
 from kvviz import bench
-from kvviz.lessons.budget import Work, check_click
+from kvviz.lessons.budget import ModelCost, Work, check_click
 from kvviz.engine import Engine, EngineConfig, SamplingParams
 from kvviz.engine.block_pool import BLOCK_BOOKKEEPING_BYTES
 from kvviz.engine.cache_setup import available_memory_bytes
@@ -109,7 +109,7 @@ def batch_work(lm, workload: Workload, settings: BatchSettings) -> Work:
     running = max(1, min(settings.engine.max_num_seqs, len(work)))
     steps = max(-(-work.num_output_tokens // running),
                 -(-(work.num_prompt_tokens + work.num_output_tokens) // settings.engine.max_num_batched_tokens))
-    return Work(bench.model_flops(parts.model, work), steps)
+    return Work(bench.model_flops(parts.model, work), steps, step_scale=ModelCost.of(parts.model).step_scale)
 
 
 def generate_work(model, workload: Workload, batch_size: int) -> Work:

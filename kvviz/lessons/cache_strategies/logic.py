@@ -109,7 +109,7 @@ def run_work(cost: ModelCost, strategy: str, prompt_tokens: int, max_tokens: int
         flops = cost.forward(prompt_tokens, 0) + sum(cost.forward(1, prompt_tokens + step - 1)
                                                      for step in range(1, max_tokens))
     if strategy in ENGINE_STRATEGIES:
-        return Work(flops, steps=max_tokens, read_backs=max_tokens)
+        return Work(flops, steps=max_tokens, read_backs=max_tokens, step_scale=cost.step_scale)
     return Work(flops, passes=max_tokens)
 
 

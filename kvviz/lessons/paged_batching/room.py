@@ -46,4 +46,5 @@ def questions(lesson: PagedLesson) -> list[RoomQuestion]:
     return asked
 
 
-ROOM = RoomLesson("paged_batching", ps.LESSON.keys.run, ps.LESSON.keys.view, follower, take_over, questions)
+ROOM = RoomLesson("paged_batching", ps.LESSON.keys.run, ps.LESSON.keys.view, follower, take_over, questions,
+                  error_key=ps.LESSON.keys.error)

@@ -269,7 +269,7 @@ def lesson_work(lm, prompt_tokens: int, last_step: int) -> Work:
     flops = cost.forward(prompt_tokens, 0) * 2  # the prefill, the same on both sides
     for step in range(1, last_step + 1):
         flops += cost.forward(1, prompt_tokens + step - 1) + cost.forward(prompt_tokens + step, 0)
-    return Work(flops, steps=2 * (last_step + 1), read_backs=2 * (last_step + 1))
+    return Work(flops, steps=2 * (last_step + 1), read_backs=2 * (last_step + 1), step_scale=cost.step_scale)
 
 
 def furthest_step(lm, prompt_tokens: int, target: int, device) -> int:

@@ -49,4 +49,5 @@ def questions(lesson: Lesson) -> list[RoomQuestion]:
     return asked
 
 
-ROOM = RoomLesson("prefill_decode", "lesson", "lesson_view_step", follower, take_over, questions)
+ROOM = RoomLesson("prefill_decode", "lesson", "lesson_view_step", follower, take_over, questions,
+                  error_key="lesson_error")

@@ -39,4 +39,5 @@ def progress(lesson: SpeculativeLesson) -> int:
     return len(lesson.plain_records)
 
 
-ROOM = RoomLesson("speculative", ss.LESSON.keys.run, ss.LESSON.keys.view, follower, take_over, progress=progress)
+ROOM = RoomLesson("speculative", ss.LESSON.keys.run, ss.LESSON.keys.view, follower, take_over, progress=progress,
+                  error_key=ss.LESSON.keys.error)

@@ -1,0 +1,90 @@
+"""Room seats (kvviz.ui.rooms, issue 35 item 5-6): a seat per student, not per tab; idle seats freed;
+one sentence for a wrong code and a full room; wrong codes rate-limited; rooms bounded per address;
+an answer wakes no follower."""
+
+import time
+
+import pytest
+import streamlit as st
+
+from kvviz.ui import rooms
+
+
+class Lesson:  # what a room reads of a lesson here: that it is not released
+    released = False
+
+
+@pytest.fixture()
+def room(monkeypatch):
+    monkeypatch.setenv("KVVIZ_ROOM_STUDENTS", "3")
+    code = "K7QW2M"
+    rooms._rooms[code] = rooms.Room(code, "teacher", None, "prefill_decode", Lesson())
+    yield rooms._rooms[code]
+    rooms._rooms.clear()
+    rooms._wrong_guesses.clear()
+
+
+def test_a_reload_takes_the_same_seat(room):
+    seat = rooms.new_seat()
+    assert rooms.valid_seat(seat) and not rooms.valid_seat("x") and not rooms.valid_seat(None)
+    for _ in range(3):  # one student reloading three times
+        assert rooms.take_seat("k7qw 2m", seat) is room
+    assert len(room.students) == 1
+    others = [rooms.take_seat(room.code, rooms.new_seat()) for _ in range(2)]
+    assert all(found is room for found in others) and rooms.seats(room) == 3
+
+
+def test_a_full_room_and_a_wrong_code_get_the_same_sentence(room):
+    for _ in range(3):
+        rooms.take_seat(room.code, rooms.new_seat())
+    full = rooms.take_seat(room.code, rooms.new_seat())
+    wrong = rooms.take_seat("ZZZZZZ", rooms.new_seat())
+    assert isinstance(full, str) and full == wrong.replace("ZZZZZZ", room.code)
+    assert "full" in full and "closed" in full  # it names both, telling neither
+
+
+def test_a_seat_unseen_for_a_while_is_freed(room, monkeypatch):
+    monkeypatch.setenv("KVVIZ_SEAT_IDLE_S", "5")
+    seats = [rooms.new_seat() for _ in range(3)]
+    for seat in seats:
+        rooms.take_seat(room.code, seat)
+    room.students[seats[0]] = time.time() - 10  # that tab closed ten seconds ago
+    newcomer = rooms.new_seat()
+    assert rooms.take_seat(room.code, newcomer) is room
+    assert seats[0] not in room.students and rooms.seats(room) == 3
+    assert not rooms.seen(room, seats[0])  # the closed tab came back to a full room: no seat
+    rooms.leave(room, seats[1])
+    assert rooms.seen(room, seats[0]) and rooms.seats(room) == 3
+
+
+def test_wrong_codes_are_rate_limited_per_session_and_address(room):
+    for _ in range(rooms.GUESSES["session"]):
+        assert isinstance(rooms.take_seat("ZZZZZZ", rooms.new_seat(), "one session"), str)
+    refused = rooms.take_seat(room.code, rooms.new_seat(), "one session")
+    assert isinstance(refused, str) and refused.startswith("Too many room codes")
+    for guess in range(rooms.GUESSES["address"]):  # new sessions from one address
+        assert isinstance(rooms.take_seat("ZZZZZZ", rooms.new_seat(), f"session {guess}", "10.0.0.9"), str)
+    refused = rooms.take_seat(room.code, rooms.new_seat(), "another session", "10.0.0.9")
+    assert isinstance(refused, str) and refused.startswith("Too many room codes")
+    assert rooms.take_seat(room.code, rooms.new_seat(), "a third session", "10.0.0.10") is room
+
+
+def test_rooms_are_bounded_per_address(room, monkeypatch):
+    monkeypatch.setenv("KVVIZ_ROOMS_PER_CLIENT", "1")
+    room.client = "10.0.0.9"
+    st.session_state[rooms.SESSION_KEY] = "a student's tab"
+    with pytest.raises(ValueError, match="KVVIZ_ROOMS_PER_CLIENT"):
+        rooms.open_room(Lesson(), "prefill_decode", "10.0.0.9")
+    assert rooms.open_room(Lesson(), "prefill_decode", "10.0.0.10").client == "10.0.0.10"
+
+
+def test_an_answer_wakes_no_follower(room):
+    rooms.ask(room, "q", "How many blocks?", "blocks", 3)
+    seat = rooms.new_seat()
+    rooms.take_seat(room.code, seat)
+    version = room.version
+    for value in range(25):  # a student changing their answer 25 times
+        assert rooms.answer(room, "q", value, seat) is None
+    assert room.version == version and room.question("q").answers == {seat: 24.0}
+    rooms.reveal(room, "q", 24)
+    assert room.version == version + 1  # the reveal wakes them
