@@ -28,8 +28,8 @@ QUESTION = "What is a KV cache? Answer in one sentence."
 NEXT_TOKENS = 3
 
 
-def press(page, name):
-    page.get_by_role("button", name=name, exact=True).first.click()
+def press(page, name, exact=True):
+    page.get_by_role("button", name=name, exact=exact).first.click()
     wait_idle(page, timeout=SLOW_S)
 
 
@@ -45,7 +45,7 @@ def test_the_stage_holds_smollm2_on_one_screen(app_url, presenter):  # noqa: F81
         wait_idle(page, timeout=SLOW_S)
         press(page, "Prefill")
         for _ in range(NEXT_TOKENS):
-            press(page, "Next token")
+            press(page, "Next token", exact=False)  # its name carries an arrow
         page.locator("[data-testid='stage-step']").get_by_text(f"Step {NEXT_TOKENS} of", exact=False).wait_for()
         no_exceptions(page)
         time.sleep(0.6)  # the new column's slide-in

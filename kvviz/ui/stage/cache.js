@@ -55,7 +55,7 @@ function attentionPicks(ctx, bar) {
   const grouped = groups.length > 1 && groups.length < d.heads; // GQA: query heads under the KV head they share
   groups.forEach((group, g) => {
     const parent = grouped ? html("optgroup", { label: `KV head ${g} ← Q heads ${group.join(",")}` }, headPick) : headPick;
-    if (grouped) html("option", { value: `g${g}` }, parent, `KV head ${g}: mean of Q heads ${group.join(",")}`);
+    if (grouped) html("option", { value: `g${g}` }, parent, `KV ${g}: its Q heads`);
     for (const h of group) html("option", { value: String(h) }, parent, `head ${h}`);
   });
   headPick.value = state.head >= 0 ? String(state.head) : state.group >= 0 && grouped ? `g${state.group}` : "-1";
@@ -67,9 +67,8 @@ function attentionPicks(ctx, bar) {
   };
   if ((d.special || []).length) { // a chat template's tokens: say what their chips are
     const legend = html("span", { class: "legend", "data-testid": "stage-legend" }, bar);
-    for (const [kind, text] of [["prompt", "prompt"], ["generated", "generated"], ["prompt special", "special token"]]) {
-      html("span", { class: `chip ${kind}` }, html("span", { class: "key" }, legend), text);
-    }
+    html("span", { class: "chip prompt special", title: "a special token of the chat template (the tokenizer's own, "
+                   + "not text): it marks where a turn starts and ends" }, html("span", { class: "key" }, legend), "special token");
   }
 }
 
@@ -97,7 +96,8 @@ function headGroups(ctx, parent) {
 function layerStrip(ctx, parent, band, heads) {
   const { d, step, state } = ctx;
   const strip = html("div", { class: "lstrip", "data-testid": "stage-layer-strip" }, parent);
-  html("span", { class: "hlabel" }, strip, `${d.layers} layers, ${band.count} drawn:`);
+  html("span", { class: "hlabel", title: `${band.count} of the ${d.layers} layers are drawn whole; click one to draw it` },
+       strip, `${d.layers} layers:`);
   const means = [];
   for (let l = 0; l < d.layers; l++) means.push(strongestOf(attentionOf(step, l, heads)));
   const top = Math.max(...means, 1e-9);
@@ -151,12 +151,13 @@ function drawCache(ctx) {
   const wrap = html("div", { class: "stagebox" }, root);
   const svg = el("svg", { width: gridWidth, height: gridHeight, class: "cache", "data-testid": "stage-cache" });
   wrap.appendChild(svg);
-  const titleText = el("text", { x: 0, y: 14 * scale, class: "title" }, svg, "Each layer's cache: ");
+  const folded = band.count < d.layers;
+  const titleText = el("text", { x: 0, y: 14 * scale, class: "title" }, svg,
+                       folded ? `Layers ${band.first}-${band.first + band.count - 1} of ${d.layers}: ` : "Each layer's cache: ");
   el("tspan", { class: "k-word" }, titleText, "K");
   titleText.appendChild(document.createTextNode(" over "));
   el("tspan", { class: "v-word" }, titleText, "V");
-  titleText.appendChild(document.createTextNode(" for every cached position"
-    + (band.count < d.layers ? ` (layers ${band.first}-${band.first + band.count - 1} of ${d.layers})` : "")));
+  titleText.appendChild(document.createTextNode(folded ? " per cached position" : " for every cached position"));
   const top = headerHeight;
   // the newest token's attention, as bars above its columns
   const labelSize = d.presenter ? 16 : 12;
