@@ -12,7 +12,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from kvviz.engine.chat import special_token_ids
 from kvviz.lessons.prefill_decode.logic import per_token_formula
+
+
+BAND_LAYERS = 6  # layers drawn whole on one 1280x720 screen; a deeper model's others fold into a strip
 
 
 def stage_data(lesson, step: int, presenter: bool = False) -> dict:
@@ -26,11 +30,32 @@ def stage_data(lesson, step: int, presenter: bool = False) -> dict:
     per_token = steps[0]["bill"]["bytes_per_token"]
     shown = steps[-1]["num_tokens"] + (1 if steps[-1]["sampled"] else 0)
     return {"tokens": lesson.token_texts[:shown], "prompt_tokens": len(lesson.prompt_token_ids),
-            "layers": info["layers"], "heads": info["heads"], "block_size": lesson.settings.block_size,
+            "special": special_positions(lesson, shown),
+            "layers": info["layers"], "band_layers": min(info["layers"], BAND_LAYERS), "heads": info["heads"], "head_groups": head_groups(info),
+            "block_size": lesson.settings.block_size,
             "num_blocks": lesson.engine.num_blocks if lesson.engine is not None else _pool_blocks(lesson, records),
             "bytes_per_token": per_token,
             "per_token_formula": per_token_formula(info),
             "presenter": presenter, "step": min(step, len(steps) - 1), "steps": steps}
+
+
+def head_groups(info: dict) -> list[list[int]]:
+    """The query heads each KV head serves, KV head by KV head: [[0, 1, 2], [3, 4, 5], [6, 7, 8]] for
+    9 query heads over 3 KV heads (GQA); one head each for MHA; all heads in one group for MQA and MLA."""
+    heads = info["heads"]
+    kv_heads = 1 if info.get("kv_lora_rank") else info.get("kv_heads") or heads  # MLA: one latent row for all
+    share = heads // kv_heads if kv_heads and heads % kv_heads == 0 else 1
+    return [list(range(g * share, (g + 1) * share)) for g in range(heads // share)]
+
+
+def special_positions(lesson, shown: int) -> list[int]:
+    """Positions of the tokenizer's special tokens (a chat template's `<|im_start|>`, `<|im_end|>`),
+    drawn as chips of their own kind; none in a replay, which has no tokenizer."""
+    if lesson.tokenizer is None:
+        return []
+    special = special_token_ids(lesson.tokenizer)
+    ids = list(lesson.prompt_token_ids) + [token for record in lesson.records for _, token in record.sampled]
+    return [position for position, token in enumerate(ids[:shown]) if token in special]
 
 
 def _step(lesson, step: int) -> dict:

@@ -19,8 +19,11 @@ The data, which a lesson builds from its engine records. Every lesson sends:
 What a step holds picks the picture.
 
 One request, layer by layer (cache.js; Prefill and decode): the data has tokens (every token's
-text, prompt first, as far as the last step sampled), prompt_tokens, layers, heads,
-bytes_per_token and per_token_formula ("2 (K and V) × 6 layers × ..."); each step has
+text, prompt first, as far as the last step sampled), prompt_tokens, special (positions of the
+tokenizer's special tokens: chips of their own kind), layers, band_layers (how many layers are drawn
+whole; a deeper model's others fold into a strip, a click draws one), heads, head_groups (the query
+heads each KV head serves: [[0, 1, 2], [3, 4, 5], [6, 7, 8]]), bytes_per_token and per_token_formula
+("2 (K and V) × 6 layers × ..."); each step has
         num_tokens  tokens whose K and V are in the cache after it
         new         positions it added
         sampled     whether it sampled a token (shown as the last chip, not yet cached)

@@ -3,20 +3,38 @@
 // and the bill. Hovering a token lights its chip, its column in every layer, its slot and block.
 
 // the newest token's attention over the cached positions, in layer `layer` (-1: mean of layers)
-// and head `head` (-1: mean of heads); weights were sent as integers 0-255
-function attentionOf(step, layer, head) {
+// over the query heads `heads` (a list; all heads when empty); weights were sent as integers 0-255
+function attentionOf(step, layer, heads) {
   const layers = layer < 0 ? step.attention.map((_, i) => i) : [layer];
   const out = new Array(step.num_tokens).fill(0);
   let count = 0;
   for (const l of layers) {
-    const heads = head < 0 ? step.attention[l].map((_, i) => i) : [head];
-    for (const h of heads) {
+    for (const h of heads.length ? heads : step.attention[l].map((_, i) => i)) {
       const row = step.attention[l][h];
       for (let t = 0; t < row.length; t++) out[t] += row[t] / 255;
       count++;
     }
   }
   return out.map((w) => w / Math.max(count, 1));
+}
+
+// the query heads the picks average: one head, one KV head's group, or all (an empty list)
+function pickedHeads(d, state) {
+  if (state.head >= 0) return [state.head];
+  if (state.group >= 0 && d.head_groups) return d.head_groups[state.group];
+  return [];
+}
+
+// layers drawn whole: all of a small model's; a band of d.band_layers around the chosen layer otherwise
+function bandOf(d, state) {
+  const size = d.band_layers || d.layers;
+  if (d.layers <= size) return { first: 0, count: d.layers };
+  if (state.band === undefined || state.band === null) state.band = 0;
+  if (state.layer >= 0 && (state.layer < state.band || state.layer >= state.band + size)) {
+    state.band = state.layer - Math.floor(size / 2);
+  }
+  state.band = Math.max(0, Math.min(d.layers - size, state.band));
+  return { first: state.band, count: size };
 }
 
 function strongestOf(weights) {
@@ -33,9 +51,63 @@ function attentionPicks(ctx, bar) {
   layerPick.onchange = () => { state.layer = Number(layerPick.value); ctx.redraw(); };
   const headPick = html("select", { "aria-label": "Attention of head", class: "pick" }, bar);
   html("option", { value: "-1" }, headPick, "mean of heads");
-  for (let h = 0; h < d.heads; h++) html("option", { value: String(h) }, headPick, `head ${h}`);
-  headPick.value = String(state.head);
-  headPick.onchange = () => { state.head = Number(headPick.value); ctx.redraw(); };
+  const groups = d.head_groups || [[...Array(d.heads).keys()]];
+  const grouped = groups.length > 1 && groups.length < d.heads; // GQA: query heads under the KV head they share
+  groups.forEach((group, g) => {
+    const parent = grouped ? html("optgroup", { label: `KV head ${g} ← Q heads ${group.join(",")}` }, headPick) : headPick;
+    if (grouped) html("option", { value: `g${g}` }, parent, `KV ${g}: its Q heads`);
+    for (const h of group) html("option", { value: String(h) }, parent, `head ${h}`);
+  });
+  headPick.value = state.head >= 0 ? String(state.head) : state.group >= 0 && grouped ? `g${state.group}` : "-1";
+  headPick.onchange = () => {
+    const value = headPick.value;
+    state.group = value.startsWith("g") ? Number(value.slice(1)) : -1;
+    state.head = value.startsWith("g") ? -1 : Number(value);
+    ctx.redraw();
+  };
+  if ((d.special || []).length) { // a chat template's tokens: say what their chips are
+    const legend = html("span", { class: "legend", "data-testid": "stage-legend" }, bar);
+    html("span", { class: "chip prompt special", title: "a special token of the chat template (the tokenizer's own, "
+                   + "not text): it marks where a turn starts and ends" }, html("span", { class: "key" }, legend), "special token");
+  }
+}
+
+// the query heads grouped under the KV head they share, as a row of buttons: a Q head or a KV head picks
+function headGroups(ctx, parent) {
+  const { d, state } = ctx;
+  const groups = d.head_groups || [];
+  if (groups.length < 2 || groups.length >= d.heads) return; // MHA (a KV head each) or MQA: nothing shared to show
+  const row = html("div", { class: "hgroups", "data-testid": "stage-head-groups" }, parent);
+  html("span", { class: "hlabel" }, row, `${d.heads} query heads share ${groups.length} KV heads:`);
+  groups.forEach((group, g) => {
+    const box = html("span", { class: `hgroup${state.group === g && state.head < 0 ? " on" : ""}`, "data-kv-head": String(g) }, row);
+    const kv = html("button", { class: "kvhead", title: `the mean attention of the query heads that read KV head ${g}` }, box, `KV ${g} ←`);
+    kv.onclick = () => { state.head = -1; state.group = state.group === g ? -1 : g; ctx.redraw(); };
+    for (const h of group) {
+      const q = html("button", { class: `qhead${state.head === h ? " on" : ""}`, "data-head": String(h),
+                                 title: `query head ${h} reads KV head ${g}'s K and V` }, box, `Q${h}`);
+      q.onclick = () => { state.group = -1; state.head = state.head === h ? -1 : h; ctx.redraw(); };
+    }
+  });
+}
+
+// the layers not drawn whole, as a compact strip: a layer's cell is shaded by its attention to the
+// newest token's strongest position; a click brings that layer into the band (and picks it)
+function layerStrip(ctx, parent, band, heads) {
+  const { d, step, state } = ctx;
+  const strip = html("div", { class: "lstrip", "data-testid": "stage-layer-strip" }, parent);
+  html("span", { class: "hlabel", title: `${band.count} of the ${d.layers} layers are drawn whole; click one to draw it` },
+       strip, `${d.layers} layers:`);
+  const means = [];
+  for (let l = 0; l < d.layers; l++) means.push(strongestOf(attentionOf(step, l, heads)));
+  const top = Math.max(...means, 1e-9);
+  for (let l = 0; l < d.layers; l++) {
+    const inBand = l >= band.first && l < band.first + band.count;
+    const cell = html("button", { class: `lcell${inBand ? " band" : ""}${state.layer === l ? " on" : ""}`, "data-layer": String(l),
+                                  title: `layer ${l}: strongest attention ${(100 * means[l]).toFixed(0)}%; click to draw it` }, strip, String(l));
+    cell.style.setProperty("--strength", (0.15 + 0.85 * means[l] / top).toFixed(2));
+    cell.onclick = () => { state.layer = state.layer === l ? -1 : l; if (state.layer < 0) state.band = l - Math.floor(band.count / 2); ctx.redraw(); };
+  }
 }
 
 function drawCache(ctx) {
@@ -44,16 +116,26 @@ function drawCache(ctx) {
   // ---- the tokens --------------------------------------------------------------------------------
   const chips = html("div", { class: "chips" }, root);
   const visible = step.num_tokens + (step.sampled ? 1 : 0);
+  const special = new Set(d.special || []);
   for (let t = 0; t < visible; t++) {
     const kind = t >= step.num_tokens ? "sampled" : t < d.prompt_tokens ? "prompt" : "generated";
-    const chip = html("span", { class: `chip ${kind}${step.new.includes(t) ? " new" : ""}`, "data-token": String(t),
-                                title: kind === "sampled" ? "just sampled: its K and V enter the cache at the next step"
-                                                          : `position ${t}` }, chips, shown(d.tokens[t]));
+    const extra = special.has(t) ? " special" : "";
+    const chip = html("span", { class: `chip ${kind}${extra}${step.new.includes(t) ? " new" : ""}`, "data-token": String(t),
+                                title: (kind === "sampled" ? "just sampled: its K and V enter the cache at the next step"
+                                                           : `position ${t}`) + (extra ? "; a special token of the chat template" : "") },
+                       chips, shown(d.tokens[t]));
     hoverable(chip, ctx, { token: t });
   }
 
+  const picks = html("div", { class: "picks" }, root);
+  headGroups(ctx, picks);
+  const heads = pickedHeads(d, state);
+  const band = bandOf(d, state);
+  if (band.count < d.layers) layerStrip(ctx, picks, band, heads);
+  if (!picks.childNodes.length) picks.remove();
+
   // ---- the cache, the block table and the pool ----------------------------------------------------
-  const weights = attentionOf(step, state.layer, state.head);
+  const weights = attentionOf(step, state.layer, heads);
   const scale = d.presenter ? 1.35 : 1;
   const width = Math.max(root.clientWidth || 900, 640);
   const poolWidth = Math.min(330 * scale, width * 0.34);
@@ -61,19 +143,21 @@ function drawCache(ctx) {
   const labelWidth = 70 * scale;
   const maxTokens = d.steps[d.steps.length - 1].num_tokens;
   const column = Math.max(3, Math.min(26 * scale, (gridWidth - labelWidth - 8) / Math.max(maxTokens, 1)));
-  const row = Math.max(6, Math.min(11, 110 / d.layers)); // K and V rows of a layer; its label spans both
+  const row = Math.max(6, Math.min(11, 110 / band.count)); // K and V rows of a layer; its label spans both
   const headerHeight = 16 * scale + 8;
   const attentionHeight = 2 * (d.presenter ? 16 : 12) + 4;
   const labelsHeight = column >= 11 ? 40 * scale : 0; // token texts under their columns, where they fit
-  const gridHeight = headerHeight + attentionHeight + d.layers * (2 * row + 4) + 8 + labelsHeight;
+  const gridHeight = headerHeight + attentionHeight + band.count * (2 * row + 4) + 8 + labelsHeight;
   const wrap = html("div", { class: "stagebox" }, root);
   const svg = el("svg", { width: gridWidth, height: gridHeight, class: "cache", "data-testid": "stage-cache" });
   wrap.appendChild(svg);
-  const titleText = el("text", { x: 0, y: 14 * scale, class: "title" }, svg, "Each layer's cache: ");
+  const folded = band.count < d.layers;
+  const titleText = el("text", { x: 0, y: 14 * scale, class: "title" }, svg,
+                       folded ? `Layers ${band.first}-${band.first + band.count - 1} of ${d.layers}: ` : "Each layer's cache: ");
   el("tspan", { class: "k-word" }, titleText, "K");
   titleText.appendChild(document.createTextNode(" over "));
   el("tspan", { class: "v-word" }, titleText, "V");
-  titleText.appendChild(document.createTextNode(" for every cached position"));
+  titleText.appendChild(document.createTextNode(folded ? " per cached position" : " for every cached position"));
   const top = headerHeight;
   // the newest token's attention, as bars above its columns
   const labelSize = d.presenter ? 16 : 12;
@@ -88,11 +172,11 @@ function drawCache(ctx) {
                  class: `att${t === newest ? " query" : ""}`, "data-token": String(t) }, svg)
       .appendChild(el("title", {}, null, `${shown(d.tokens[t])}: ${(100 * weights[t]).toFixed(1)}% of the newest token's attention`));
   }
-  for (let l = 0; l < d.layers; l++) {
-    const y = top + attentionHeight + 4 + l * (2 * row + 4);
-    el("text", { x: 0, y: y + row, class: "label", "dominant-baseline": "middle" }, svg, `layer ${l}`);
-    if (l === 0) el("title", {}, svg.lastChild, "Each layer holds a row of keys (K) over a row of values (V)");
-    const layerWeights = attentionOf(step, l, state.head);
+  for (let l = band.first; l < band.first + band.count; l++) {
+    const y = top + attentionHeight + 4 + (l - band.first) * (2 * row + 4);
+    el("text", { x: 0, y: y + row, class: `label${state.layer === l ? " on" : ""}`, "dominant-baseline": "middle" }, svg, `layer ${l}`);
+    if (l === band.first) el("title", {}, svg.lastChild, "Each layer holds a row of keys (K) over a row of values (V)");
+    const layerWeights = attentionOf(step, l, heads);
     for (let t = 0; t < step.num_tokens; t++) {
       const x = labelWidth + t * column;
       const fresh = step.new.includes(t);
@@ -108,7 +192,7 @@ function drawCache(ctx) {
   }
 
   if (labelsHeight) {
-    const base = top + attentionHeight + 4 + d.layers * (2 * row + 4) + 6;
+    const base = top + attentionHeight + 4 + band.count * (2 * row + 4) + 6;
     for (let t = 0; t < step.num_tokens; t++) {
       const x = labelWidth + t * column + column / 2;
       el("text", { x, y: base, class: `tok${step.new.includes(t) ? " fresh" : ""}`, "data-token": String(t),

@@ -24,7 +24,7 @@ function stepName(d, index, last) {
 export default function (component) {
   const { data, parentElement, setStateValue } = component;
   const root = parentElement.querySelector(".kvviz-stage");
-  const state = root.__stage || (root.__stage = { step: null, hover: null, pinned: null, layer: -1, head: -1,
+  const state = root.__stage || (root.__stage = { step: null, hover: null, pinned: null, layer: -1, head: -1, group: -1, band: null,
                                                   timer: null, reported: null, drawnStep: null });
   state.data = data;
   const last = data.steps.length - 1;

@@ -1,0 +1,77 @@
+"""The stage on SmolLM2-135M-Instruct (issue 32 item 3) in a real browser at a projector's 1280x720:
+30 layers folded to a band with a strip of all 30, 9 query heads grouped under the 3 KV heads they
+share, the chat template's special tokens as chips of their own kind; normal and presenter mode.
+
+Skipped where SmolLM2 is not fetched (`kvviz fetch smollm2`). Screenshots go to artifacts/screenshots/.
+"""
+
+import shutil
+import time
+from urllib.parse import quote
+
+import pytest
+from test_browser import app_url, no_exceptions  # noqa: F401  (fixture)
+
+from kvviz.hub.fetch import fetched_folder
+from kvviz.ui.app_server import CHROMIUM, ROOT
+
+from chromium import SCREENSHOTS, browser_page, wait_idle
+
+pytestmark = [
+    pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
+                       reason="Debian's chromium is not installed (.ci/run installs it)"),
+    pytest.mark.skipif(fetched_folder("smollm2") is None,
+                       reason="SmolLM2 is not fetched here; run `kvviz fetch smollm2` once"),
+]
+SLOW_S = 400  # shared cores: a SmolLM2 prefill can take a minute
+QUESTION = "What is a KV cache? Answer in one sentence."
+NEXT_TOKENS = 3
+
+
+def press(page, name, exact=True):
+    page.get_by_role("button", name=name, exact=exact).first.click()
+    wait_idle(page, timeout=SLOW_S)
+
+
+@pytest.mark.parametrize("presenter", [False, True])
+def test_the_stage_holds_smollm2_on_one_screen(app_url, presenter):  # noqa: F811
+    with browser_page(1280, 720) as page:
+        page.set_default_timeout(SLOW_S * 1000)
+        page.goto(f"{app_url}/prefill_decode?model=smollm2&tokens=8&prompt={quote(QUESTION)}"
+                  + ("&presenter=1" if presenter else ""))
+        page.get_by_role("button", name="Prefill", exact=True).wait_for()
+        wait_idle(page, timeout=SLOW_S)
+        page.get_by_text("Chat: apply the model's chat template", exact=False).click()
+        wait_idle(page, timeout=SLOW_S)
+        press(page, "Prefill")
+        for _ in range(NEXT_TOKENS):
+            press(page, "Next token", exact=False)  # its name carries an arrow
+        page.locator("[data-testid='stage-step']").get_by_text(f"Step {NEXT_TOKENS} of", exact=False).wait_for()
+        no_exceptions(page)
+        time.sleep(0.6)  # the new column's slide-in
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SCREENSHOTS / f"stage_smollm2_{'presenter' if presenter else 'normal'}_1280x720.png"))
+
+        cache = page.locator("[data-testid='stage-cache']").bounding_box()
+        assert 0 <= cache["y"] < 720, cache  # the diagram starts on the first screen
+
+        cells = page.locator("[data-testid='stage-layer-strip'] .lcell")
+        assert cells.count() == 30
+        assert page.locator("[data-testid='stage-layer-strip'] .lcell.band").count() < 30  # folded
+        drawn = page.locator("[data-testid='stage-cache'] rect.cell.k").evaluate_all(
+            "cells => [...new Set(cells.map(c => c.dataset.layer))].map(Number)")
+        cells.nth(20).click()  # a layer outside the band comes into it
+        assert 20 not in drawn
+        assert page.locator("[data-testid='stage-cache'] rect.cell.k[data-layer='20']").count() > 0
+
+        groups = page.locator("[data-testid='stage-head-groups'] .hgroup")
+        assert groups.count() == 3
+        for g in range(3):
+            heads = groups.nth(g).locator(".qhead").evaluate_all("qs => qs.map(q => Number(q.dataset.head))")
+            assert heads == [3 * g, 3 * g + 1, 3 * g + 2]
+
+        special = page.locator(".kvviz-stage .chips .chip.special").all_inner_texts()
+        assert "<|im_start|>" in special and "<|im_end|>" in special, special
+        ordinary = page.locator(".kvviz-stage .chips .chip:not(.special)").all_inner_texts()
+        assert not any(text.startswith("<|") for text in ordinary), ordinary
+        assert page.locator("[data-testid='stage-legend'] .chip.special").count() == 1

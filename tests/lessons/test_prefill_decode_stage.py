@@ -1,0 +1,63 @@
+"""The Prefill and decode stage's data on a deep GQA model (issue 32 item 3): the layers folded to a
+band, the query heads grouped under the KV head they share, the tokenizer's special tokens flagged.
+A small random-weight model (12 layers, 9 query heads over 3 KV heads) so it runs without SmolLM2."""
+
+import json
+
+import pytest
+
+from kvviz.engine.sampling import SamplingParams
+from kvviz.lessons.prefill_decode.logic import Lesson, LessonSettings
+from kvviz.lessons.prefill_decode.stage import BAND_LAYERS, head_groups, stage_data
+from kvviz.models import CustomShape, load_model
+
+# a ChatML-like template written with the bundled tokenizer's one special token, <|endoftext|> (id 0)
+TEMPLATE = ("{% for m in messages %}<|endoftext|>{{ m['role'] }}\n{{ m['content'] }}<|endoftext|>\n{% endfor %}"
+            "{% if add_generation_prompt %}<|endoftext|>assistant\n{% endif %}")
+
+
+@pytest.fixture(scope="module")
+def gqa_lm():
+    lm = load_model(shape=CustomShape(num_layers=12, hidden_size=144, num_heads=9, num_kv_heads=3))
+    lm.tokenizer.chat_template = TEMPLATE  # this model's own tokenizer (a fresh one per load)
+    return lm
+
+
+def run(lm, prompt: str, chat: bool, tokens: int = 3) -> Lesson:
+    lesson = Lesson.start(lm, LessonSettings(prompt, SamplingParams(max_tokens=tokens), chat=chat))
+    lesson.prefill()
+    for _ in range(tokens - 1):
+        lesson.next_token()
+    return lesson
+
+
+def test_a_deep_gqa_model_folds_its_layers_and_groups_its_heads(gqa_lm):
+    data = stage_data(run(gqa_lm, "The cache holds", chat=False), step=2)
+    assert data["layers"] == 12 and data["band_layers"] == BAND_LAYERS < 12
+    assert data["heads"] == 9 and data["head_groups"] == [[0, 1, 2], [3, 4, 5], [6, 7, 8]]
+    assert data["special"] == []
+    step = data["steps"][-1]
+    assert len(step["attention"]) == 12 and len(step["attention"][0]) == 9  # the strip's layers pick from all
+
+
+def test_the_chat_templates_special_tokens_are_flagged(gqa_lm):
+    lesson = run(gqa_lm, "Why cache keys?", chat=True)
+    data = stage_data(lesson, step=0)
+    ids = lesson.prompt_token_ids
+    assert data["special"] == [position for position, token in enumerate(ids) if token == 0]
+    assert len(data["special"]) == 3 and data["special"][0] == 0  # <|endoftext|>user ... <|endoftext|> <|endoftext|>assistant
+    assert all(data["tokens"][p] == "<|endoftext|>" for p in data["special"])
+    json.dumps(data)  # plain JSON for the browser
+
+
+def test_the_bundled_model_is_drawn_whole():
+    lm = load_model("bundled")
+    data = stage_data(run(lm, "KING:", chat=False, tokens=2), step=1)
+    assert data["band_layers"] == data["layers"] == 6
+    assert data["head_groups"] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+
+
+def test_head_groups_of_mha_mqa_and_mla():
+    assert head_groups({"heads": 4, "kv_heads": 4}) == [[0], [1], [2], [3]]
+    assert head_groups({"heads": 4, "kv_heads": 1}) == [[0, 1, 2, 3]]
+    assert head_groups({"heads": 4, "kv_heads": 4, "kv_lora_rank": 32}) == [[0, 1, 2, 3]]
