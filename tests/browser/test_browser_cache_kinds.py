@@ -70,7 +70,7 @@ def start_on_model(page, address: str, start: str, source: str, shown_name: str,
     page.goto(address)
     page.get_by_role("button", name=start, exact=True).wait_for()
     settle(page)
-    field = page.get_by_label(re.compile(r"^bundled, tiny-mla, .*a Hugging Face id"))
+    field = page.get_by_label(re.compile(r"^bundled, .*tiny-mla, .*a Hugging Face id"))
     field.fill(source)
     field.press("Enter")
     settle(page)
