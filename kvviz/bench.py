@@ -29,7 +29,8 @@ from time import perf_counter
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from kvviz.engine import Engine, SamplingParams
+from kvviz.engine.engine import Engine
+from kvviz.engine.sampling import SamplingParams
 from kvviz.engine.config import DEFAULTS, EngineConfig
 from kvviz.engine.block_pool import blocks_needed
 from kvviz.models import CustomShape, pick_device, pick_dtype

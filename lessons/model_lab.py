@@ -5,7 +5,7 @@ import dataclasses
 import streamlit as st
 
 from kvviz.lessons.budget import WorkTooLarge
-from kvviz.engine import EngineError
+from kvviz.engine.errors import EngineError
 from kvviz.lessons.model_lab import figures
 from kvviz.lessons.model_lab import logic as lab
 from kvviz.models import CustomShape, ModelLoadError

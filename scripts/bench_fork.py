@@ -20,7 +20,8 @@ import statistics
 import time
 
 from kvviz import bench
-from kvviz.engine import Engine, SamplingParams
+from kvviz.engine.engine import Engine
+from kvviz.engine.sampling import SamplingParams
 from kvviz.engine.block_pool import blocks_needed
 from kvviz.models import CustomShape
 

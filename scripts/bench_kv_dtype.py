@@ -33,7 +33,8 @@ import time
 from kvviz import load_model
 from kvviz.bench import compare_outputs
 from kvviz.engine.cache_dtype import cache_dtype_quality, measured_bytes_per_token
-from kvviz.engine import Engine, SamplingParams
+from kvviz.engine.engine import Engine
+from kvviz.engine.sampling import SamplingParams
 from kvviz.engine.block_pool import BLOCK_BOOKKEEPING_BYTES
 from kvviz.engine.kv_cache import KV_CACHE_DTYPES
 from kvviz.shapes import ModelShape

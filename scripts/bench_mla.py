@@ -17,7 +17,7 @@ import json
 import statistics
 
 from kvviz import bench
-from kvviz.engine import Engine
+from kvviz.engine.engine import Engine
 from kvviz.memory_bill import compare_attention_variants, kv_bytes_per_token
 from kvviz.models import build_tiny_mla
 from kvviz.workloads import mixed_workload

@@ -15,7 +15,8 @@ tree, steps = sys.argv[1], int(sys.argv[2])
 sys.path.insert(0, tree)
 
 from kvviz import bench  # noqa: E402
-from kvviz.engine import Engine, SamplingParams  # noqa: E402
+from kvviz.engine.engine import Engine  # noqa: E402
+from kvviz.engine.sampling import SamplingParams  # noqa: E402
 
 try:
     from kvviz.workloads import mixed_workload  # noqa: E402

@@ -13,7 +13,7 @@ from transformers import AutoTokenizer
 
 from kvviz.cli.common import check_output_path, print_summary, sampling_params, write_atomically
 from kvviz.cli.engine_flags import add_engine_arguments, engine_config, given, vllm_engine_options
-from kvviz.engine import Engine
+from kvviz.engine.engine import Engine
 from kvviz.engine.sampling import SamplingParams
 from kvviz.models import load_model, pick_device, pick_dtype
 from kvviz.throughput import output_tokens_per_s

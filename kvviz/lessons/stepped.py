@@ -16,7 +16,7 @@ from typing import Any
 
 import streamlit as st
 
-from kvviz.engine import EngineError
+from kvviz.engine.errors import EngineError
 from kvviz.lessons import room_view
 from kvviz.lessons.room_view import RoomLesson
 from kvviz.lessons.uploads import file_buttons

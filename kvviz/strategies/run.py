@@ -16,7 +16,8 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import torch
 
-from kvviz.engine import Engine, SamplingParams
+from kvviz.engine.engine import Engine
+from kvviz.engine.sampling import SamplingParams
 from kvviz.engine.model_parts import model_parts
 from kvviz.strategies.bill import ByteBill, cache_bill, engine_bill, formula_text, full_attention_shape
 from kvviz.strategies.options import ENGINE_STRATEGIES, ModelFacts, StrategySpec, make_cache, resolve_options

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import streamlit as st
 
-from kvviz.engine import SamplingParams
+from kvviz.engine.sampling import SamplingParams
 from kvviz.hub.fetch import PACKAGED, fetch_command, fetched_folder
 from kvviz.models import ModelLoadError, allowed_source, load_model
 from kvviz.ui.text import plain

@@ -21,7 +21,8 @@ from test_browser_fonts import TEXTS_JS
 from test_browser_stage import SLOW_S
 
 from kvviz.engine.cache_dtype import measured_bytes_per_token
-from kvviz.engine import Engine, SamplingParams
+from kvviz.engine.engine import Engine
+from kvviz.engine.sampling import SamplingParams
 from kvviz.engine.kv_cache import CacheShape
 from kvviz.lessons.prefill_decode.state import DEFAULTS
 

@@ -8,7 +8,8 @@ import pytest
 from kvviz import SamplingParams
 from kvviz.cli.common import write_atomically
 from kvviz.cli.main import main
-from kvviz.engine import Engine, EngineError
+from kvviz.engine.engine import Engine
+from kvviz.engine.errors import EngineError
 from kvviz.models import BUNDLED_DIR, ModelLoadError, allowed_source, load_model
 from kvviz.workloads import (
     MAX_JOB_TOKENS,

@@ -6,7 +6,8 @@ import os
 import pytest
 
 from kvviz.cli.main import main
-from kvviz.engine import Engine, EngineError
+from kvviz.engine.engine import Engine
+from kvviz.engine.errors import EngineError
 from kvviz.models import ModelLoadError, load_model
 from kvviz.ui import rooms
 from kvviz.workloads import WorkloadError, parse_upload, read_prompts

@@ -5,7 +5,8 @@ import json
 import pytest
 
 from kvviz.cli import main as cli
-from kvviz.engine import EngineConfig, SamplingParams
+from kvviz.engine.config import EngineConfig
+from kvviz.engine.sampling import SamplingParams
 from kvviz.engine.config import DEFAULTS
 from kvviz.lessons.batch_generation.logic import BatchSettings, run_batch
 from kvviz.workloads import (

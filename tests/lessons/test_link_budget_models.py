@@ -4,7 +4,7 @@ FLOPs grows with the model's layers and their kind, so a link to a late step sta
 import pytest
 import torch
 
-from kvviz.engine import EngineConfig
+from kvviz.engine.config import EngineConfig
 from kvviz.lessons.batch_generation.logic import BatchSettings, batch_work
 from kvviz.lessons.budget import ModelCost, click_seconds
 from kvviz.lessons.prefill_decode.logic import furthest_step, lesson_work

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from kvviz.engine import EngineError
+from kvviz.engine.errors import EngineError
 from kvviz.lessons.files import LESSON_FORMAT, LessonFileError
 from kvviz.lessons.prefill_decode import predict
 from kvviz.lessons.prefill_decode.file import export_lesson, import_lesson

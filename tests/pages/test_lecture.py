@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from kvviz import SamplingParams
-from kvviz.engine import Engine
+from kvviz.engine.engine import Engine
 from kvviz.memory_bill import kv_cache_bytes
 from kvviz.shapes import format_bytes
 

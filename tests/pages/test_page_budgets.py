@@ -13,7 +13,7 @@ from kvviz.lessons.batch_generation import logic as batch
 from kvviz.lessons.batch_generation.logic import BatchSettings, compare_with_transformers
 from kvviz.lessons.files import MAX_LESSON_BYTES
 from kvviz.lessons.model_lab import logic as lab
-from kvviz.engine import EngineConfig
+from kvviz.engine.config import EngineConfig
 from kvviz.models import CustomShape
 from kvviz.workloads import MAX_UPLOAD_BYTES, WorkloadError, synthetic_workload
 

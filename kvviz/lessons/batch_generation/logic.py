@@ -21,7 +21,9 @@ from time import perf_counter
 
 from kvviz import bench
 from kvviz.lessons.budget import ModelCost, Work, check_click
-from kvviz.engine import Engine, EngineConfig, SamplingParams
+from kvviz.engine.config import EngineConfig
+from kvviz.engine.engine import Engine
+from kvviz.engine.sampling import SamplingParams
 from kvviz.engine.block_pool import BLOCK_BOOKKEEPING_BYTES
 from kvviz.engine.cache_setup import available_memory_bytes
 from kvviz.engine.kv_cache import CacheShape

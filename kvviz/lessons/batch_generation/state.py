@@ -14,7 +14,8 @@ from dataclasses import replace
 
 import streamlit as st
 
-from kvviz.engine import EngineConfig, SamplingParams
+from kvviz.engine.config import EngineConfig
+from kvviz.engine.sampling import SamplingParams
 from kvviz.lessons.batch_generation import figures
 from kvviz.lessons.batch_generation.logic import (
     BatchResult,

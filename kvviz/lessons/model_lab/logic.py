@@ -22,7 +22,8 @@ import torch
 from transformers import AutoTokenizer
 
 from kvviz.lessons.budget import Work, check_click, forward_flops
-from kvviz.engine import Engine, SamplingParams
+from kvviz.engine.engine import Engine
+from kvviz.engine.sampling import SamplingParams
 from kvviz.engine.config import DEFAULTS
 from kvviz.engine.block_pool import blocks_needed
 from kvviz.memory_bill import bill_breakdown, kv_cache_bytes

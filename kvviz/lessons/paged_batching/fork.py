@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kvviz.engine import Engine, SamplingParams, StepRecord
+from kvviz.engine.engine import Engine
+from kvviz.engine.records import StepRecord
+from kvviz.engine.sampling import SamplingParams
 from kvviz.engine.records import PoolReplay
 from kvviz.lessons.paged_batching.events import PoolSteps
 

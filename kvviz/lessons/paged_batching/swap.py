@@ -11,7 +11,10 @@ import statistics
 import time
 from dataclasses import dataclass
 
-from kvviz.engine import Engine, EngineError, SamplingParams, StepRecord
+from kvviz.engine.engine import Engine
+from kvviz.engine.errors import EngineError
+from kvviz.engine.records import StepRecord
+from kvviz.engine.sampling import SamplingParams
 
 MODES = ("recompute", "swap")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from kvviz.engine import EngineError
+from kvviz.engine.errors import EngineError
 from kvviz.engine.kv_manager import KVCacheManager
 from kvviz.lessons.paged_batching import swap as swap_lesson
 from kvviz.lessons.paged_batching.events import event_words

@@ -11,7 +11,10 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from kvviz.engine import Engine, EngineError, SamplingParams, StepRecord
+from kvviz.engine.engine import Engine
+from kvviz.engine.errors import EngineError
+from kvviz.engine.records import StepRecord
+from kvviz.engine.sampling import SamplingParams
 from kvviz.engine.block_pool import blocks_needed
 from kvviz.engine.chat import chat_answer, chat_params, chat_prompt
 from kvviz.engine.config import DEFAULTS

@@ -13,7 +13,10 @@ import time
 from dataclasses import dataclass, field
 from itertools import accumulate
 
-from kvviz.engine import Engine, EngineError, SamplingParams, StepRecord
+from kvviz.engine.engine import Engine
+from kvviz.engine.errors import EngineError
+from kvviz.engine.records import StepRecord
+from kvviz.engine.sampling import SamplingParams
 from kvviz.engine.block_pool import blocks_needed
 from kvviz.engine.config import MAX_SPECULATIVE_TOKENS
 
