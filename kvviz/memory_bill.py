@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from kvviz.shapes import FULL, MLA, SLIDING, ModelShape, check_positive, format_bytes
 
 GiB = 2**30
+UNBOUNDED_CONTEXT = 2**40  # max_context's search: a cache that still fits this many tokens has stopped growing
 
 
 # --- Bytes per value -------------------------------------------------------------------------
@@ -415,7 +416,7 @@ def max_context(shape: ModelShape, batch: int, device_memory: str | int, dtype_b
     low, high = 0, 1  # double high until it no longer fits, then bisect between low and high
     while fits(high):
         low, high = high, high * 2
-        if high > 2**40:
+        if high > UNBOUNDED_CONTEXT:
             raise ValueError(f"The cache of {shape.name!r} stops growing past its sliding window, so the "
                              "context is unbounded; give context_limit to bound the answer.")
     while high - low > 1:
