@@ -115,7 +115,9 @@ stepped.stage(LESSON, stage_data(lesson, step, bool(st.session_state.get("presen
 stepped.look_back(LESSON, step, last_step, "Look back at step (0 = prefill)", disabled=playing,
                   help="Or step in the diagram (its arrows, or ← → when it has the focus). While playing, the "
                        "views follow the newest step.")
-sync_query_params(lesson.settings.prompt, step)
+link_note = sync_query_params(lesson.settings.prompt, step)
+if link_note:
+    st.caption(link_note)
 
 # one view at a time: only the chosen view is computed, so a step redraws quickly
 view = st.radio("View", ls.VIEWS, horizontal=True, key="lesson_view", label_visibility="collapsed")

@@ -48,3 +48,24 @@ def test_an_upload_refusal_quoting_the_file_is_text():
     message = at.error[0].value
     assert "is not one kvviz writes" in message
     assert "](" not in message and "![" not in message and "http://" not in message, message
+
+
+def long_prompt_link():
+    """The lesson's link kept in the address, for a prompt past what a link carries (AppTest runs this alone)."""
+    import streamlit as st
+
+    from kvviz.lessons.prefill_decode.classroom import MAX_LINK_PROMPT_CHARS, sync_query_params
+
+    st.query_params["prompt"] = "an older, shorter prompt"
+    for prompt in ("ROMEO:", "x" * (MAX_LINK_PROMPT_CHARS + 1)):
+        note = sync_query_params(prompt, 3)
+        st.session_state.setdefault("link_seen", []).append((dict(st.query_params), note))
+
+
+def test_a_prompt_too_long_for_a_link_stays_out_of_it_with_a_sentence():
+    at = AppTest.from_function(long_prompt_link, default_timeout=60).run()
+    assert not at.exception
+    (short, short_note), (long, long_note) = at.session_state["link_seen"]
+    assert short["prompt"] == "ROMEO:" and short["step"] == "3" and short_note is None
+    assert "prompt" not in long and "step" not in long  # the old prompt's link does not stand for this lesson
+    assert long_note.startswith("This prompt is too long for the page's link (4,001 characters")

@@ -11,10 +11,17 @@ KEYS = frozenset({"lesson_question_kind", "lesson_ask", "lesson_upload"})
 KEY_PREFIXES = ("lesson_guess_",)  # one guess widget per question asked
 
 
-def sync_query_params(prompt: str, step: int | None) -> None:
+def sync_query_params(prompt: str, step: int | None) -> str | None:
     """Keep what the lesson ran in the URL, so a link reopens the same tokens at the same step and view:
     model, prompt, tokens to generate, sampling (when not greedy: temperature, top-k, top-p, seed),
-    step and view. state.restore_from_query reads them back."""
+    step and view. state.restore_from_query reads them back. A prompt longer than MAX_LINK_PROMPT_CHARS
+    stays out of the link (a server refuses an address that long before the app sees it): the sentence
+    returned says so."""
+    if len(prompt) > MAX_LINK_PROMPT_CHARS:
+        for key in LINK_KEYS:
+            st.query_params.pop(key, None)
+        return (f"This prompt is too long for the page's link ({len(prompt):,} characters, at most "
+                f"{MAX_LINK_PROMPT_CHARS:,}); export the lesson to share it.")
     params = {"model": st.session_state.get("model_source", "bundled"), "prompt": prompt,
               "tokens": str(st.session_state.get("lesson_max_tokens", 48))}
     if not st.session_state.get("lesson_greedy", True):
@@ -30,8 +37,10 @@ def sync_query_params(prompt: str, step: int | None) -> None:
     for key, value in params.items():
         if st.query_params.get(key) != value:
             st.query_params[key] = value
+    return None
 
 
+MAX_LINK_PROMPT_CHARS = 4000  # URL-encoded, several times this: well inside what servers and browsers take
 LINK_KEYS = frozenset({"model", "prompt", "tokens", "greedy", "temperature", "top_k", "top_p", "seed", "step", "view"})
 
 
