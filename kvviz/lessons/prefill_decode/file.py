@@ -113,6 +113,13 @@ def _check_record(record: StepRecord, where: str, block_size: int) -> None:
     if block_bytes and record.memory.allocated_bytes // block_bytes > most:
         raise FieldError(f"{where}.memory.allocated_bytes", f"makes a pool of more than {most} blocks of "
                                                             f"{block_size} tokens, more than a lesson's tokens can fill")
+    pool = record.memory.allocated_bytes // block_bytes if block_bytes else most
+    request = record.requests[0]
+    for name, table in [("block_table", request.block_table),
+                        *((f"group_block_tables[{g}]", t) for g, t in enumerate(request.group_block_tables))]:
+        if len(table) > most or any(block is not None and not 0 <= block < max(pool, 1) for block in table):
+            raise FieldError(f"{where}.requests[0].{name}", f"must hold at most {most} block ids, each from 0 to "
+                                                            f"{max(pool, 1) - 1} (the pool's blocks)")
 
 
 def _settings(value) -> LessonSettings:
