@@ -41,6 +41,7 @@ from streamlit.runtime.scriptrunner_utils.script_run_context import get_script_r
 CODE_LETTERS = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I: read aloud and typed from a projector
 CODE_LENGTH = 6
 MAX_QUESTIONS = 50
+MAX_ANSWER = 1e15  # bytes a lesson's cache could hold, with room to spare
 SESSION_KEY = "room_session"  # this session's name in rooms, in st.session_state
 DEFAULTS = {"KVVIZ_MAX_ROOMS": 10, "KVVIZ_ROOMS_PER_CLIENT": 2, "KVVIZ_ROOM_STUDENTS": 60,
             "KVVIZ_SEAT_IDLE_S": 30, "KVVIZ_ROOM_IDLE_S": 3600}
@@ -311,8 +312,10 @@ def answer(room: Room, question_id: str, value: float, seat: str) -> str | None:
             return "That question is no longer open in this room."
         if question.revealed:
             return "The teacher has already revealed this answer."
-        if not 0 <= value < 1e15:
-            return "Answer with a number from 0 up."
+        if not value >= 0:  # NaN too
+            return "Answer with a number from 0 up: a count of blocks or bytes is never negative."
+        if value >= MAX_ANSWER:
+            return f"Answer with a number below {MAX_ANSWER:,.0f}: no question here has an answer that large."
         question.answers[seat] = float(value)
     return None
 

@@ -88,3 +88,13 @@ def test_an_answer_wakes_no_follower(room):
     assert room.version == version and room.question("q").answers == {seat: 24.0}
     rooms.reveal(room, "q", 24)
     assert room.version == version + 1  # the reveal wakes them
+
+
+@pytest.mark.parametrize("value, sentence", [(-5.0, "from 0 up"), (float("nan"), "from 0 up"),
+                                             (1e15, "below 1,000,000,000,000,000")])
+def test_an_answer_out_of_range_gets_the_sentence_that_fits_it(room, value, sentence):
+    rooms.ask(room, "q", "How many bytes?", "bytes", 3)
+    seat = rooms.new_seat()
+    rooms.take_seat(room.code, seat)
+    assert sentence in rooms.answer(room, "q", value, seat)
+    assert rooms.answer(room, "q", 1e15 - 1, seat) is None and room.question("q").answers == {seat: 1e15 - 1}
