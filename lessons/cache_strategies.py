@@ -7,6 +7,7 @@ from kvviz.lessons.cache_strategies import figures
 from kvviz.lessons.cache_strategies import state as ss
 from kvviz.lessons.cache_strategies.gqa import mean_pool_heads
 from kvviz.lessons.cache_strategies.logic import (
+    PRESENTER_COLUMNS,
     STATIC_MOST_TOKENS,
     compare_strategies,
     engine_quality_note,
@@ -22,6 +23,8 @@ from kvviz.throughput import busy_note
 from kvviz.ui.common import current_model, show_code
 from kvviz.ui.text import plain
 
+ss.keep_a_stopped_run()
+eviction_state.keep_a_stopped_run()
 st.title("Cache strategies")
 lm = current_model()
 info = lm.describe()
@@ -60,14 +63,19 @@ with right:
     a.selectbox("Quantization group (values per scale)", sizes, key="strategies_group_size",
                 index=sizes.index(default_group) if default_group in sizes else len(sizes) - 1)
     b.slider("Recent tokens kept unquantized", 0, 64, 0, key="strategies_residual")
-lesson = ss.strategies()
 replay = ss.replaying()  # a replay draws the file's results; nothing on this page runs the model
 a, b = st.columns(2)
-a.button("Run every strategy", type="primary", on_click=ss.on_run, disabled=replay, width="stretch")
+run_now = a.button("Run every strategy", type="primary", disabled=replay, width="stretch")
 if replay:
     b.button("Leave the replay", on_click=ss.on_leave_replay, width="stretch")
+running_slot = st.empty()
+if run_now:
+    ss.run(running_slot)
+lesson = ss.strategies()
 if "strategies_error" in st.session_state:
     st.error(st.session_state["strategies_error"])
+if ss.stopped():
+    st.warning(ss.stopped(), icon=":material/stop_circle:")
 with st.expander("Export or replay a lesson"):
     file_buttons(ss.exporter(), "kvviz-cache-strategies.json", "strategies_upload",
                  ss.replay)
@@ -157,13 +165,14 @@ else:
             if lesson["model"] == "bundled":
                 st.caption(engine_quality_note())
     with table_tab:
+        presenting = bool(st.session_state.get("presenter"))  # large type: only the columns a projector fits
         st.dataframe(lesson["table"], hide_index=True, width="stretch",
-                     column_config={"bytes held": st.column_config.NumberColumn(format="%d"),
-                                    "bytes predicted": st.column_config.NumberColumn(format="%d"),
-                                    "max KL (nats)": st.column_config.NumberColumn(format="%.2e"),
-                                    "max |K error|": st.column_config.NumberColumn(format="%.2e"),
-                                    "max |V error|": st.column_config.NumberColumn(format="%.2e"),
-                                    "decode step (ms, median)": st.column_config.NumberColumn(format="%.1f")})
+                     column_order=PRESENTER_COLUMNS if presenting else None,
+                     column_config={"bytes held": st.column_config.NumberColumn(format="localized"),
+                                    "bytes predicted": st.column_config.NumberColumn(format="localized")})
+        st.caption("Bytes after the last step; errors and KL the largest over the teacher-forced steps; first "
+                   "divergence: the first token a strategy's own text leaves the full cache's, or never."
+                   + (" Presenter mode shows 5 of the 11 columns; leave it for the others." if presenting else ""))
 
 with gqa_tab:
     st.markdown(

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -160,6 +161,47 @@ def case_strategies(lm):
     return lambda: (compare_strategies(lm, prompt, most, specs, TIMING_RUNS), most)[1]
 
 
+def case_strategies_default(lm):
+    """Cache strategies' "Run every strategy" at the page's defaults (the example prompt, 32 tokens)."""
+    from kvviz.lessons.cache_strategies.logic import comparison_seconds, lesson_specs
+    from kvviz.lessons.cache_strategies.state import DEFAULTS, EXAMPLE_PROMPT, TIMING_RUNS, measured
+
+    specs = lesson_specs(DEFAULTS["strategies_window"], DEFAULTS["strategies_group_size"],
+                         DEFAULTS["strategies_residual"], lm.max_context)
+    tokens = DEFAULTS["strategies_max_tokens"]
+
+    def click():
+        from kvviz.lessons.cache_strategies.logic import compare_strategies
+
+        results = compare_strategies(lm, EXAMPLE_PROMPT, tokens, specs, TIMING_RUNS)
+        return len(measured(lm, results, EXAMPLE_PROMPT, {"group_size": DEFAULTS["strategies_group_size"]})["table"])
+    click.estimate_s = comparison_seconds(lm, EXAMPLE_PROMPT, tokens, specs, TIMING_RUNS)
+    return click
+
+
+def eviction_case(lm, prompt: str, tokens: int):
+    from kvviz.lessons.cache_strategies.eviction_view import DEFAULTS
+    from kvviz.lessons.cache_strategies.logic import eviction_seconds
+    from kvviz.strategies.eviction import eviction_lab
+
+    def click():
+        return len(eviction_lab(lm, prompt, tokens, DEFAULTS["eviction_budget"], DEFAULTS["eviction_sinks"]).runs)
+    click.estimate_s = eviction_seconds(lm, prompt, tokens)
+    return click
+
+
+def case_eviction_default(lm):
+    """Cache strategies' "Run the eviction lab" at the page's defaults (the example prompt, 32 tokens)."""
+    from kvviz.lessons.cache_strategies.state import EXAMPLE_PROMPT
+
+    return eviction_case(lm, EXAMPLE_PROMPT, 32)
+
+
+def case_eviction(lm):
+    """Cache strategies' "Run the eviction lab" after a 380-token prompt, 128 tokens (issue 35's case)."""
+    return eviction_case(lm, long_prompt(lm.tokenizer, 380), 128)
+
+
 def case_speculative(lm):
     """Speculative decoding's Start, then Run to the end: 128 tokens, 8 drafts a pass."""
     from kvviz.lessons.speculative.logic import DEFAULT_PROMPT, SpeculativeLesson
@@ -189,7 +231,8 @@ def case_prompt_upload(lm):
 
 CASES = {"link": case_link, "lesson-file": case_lesson_file, "model-lab": case_model_lab,
          "batch-run": case_batch_run, "batch-compare": case_batch_compare, "strategies": case_strategies,
-         "speculative": case_speculative, "prompt-upload": case_prompt_upload}
+         "strategies-default": case_strategies_default, "eviction-default": case_eviction_default,
+         "eviction": case_eviction, "speculative": case_speculative, "prompt-upload": case_prompt_upload}
 
 
 def run_case(name: str) -> dict:
@@ -201,6 +244,7 @@ def run_case(name: str) -> dict:
     cpu, wall = time.process_time(), time.perf_counter()
     result = click()
     return {"case": name, "result": repr(result)[:80], "what": " ".join(CASES[name].__doc__.split()),
+            "estimate_s": getattr(click, "estimate_s", None), "load": os.getloadavg(),
             "cpu_s": time.process_time() - cpu,
             "wall_s": time.perf_counter() - wall, "peak_rise_mib": peak_mib() - before_peak}
 

@@ -35,7 +35,7 @@ from kvviz.strategies.compare import first_difference, kl_divergence
 from kvviz.strategies.dynamic import DynamicKV
 from kvviz.strategies.heavy_hitters import HeavyHitterKV
 from kvviz.strategies.options import ModelFacts
-from kvviz.strategies.run import tokenize
+from kvviz.strategies.run import step_reporters, tokenize
 from kvviz.strategies.sinks import SinkWindowKV
 from kvviz.strategies.sliding import SlidingWindowKV
 
@@ -141,8 +141,9 @@ def causal_mask(held: int, num_new: int, dtype: torch.dtype, device) -> torch.Te
 
 @torch.inference_mode()
 def run_policy(lm, prompt_ids: list[int], policy: str, max_tokens: int, budget: int, sinks: int = 0,
-               recent: int = 0, forced_tokens: list[int] | None = None) -> PolicyTrace:
-    """Greedy decoding under one policy; `forced_tokens` (the full cache's picks) feeds those instead."""
+               recent: int = 0, forced_tokens: list[int] | None = None, on_step=None) -> PolicyTrace:
+    """Greedy decoding under one policy; `forced_tokens` (the full cache's picks) feeds those instead.
+    on_step: called with the number of steps done after each step (a page moves its progress bar)."""
     model = model_parts(lm).model
     facts = ModelFacts.of(model)
     twin = scoring_twin(model)
@@ -171,6 +172,8 @@ def run_policy(lm, prompt_ids: list[int], policy: str, max_tokens: int, budget: 
         row[:position] = torch.bincount(kept.flatten().cpu(), minlength=position).numpy() / kept[..., 0].numel()
         rows.append(row)
         nbytes.append(cache.nbytes)
+        if on_step is not None:
+            on_step(step + 1)
         if step < max_tokens - 1:
             token = picks[-1] if forced_tokens is None else int(forced_tokens[step])
             input_ids = torch.tensor([[token]], device=facts.device)
@@ -191,9 +194,20 @@ def check_settings(num_prompt: int, max_tokens: int, budget: int, sinks: int, ma
                          f"{min(MOST_TOKENS, max_context - 1)} on this model: shorten the prompt or generate fewer.")
 
 
+def lab_runs(policies, **settings) -> list[str]:
+    """What each run of eviction_lab is, in order, as a progress bar says it."""
+    return ["the full cache's run"] + [f"{policy_label(policy, **settings)}: {run}" for policy in policies
+                                       for run in ("teacher-forced run", "free run")]
+
+
 def eviction_lab(lm, prompt: str | list[int], max_tokens: int = 32, budget: int = 16, sinks: int = 4,
-                 recent: int | None = None, policies=POLICIES[1:]) -> EvictionLab:
-    """The full cache and each policy on one prompt. recent: H2O's recent window (default budget // 2)."""
+                 recent: int | None = None, policies=POLICIES[1:], progress=None,
+                 runs: list | None = None) -> EvictionLab:
+    """The full cache and each policy on one prompt. recent: H2O's recent window (default budget // 2).
+
+    progress: called with (steps done, steps in all, what is running) after every step of every run.
+    runs: a list to fill in place, the full cache's run and then each policy's as soon as both its runs
+    end, so that a caller stopped midway keeps what was measured (the lab's runs, returned too)."""
     model, tokenizer, max_context = model_parts(lm)
     prompt_ids = tokenize(prompt, tokenizer)
     recent = budget // 2 if recent is None else recent
@@ -201,12 +215,16 @@ def eviction_lab(lm, prompt: str | list[int], max_tokens: int = 32, budget: int 
     if not isinstance(recent, int) or not 0 <= recent < budget:
         raise ValueError(f"H2O's recent window must be 0 to {budget - 1} tokens, not {recent!r}.")
     settings = dict(budget=budget, sinks=sinks, recent=recent)
-    full = run_policy(lm, prompt_ids, "full", max_tokens, **settings)
-    runs = [EvictionRun("full", "full cache", full.token_ids, _decode(tokenizer, full.token_ids), None,
-                        [0.0] * max_tokens, None, full.held_tokens, full.retention, full.held_bytes)]
+    runs = [] if runs is None else runs
+    reporters = step_reporters(lab_runs(policies, **settings), max_tokens, progress,
+                               lambda: f"{max(len(runs) - 1, 0)} of {len(policies)} policies measured")
+    full = run_policy(lm, prompt_ids, "full", max_tokens, on_step=next(reporters), **settings)
+    runs.append(EvictionRun("full", "full cache", full.token_ids, _decode(tokenizer, full.token_ids), None,
+                            [0.0] * max_tokens, None, full.held_tokens, full.retention, full.held_bytes))
     for policy in policies:
-        forced = run_policy(lm, prompt_ids, policy, max_tokens, forced_tokens=full.token_ids, **settings)
-        free = run_policy(lm, prompt_ids, policy, max_tokens, **settings)
+        forced = run_policy(lm, prompt_ids, policy, max_tokens, forced_tokens=full.token_ids,
+                            on_step=next(reporters), **settings)
+        free = run_policy(lm, prompt_ids, policy, max_tokens, on_step=next(reporters), **settings)
         runs.append(EvictionRun(
             policy, policy_label(policy, **settings), free.token_ids, _decode(tokenizer, free.token_ids),
             first_difference(free.token_ids, full.token_ids),

@@ -76,6 +76,17 @@ class StrategyRun:
 
 
 
+def step_reporters(runs: list[str], max_tokens: int, progress, measured):
+    """One on_step for run_strategy per run of `runs` (what each is), in order, each calling
+    progress(steps done, steps in all, text) after every step: the run, its token and measured()'s words;
+    None each when progress is None."""
+    for done, doing in enumerate(runs):
+        def on_step(steps: int, done=done, doing=doing) -> None:
+            progress(done * max_tokens + steps, len(runs) * max_tokens,
+                     f"{doing}, token {steps} of {max_tokens} · {measured()}")
+        yield None if progress is None else on_step
+
+
 def tokenize(prompt, tokenizer) -> list[int]:
     if isinstance(prompt, str):
         if tokenizer is None:
@@ -89,13 +100,14 @@ def tokenize(prompt, tokenizer) -> list[int]:
 
 def run_strategy(lm, prompt: str | list[int], strategy: str | StrategySpec, max_tokens: int = 32, *,
                  forced_tokens: list[int] | None = None, reference: StrategyRun | None = None,
-                 **options) -> StrategyRun:
+                 on_step=None, **options) -> StrategyRun:
     """Generate `max_tokens` greedy tokens under one strategy, recording every step.
 
     strategy: a name of kvviz.strategies.STRATEGIES (its options as keywords), or a StrategySpec.
     forced_tokens: feed these (at least max_tokens - 1) instead of the own picks: teacher forcing.
     reference: a run that keeps every token (dynamic) and ran the same tokens; each step's kept K
         and V are measured against its K and V at the same positions (no_cache: the recomputed ones).
+    on_step: called with the number of steps done after each step (a page moves its progress bar).
     """
     spec = StrategySpec.of(strategy)
     spec = StrategySpec(spec.name, {**spec.options, **options})
@@ -114,7 +126,7 @@ def run_strategy(lm, prompt: str | list[int], strategy: str | StrategySpec, max_
     if forced_tokens is not None and len(forced_tokens) < max_tokens - 1:
         raise ValueError(f"Teacher forcing needs {max_tokens - 1} tokens to feed, got {len(forced_tokens)}.")
     context = Context(spec.name, resolved, model, facts, full_attention_shape(model), prompt_ids,
-                      forced_tokens, reference)
+                      forced_tokens, reference, on_step)
     if spec.name in ENGINE_STRATEGIES:
         _run_in_engine(lm, context, max_tokens)
     else:
@@ -141,6 +153,7 @@ class Context:
     prompt_ids: list[int]
     forced: list[int] | None
     reference: StrategyRun | None
+    on_step: object = None  # called with the steps done after each one, or None
     steps: list = field(default_factory=list)
     fed: list = field(default_factory=list)
     final_kv: tuple = (None, None, [])
@@ -174,6 +187,8 @@ class Context:
             cached_tokens, int(logits.argmax()), forward_s, bill,
             torch.log_softmax(logits.float(), dim=-1).cpu().numpy(), key_error, value_error))
         self.final_kv = (keys, values, list(positions))
+        if self.on_step is not None:
+            self.on_step(len(self.steps))
         return self.steps[-1].token
 
 

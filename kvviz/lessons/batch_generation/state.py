@@ -25,6 +25,7 @@ from kvviz.lessons.batch_generation.logic import (
     run_batch,
 )
 from kvviz.ui.common import current_model, drop, page_sampling
+from kvviz.ui.progress import StopBar
 from kvviz.ui.text import plain
 from kvviz.vllm.backend import batch_on_vllm, find_python
 from kvviz.workloads import MAX_UPLOAD_BYTES, Workload, WorkloadError, synthetic_workload, upload_workload
@@ -45,8 +46,7 @@ DEFAULTS = {"batch_source": SYNTHETIC, "batch_count": 16, "batch_prompt_len": (8
             "batch_prefix_caching": PAGE_ENGINE.enable_prefix_caching, "batch_max_num_seqs": PAGE_ENGINE.max_num_seqs,
             "batch_max_batched_tokens": PAGE_ENGINE.max_num_batched_tokens, "batch_hf_batch_size": 16}
 POOL_BLOCKS_MOST = 65_536  # the pool field's top; what the prompts can fill and memory holds are checked on Run
-LIVE_EVERY_S = 0.5  # redraw the live charts this often
-BAR_EVERY_S = 0.1  # and move the progress bar at most this often
+LIVE_EVERY_S = 0.5  # redraw the live charts this often (the bar moves at most every BAR_EVERY_S)
 
 
 def setting(key: str):
@@ -145,21 +145,16 @@ def run(progress_slot, live_slot) -> None:
         return
     # sized once: the live view and the engine agree
     chosen = replace(chosen, engine=replace(chosen.engine, num_blocks=num_blocks))
-    with progress_slot.container():
-        bar = st.progress(0.0, text=f"Starting {len(work)} requests…")
-        st.button("Stop", key="batch_run_stop", icon=":material/stop:",
-                  help="Ends the run at its next step; a stopped run is not kept.")
+    bar = StopBar(progress_slot, "batch_run_stop", f"Starting {len(work)} requests…",
+                  "Ends the run at its next step; a stopped run is not kept.")
     st.session_state["batch_running"] = (0, len(work))
-    last_bar, last_draw = [0.0], [0.0]
+    last_draw = [0.0]
 
     def on_step(num_finished, num_total, points):
         point, now = points[-1], time.perf_counter()
         st.session_state["batch_running"] = (num_finished, num_total)
-        if now - last_bar[0] >= BAR_EVERY_S:
-            last_bar[0] = now
-            bar.progress(num_finished / num_total,
-                         text=f"{num_finished} of {num_total} requests finished · step {point.step} · "
-                              f"{point.running} running, {point.waiting} waiting")
+        bar.move(num_finished / num_total, f"{num_finished} of {num_total} requests finished · step {point.step} · "
+                                           f"{point.running} running, {point.waiting} waiting")
         if now - last_draw[0] >= LIVE_EVERY_S:
             last_draw[0] = now
             with live_slot.container():
@@ -213,21 +208,19 @@ def compare(slot) -> None:
     two timed runs; "batch_comparing" then tells the next run of the page how far it got."""
     for key in ("batch_compare_error", "batch_compare_stopped"):
         st.session_state.pop(key, None)
-    with slot.container():
-        bar = st.progress(0.0, text="Estimating the work")
-        st.button("Stop", key="batch_compare_stop", icon=":material/stop:",
-                  help="A comparison needs all its runs, so nothing of this one is kept.")
+    bar = StopBar(slot, "batch_compare_stop", "Estimating the work",
+                  "A comparison needs all its runs, so nothing of this one is kept.")
 
     def progress(done: int, total: int, text: str) -> None:
         if done == 0:  # the work starts: the last comparison is being replaced
             st.session_state.pop("lesson_batch_compare", None)
         st.session_state["batch_comparing"] = (done, total)
-        bar.progress(done / total, text=f"{text} ({done} of {total} runs done)")
+        bar.move(done / total, f"{text} ({done} of {total} runs done)", every_s=0.0)
 
     def compared(done: BatchResult):
         outcome = compare_with_transformers(current_model(), done.workload, done.settings,
                                             int(setting("batch_hf_batch_size")), progress=progress)
-        bar.progress(1.0, text="Compared")  # a run stopped meanwhile ends here, storing nothing
+        bar.move(1.0, "Compared", every_s=0.0)  # a run stopped meanwhile ends here, storing nothing
         return outcome
 
     _on_last_batch(compared, "lesson_batch_compare", "batch_compare_error",

@@ -15,37 +15,81 @@ import streamlit as st
 from kvviz.lessons.cache_strategies import eviction_figures as figures
 from kvviz.lessons.cache_strategies import state as cache_strategies_state
 from kvviz.lessons.cache_strategies.figures import divergence_html
-from kvviz.strategies.eviction import eviction_lab, eviction_table
+from kvviz.lessons.cache_strategies.logic import eviction_seconds
+from kvviz.strategies.eviction import POLICIES, EvictionLab, eviction_lab, eviction_table
 from kvviz.strategies.heavy_hitters import HeavyHitterKV
+from kvviz.strategies.run import tokenize
 from kvviz.strategies.sinks import SinkWindowKV
 from kvviz.ui.common import current_model, drop, show_code
+from kvviz.ui.progress import estimated_bar
 
 DEFAULTS = {"eviction_budget": 16, "eviction_sinks": 4}
-KEYS = frozenset({"lesson_eviction", "eviction_error"})
+KEYS = frozenset({"lesson_eviction", "eviction_error", "eviction_running", "eviction_stopped"})
 INPUTS = ("eviction_",)
 
 
-def on_run() -> None:
-    """Run the lab; a bad setting leaves one sentence and the previous result."""
-    st.session_state.pop("eviction_error", None)
+def run(slot) -> None:
+    """Run the lab under a progress bar and a Stop button in `slot`; a bad setting, or an estimate past one
+    click's budget, leaves one sentence and the previous result. It runs in the page's script, not in a
+    callback, so that Stop (or any widget) interrupts it at the bar's next move, within one step; the runs
+    measured by then wait under "eviction_running" for the next run of the page (keep_a_stopped_run)."""
+    for key in ("eviction_error", "eviction_stopped"):
+        st.session_state.pop(key, None)
     lm = current_model()
     prompt = str(cache_strategies_state.setting("strategies_prompt"))
     if not prompt.strip():
         st.session_state["eviction_error"] = "The prompt is empty; type some text to start from."
         return
-    try:
-        lab = eviction_lab(lm, prompt, int(cache_strategies_state.setting("strategies_max_tokens")),
-                           int(st.session_state.get("eviction_budget", DEFAULTS["eviction_budget"])),
-                           int(st.session_state.get("eviction_sinks", DEFAULTS["eviction_sinks"])))
-    except ValueError as error:
-        st.session_state["eviction_error"] = str(error)
+    max_tokens = int(cache_strategies_state.setting("strategies_max_tokens"))
+    budget = int(st.session_state.get("eviction_budget", DEFAULTS["eviction_budget"]))
+    sinks = int(st.session_state.get("eviction_sinks", DEFAULTS["eviction_sinks"]))
+    bar = estimated_bar(slot, lambda: eviction_seconds(lm, prompt, max_tokens), "eviction_error",
+                        "eviction_run_stop", "Ends at the next step and keeps the policies measured so far.")
+    if bar is None:  # past the budget, or a prompt the model cannot take: one sentence
         return
+    runs = []
+    st.session_state["eviction_running"] = {"runs": runs, "prompt": prompt, "budget": budget, "sinks": sinks}
+    try:
+        lab = eviction_lab(lm, prompt, max_tokens, budget, sinks, runs=runs,
+                           progress=lambda done, total, text: bar.move(done / total, text))
+    except ValueError as error:
+        st.session_state.pop("eviction_running", None)
+        st.session_state["eviction_error"] = str(error)
+        slot.empty()
+        return
+    st.session_state.pop("eviction_running", None)  # ended, not stopped
+    st.session_state["lesson_eviction"] = shown(lm, lab)
+    slot.empty()
+
+
+def shown(lm, lab: EvictionLab) -> dict:
+    """What the tab draws of a lab (all its runs, or those a Stop kept): the lab, its table and texts."""
     decode = (lambda t: lm.tokenizer.decode([t])) if lm.tokenizer is not None else str
-    st.session_state["lesson_eviction"] = {
-        "lab": lab, "table": eviction_table(lab, decode),
-        "tokens": [decode(t) for t in lab.prompt_token_ids + lab.runs[0].token_ids],
-        "texts": [{"label": r.label, "color": figures.POLICY[r.policy], "pieces": [decode(t) for t in r.token_ids],
-                   "divergence": r.first_difference} for r in lab.runs]}
+    return {"lab": lab, "table": eviction_table(lab, decode),
+            "tokens": [decode(t) for t in lab.prompt_token_ids + lab.runs[0].token_ids],
+            "texts": [{"label": r.label, "color": figures.POLICY[r.policy], "pieces": [decode(t) for t in r.token_ids],
+                       "divergence": r.first_difference} for r in lab.runs]}
+
+
+def keep_a_stopped_run() -> None:
+    """A lab that a widget interrupted left the runs it measured: keep those of the policies whose two runs
+    ended, and say in one sentence what was kept (nothing, before the first policy's)."""
+    running = st.session_state.pop("eviction_running", None)
+    if running is None:
+        return
+    runs, total = running["runs"], len(POLICIES) - 1
+    if len(runs) < 2:
+        shown_now = " The result below is the last lab that finished." if "lesson_eviction" in st.session_state else ""
+        st.session_state["eviction_stopped"] = (
+            f"Stopped before any of the {total} policies was measured, so nothing new is kept.{shown_now}")
+        return
+    lm, budget = current_model(), running["budget"]
+    lab = EvictionLab(tokenize(running["prompt"], lm.tokenizer), budget, running["sinks"], budget // 2, list(runs))
+    st.session_state["lesson_eviction"] = shown(lm, lab)
+    names = ", ".join(r.label for r in runs[1:])
+    st.session_state["eviction_stopped"] = (
+        f"Stopped after {len(runs) - 1} of {total} policies: the lab below keeps the full cache and {names}; "
+        "press **Run the eviction lab** to measure them all.")
 
 
 def render(replay: bool = False) -> None:
@@ -62,9 +106,14 @@ def render(replay: bool = False) -> None:
     left.slider("Budget (tokens kept per layer and KV head)", 4, 128, DEFAULTS["eviction_budget"],
                 key="eviction_budget")
     right.slider("Attention sinks (first tokens always kept)", 0, 8, DEFAULTS["eviction_sinks"], key="eviction_sinks")
-    button.button("Run the eviction lab", type="primary", on_click=on_run, width="stretch", disabled=replay)
+    run_now = button.button("Run the eviction lab", type="primary", width="stretch", disabled=replay)
+    running_slot = st.empty()
+    if run_now:
+        run(running_slot)
     if "eviction_error" in st.session_state:
         st.error(st.session_state["eviction_error"])
+    if "eviction_stopped" in st.session_state:
+        st.warning(st.session_state["eviction_stopped"], icon=":material/stop_circle:")
     result = st.session_state.get("lesson_eviction")
     if result is None:
         st.info("Press **Run the eviction lab**: the prompt runs with the full cache and under each policy, "

@@ -32,7 +32,7 @@ from kvviz.shapes import ModelShape
 from kvviz.strategies.bill import ByteBill
 from kvviz.strategies.compare import first_difference, kl_divergence
 from kvviz.strategies.options import ModelFacts, StrategySpec, make_cache
-from kvviz.strategies.run import run_strategy, tokenize
+from kvviz.strategies.run import run_strategy, step_reporters, tokenize
 
 STATIC_MOST_TOKENS = 4096  # a full-size model's whole context (128k tokens) would not fit in memory
 
@@ -123,29 +123,75 @@ def comparison_work(lm, prompt_tokens: int, max_tokens: int, strategies, timing_
     return work
 
 
-def compare_strategies(lm, prompt: str | list[int], max_tokens: int = 32,
-                       strategies=DEFAULT_STRATEGIES, timing_runs: int = 1) -> list[StrategyComparison]:
+def eviction_work(lm, prompt_tokens: int, max_tokens: int, policies: int = 3) -> Work:
+    """What kvviz.strategies.eviction.eviction_lab runs: the full cache's run, then per policy a teacher-forced
+    run and a free run, each max_tokens forward passes of the model's eager twin. Their FLOPs are counted
+    as a full cache's, which keeps every token (a policy reads fewer); each pass also pays a read-back,
+    for what the lab copies out and builds around it: the log-probabilities, the retention row over every
+    layer and KV head, the causal mask and H2O's attention weights (issue 35: 380 + 128 tokens ran 25.5 CPU
+    s on a quiet machine; estimated 23 s)."""
+    cost = ModelCost.of(model_parts(lm).model)
+    flops = cost.forward(prompt_tokens, 0) + sum(cost.forward(1, prompt_tokens + step - 1)
+                                                 for step in range(1, max_tokens))
+    run = Work(flops, passes=max_tokens, read_backs=max_tokens, step_scale=cost.step_scale)
+    return run * (1 + 2 * policies)
+
+
+def eviction_seconds(lm, prompt: str | list[int], max_tokens: int) -> float:
+    """The eviction lab's estimated seconds on this server; past one click's budget it raises
+    kvviz.lessons.budget.WorkTooLarge (a ValueError) with one sentence."""
+    model, tokenizer, _ = model_parts(lm)
+    prompt_tokens = len(tokenize(prompt, tokenizer))
+    return check_click(eviction_work(lm, prompt_tokens, max_tokens), next(model.parameters()).device,
+                       f"The eviction lab for {max_tokens} tokens after this {prompt_tokens}-token prompt",
+                       "ask for fewer tokens or use a shorter prompt")
+
+
+def comparison_seconds(lm, prompt: str | list[int], max_tokens: int, strategies, timing_runs: int = 1) -> float:
+    """compare_strategies' estimated seconds on this server; past one click's budget it raises
+    kvviz.lessons.budget.WorkTooLarge (a ValueError) with one sentence."""
+    model, tokenizer, _ = model_parts(lm)
+    prompt_tokens = len(tokenize(prompt, tokenizer))
+    return check_click(comparison_work(lm, prompt_tokens, max_tokens, strategies, timing_runs),
+                       next(model.parameters()).device,
+                       f"Running every strategy for {max_tokens} tokens after this {prompt_tokens}-token prompt",
+                       "ask for fewer tokens or use a shorter prompt")
+
+
+def comparison_runs(specs, timing_runs: int) -> list[str]:
+    """What each run of compare_strategies is, in order, as a progress bar says it."""
+    runs = ["the full cache's reference run"]
+    for spec in specs:
+        runs += [f"{spec.label}: teacher-forced run", f"{spec.label}: free run (timed run 1 of {timing_runs})"]
+    for timed in range(2, timing_runs + 1):
+        runs += [f"{spec.label}: timed run {timed} of {timing_runs}" for spec in specs]
+    return runs
+
+
+def compare_strategies(lm, prompt: str | list[int], max_tokens: int = 32, strategies=DEFAULT_STRATEGIES,
+                       timing_runs: int = 1, progress=None, results: list | None = None) -> list[StrategyComparison]:
     """Run each strategy (a name, a (name, options) pair or a StrategySpec) against the full cache.
 
     timing_runs: free runs timed per strategy (the first is the free run itself, which follows a
     teacher-forced run of the same strategy, so it is warm); the extra ones go round the
     strategies in turn, so that a busy moment of the machine slows them alike.
+    progress: called with (steps done, steps in all, what is running) after every step of every run.
+    results: a list to fill in place, a strategy as soon as its free run ends and each extra timing
+    run as it ends, so that a caller stopped midway keeps what was measured (returned too).
 
     The whole comparison's work is estimated first: past one click's budget it raises
     kvviz.lessons.budget.WorkTooLarge (a ValueError) and runs nothing."""
     specs = [StrategySpec.of(s) for s in strategies]
-    model, tokenizer, _ = model_parts(lm)
-    prompt_tokens = len(tokenize(prompt, tokenizer))
-    check_click(comparison_work(lm, prompt_tokens, max_tokens, specs, timing_runs),
-                next(model.parameters()).device,
-                f"Running every strategy for {max_tokens} tokens after this {prompt_tokens}-token prompt",
-                "ask for fewer tokens or use a shorter prompt")
-    full = run_strategy(lm, prompt, "dynamic", max_tokens)  # the reference: keeps every token exactly
-    results = []
+    comparison_seconds(lm, prompt, max_tokens, specs, timing_runs)
+    results = [] if results is None else results
+    reporters = step_reporters(comparison_runs(specs, timing_runs), max_tokens, progress,
+                               lambda: f"{len(results)} of {len(specs)} strategies measured")
+    # the reference: keeps every token
+    full = run_strategy(lm, prompt, "dynamic", max_tokens, on_step=next(reporters))
     for spec in specs:
         forced = run_strategy(lm, full.prompt_token_ids, spec, max_tokens, forced_tokens=full.token_ids,
-                              reference=full)
-        free = run_strategy(lm, full.prompt_token_ids, spec, max_tokens)
+                              reference=full, on_step=next(reporters))
+        free = run_strategy(lm, full.prompt_token_ids, spec, max_tokens, on_step=next(reporters))
         kl = [kl_divergence(f.logprobs, s.logprobs) for f, s in zip(full.steps, forced.steps)]
         results.append(StrategyComparison(
             label=spec.label, strategy=spec.name, options=free.options, token_ids=free.token_ids, text=free.text,
@@ -159,7 +205,8 @@ def compare_strategies(lm, prompt: str | list[int], max_tokens: int = 32,
             decode_ms=[mean_decode_ms(free)], final_bill=free.steps[-1].bill, formula=free.formula))
     for _ in range(timing_runs - 1):
         for spec, result in zip(specs, results):
-            result.decode_ms.append(mean_decode_ms(run_strategy(lm, full.prompt_token_ids, spec, max_tokens)))
+            result.decode_ms.append(mean_decode_ms(run_strategy(lm, full.prompt_token_ids, spec, max_tokens,
+                                                                on_step=next(reporters))))
     return results
 
 
@@ -214,18 +261,28 @@ def eight_bit_rows(lm, group_size: int) -> list[EightBitRow]:
     ]
 
 
+PRESENTER_COLUMNS = ("strategy", "bytes held", "max KL (nats)", "first divergence", "decode step (median)")
+
+
+def _small(value: float | None) -> str:
+    """An error or a KL, rounded: 0 stays 0, nothing is a dash."""
+    return "—" if value is None else "0" if value == 0 else f"{value:.1e}"
+
+
 def comparison_table(results: list[StrategyComparison]) -> list[dict]:
-    """One row per strategy for a table: final bytes, worst errors, divergence, tokens run, step time."""
+    """One row per strategy for a table: final bytes (exact), worst errors and KL (rounded), divergence ("never"
+    where there is none), tokens run, step time (rounded, in ms). PRESENTER_COLUMNS are the few that fit a
+    projector's 1280 px in large type."""
     return [{
         "strategy": r.label,
-        "bytes held": r.held_bytes[-1],
+        "bytes held": r.held_bytes[-1],  # exact, as the memory chart draws them
         "bytes predicted": r.predicted_bytes[-1],
-        "max KL (nats)": max(r.kl),
-        "max |K error|": max((e for e in r.max_key_error if e is not None), default=None),
-        "max |V error|": max((e for e in r.max_value_error if e is not None), default=None),
-        "first divergence": r.first_divergence,
+        "max KL (nats)": _small(max(r.kl)),
+        "max |K error|": _small(max((e for e in r.max_key_error if e is not None), default=None)),
+        "max |V error|": _small(max((e for e in r.max_value_error if e is not None), default=None)),
+        "first divergence": "never" if r.first_divergence is None else f"step {r.first_divergence}",
         "tokens run": sum(r.tokens_run),
-        "decode step (ms, median)": r.decode_ms_median,
+        "decode step (median)": f"{r.decode_ms_median:.1f} ms",
         "spread (ms)": f"{min(r.decode_ms):.1f}-{max(r.decode_ms):.1f} over {len(r.decode_ms)} runs",
         "text": r.text,
     } for r in results]

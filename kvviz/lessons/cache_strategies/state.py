@@ -2,12 +2,16 @@
 
 Results and errors live in st.session_state under KEYS (reset() clears them when another model
 loads); widgets under "strategies_*", which stay. Nothing
-runs on a widget change, only on the buttons: a comparison runs the model about 15 times.
+runs on a widget change, only on the buttons: a comparison runs the model 29 times (the full cache's
+reference, then per strategy a teacher-forced run, a free run and two more timed runs), under a
+progress bar and a Stop button that keeps what was measured.
 The comparison is plain data (`comparison`), so it exports, and a replayed file draws the same tabs
 with no model (kvviz/lessons/cache_strategies/file.py).
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import streamlit as st
 
@@ -18,14 +22,17 @@ from kvviz.lessons.cache_strategies.logic import (
     EightBitRow,
     StrategyComparison,
     compare_strategies,
+    comparison_seconds,
     comparison_table,
     eight_bit_rows,
     lesson_specs,
 )
 from kvviz.ui.common import current_model, drop
+from kvviz.ui.progress import estimated_bar
 
 EXAMPLE_PROMPT = "ROMEO:\nBut soft, what light through yonder window breaks?"
-KEYS = frozenset({"lesson_strategies", "lesson_gqa", "strategies_error", "gqa_error", "strategies_upload_error"})
+KEYS = frozenset({"lesson_strategies", "lesson_gqa", "strategies_error", "gqa_error", "strategies_upload_error",
+                  "strategies_running", "strategies_stopped"})
 INPUTS = ("strategies_",)
 DEFAULTS = {"strategies_prompt": EXAMPLE_PROMPT, "strategies_max_tokens": 32, "strategies_window": 24,
             "strategies_group_size": 32, "strategies_residual": 0}
@@ -56,9 +63,13 @@ def gqa() -> object | None:
     return st.session_state.get("lesson_gqa")
 
 
-def on_run() -> None:
-    """Compare every strategy on the prompt; a bad setting leaves one sentence and the old results."""
-    st.session_state.pop("strategies_error", None)
+def run(slot) -> None:
+    """Compare every strategy on the prompt under a progress bar and a Stop button in `slot`; a bad setting
+    leaves one sentence and the old results. It runs in the page's script, not in a callback, so that Stop
+    (or any widget) interrupts it at the bar's next move, within one step; the strategies measured by then
+    wait under "strategies_running" for the next run of the page (keep_a_stopped_run)."""
+    for key in ("strategies_error", "strategies_stopped"):
+        st.session_state.pop(key, None)
     lm = current_model()
     prompt = str(setting("strategies_prompt"))
     if not prompt.strip():
@@ -67,16 +78,65 @@ def on_run() -> None:
     settings = {name: int(setting(f"strategies_{name}"))
                 for name in ("max_tokens", "window", "group_size", "residual")}
     specs = lesson_specs(settings["window"], settings["group_size"], settings["residual"], lm.max_context)
-    try:
-        results = compare_strategies(lm, prompt, settings["max_tokens"], specs, TIMING_RUNS)
-    except ValueError as error:  # EngineError is a ValueError too
-        st.session_state["strategies_error"] = str(error)
+    bar = estimated_bar(slot, lambda: comparison_seconds(lm, prompt, settings["max_tokens"], specs, TIMING_RUNS),
+                        "strategies_error", "strategies_run_stop",
+                        "Ends at the next step and keeps the strategies measured so far.")
+    if bar is None:  # past the budget, or a prompt the model cannot take: one sentence
         return
+    results = []
+    st.session_state["strategies_running"] = {"results": results, "prompt": prompt, "settings": settings,
+                                              "strategies": len(specs)}
+    try:
+        compare_strategies(lm, prompt, settings["max_tokens"], specs, TIMING_RUNS, results=results,
+                           progress=lambda done, total, text: bar.move(done / total, text))
+    except ValueError as error:  # EngineError is a ValueError too
+        st.session_state.pop("strategies_running", None)
+        st.session_state["strategies_error"] = str(error)
+        slot.empty()
+        return
+    st.session_state.pop("strategies_running", None)  # ended, not stopped
+    st.session_state["lesson_strategies"] = measured(lm, results, prompt, {**settings, "timing_runs": TIMING_RUNS})
+    slot.empty()
+
+
+def measured(lm, results: list[StrategyComparison], prompt: str, settings: dict) -> dict:
+    """The comparison of `results`, measured just now on the loaded model, as the page keeps it."""
     decode = (lambda t: lm.tokenizer.decode([t])) if lm.tokenizer is not None else str
     pieces = [[decode(t) for t in r.token_ids] for r in results]
-    st.session_state["lesson_strategies"] = comparison(results, lm.name, prompt,
-                                                       {**settings, "timing_runs": TIMING_RUNS}, pieces,
-                                                       eight_bit=eight_bit_rows(lm, settings["group_size"]))
+    return comparison(results, lm.name, prompt, settings, pieces,
+                      eight_bit=eight_bit_rows(lm, settings["group_size"]))
+
+
+def keep_a_stopped_run() -> None:
+    """A comparison that a widget interrupted left the strategies it measured: keep them, and say in one
+    sentence what was kept (nothing, when it stopped in the full cache's reference run)."""
+    running = st.session_state.pop("strategies_running", None)
+    if running is None:
+        return
+    total = running["strategies"]
+    if not running["results"]:
+        shown = " The comparison below is the last one that finished." if strategies() is not None else ""
+        st.session_state["strategies_stopped"] = (
+            f"Stopped during the full cache's reference run, before any of the {total} strategies was measured, "
+            f"so nothing new is kept.{shown}")
+        return
+    results = [replace(r, decode_ms=list(r.decode_ms)) for r in running["results"]]
+    timed = sorted({len(r.decode_ms) for r in results})
+    st.session_state["lesson_strategies"] = measured(current_model(), results, running["prompt"],
+                                                     {**running["settings"], "timing_runs": timed[0]})
+    if len(results) < total:
+        names = ", ".join(r.label for r in results)
+        said = (f"Stopped after {len(results)} of {total} strategies: the page keeps {names}, each timed once; "
+                "press **Run every strategy** to measure them all.")
+    else:
+        times = "-".join(map(str, (timed[0], timed[-1]))) if len(timed) > 1 else str(timed[0])
+        said = (f"Stopped during the extra timing runs: the page keeps all {total} strategies, each timed "
+                f"{times} of {TIMING_RUNS} times, so the Time tab's spread is narrower than a full run's.")
+    st.session_state["strategies_stopped"] = said
+
+
+def stopped() -> str | None:
+    return st.session_state.get("strategies_stopped")
 
 
 def comparison(results: list[StrategyComparison], model_name: str, prompt: str, settings: dict,
