@@ -122,9 +122,10 @@ def show_summary(result: lab.LabResult) -> None:
     a.metric("Tokens run", f"{with_cache} vs {without:,}",
              help=f"For the step at {longest.context} tokens: with the cache only the newest token runs through "
                   "the model; without it, every token in the context runs again. Counts do not vary between runs.")
-    b.metric("With the cache", longest.median_text(cached=True),
+    steps = dict(delta=f"median of {longest.repeats} warm steps", delta_color="off", delta_arrow="off")
+    b.metric("With the cache", longest.median_text(cached=True), **steps,
              help="Warm decode steps that run only the newest token, timed on this machine: the median.")
-    c.metric("Without the cache", longest.median_text(cached=False),
+    c.metric("Without the cache", longest.median_text(cached=False), **steps,
              help=f"Warm steps that run all {longest.context} tokens again, timed on this machine: the median.")
     if (note := result.spread_note() or result.busy_note()) is not None:  # beside the times it qualifies
         st.warning(note, icon=":material/speed:")

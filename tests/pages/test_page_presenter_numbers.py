@@ -96,6 +96,8 @@ def test_the_lab_tables_hold_rounded_numbers_with_units_under_short_headers(pres
                     assert UNIT.match(value), (column, value)
     assert all(re.match(r"^[\d.]+-[\d,.]+ ms$", v) for v in spread["with cache, spread"])
     assert spread["engine"].tolist() == spread["formula"].tolist()
+    with_cache = next(m for m in at.metric if m.label == "With the cache")
+    assert with_cache.proto.delta == "median of 3 warm steps"  # the figure says it is a median, beside it
 
 
 def timing(context, cached, uncached, repeats=3):
