@@ -94,9 +94,9 @@ if done is None:
 
 st.subheader(f"{len(done.workload)} requests in {done.seconds:.2f} s on {done.model_name}")
 m = st.columns(5)
-m[0].metric("Output tokens/s", f"{done.engine_tokens_per_s:,.0f}",
-            help=f"{DEFINITION}: here the seconds are the engine's own steps; the wall time, "
-                 f"{done.seconds:.2f} s, also holds drawing the live charts.")
+m[0].metric("Output tokens/s", f"{done.engine_tokens_per_s:,.0f}", "this run's engine steps", delta_color="off",
+            delta_arrow="off", help=f"{DEFINITION}: here the seconds are the engine's own steps in this one run; "
+                                    f"the wall time, {done.seconds:.2f} s, also holds drawing the live charts.")
 m[1].metric("Generated tokens", f"{done.output_tokens:,}")
 m[2].metric("Peak blocks in use", f"{done.stats['peak_blocks']} of {done.num_blocks}")
 m[3].metric("Preemptions", done.preemptions)
@@ -139,30 +139,34 @@ with compare_tab:
     if compared is not None:
         used = compared.kvviz.details
         low, high = compared.speedup_range
-        c = st.columns(3)
-        c[0].metric("kvviz is", f"{compared.speedup:.2f}× as fast",
+        runs = len(compared.kvviz.details["all_seconds"])
+        c = st.columns(4)
+        c[0].metric("kvviz is", f"{compared.speedup:.2f}× as fast", f"single runs {low:.2f}×-{high:.2f}×",
+                    delta_color="off", delta_arrow="off",
                     help=f"The ratio of the median output tokens per second, kvviz over transformers; "
                          f"pairing single runs gives {low:.2f}× to {high:.2f}×.")
-        c[1].metric("Outputs identical", f"{compared.agreement.num_equal} of {compared.agreement.num_requests}")
-        c[2].metric("Tokens transformers generated", f"{compared.transformers.generated_tokens:,}",
-                    f"{compared.transformers.generated_tokens - compared.transformers.output_tokens:,} thrown away",
-                    delta_color="off")
-        st.caption(f"Single runs paired give {low:.2f}× to {high:.2f}×. {DEFINITION.capitalize()}, medians: "
+        for column, side, run in ((c[1], "kvviz", compared.kvviz), (c[2], "transformers", compared.transformers)):
+            column.metric(f"{side} tokens/s", f"{run.tokens_per_s:,.0f}", f"median of {runs} warm runs",
+                          delta_color="off", delta_arrow="off",
+                          help=f"{DEFINITION}, timed from the first step to the last token, nothing drawn.")
+        c[3].metric("Outputs identical", f"{compared.agreement.num_equal} of {compared.agreement.num_requests}")
+        if (note := compared.spread_note() or compared.busy_note()) is not None:  # beside the figure it qualifies
+            st.warning(note, icon=":material/speed:")
+        st.caption(compared.throughputs_note(done))
+        thrown = compared.transformers.generated_tokens - compared.transformers.output_tokens
+        st.caption(f"{DEFINITION.capitalize()}, medians: "
                    + "; ".join(f"{side} {throughput_text(run.output_tokens, run.seconds, 'of generate')}"
                                for side, run in (("kvviz", compared.kvviz), ("transformers", compared.transformers)))
-                   + " (the tokens transformers generated past a request's length not counted). kvviz ran with "
-                   f"its settings above: at most {done.settings.engine.max_num_seqs} requests at once, "
+                   + f" (the {thrown:,} tokens transformers generated past a request's length not counted). kvviz "
+                   f"ran with its settings above: at most {done.settings.engine.max_num_seqs} requests at once, "
                    f"{done.settings.engine.max_num_batched_tokens} tokens per step, {used['num_blocks']} blocks of "
-                   f"{done.settings.engine.block_size}. The headline above counts engine steps only, during a run "
-                   "that also drew its charts, so it differs from these figures.")
+                   f"{done.settings.engine.block_size}.")
         if compared.cut_requests:
             st.info(f"{compared.cut_requests} of the {compared.agreement.num_requests} requests asked for more tokens "
                     f"than fit the model's context of {compared.max_context:,} tokens, where kvviz stops: both sides "
                     "generated them only up to it, so they did the same work.")
-        if (note := compared.busy_note()) is not None:
-            st.warning(note)
         st.plotly_chart(figures.speed_comparison(compared.rows()), width="stretch")
-        st.dataframe(compared.rows(), hide_index=True, width="stretch")
+        st.dataframe(compared.table(), hide_index=True, width="stretch")
 
 if bs.vllm_available():  # vLLM's own environment exists (scripts/setup_vllm.sh)
     with st.expander("The same batch on vLLM"):

@@ -52,6 +52,19 @@ st.markdown(
     "then move a slider and watch which factor the bill follows.")
 
 controls, results = st.columns([1, 2], gap="large")
+with results:  # what the class watches, right above the bill it changes (a 1280x720 screen holds both)
+    context_col, batch_col, dtype_col, device_col = st.columns([1, 1, 1, 1.15])  # one-line labels in presenter type
+    context_col.select_slider("Context", CONTEXTS, value=8192, key="bill_context",
+                              format_func=lambda tokens: f"{tokens:,}", help="Tokens per request.")
+    batch_col.select_slider("Batch", BATCHES, value=1, key="bill_batch", help="Requests at once.")
+    dtype_col.select_slider("Cache dtype", DTYPES, value="bf16", key="bill_dtype",
+                            format_func=lambda name: f"{name} ({memory_bill.bits_per_value(name):g} bits)",
+                            help=f"Bits per cached value. int4 stores 4-bit codes plus a bf16 scale and zero point "
+                                 f"for every {memory_bill.QUANT_GROUP_SIZE} values, as the Cache strategies lesson "
+                                 "measures.")
+    device_col.selectbox("Accelerator", DEVICES, key="bill_device")
+    if st.session_state["bill_device"] == "custom size":
+        device_col.number_input("Memory (GiB)", 1, 4096, 48, key="bill_custom_gib")
 with controls:
     st.selectbox("Start from a model", list(PRESETS) + [bill.CUSTOM], key="bill_preset", on_change=_load_preset,
                  help="Moving a slider below turns this into \"custom\"; pick the model again to restore its numbers.")
@@ -77,22 +90,12 @@ with controls:
         st.number_input("MLA RoPE key size (values cached beside the latent)", 8, 1024, step=16, key="bill_rope",
                         on_change=_slider_moved,
                         help="A small key that carries the rotary position, shared by all heads.")
-    st.select_slider("Cache dtype (bits per cached value)", DTYPES, value="bf16", key="bill_dtype",
-                     format_func=lambda name: f"{name} ({memory_bill.bits_per_value(name):g} bits)",
-                     help=f"int4 stores 4-bit codes plus a bf16 scale and zero point for every "
-                          f"{memory_bill.QUANT_GROUP_SIZE} values, as the Cache strategies lesson measures.")
     st.select_slider("Weights dtype (bytes per parameter)", DTYPES, value="bf16", key="bill_weights_dtype",
                      format_func=lambda name: f"{name} ({memory_bill.weight_bytes_per_param(name):g} B)",
                      help="Chosen apart from the cache: an int4 cache with bf16 weights is common. int4 weights "
                           f"carry a bf16 scale and zero point for every {memory_bill.WEIGHT_GROUP_SIZE} weights.")
     st.select_slider("GPUs (tensor parallel)", GPU_COUNTS, value=1, key="bill_gpus",
                      help="Each GPU runs a share of the heads and holds a share of every weight matrix.")
-    st.select_slider("Context: tokens per request", CONTEXTS, value=8192, key="bill_context",
-                     format_func=lambda tokens: f"{tokens:,}")
-    st.select_slider("Batch: requests at once", BATCHES, value=1, key="bill_batch")
-    st.selectbox("Accelerator", DEVICES, key="bill_device")
-    if st.session_state["bill_device"] == "custom size":
-        st.number_input("Memory (GiB)", 1, 4096, 48, key="bill_custom_gib")
     st.slider("Share of memory the server may use", 0.5, 1.0, 0.9, 0.05, key="bill_utilization",
               help="Like vLLM's gpu_memory_utilization: the rest is held back for activations and the runtime.")
 
@@ -184,6 +187,11 @@ with results:
     c.metric("Weights", format_bytes(weights_bytes),
              help=f"The preset's {shape.num_params:,} parameters × {weights_dtype_bytes:g} bytes; the sliders "
                   "change the cache, not the parameter count.")
+    if split_error:
+        st.warning(f"{split_error} The figures below are for one GPU.")
+    summary = memory_bill.fit_summary(shape, context, batch, device, utilization=utilization, gpus=gpus,
+                                      **cache_format, **weights_options)
+    (st.success if summary.startswith("Fits") else st.warning)(summary)
     if SLIDING in by_kind:
         st.markdown(per_token_by_kind(shape, by_kind, context))
     st.markdown("**The formula, filled in**")
@@ -197,11 +205,6 @@ with results:
     if context > (shape.max_context or context):
         st.warning(f"{shape.name} was built for {shape.max_context:,} tokens; the bill above is for "
                    f"{context:,} anyway.")
-    if split_error:
-        st.warning(f"{split_error} The figures below are for one GPU.")
-    summary = memory_bill.fit_summary(shape, context, batch, device, utilization=utilization, gpus=gpus,
-                                      **cache_format, **weights_options)
-    (st.success if summary.startswith("Fits") else st.warning)(summary)
     name_on_chart = device_name if device_name != "custom size" else "custom"
     st.plotly_chart(figures.memory_stack(name_on_chart if gpus == 1 else f"one of {gpus} × {name_on_chart}",
                                          total_bytes, usable_bytes,

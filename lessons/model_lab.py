@@ -122,10 +122,13 @@ def show_summary(result: lab.LabResult) -> None:
     a.metric("Tokens run", f"{with_cache} vs {without:,}",
              help=f"For the step at {longest.context} tokens: with the cache only the newest token runs through "
                   "the model; without it, every token in the context runs again. Counts do not vary between runs.")
-    b.metric("With the cache", longest.median_text(cached=True),
+    steps = dict(delta=f"median of {longest.repeats} warm steps", delta_color="off", delta_arrow="off")
+    b.metric("With the cache", longest.median_text(cached=True), **steps,
              help="Warm decode steps that run only the newest token, timed on this machine: the median.")
-    c.metric("Without the cache", longest.median_text(cached=False),
+    c.metric("Without the cache", longest.median_text(cached=False), **steps,
              help=f"Warm steps that run all {longest.context} tokens again, timed on this machine: the median.")
+    if (note := result.spread_note() or result.busy_note()) is not None:  # beside the times it qualifies
+        st.warning(note, icon=":material/speed:")
     st.caption(f"At {longest.context} tokens. With the cache: {longest.spread(cached=True)}; without: "
                f"{longest.spread(cached=False)}; the ratio of the medians is {longest.speedup:.1f}×. Times move "
                "with the machine's load; the token counts do not.")
@@ -165,14 +168,14 @@ with results:
         if result.stopped:
             st.warning(result.stopped_note(), icon=":material/stop_circle:")
         show_summary(result)
-        if (note := result.busy_note()) is not None:
-            st.warning(note)
 
 if result is not None:
     left, right = st.columns(2)
     left.plotly_chart(figures.decode_time(result.timings), width="stretch")
     right.plotly_chart(figures.cache_bytes(result.timings), width="stretch")
     st.dataframe(result.rows(), width="stretch", hide_index=True)
+    with st.expander("Each length's spread, tokens run and bytes"):
+        st.dataframe(result.spread_rows(), width="stretch", hide_index=True)
 
 show_code(lab.measure_decode_times,
           caption="How the lab times a step: the same engine, once with the cache and once without.")

@@ -94,7 +94,7 @@ def test_memory_bill_fp8_and_mla_notes_show_the_engines_bytes(app_url, presenter
         page.get_by_role("combobox", name="Start from a model").first.click()
         page.get_by_role("option", name="deepseek-v3", exact=True).click()
         settle(page)
-        page.get_by_role("slider", name="Cache dtype (bits per cached value)").press("ArrowRight")  # bf16 -> fp8
+        page.get_by_role("slider", name="Cache dtype").press("ArrowRight")  # bf16 -> fp8
         settle(page)
         page.get_by_text("Measured in kvviz's engine", exact=False).first.wait_for()
         no_exceptions(page)

@@ -195,9 +195,9 @@ def test_measure_describes_the_model(tiny):
     assert result.bytes_per_token == 2 * 2 * 2 * 16 * 4
     assert "32 tokens" in result.formula and f"{32 * result.bytes_per_token:,} bytes" in result.formula
     assert isinstance(result.sample_text, str)
-    rows = result.rows()
-    assert [r["context"] for r in rows] == [8, 32]
-    assert rows[1]["cache bytes (measured)"] == rows[1]["cache bytes (formula)"]
+    rows = result.spread_rows()
+    assert [r["context"] for r in rows] == ["8 tokens", "32 tokens"]
+    assert rows[1]["engine"] == rows[1]["formula"] == f"{32 * result.bytes_per_token:,} bytes"
     assert result.to_dict()["timings"][0]["context"] == 8
 
 

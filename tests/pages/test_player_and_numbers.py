@@ -92,7 +92,8 @@ def test_model_lab_times_are_medians_with_spread_and_stale_results_are_marked():
     assert any(f"With the cache: {longest.median_text(cached=True)} median of 5, spread " in c.value
                for c in at.caption)
     # only the page's note about random weights, and the busy-machine sentence when the timings call for it
-    assert [w.value for w in at.warning[1:]] == ([result.busy_note()] if result.busy_note() else [])
+    note = result.spread_note() or result.busy_note()
+    assert [w.value for w in at.warning[1:]] == ([note] if note else [])
     at.slider(key="lab_layers").set_value(3).run()
     assert any("previous shape" in w.value for w in at.warning)
 

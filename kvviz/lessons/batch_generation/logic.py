@@ -16,6 +16,7 @@ transformers' own `generate` (static, left-padded batches), reusing kvviz.bench.
 from __future__ import annotations
 
 import copy
+import os
 from dataclasses import dataclass, field, replace
 from time import perf_counter
 
@@ -248,6 +249,7 @@ def run_batch(lm, workload: Workload, settings: BatchSettings | None = None, pro
 
 # ---- against transformers ----------------------------------------------------------------
 COMPARE_REPEATS = 3  # timed runs of each side, after one warm-up of each
+AGREE_WITHIN = 0.10  # consecutive clicks should agree this closely; a wider spread of single runs is said
 
 
 @dataclass(slots=True)
@@ -288,6 +290,24 @@ class TransformersComparison:
         return busy_note([self.kvviz.details["all_seconds"], self.transformers.details["all_seconds"]],
                          self.load_before)
 
+    def spread_note(self) -> str | None:
+        """One sentence, beside the headline, when single runs paired put the ratio more than
+        AGREE_WITHIN either side of the median's: then the next click may well show another figure."""
+        low, high = self.speedup_range
+        if self.speedup * (1 - AGREE_WITHIN) <= low and high <= self.speedup * (1 + AGREE_WITHIN):
+            return None
+        load = f" (load {self.load_before:.1f} on {os.cpu_count()} cores)" if self.load_before is not None else ""
+        return (f"Single runs paired gave {low:.2f}× to {high:.2f}×, more than {AGREE_WITHIN:.0%} either side of "
+                f"the medians' {self.speedup:.2f}×: the machine is busy{load}, so the next click may show any "
+                "figure in that range.")
+
+    def throughputs_note(self, live: BatchResult) -> str:
+        """What each tokens/s on the page counts, where the live run's figure and these disagree."""
+        return (f"Two throughputs, two things counted: the {live.engine_tokens_per_s:,.0f} tokens/s at the top "
+                "counts one run's engine steps while the page drew its charts (the first run after loading also "
+                f"warms up); kvviz's {self.kvviz.tokens_per_s:,.0f} tokens/s here is the median of "
+                f"{len(self.kvviz.details['all_seconds'])} warm runs, nothing drawn.")
+
     def rows(self) -> list[dict]:
         return [{"system": run.name, "median seconds": run.seconds,
                  "all runs (s)": ", ".join(f"{s:.2f}" for s in run.details["all_seconds"]),
@@ -295,6 +315,15 @@ class TransformersComparison:
                  "output tokens/s": run.tokens_per_s,
                  "slowest run tokens/s": output_tokens_per_s(run.output_tokens, max(run.details["all_seconds"])),
                  "fastest run tokens/s": output_tokens_per_s(run.output_tokens, min(run.details["all_seconds"]))}
+                for run in (self.kvviz, self.transformers)]
+
+    def table(self) -> list[dict]:
+        """rows() for the page: short headers, every value rounded with its unit, so that the table
+        fits 1280 px in presenter type; the fastest and slowest runs are the chart's bars."""
+        return [{"system": run.name, "output tokens/s": f"{run.tokens_per_s:,.0f} tokens/s",
+                 "median run": f"{run.seconds:.2f} s",
+                 "each run": ", ".join(f"{s:.2f} s" for s in run.details["all_seconds"]),
+                 "output tokens": f"{run.output_tokens:,}", "generated": f"{run.generated_tokens:,}"}
                 for run in (self.kvviz, self.transformers)]
 
 

@@ -14,6 +14,7 @@ forward passes, the cache writes and the timings are the engine's own.
 from __future__ import annotations
 
 import functools
+import os
 import random
 import statistics
 from dataclasses import asdict, dataclass, field
@@ -37,7 +38,7 @@ from kvviz.models import (
     pick_dtype,
     validate_shape,
 )
-from kvviz.shapes import ModelShape
+from kvviz.shapes import ModelShape, format_bytes
 from kvviz.throughput import busy_note, machine_load
 
 # Keep a measurement to seconds: a bigger model is refused with its size rather than left to
@@ -45,6 +46,7 @@ from kvviz.throughput import busy_note, machine_load
 # the measurement itself (contexts x repeats x parameters) is estimated and bounded: kvviz.lessons.budget.
 MAX_LAB_PARAMS = {"cpu": 200_000_000, "cuda": 2_000_000_000}
 LAB_REPEATS = 5  # decode steps timed per context, each way; the page shows their median
+AGREE_WITHIN = 0.10  # consecutive Measures should agree this closely; a wider spread of steps is said
 SAMPLE_TOKENS = 12  # what the random weights write after the timing
 
 
@@ -76,14 +78,19 @@ class DecodeTiming:
 
     def spread(self, cached: bool) -> str:
         """'12.3 ms median of 5, spread 11.9-13.0 ms' for one side: the median and how far the steps scattered."""
-        low, high = self.cached_spread_s if cached else self.uncached_spread_s
         return (f"{self.median_text(cached)} median of {self.repeats}, "
-                f"spread {format_ms(low).removesuffix(' ms')}-{format_ms(high)}")
+                f"spread {_spread_text(self.cached_spread_s if cached else self.uncached_spread_s)}")
 
 
 def format_ms(seconds: float) -> str:
     milliseconds = seconds * 1e3
     return f"{milliseconds:,.0f} ms" if milliseconds >= 100 else f"{milliseconds:.1f} ms"
+
+
+def _spread_text(spread_s: tuple[float, float]) -> str:
+    """'11.9-13.0 ms': the fastest and the slowest of one side's timed steps."""
+    low, high = spread_s
+    return f"{format_ms(low).removesuffix(' ms')}-{format_ms(high)}"
 
 
 @dataclass(slots=True)
@@ -117,13 +124,35 @@ class LabResult:
         return busy_note([[t.cached_spread_s[0], t.cached_s] for t in self.timings]
                          + [[t.uncached_spread_s[0], t.uncached_s] for t in self.timings], self.load_before)
 
+    def spread_note(self) -> str | None:
+        """One sentence, beside the headline, when the longest context's timed steps scattered more
+        than AGREE_WITHIN either side of their median on either side: the next Measure may then show
+        other medians."""
+        longest = self.timings[-1]
+        sides = ((longest.cached_s, longest.cached_spread_s), (longest.uncached_s, longest.uncached_spread_s))
+        if all(median * (1 - AGREE_WITHIN) <= low and high <= median * (1 + AGREE_WITHIN)
+               for median, (low, high) in sides):
+            return None
+        load = f" (load {self.load_before:.1f} on {os.cpu_count()} cores)" if self.load_before is not None else ""
+        return (f"At {longest.context:,} tokens the {longest.repeats} timed steps ranged "
+                f"{_spread_text(longest.cached_spread_s)} with the cache and {_spread_text(longest.uncached_spread_s)} "
+                f"without, more than {AGREE_WITHIN:.0%} either side of their medians: the machine is busy{load}, so "
+                "the next Measure may show other times. The token counts do not change.")
+
     def rows(self) -> list[dict]:
-        """The timings as table rows, in milliseconds and bytes."""
-        return [{"context": t.context, "tokens run (with / without cache)": f"1 / {t.context}",
-                 "with cache": t.spread(cached=True).replace(" median of", ", median of"),
-                 "without cache": t.spread(cached=False).replace(" median of", ", median of"),
-                 "ratio of medians": round(t.speedup, 1),
-                 "cache bytes (measured)": t.cache_bytes, "cache bytes (formula)": t.formula_bytes}
+        """The timings as table rows of short columns, each value rounded with its unit (five columns
+        fit 1280 px in presenter type); spread_rows holds the rest."""
+        return [{"context": f"{t.context:,} tokens", "with cache": t.median_text(cached=True),
+                 "without": t.median_text(cached=False), "ratio": f"{t.speedup:.1f}×",
+                 "cache held": format_bytes(t.cache_bytes)} for t in self.timings]
+
+    def spread_rows(self) -> list[dict]:
+        """Per context: the tokens each side ran, how far its steps scattered, and the cache's bytes
+        as the engine held them and as the formula counts them."""
+        return [{"context": f"{t.context:,} tokens", "tokens run": f"1 vs {t.context:,}",
+                 "with cache, spread": _spread_text(t.cached_spread_s),
+                 "without, spread": _spread_text(t.uncached_spread_s),
+                 "engine": f"{t.cache_bytes:,} bytes", "formula": f"{t.formula_bytes:,} bytes"}
                 for t in self.timings]
 
     def to_dict(self) -> dict:

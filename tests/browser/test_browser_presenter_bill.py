@@ -1,0 +1,64 @@
+"""The Memory bill at a 1280x720 projector, presenter and normal mode (issue 33, item 9): the sliders
+the class watches (Context, Batch, Cache dtype, Accelerator) and the bill they change share the first
+screen, so that moving one changes numbers the class can see without scrolling.
+
+Screenshots go to screenshots/presenter/bill-*.png (ignored by git).
+"""
+
+import pytest
+from test_browser import app_url, no_exceptions, pytestmark  # noqa: F401  (fixture, skip rule)
+
+from kvviz.ui.app_server import ROOT
+
+from chromium import browser_page, wait_idle
+
+MODES = pytest.mark.parametrize("presenter", [False, True], ids=["normal", "presenter"])
+SHOTS = ROOT / "screenshots" / "presenter"
+WIDTH, HEIGHT = 1280, 720
+
+
+def on_first_screen(locator, what: str) -> None:
+    box = locator.bounding_box()
+    assert box is not None, f"{what} is not drawn"
+    assert box["y"] >= 0 and box["y"] + box["height"] <= HEIGHT, f"{what} at y={box['y']:.0f}-" \
+                                                                   f"{box['y'] + box['height']:.0f}, past {HEIGHT}"
+    assert box["x"] >= 0 and box["x"] + box["width"] <= WIDTH, f"{what} cut at the right edge"
+
+
+def bill_value(page) -> str:
+    metric = page.locator("[data-testid='stMetric']").filter(has_text="KV cache").first
+    return metric.locator("[data-testid='stMetricValue']").inner_text()
+
+
+@MODES
+def test_the_bills_sliders_and_its_figures_share_the_first_screen(app_url, presenter):  # noqa: F811
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    mode = "presenter" if presenter else "normal"
+    with browser_page(WIDTH, HEIGHT) as page:
+        page.goto(f"{app_url}/memory_bill" + ("?presenter=1" if presenter else ""))
+        page.get_by_text("The formula, filled in").wait_for()
+        wait_idle(page, settle=1.0)
+        no_exceptions(page)
+        controls = {name: page.get_by_role("slider", name=name) for name in ("Context", "Batch", "Cache dtype")}
+        controls["Accelerator"] = page.get_by_role("combobox", name="Accelerator")
+        for name, control in controls.items():
+            on_first_screen(control, f"the {name} control")
+        metric = page.locator("[data-testid='stMetric']").filter(has_text="KV cache").first
+        on_first_screen(metric, "the KV cache figure")
+        on_first_screen(page.locator("[data-testid='stMetric']").filter(has_text="Weights").first, "the weights")
+        on_first_screen(page.get_by_text("Fits:", exact=False).first, "the fit summary")
+        before = bill_value(page)
+        assert before == "1.00 GiB"
+        page.screenshot(path=str(SHOTS / f"bill-{mode}.png"))
+
+        controls["Context"].press("ArrowRight")  # 8,192 -> 16,384 tokens: the bill doubles, on the same screen
+        wait_idle(page, settle=1.0)
+        assert bill_value(page) == "2.00 GiB"
+        controls["Batch"].press("ArrowRight")  # 1 -> 2 requests
+        wait_idle(page, settle=1.0)
+        assert bill_value(page) == "4.00 GiB"
+        assert page.evaluate("() => window.scrollY") == 0 and page.evaluate(
+            "() => document.querySelector('[data-testid=\"stMain\"]').scrollTop") == 0
+        on_first_screen(metric, "the KV cache figure after the move")
+        no_exceptions(page)
+        page.screenshot(path=str(SHOTS / f"bill-{mode}-moved.png"))
