@@ -94,7 +94,7 @@ if done is None:
 
 st.subheader(f"{len(done.workload)} requests in {done.seconds:.2f} s on {done.model_name}")
 m = st.columns(5)
-m[0].metric("Output tokens/s", f"{done.engine_tokens_per_s:,.0f}", "this run's engine steps", delta_color="off",
+m[0].metric("Output tokens/s", f"{done.engine_tokens_per_s:,.0f}", "engine steps", delta_color="off",
             delta_arrow="off", help=f"{DEFINITION}: here the seconds are the engine's own steps in this one run; "
                                     f"the wall time, {done.seconds:.2f} s, also holds drawing the live charts.")
 m[1].metric("Generated tokens", f"{done.output_tokens:,}")
@@ -141,12 +141,12 @@ with compare_tab:
         low, high = compared.speedup_range
         runs = len(compared.kvviz.details["all_seconds"])
         c = st.columns(4)
-        c[0].metric("kvviz is", f"{compared.speedup:.2f}× as fast", f"single runs {low:.2f}×-{high:.2f}×",
+        c[0].metric("kvviz is", f"{compared.speedup:.2f}× as fast", f"range {low:.2f}×-{high:.2f}×",
                     delta_color="off", delta_arrow="off",
                     help=f"The ratio of the median output tokens per second, kvviz over transformers; "
                          f"pairing single runs gives {low:.2f}× to {high:.2f}×.")
         for column, side, run in ((c[1], "kvviz", compared.kvviz), (c[2], "transformers", compared.transformers)):
-            column.metric(f"{side} tokens/s", f"{run.tokens_per_s:,.0f}", f"median of {runs} warm runs",
+            column.metric(f"{side} tokens/s", f"{run.tokens_per_s:,.0f}", f"median, {runs} warm runs",
                           delta_color="off", delta_arrow="off",
                           help=f"{DEFINITION}, timed from the first step to the last token, nothing drawn.")
         c[3].metric("Outputs identical", f"{compared.agreement.num_equal} of {compared.agreement.num_requests}")

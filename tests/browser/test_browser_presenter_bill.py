@@ -62,3 +62,25 @@ def test_the_bills_sliders_and_its_figures_share_the_first_screen(app_url, prese
         on_first_screen(metric, "the KV cache figure after the move")
         no_exceptions(page)
         page.screenshot(path=str(SHOTS / f"bill-{mode}-moved.png"))
+
+
+@MODES
+def test_the_stages_bill_of_blocks_and_slack_is_on_the_first_screen_after_prefill(app_url, presenter):  # noqa: F811
+    """Issue 33, item 11: the stage's bill line (blocks held, slack) sat just below the fold."""
+    mode = "presenter" if presenter else "normal"
+    with browser_page(WIDTH, HEIGHT) as page:
+        page.set_default_timeout(300_000)
+        page.goto(f"{app_url}/prefill_decode" + ("?presenter=1" if presenter else ""))
+        page.get_by_role("button", name="Prefill").click()
+        page.locator("[data-testid='stage-bill']").wait_for()
+        wait_idle(page, settle=1.0)
+        page.evaluate("() => window.scrollTo(0, 0)")
+        bill = page.locator("[data-testid='stage-bill']")
+        assert "held" in bill.inner_text() and "slack" in bill.inner_text()
+        for part in ("blocks", "slack"):  # the formula under them may run on below the fold in presenter type
+            on_first_screen(page.locator(f"[data-testid='stage-bill-{part}']"), f"the stage's {part} held")
+        if not presenter:
+            on_first_screen(bill, "the stage's bill")
+        on_first_screen(page.locator("[data-testid='stage-pool']"), "the pool")
+        no_exceptions(page)
+        page.screenshot(path=str(SHOTS / f"stage-bill-{mode}.png"))

@@ -226,14 +226,14 @@ function drawCache(ctx) {
     }
   }
 
-  // ---- the bill -------------------------------------------------------------------------------------
-  const bill = html("div", { class: "bill", "data-testid": "stage-bill" }, root);
-  const b = step.bill;
+  // ---- the bill, under the pool it counts: beside the diagram, so the first screen holds it ---------
+  const bill = html("div", { class: "bill", "data-testid": "stage-bill" }, side);
+  const b = step.bill;  // the short figures first: in presenter type the formula wraps onto several lines
+  html("span", { "data-testid": "stage-bill-blocks" }, bill, `${plural(b.blocks, "block")} held, ${formatBytes(b.block_bytes)}`);
+  html("span", { "data-testid": "stage-bill-slack" }, bill, `slack ${formatBytes(b.slack_bytes)}`);
+  html("span", {}, bill, `measured ${formatBytes(b.token_bytes)}`);
   html("span", { class: "formula" }, bill,
        `${step.num_tokens} tokens × ${d.per_token_formula} = ${formatBytes(b.formula_bytes)}`);
-  html("span", {}, bill, `measured ${formatBytes(b.token_bytes)}`);
-  html("span", {}, bill, `${plural(b.blocks, "block")} held, ${formatBytes(b.block_bytes)}`);
-  html("span", {}, bill, `slack ${formatBytes(b.slack_bytes)}`);
   ctx.readoutIn(bill);
   if (b.note) html("div", { class: "note" }, bill, b.note);
 
