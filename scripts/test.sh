@@ -2,6 +2,9 @@
 # Install everything the tests need on a fresh machine, then run the tests.
 #   bash scripts/test.sh            the whole suite (extra arguments go to pytest)
 #   bash scripts/test.sh --quick    what needs no browser and no vLLM (markers browser, vllm; see pyproject.toml)
+#   bash scripts/test.sh -n 2 --dist loadfile    two pytest-xdist workers, each taking whole files with
+#                                                 its own app server and Chromium (opt-in: on a busy 2-core
+#                                                 machine the browser tests' waits can run out)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

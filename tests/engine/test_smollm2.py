@@ -16,11 +16,14 @@ pytestmark = [pytest.mark.slow,
                                  reason=f"SmolLM2 is not fetched here; run `{fetch_command('smollm2')}` once")]
 
 MAX_TOKENS = 12
+# A pool these requests fill (3 prompts of about 40 tokens, the chat answer's 48): an engine sized from
+# free memory zeroes about 6 GB of cache for SmolLM2 first (up to 64 whole 8,192-token contexts).
+POOL = dict(num_blocks=64)
 QUESTIONS = ("What is the capital of France? Answer in one sentence.", "Name three colours.",
              "Why is the sky blue?")
 ENGINE_SETTINGS = {
-    "prefix caching": dict(),  # the template's system turn is a prefix every prompt shares
-    "chunked prefill": dict(max_num_batched_tokens=16),
+    "prefix caching": POOL,  # the template's system turn is a prefix every prompt shares
+    "chunked prefill": dict(POOL, max_num_batched_tokens=16),
     "forced preemption": dict(num_blocks=24, block_size=4),  # one request fits, three do not
 }
 
@@ -58,7 +61,7 @@ def test_a_chat_question_is_answered_and_stops_at_the_end_of_its_turn(smollm2):
     lm = smollm2[0]
     turn = chat_prompt(lm.tokenizer, QUESTIONS[0])
     assert lm.tokenizer.convert_ids_to_tokens(turn.stop_token_ids) == ["<|im_end|>"]
-    out = Engine(lm).generate([turn.token_ids], chat_params(turn, SamplingParams(max_tokens=48)))[0]
+    out = Engine(lm, **POOL).generate([turn.token_ids], chat_params(turn, SamplingParams(max_tokens=48)))[0]
     assert out.token_ids[-1] == turn.stop_token_ids[0] and len(out.token_ids) < 48
     answer = chat_answer(lm.tokenizer, out.token_ids)
     assert "Paris" in answer and "<|im_end|>" not in answer

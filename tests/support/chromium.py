@@ -1,8 +1,9 @@
 """Drive the real app (kvviz.ui.app_server starts it) with Playwright in Debian's Chromium.
 
-One Chromium and one app server serve the whole test session (shared_browser, shared_app_url):
-each test opens its own browser context, so tests keep apart cookies and sessions while the
-browser's and the server's start-up (and the server's model loads) are paid once.
+One Chromium and one app server serve the whole test session (shared_browser, shared_app_url), or
+under pytest-xdist (scripts/test.sh) each worker's: each test opens its own browser context, so tests
+keep apart cookies and sessions while the browser's and the server's start-up (and the server's model
+loads) are paid once a process. The server listens on a free port, so workers never meet.
 close_shared() (tests/conftest.py, at the session's end) stops both. Starting the app, and which
 browser, is kvviz.ui.app_server's (scripts/ use it too); import those names from there.
 """
