@@ -192,8 +192,7 @@ def publish(kind: RoomLesson, lesson, step: int) -> None:
 def teacher_panel(kind: RoomLesson, lesson, step: int) -> None:
     """Open or close the room, its code, link and QR code, who follows, and the questions' answers."""
     room = rooms.teachers_room(kind.page)
-    if room is None and rooms.down():
-        st.warning(rooms.down(), icon=":material/wifi_off:")
+    if room is None and rooms.down():  # stepped.room_panel says so above
         return
     if room is None:
         if st.button("Open a room for the class", icon=":material/groups:"):

@@ -152,11 +152,17 @@ class RedisStore:
         threading.Thread(target=self.listen, name="kvviz-rooms-listener", daemon=True).start()
 
     def down(self) -> str | None:
+        if self.failing and time.time() >= self.quiet_until:
+            self.ping()  # a page that makes no other call learns here that the server is back
         if self.failing:
             where = self.url.split("@")[-1]  # no password in a sentence
             where = where if "://" in where else "redis://" + where
             return f"The class room server at {where} does not answer; the lesson goes on without a room."
         return None
+
+    @answering(None)
+    def ping(self) -> None:
+        self.redis.ping()
 
     # ---- changes ---------------------------------------------------------------------------------
     def tell(self, code: str, full: bool) -> None:
