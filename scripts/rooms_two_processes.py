@@ -7,7 +7,8 @@ Starts a redis-server (Debian's, on a free loopback port, nothing saved) and two
 and opens a room; the followers open its link, split between A and B, each a Chromium context of its
 own. The teacher presses Next token `--steps` times; each follower's page notes, in the page, when
 its sentence first names the new step. Reported: the median and the largest time from the teacher's
-click to a follower showing the step, for followers on A and on B, and the processes' CPU seconds.
+click to a follower showing the step, for followers on A and on B, to the teacher's own page
+showing it, and the machine's load average before and after.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "tests" / "support")]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "support")]  # this checkout's kvviz and app.py
 
 from chromium import shared_browser, wait_idle  # noqa: E402
 from redis_server import running_redis  # noqa: E402
@@ -41,11 +42,6 @@ STEPS_JS = """() => {
   new MutationObserver(note).observe(document.body, {subtree: true, childList: true, characterData: true});
   note();
 }"""
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def main() -> None:
@@ -67,11 +63,19 @@ def main() -> None:
         for where, url, count in (("A", url_a, args.followers_a), ("B", url_b, args.followers_b)):
             for _ in range(count):
                 _, page = new_page(browser, f"{url}/prefill_decode?room={code}")
-                page.get_by_text(f"Following room {code}").wait_for()
+                try:
+                    page.get_by_text(f"Following room {code}").wait_for(timeout=120_000)
+                except Exception:
+                    page.screenshot(path=str(ROOT / "artifacts" / f"follower-{where}-{len(followers)}.png"))
+                    raise SystemExit(f"follower {len(followers)} on {where} did not follow: "
+                                     + page.locator("[data-testid='stMain']").inner_text()[:600])
                 wait_for_step(page, 1, 120)
                 page.evaluate(STEPS_JS)
                 followers.append((where, page))
-        waits: dict[str, list[float]] = {"A": [], "B": []}
+        teacher.evaluate(STEPS_JS)
+        followers.append(("teacher", teacher))  # the teacher's own page: the step's run, before any follower
+        waits: dict[str, list[float]] = {"A": [], "B": [], "teacher": []}
+        load = os.getloadavg()[0]
         for step in range(2, args.steps + 2):
             wait_idle(teacher)
             clicked = press(teacher, "Next token")
@@ -80,7 +84,8 @@ def main() -> None:
                                        timeout=120_000)
                 waits[where].append(page.evaluate(f"() => window.__kvvizSteps['{step}']") - clicked)
             time.sleep(1.0)  # a teacher looks at a step before the next
-        report = {"followers": {"A": args.followers_a, "B": args.followers_b}, "steps": args.steps}
+        report = {"followers": {"A": args.followers_a, "B": args.followers_b}, "steps": args.steps,
+                  "load_average_1min": [round(load, 1), round(os.getloadavg()[0], 1)], "cpus": os.cpu_count()}
         for where, times in waits.items():
             if times:
                 report[f"click_to_step_{where}_s"] = {"median": round(statistics.median(times), 3),

@@ -13,6 +13,8 @@ import streamlit as st
 from kvviz.ui import room_store, room_wake, rooms
 from kvviz.ui.room_redis import RedisStore
 
+from redis_server import redis_url  # noqa: F401  (the fixture)
+
 PAGE = "store_test"  # a lesson page of this test's own, with the lesson file below
 
 
@@ -45,7 +47,7 @@ def wait_for(condition, timeout: float = 5.0) -> bool:
     return False
 
 
-def test_a_room_opened_on_one_process_is_followed_on_another(redis_url):
+def test_a_room_opened_on_one_process_is_followed_on_another(redis_url):  # noqa: F811
     a, b = RedisStore(redis_url.url), RedisStore(redis_url.url)
     lesson = FileLesson([{"step": 0}])
     room = opened(a, lesson)
@@ -67,7 +69,7 @@ def test_a_room_opened_on_one_process_is_followed_on_another(redis_url):
     assert wait_for(lambda: (room.code, True) in room_wake.calls) and b.get(room.code) is None
 
 
-def test_questions_and_answers_cross_processes(redis_url):
+def test_questions_and_answers_cross_processes(redis_url):  # noqa: F811
     a, b = RedisStore(redis_url.url), RedisStore(redis_url.url)
     room = opened(a, FileLesson([{}]))
     assert a.ask(room, rooms.RoomQuestion("q", "How many blocks?", "blocks", 3)) == "asked"
@@ -87,7 +89,7 @@ def test_questions_and_answers_cross_processes(redis_url):
     assert b.get(room.code).questions == [] and len(b.get(room.code).lesson.records) == 2
 
 
-def test_bounds_hold_across_processes(redis_url, monkeypatch):
+def test_bounds_hold_across_processes(redis_url, monkeypatch):  # noqa: F811
     a, b = RedisStore(redis_url.url), RedisStore(redis_url.url)
     first = opened(a, FileLesson([{}]), client="10.0.0.9")
     room = rooms.Room("ABCDEF", "t2", None, PAGE, FileLesson([{}]), client="10.0.0.9")
@@ -105,7 +107,7 @@ def test_bounds_hold_across_processes(redis_url, monkeypatch):
     assert a.sit(first, seats[0], time.time(), 2) and b.seats(first, time.time()) == 2
 
 
-def test_wrong_codes_count_across_processes_and_codes_are_never_listed(redis_url):
+def test_wrong_codes_count_across_processes_and_codes_are_never_listed(redis_url):  # noqa: F811
     a, b = RedisStore(redis_url.url), RedisStore(redis_url.url)
     room = opened(a, FileLesson([{}]), client="10.0.0.9")
     keys = [("session", "s1"), ("address", "10.0.0.7")]
@@ -124,7 +126,7 @@ def test_wrong_codes_count_across_processes_and_codes_are_never_listed(redis_url
     assert outside and not any(room.code in server.dump(name).decode("latin-1") for name in outside)  # digests
 
 
-def test_the_rooms_functions_use_redis_when_the_variable_names_it(redis_url):
+def test_the_rooms_functions_use_redis_when_the_variable_names_it(redis_url):  # noqa: F811
     st.session_state[rooms.SESSION_KEY] = "a teacher's tab"
     assert isinstance(room_store.store(), RedisStore)
     room = rooms.open_room(FileLesson([{}]), PAGE, "10.0.0.20")
@@ -138,7 +140,7 @@ def test_the_rooms_functions_use_redis_when_the_variable_names_it(redis_url):
     assert rooms.find(room.code) is None and rooms.teachers_room(PAGE) is None
 
 
-def test_a_server_that_went_away_answers_no_room_in_bounded_time(redis_url):
+def test_a_server_that_went_away_answers_no_room_in_bounded_time(redis_url):  # noqa: F811
     a = RedisStore(redis_url.url)
     room = opened(a, FileLesson([{}]))
     assert a.down() is None
