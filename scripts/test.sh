@@ -15,6 +15,11 @@ if [ "$quick" = 0 ] && [ ! -x /usr/bin/chromium ]; then  # Debian's Chromium dri
   $SUDO apt-get update -q
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q chromium
 fi
+if [ ! -x /usr/bin/redis-server ]; then  # Debian's redis-server: tests/rooms/ start and stop their own
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q redis-server
+  $SUDO systemctl disable --now redis-server 2>/dev/null || true  # the tests need no server left running
+fi
 if ! command -v cc >/dev/null && ! command -v gcc >/dev/null; then  # builds the paged-attention kernel
   $SUDO apt-get update -q
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q gcc

@@ -3,7 +3,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-FOLDER_MARKERS = {"browser": pytest.mark.browser, "vllm": pytest.mark.vllm}  # tests/<folder>/ -> its tier
+FOLDER_MARKERS = {"browser": pytest.mark.browser, "vllm": pytest.mark.vllm,  # tests/<folder>/ -> its tier
+                  "rooms": pytest.mark.rooms}
 
 
 def needs_vllm(item) -> bool:
@@ -18,7 +19,7 @@ def pytest_collection_modifyitems(items):
     tests/vllm/'s refusals and cache arithmetic, which need no vLLM, stay in the quick tier."""
     for item in items:
         folder = Path(item.fspath).parent.name
-        if folder == "browser" or (folder == "vllm" and needs_vllm(item)):
+        if folder in ("browser", "rooms") or (folder == "vllm" and needs_vllm(item)):
             item.add_marker(FOLDER_MARKERS[folder])
 
 

@@ -45,6 +45,12 @@ class RoomLesson:
     questions: Callable = lambda lesson: []  # (teacher's lesson) -> list[rooms.RoomQuestion] asked on the page
     progress: Callable = lambda lesson: 0  # (lesson) -> a number that grows when followers must redraw the same step
     error_key: str = ""  # session-state key of the lesson's refusal (what Take over says when refused)
+    export: Callable | None = None  # (lesson) -> its lesson file's text: a room in Redis carries the lesson so
+    read: Callable | None = None  # (file text) -> a replay of it (raises LessonFileError)
+
+    def __post_init__(self):
+        if self.export is not None and self.read is not None:
+            rooms.LESSON_FILES[self.page] = (self.export, self.read)
 
 
 # ---- a student's page ----------------------------------------------------------------------------
@@ -77,11 +83,16 @@ def followed_room(kind: RoomLesson) -> rooms.Room | None:
     room = rooms.find(code)
     if room is not None and room.page != kind.page:  # the student looks at another lesson: their own
         return None
-    if room is None or getattr(room.lesson, "released", False) or not room.lesson.records:
+    if room is None and rooms.down():  # the rooms' server went away: the replay stays, at its step
+        stop_following(kind, keep_lesson=True)
+        st.session_state["room_error"] = (f"The class room server does not answer, so room {code} cannot be "
+                                          "followed; the lesson stays at its step, and you can go on on your own.")
+        return None
+    if room is None or getattr(room.lesson, "released", False) or not getattr(room.lesson, "records", None):
         stop_following(kind)
         st.session_state["room_error"] = f"Room {code} has closed; you can run the lesson on your own here."
         return None
-    if not rooms.seen(room, st.session_state.get("room_seat", "")):
+    if not rooms.seen(room, st.session_state.get("room_seat", "")) and not rooms.down():
         stop_following(kind)
         st.session_state["room_error"] = (f"Room {code} gave your seat to another student while your page was "
                                           "away; you can run the lesson on your own here.")
@@ -181,6 +192,8 @@ def publish(kind: RoomLesson, lesson, step: int) -> None:
 def teacher_panel(kind: RoomLesson, lesson, step: int) -> None:
     """Open or close the room, its code, link and QR code, who follows, and the questions' answers."""
     room = rooms.teachers_room(kind.page)
+    if room is None and rooms.down():  # stepped.room_panel says so above
+        return
     if room is None:
         if st.button("Open a room for the class", icon=":material/groups:"):
             try:
@@ -225,7 +238,7 @@ def room_status(code: str) -> None:
     """Who follows and who answered, redrawn every two seconds on the teacher's page."""
     room = rooms.find(code)
     if room is None:
-        st.caption("The room has closed.")
+        st.caption(rooms.down() or "The room has closed.")
         return
     st.caption(f"{room.following()} of {rooms.seats(room)} students following now "
                f"(at most {rooms.setting('KVVIZ_ROOM_STUDENTS')}).")

@@ -325,7 +325,9 @@ def look_back(lesson: Stepped, shown: int, last: int, label: str, help: str, bas
 
 def room_panel(kind: RoomLesson, run, shown: int, room) -> None:
     """A teacher's room, after the questions (a question asked this run reaches the room)."""
-    if room is None and not run.replay:
+    if room is None and not run.replay and rooms.down() and rooms.teachers_room(kind.page) is None:
+        st.warning(rooms.down(), icon=":material/wifi_off:")  # no room while its server does not answer
+    elif room is None and not run.replay:
         with st.expander("Show this lesson to the class (a room)", icon=":material/groups:",
                          expanded=rooms.teachers_room(kind.page) is not None):
             room_view.teacher_panel(kind, run, shown)

@@ -1,4 +1,4 @@
-"""Rooms: a teacher's live lesson followed by the class, on this server.
+"""Rooms: a teacher's live lesson followed by the class, on this server or across several.
 
     room = rooms.open_room(lesson, page="paged_batching")   # the teacher's session owns it
     rooms.publish(room, step=3)                              # each time the teacher's page draws
@@ -8,8 +8,10 @@
 A room belongs to one lesson page (Prefill and decode, Paged cache and batching, Speculative
 decoding). It holds a reference to the teacher's lesson object (its records are what students
 see, as a replay: no model runs for them), the step the teacher shows, the questions the teacher
-asked and one answer per seat per question. Everything sits in one dict behind one lock, shared by the
-server's sessions. A room closes when its teacher's session ends, when it has been idle for
+asked and one answer per seat per question. Where rooms live is kvviz.ui.room_store's: one dict behind
+one lock, shared by the server's sessions, or, with KVVIZ_ROOMS_URL=redis://HOST:PORT, a Redis server
+that every app process serving the class shares (kvviz.ui.room_redis: the lesson travels as its lesson
+file, LESSON_FILES, and changes by pub/sub). A room closes when its teacher's session ends, when it has been idle for
 KVVIZ_ROOM_IDLE_S seconds, or when the teacher closes it.
 
 A student holds a seat, not a tab: the seat is a token kept in the page's address (?room=CODE&seat=TOKEN),
@@ -30,7 +32,6 @@ import os
 import re
 import unicodedata
 import secrets
-import threading
 import time
 from dataclasses import dataclass, field
 
@@ -49,9 +50,8 @@ SEAT_PATTERN = re.compile(r"[A-Za-z0-9_-]{16}")  # secrets.token_urlsafe(12)
 GUESSES = {"session": 5, "address": 30}  # wrong codes each may try in GUESS_WINDOW_S seconds (a class may share
 # one address behind its school's router: its limit is higher, and still far from guessing one of 32**6 codes)
 GUESS_WINDOW_S = 60.0
-_lock = threading.Lock()
-_rooms: dict[str, "Room"] = {}
-_wrong_guesses: dict[tuple[str, str], list[float]] = {}  # ("session" or "address", its name) -> wrong codes' times
+LESSON_FILES: dict[str, tuple] = {}  # page -> (export: lesson -> file text, read: file text -> replay), set by
+# each lesson's RoomLesson: a room kept in Redis carries its lesson as that file (kvviz.ui.room_redis)
 
 
 def setting(name: str) -> int:
@@ -146,51 +146,59 @@ def _session_ended(session: str) -> bool:
     return Runtime.exists() and not Runtime.instance().is_active_session(session)
 
 
+def _store():
+    from kvviz.ui import room_store  # it imports Room from here
+
+    return room_store.store()
+
+
+def down() -> str | None:
+    """One sentence when the rooms' server (KVVIZ_ROOMS_URL) did not answer its last call; else None."""
+    return _store().down()
+
+
 def sweep() -> None:
     """Close the rooms whose teacher left or that sat idle too long."""
-    idle = setting("KVVIZ_ROOM_IDLE_S")
-    now = time.time()
-    with _lock:
-        for code, room in list(_rooms.items()):
-            ended = room.teacher_runtime is not None and _session_ended(room.teacher_runtime)
-            if now - room.touched > idle or ended or getattr(room.lesson, "released", False):
-                del _rooms[code]
+    _store().sweep(time.time(), setting("KVVIZ_ROOM_IDLE_S"), _gone)
+
+
+def _gone(room: Room) -> bool:
+    ended = room.teacher_runtime is not None and _session_ended(room.teacher_runtime)
+    return ended or getattr(room.lesson, "released", False)
 
 
 def open_room(lesson, page: str, client: str | None = None) -> Room:
     """A new room for this session's lesson (the one it had is closed), opened from `client`'s address;
     ValueError says why not."""
     sweep()
-    teacher = session_id()
-    with _lock:
-        for code, room in list(_rooms.items()):
-            if room.teacher == teacher:
-                del _rooms[code]
-        if len(_rooms) >= setting("KVVIZ_MAX_ROOMS"):
-            raise ValueError(f"This server already has {len(_rooms)} open rooms, its limit (KVVIZ_MAX_ROOMS); "
-                             "close one, or wait for an idle one to close.")
-        mine = sum(room.client == client for room in _rooms.values()) if client is not None else 0
-        if mine >= setting("KVVIZ_ROOMS_PER_CLIENT"):
-            raise ValueError(f"Your address already has {mine} open rooms, its limit (KVVIZ_ROOMS_PER_CLIENT); "
-                             "close one in its tab, or wait for it to close.")
+    store, teacher = _store(), session_id()
+    for room in store.teachers(teacher):
+        store.remove(room)
+    while True:
         code = "".join(secrets.choice(CODE_LETTERS) for _ in range(CODE_LENGTH))
-        while code in _rooms:
-            code = "".join(secrets.choice(CODE_LETTERS) for _ in range(CODE_LENGTH))
-        room = _rooms[code] = Room(code, teacher, runtime_session(), page, lesson, client=client)
-    return room
+        room = Room(code, teacher, runtime_session(), page, lesson, client=client)
+        refused = store.add(room, setting("KVVIZ_MAX_ROOMS"), setting("KVVIZ_ROOMS_PER_CLIENT"))
+        if refused is None:
+            return room
+        bound, count = refused
+        if bound == "KVVIZ_MAX_ROOMS":
+            raise ValueError(f"This server already has {count} open rooms, its limit (KVVIZ_MAX_ROOMS); "
+                             "close one, or wait for an idle one to close.")
+        if bound == "KVVIZ_ROOMS_PER_CLIENT":
+            raise ValueError(f"Your address already has {count} open rooms, its limit (KVVIZ_ROOMS_PER_CLIENT); "
+                             "close one in its tab, or wait for it to close.")
+        if bound == "down":
+            raise ValueError(down() or "The class room server does not answer; the lesson goes on without a room.")
 
 
 def close_room(room: Room) -> None:
-    with _lock:
-        _rooms.pop(room.code, None)
+    _store().remove(room)
 
 
 def teachers_room(page: str) -> Room | None:
     """The room this session opened for `page`, if it is still open."""
     sweep()
-    teacher = session_id()
-    with _lock:
-        return next((r for r in _rooms.values() if r.teacher == teacher and r.page == page), None)
+    return next((r for r in _store().teachers(session_id()) if r.page == page), None)
 
 
 def normalize(code: str) -> str:
@@ -202,8 +210,7 @@ def normalize(code: str) -> str:
 def find(code: str) -> Room | None:
     """The open room with this code (any case, spaces ignored), or None."""
     sweep()
-    with _lock:
-        return _rooms.get(normalize(code))
+    return _store().get(normalize(code))
 
 
 def no_seat(code: str) -> str:
@@ -216,115 +223,77 @@ def take_seat(code: str, seat: str, session: str | None = None, address: str | N
     """The room with this code, `seat` held in it (the same seat again after a reload); else one sentence.
     The session and its address each try at most their GUESSES wrong codes in GUESS_WINDOW_S seconds."""
     sweep()
-    code, now = normalize(code), time.time()
+    store, code, now = _store(), normalize(code), time.time()
     keys = [(kind, name) for kind, name in (("session", session), ("address", address)) if name]
-    with _lock:
-        for key in list(_wrong_guesses):
-            _wrong_guesses[key] = [t for t in _wrong_guesses[key] if now - t < GUESS_WINDOW_S]
-            if not _wrong_guesses[key]:
-                del _wrong_guesses[key]
-        if any(len(_wrong_guesses.get(key, ())) >= GUESSES[key[0]] for key in keys):
-            return ("Too many room codes were tried from here in the last minute; wait a minute, then check the "
-                    "code with your teacher.")
-        room = _rooms.get(code)
-        if room is not None:
-            room.free_idle_seats(now)
-            if seat in room.students or len(room.students) < setting("KVVIZ_ROOM_STUDENTS"):
-                room.students[seat] = now
-                return room
-        for key in keys:
-            _wrong_guesses.setdefault(key, []).append(now)
+    if store.guessed_too_often(keys, GUESSES, now):
+        return ("Too many room codes were tried from here in the last minute; wait a minute, then check the "
+                "code with your teacher.")
+    room = store.get(code)
+    if room is not None and store.sit(room, seat, now, setting("KVVIZ_ROOM_STUDENTS")):
+        return room
+    if store.down():
+        return store.down()
+    store.wrong_guess(keys, now)
     return no_seat(code)
 
 
 def seen(room: Room, seat: str) -> bool:
     """A student's page looked for news: it still follows. False when its seat was freed while it was
     away and the room has filled since."""
-    now = time.time()
-    with _lock:
-        if seat not in room.students:
-            room.free_idle_seats(now)
-            if len(room.students) >= setting("KVVIZ_ROOM_STUDENTS"):
-                return False
-        room.students[seat] = now
-    return True
+    return _store().sit(room, seat, time.time(), setting("KVVIZ_ROOM_STUDENTS"))
 
 
 def leave(room: Room, seat: str) -> None:
-    with _lock:
-        room.students.pop(seat, None)
+    _store().leave(room, seat)
 
 
 def seats(room: Room) -> int:
     """Seats held now (the idle ones freed first)."""
-    with _lock:
-        room.free_idle_seats(time.time())
-        return len(room.students)
+    return _store().seats(room, time.time())
 
 
 def publish(room: Room, step: int, progress: int = 0) -> None:
     """The teacher's page shows `step` (and its lesson has come `progress` far): followers move to it."""
-    with _lock:
-        room.touched = time.time()
-        if (room.step, room.progress) != (step, progress):
-            room.step, room.progress = step, progress
-            room.version += 1
+    _store().publish(room, step, progress, time.time())
 
 
 def show_lesson(room: Room, lesson) -> None:
     """The teacher started a new lesson (Prefill or Start again): the room shows it, and the questions
     asked about the old one's steps go (the old lesson keeps their answers)."""
-    with _lock:
-        if room.lesson is not lesson:
-            room.lesson, room.questions = lesson, []
-            room.version += 1
+    _store().show_lesson(room, lesson)
 
 
 def ask(room: Room, question_id: str, text: str, unit: str, target: int, exact: bool = False) -> str | None:
     """Put a question to the room (once per id); a sentence when the room has asked too many."""
-    with _lock:
-        if room.question(question_id) is not None:
-            return None
-        if len(room.questions) >= MAX_QUESTIONS:
-            return f"This room has asked {MAX_QUESTIONS} questions, its limit; open a new room to ask more."
-        room.questions.append(RoomQuestion(question_id, text, unit, target, exact))
-        room.version += 1
+    if _store().ask(room, RoomQuestion(question_id, text, unit, target, exact)) == "full":
+        return f"This room has asked {MAX_QUESTIONS} questions, its limit; open a new room to ask more."
     return None
 
 
 def reveal(room: Room, question_id: str, answer: float, step: int | None = None) -> None:
     """The engine's answer, read at `step` (when the question could not say which step ahead)."""
-    with _lock:
-        question = room.question(question_id)
-        if question is not None and not question.revealed:
-            question.answer = float(answer)
-            if step is not None:
-                question.target = step
-            room.version += 1
+    _store().reveal(room, question_id, answer, step)
 
 
 def answer(room: Room, question_id: str, value: float, seat: str) -> str | None:
     """The number of the student in `seat` (a second answer replaces the first); a sentence if refused.
     No follower's page wakes for it: only the teacher's counts change, and they redraw on their own."""
-    with _lock:
-        question = room.question(question_id)
-        if question is None:
-            return "That question is no longer open in this room."
-        if question.revealed:
-            return "The teacher has already revealed this answer."
-        if not value >= 0:  # NaN too
-            return "Answer with a number from 0 up: a count of blocks or bytes is never negative."
-        if value >= MAX_ANSWER:
-            return f"Answer with a number below {MAX_ANSWER:,.0f}: no question here has an answer that large."
-        question.answers[seat] = float(value)
+    if not value >= 0:  # NaN too
+        return "Answer with a number from 0 up: a count of blocks or bytes is never negative."
+    if value >= MAX_ANSWER:
+        return f"Answer with a number below {MAX_ANSWER:,.0f}: no question here has an answer that large."
+    refused = _store().answer(room, question_id, float(value), seat)
+    if refused == "revealed":
+        return "The teacher has already revealed this answer."
+    if refused is not None:
+        return "That question is no longer open in this room."
     return None
 
 
 def answers_table(room: Room) -> list[dict]:
     """Every question with its answers (no student's name), for the teacher's download and lesson file."""
-    with _lock:
-        return [{"room": room.code, "question": q.text, "unit": q.unit, "step": q.target, "engine": q.answer,
-                 "answers": sorted(q.answers.values()), "exact": q.exact} for q in room.questions]
+    return [{"room": room.code, "question": q.text, "unit": q.unit, "step": q.target, "engine": q.answer,
+             "answers": sorted(q.answers.values()), "exact": q.exact} for q in _store().questions(room)]
 
 
 def right_answers(answers: list[float], engine: float, exact: bool) -> int:

@@ -7,7 +7,7 @@ import time
 import pytest
 import streamlit as st
 
-from kvviz.ui import rooms
+from kvviz.ui import room_store, rooms
 
 
 class Lesson:  # what a room reads of a lesson here: that it is not released
@@ -18,10 +18,11 @@ class Lesson:  # what a room reads of a lesson here: that it is not released
 def room(monkeypatch):
     monkeypatch.setenv("KVVIZ_ROOM_STUDENTS", "3")
     code = "K7QW2M"
-    rooms._rooms[code] = rooms.Room(code, "teacher", None, "prefill_decode", Lesson())
-    yield rooms._rooms[code]
-    rooms._rooms.clear()
-    rooms._wrong_guesses.clear()
+    store = room_store.store()  # the memory store: KVVIZ_ROOMS_URL is unset here
+    store.rooms[code] = rooms.Room(code, "teacher", None, "prefill_decode", Lesson())
+    yield store.rooms[code]
+    store.rooms.clear()
+    store.wrong_guesses.clear()
 
 
 def test_a_reload_takes_the_same_seat(room):

@@ -9,7 +9,7 @@ from PIL import Image
 from streamlit.testing.v1 import AppTest
 
 from kvviz.lessons import room_view
-from kvviz.ui import live_lessons, rooms
+from kvviz.ui import live_lessons, room_store, rooms
 
 from conftest import ROOT, open_lesson
 
@@ -36,7 +36,7 @@ def teacher():
     click(at, "Next token")
     click(at, "Open a room for the class")
     yield at
-    for room in list(rooms._rooms.values()):
+    for room in list(room_store.store().rooms.values()):
         rooms.close_room(room)
 
 

@@ -5,7 +5,7 @@ teacher's question and take the run over; a room's link opened on another lesson
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from kvviz.ui import rooms
+from kvviz.ui import room_store, rooms
 
 from conftest import ROOT, one_sentence, open_lesson
 
@@ -39,7 +39,7 @@ def numbers(at) -> dict[str, tuple[str, str]]:
 @pytest.fixture()
 def close_rooms():
     yield
-    for room in list(rooms._rooms.values()):
+    for room in list(room_store.store().rooms.values()):
         rooms.close_room(room)
 
 

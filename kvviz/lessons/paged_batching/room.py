@@ -47,4 +47,5 @@ def questions(lesson: PagedLesson) -> list[RoomQuestion]:
 
 
 ROOM = RoomLesson("paged_batching", ps.LESSON.keys.run, ps.LESSON.keys.view, follower, take_over, questions,
-                  error_key=ps.LESSON.keys.error)
+                  error_key=ps.LESSON.keys.error,
+                  export=lambda run: ps.LESSON.export(run, 0), read=lambda text: ps.LESSON.read_file(text)[0])

@@ -139,8 +139,8 @@ class Lesson:
         return self._step()
 
     def next_token(self) -> StepRecord | None:
-        if self.replay:
-            if self.finished:
+        if self.replay:  # a follower's copy kept when its room went away says "not finished" at its last step
+            if self.finished or self.replay_position >= len(self.records) - 1:
                 return None
             self.replay_position += 1
             return self.records[self.replay_position]

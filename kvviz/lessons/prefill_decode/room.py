@@ -50,4 +50,5 @@ def questions(lesson: Lesson) -> list[RoomQuestion]:
 
 
 ROOM = RoomLesson("prefill_decode", "lesson", "lesson_view_step", follower, take_over, questions,
-                  error_key="lesson_error")
+                  error_key="lesson_error",
+                  export=lambda run: ls.LESSON.export(run, 0), read=lambda text: ls.LESSON.read_file(text)[0])

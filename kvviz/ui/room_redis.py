@@ -1,0 +1,422 @@
+"""Rooms in Redis (KVVIZ_ROOMS_URL=redis://HOST:PORT[/db]): every app process serving a class sees them.
+
+A room's keys, all under its code (a student's input names no other key: a code is checked to be
+CODE_LENGTH of CODE_LETTERS and a seat a token before either reaches Redis):
+
+    kvviz:room:CODE            hash: page, teacher, step, progress, payload, questions, version, lesson_version, ...
+    kvviz:room:CODE:seats      sorted set: seat -> last seen
+    kvviz:room:CODE:answers    hash: [question id, seat] -> the student's number
+    kvviz:room:CODE:lesson     the teacher's lesson as its lesson file (kvviz-lesson/4)
+    kvviz:room:CODE:changed    the pub/sub channel each change is told on
+
+each expiring after KVVIZ_ROOM_IDLE_S without the teacher's page. Counts that bound the server sit
+in sorted sets that hold a digest of each code, never the code (no command lists codes):
+kvviz:rooms (every open room) and kvviz:client:DIGEST (the rooms one address opened); wrong codes
+count in kvviz:guess:KIND:DIGEST for GUESS_WINDOW_S. Lua scripts count and add in one step, so the
+bounds hold across processes.
+
+The teacher's lesson cannot cross processes as an object: the teacher's process writes its file
+when the lesson is new or has grown, and a follower's process rebuilds a replay from it, once per
+(code, lesson_version). One thread per process listens on kvviz:room:*:changed and wakes the
+followers here (kvviz.ui.room_wake). A server that does not answer (1 s timeouts) makes every call
+answer "no room" for RETRY_S seconds, and `down()` gives the pages their one sentence.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+import threading
+import time
+from dataclasses import asdict, dataclass
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from kvviz.ui import room_wake
+from kvviz.ui.rooms import CODE_LENGTH, CODE_LETTERS, GUESS_WINDOW_S, LESSON_FILES, MAX_QUESTIONS, Room, \
+    RoomQuestion, setting, valid_seat
+
+TIMEOUT_S = 1.0  # connect and read: a page waits at most this for a server that went away
+RETRY_S = 3.0  # after a failed call, calls answer "no room" at once for this long
+
+OPEN = """
+local now, idle = tonumber(ARGV[1]), tonumber(ARGV[2])
+if redis.call('EXISTS', KEYS[3]) == 1 then return {'taken', 0} end
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - idle)
+local open = redis.call('ZCARD', KEYS[1])
+if open >= tonumber(ARGV[3]) then return {'KVVIZ_MAX_ROOMS', open} end
+if ARGV[6] == '1' then
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - idle)
+  local mine = redis.call('ZCARD', KEYS[2])
+  if mine >= tonumber(ARGV[4]) then return {'KVVIZ_ROOMS_PER_CLIENT', mine} end
+  redis.call('ZADD', KEYS[2], now, ARGV[5])
+  redis.call('EXPIRE', KEYS[2], idle)
+end
+redis.call('ZADD', KEYS[1], now, ARGV[5])
+redis.call('HSET', KEYS[3], unpack(ARGV, 7))
+redis.call('EXPIRE', KEYS[3], idle)
+return {'ok', 0}
+"""
+SIT = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+local now = tonumber(ARGV[1])
+if not redis.call('ZSCORE', KEYS[2], ARGV[4]) then
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. (now - tonumber(ARGV[2])))
+  if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[3]) then return 0 end
+end
+redis.call('ZADD', KEYS[2], now, ARGV[4])
+local ttl = redis.call('TTL', KEYS[1])
+if ttl > 0 then redis.call('EXPIRE', KEYS[2], ttl) end
+return 1
+"""
+PUBLISH = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+local moved = 0
+if redis.call('HGET', KEYS[1], 'step') ~= ARGV[3] or redis.call('HGET', KEYS[1], 'progress') ~= ARGV[4] then
+  moved = 1
+  redis.call('HINCRBY', KEYS[1], 'version', 1)
+end
+redis.call('HSET', KEYS[1], 'step', ARGV[3], 'progress', ARGV[4], 'payload', ARGV[5], 'touched', ARGV[1])
+for i = 1, 4 do redis.call('EXPIRE', KEYS[i], ARGV[2]) end
+redis.call('ZADD', KEYS[5], 'XX', ARGV[1], ARGV[6])
+redis.call('ZADD', KEYS[6], 'XX', ARGV[1], ARGV[6])
+return moved
+"""
+GUESS = """
+local n = redis.call('INCR', KEYS[1])
+if n == 1 then redis.call('EXPIRE', KEYS[1], ARGV[1]) end
+return n
+"""
+
+
+def room_key(code: str, part: str = "") -> str:
+    return f"kvviz:room:{code}" + (f":{part}" if part else "")
+
+
+def digest(text: str) -> str:
+    """A name kept in a shared count without the name itself (a code, an address)."""
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def valid_code(code: str) -> bool:
+    return len(code) == CODE_LENGTH and all(ch in CODE_LETTERS for ch in code)
+
+
+@dataclass
+class Mine:
+    """A room whose teacher's session is on this process."""
+
+    teacher: str
+    teacher_runtime: str | None
+    page: str
+    lesson: object
+    shared: tuple = ()  # (id of the lesson, records, progress) as its file was last written
+
+
+def answering(default):
+    """A Redis call that answers `default` while the server does not answer (and starts RETRY_S then)."""
+    def wrap(method):
+        def call(self, *args):
+            if time.time() < self.quiet_until:
+                return default
+            try:
+                result = method(self, *args)
+            except redis.RedisError:
+                self.quiet_until, self.failing = time.time() + RETRY_S, True
+                return default
+            self.failing = False
+            return result
+        return call
+    return wrap
+
+
+class RedisStore:
+    """The rooms of every app process pointed at one Redis (kvviz.ui.room_store's methods)."""
+
+    shares_lessons = True
+
+    def __init__(self, url: str):
+        self.url = url
+        self.redis = redis.Redis.from_url(url, socket_timeout=TIMEOUT_S, socket_connect_timeout=TIMEOUT_S,
+                                          retry=Retry(NoBackoff(), 0), decode_responses=True)
+        self.me = secrets.token_hex(6)  # this process, in the changes it tells
+        self.mine: dict[str, Mine] = {}  # code -> its teacher here
+        self.replays: dict[str, tuple[int, object]] = {}  # code -> (lesson_version, the replay rebuilt here)
+        self.lock = threading.Lock()
+        self.quiet_until, self.failing = 0.0, False
+        self.scripts = {name: self.redis.register_script(text)
+                        for name, text in (("open", OPEN), ("sit", SIT), ("publish", PUBLISH), ("guess", GUESS))}
+        threading.Thread(target=self.listen, name="kvviz-rooms-listener", daemon=True).start()
+
+    def down(self) -> str | None:
+        if self.failing and time.time() >= self.quiet_until:
+            self.ping()  # a page that makes no other call learns here that the server is back
+        if self.failing:
+            where = self.url.split("@")[-1]  # no password in a sentence
+            where = where if "://" in where else "redis://" + where
+            return f"The class room server at {where} does not answer; the lesson goes on without a room."
+        return None
+
+    @answering(None)
+    def ping(self) -> None:
+        self.redis.ping()
+
+    # ---- changes ---------------------------------------------------------------------------------
+    def tell(self, code: str, full: bool) -> None:
+        self.redis.publish(room_key(code, "changed"), json.dumps({"by": self.me, "full": full}))
+
+    def listen(self) -> None:
+        """This process's one subscriber: another process's change wakes the followers here."""
+        while True:
+            try:
+                pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
+                pubsub.psubscribe(room_key("*", "changed"))
+                while True:
+                    message = pubsub.get_message(timeout=1.0)
+                    if message is None:
+                        continue
+                    code, news = message["channel"].split(":")[2], json.loads(message["data"])
+                    if news.get("by") != self.me:
+                        room_wake.changed(code, bool(news.get("full")))
+            except (redis.RedisError, ValueError, OSError):
+                time.sleep(1.0)  # the server went away: try again
+
+    # ---- rooms -------------------------------------------------------------------------------------
+    @answering(("down", 0))
+    def add(self, room: Room, max_rooms: int, per_client: int) -> tuple[str, int] | None:
+        idle = setting("KVVIZ_ROOM_IDLE_S")
+        client = digest(room.client) if room.client else ""
+        fields = {"page": room.page, "teacher": room.teacher, "client": client, "step": 0, "progress": 0,
+                  "payload": "null", "questions": "[]", "opened": room.opened, "touched": room.touched,
+                  "version": 0, "lesson_version": 0}
+        flat = [str(item) for pair in fields.items() for item in pair]
+        answer, count = self.scripts["open"](
+            keys=["kvviz:rooms", f"kvviz:client:{client}", room_key(room.code)],
+            args=[room.touched, idle, max_rooms, per_client, digest(room.code), int(bool(client)), *flat])
+        if answer != "ok":
+            return answer, int(count)
+        with self.lock:
+            self.mine[room.code] = Mine(room.teacher, room.teacher_runtime, room.page, room.lesson)
+        self.share(room.code, room.lesson, 0, new=True)
+        return None
+
+    @answering(None)
+    def get(self, code: str) -> Room | None:
+        if not valid_code(code):
+            return None
+        with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hgetall(room_key(code))
+            pipe.zrange(room_key(code, "seats"), 0, -1, withscores=True)
+            pipe.hgetall(room_key(code, "answers"))
+            fields, seats, answers = pipe.execute()
+        if not fields:
+            with self.lock:
+                self.mine.pop(code, None)
+                self.replays.pop(code, None)
+            return None
+        questions = [RoomQuestion(**q) for q in json.loads(fields["questions"])]
+        for key, value in answers.items():
+            question_id, seat = json.loads(key)
+            for question in questions:
+                if question.id == question_id:
+                    question.answers[seat] = float(value)
+        mine = self.mine.get(code)
+        room = Room(code, fields["teacher"], mine.teacher_runtime if mine else None, fields["page"],
+                    self.lesson(code, fields["page"], int(fields["lesson_version"])), step=int(fields["step"]),
+                    progress=int(fields["progress"]), opened=float(fields["opened"]),
+                    touched=float(fields["touched"]), students=dict(seats), questions=questions,
+                    version=int(fields["version"]), client=fields["client"] or None)
+        room.payload = json.loads(fields["payload"])  # what the teacher's step shows, when the page gives it
+        return room
+
+    def lesson(self, code: str, page: str, version: int):
+        """The teacher's lesson object on the teacher's process; elsewhere a replay of its file, rebuilt once."""
+        mine = self.mine.get(code)
+        if mine is not None:
+            return mine.lesson
+        cached = self.replays.get(code)
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        text, read = self.redis.get(room_key(code, "lesson")), LESSON_FILES.get(page, (None, None))[1]
+        if text is None or read is None:
+            return None
+        try:
+            replay = read(text)
+        except ValueError:  # a file kvviz will not replay (LessonFileError): no lesson to follow
+            return None
+        with self.lock:
+            self.replays[code] = (version, replay)
+        return replay
+
+    @answering(None)
+    def remove(self, room: Room) -> None:
+        fields = self.redis.hmget(room_key(room.code), "client")
+        with self.redis.pipeline() as pipe:
+            pipe.delete(*(room_key(room.code, part) for part in ("", "seats", "answers", "lesson")))
+            pipe.zrem("kvviz:rooms", digest(room.code))
+            if fields[0]:
+                pipe.zrem(f"kvviz:client:{fields[0]}", digest(room.code))
+            pipe.publish(room_key(room.code, "changed"), json.dumps({"by": self.me, "full": True}))
+            pipe.execute()
+        with self.lock:
+            self.mine.pop(room.code, None)
+
+    def teachers(self, teacher: str) -> list[Room]:
+        codes = [code for code, mine in list(self.mine.items()) if mine.teacher == teacher]
+        return [room for room in map(self.get, codes) if room is not None]
+
+    def sweep(self, now: float, idle: float, gone) -> None:
+        """The rooms of this process's teachers that ended; idle rooms expire in Redis on their own."""
+        for code, mine in list(self.mine.items()):
+            room = Room(code, mine.teacher, mine.teacher_runtime, mine.page, mine.lesson)
+            if gone(room):
+                self.remove(room)
+
+    # ---- seats -------------------------------------------------------------------------------------
+    @answering(False)
+    def sit(self, room: Room, seat: str, now: float, most: int) -> bool:
+        if not valid_seat(seat):
+            return False
+        held = self.scripts["sit"](keys=[room_key(room.code), room_key(room.code, "seats")],
+                                   args=[now, setting("KVVIZ_SEAT_IDLE_S"), most, seat])
+        if held == 1:
+            room.students[seat] = now
+        return held == 1
+
+    @answering(None)
+    def leave(self, room: Room, seat: str) -> None:
+        if valid_seat(seat):
+            self.redis.zrem(room_key(room.code, "seats"), seat)
+
+    @answering(0)
+    def seats(self, room: Room, now: float) -> int:
+        key = room_key(room.code, "seats")
+        with self.redis.pipeline() as pipe:
+            pipe.zremrangebyscore(key, "-inf", f"({now - setting('KVVIZ_SEAT_IDLE_S')}")
+            pipe.zcard(key)
+            return pipe.execute()[1]
+
+    # ---- the teacher's page ------------------------------------------------------------------------
+    @answering(False)
+    def publish(self, room: Room, step: int, progress: int, now: float) -> bool:
+        self.share(room.code, self.mine[room.code].lesson if room.code in self.mine else None, progress)
+        client = self.redis.hget(room_key(room.code), "client") or "-"
+        moved = self.scripts["publish"](
+            keys=[room_key(room.code), *(room_key(room.code, part) for part in ("seats", "answers", "lesson")),
+                  "kvviz:rooms", f"kvviz:client:{client}"],
+            args=[now, setting("KVVIZ_ROOM_IDLE_S"), step, progress,
+                  json.dumps(getattr(room, "payload", None)), digest(room.code)])
+        room.touched, room.step, room.progress = now, step, progress
+        if moved == 1:
+            room.version += 1
+            self.tell(room.code, full=False)
+        return moved == 1
+
+    def share(self, code: str, lesson, progress: int, new: bool = False) -> bool:
+        """Write the lesson's file when it is new to the room or has grown since; True when written."""
+        mine = self.mine.get(code)
+        export = LESSON_FILES.get(mine.page, (None,))[0] if mine else None
+        records = getattr(lesson, "records", None)
+        if mine is None or export is None or not records:
+            return False
+        shape = (id(lesson), len(records), progress)
+        if shape == mine.shared and not new:
+            return False
+        text = export(lesson)
+        with self.redis.pipeline() as pipe:
+            pipe.set(room_key(code, "lesson"), text, ex=setting("KVVIZ_ROOM_IDLE_S"))
+            pipe.hincrby(room_key(code), "lesson_version", 1)
+            pipe.hincrby(room_key(code), "version", 1)
+            pipe.execute()
+        mine.shared = shape
+        self.tell(code, full=True)
+        return True
+
+    @answering(False)
+    def show_lesson(self, room: Room, lesson) -> bool:
+        mine = self.mine.get(room.code)
+        if mine is None or mine.lesson is lesson:
+            return False
+        mine.lesson, mine.shared, room.lesson, room.questions = lesson, (), lesson, []
+        with self.redis.pipeline() as pipe:
+            pipe.hset(room_key(room.code), "questions", "[]")
+            pipe.delete(room_key(room.code, "answers"))
+            pipe.execute()
+        self.share(room.code, lesson, room.progress, new=True)
+        return True
+
+    def change_questions(self, room: Room, change) -> str:
+        """`change(questions)` on the room's questions, read and written in one transaction."""
+        def run(pipe):
+            questions = [RoomQuestion(**q) for q in json.loads(pipe.hget(room_key(room.code), "questions") or "[]")]
+            outcome = change(questions)
+            if outcome in ("asked", "revealed"):
+                pipe.multi()
+                pipe.hset(room_key(room.code), "questions", json.dumps(
+                    [{k: v for k, v in asdict(q).items() if k != "answers"} for q in questions]))
+                pipe.hincrby(room_key(room.code), "version", 1)
+            return outcome
+        outcome = self.redis.transaction(run, room_key(room.code), value_from_callable=True)
+        if outcome in ("asked", "revealed"):
+            room.version += 1
+            self.tell(room.code, full=True)
+        return outcome
+
+    @answering("known")
+    def ask(self, room: Room, question: RoomQuestion) -> str:
+        def add(questions):
+            if any(q.id == question.id for q in questions):
+                return "known"
+            if len(questions) >= MAX_QUESTIONS:
+                return "full"
+            questions.append(question)
+            return "asked"
+        return self.change_questions(room, add)
+
+    @answering(False)
+    def reveal(self, room: Room, question_id: str, answer: float, step: int | None) -> bool:
+        def tell_answer(questions):
+            question = next((q for q in questions if q.id == question_id), None)
+            if question is None or question.revealed:
+                return "kept"
+            question.answer = float(answer)
+            question.target = question.target if step is None else step
+            return "revealed"
+        return self.change_questions(room, tell_answer) == "revealed"
+
+    @answering("gone")
+    def answer(self, room: Room, question_id: str, value: float, seat: str) -> str | None:
+        if not valid_seat(seat):
+            return "gone"
+        def keep(pipe):
+            questions = json.loads(pipe.hget(room_key(room.code), "questions") or "[]")
+            question = next((q for q in questions if q["id"] == question_id), None)
+            if question is None:
+                return "gone"
+            if question["answer"] is not None:
+                return "revealed"
+            pipe.multi()
+            pipe.hset(room_key(room.code, "answers"), json.dumps([question_id, seat]), value)
+            return None
+        return self.redis.transaction(keep, room_key(room.code), value_from_callable=True)
+
+    @answering([])
+    def questions(self, room: Room) -> list[RoomQuestion]:
+        fresh = self.get(room.code)
+        return fresh.questions if fresh is not None else []
+
+    # ---- wrong codes -------------------------------------------------------------------------------
+    @answering(False)
+    def guessed_too_often(self, keys: list[tuple[str, str]], limits: dict, now: float) -> bool:
+        if not keys:
+            return False
+        counts = self.redis.mget([f"kvviz:guess:{kind}:{digest(name)}" for kind, name in keys])
+        return any(int(count or 0) >= limits[kind] for (kind, _), count in zip(keys, counts))
+
+    @answering(None)
+    def wrong_guess(self, keys: list[tuple[str, str]], now: float) -> None:
+        for kind, name in keys:
+            self.scripts["guess"](keys=[f"kvviz:guess:{kind}:{digest(name)}"], args=[int(GUESS_WINDOW_S)])

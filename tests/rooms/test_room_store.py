@@ -1,0 +1,153 @@
+"""Rooms kept in a real redis-server (kvviz.ui.room_redis): two RedisStores stand for two app processes
+(each has its own teachers, its own replays and its own listener), so what one process does the other
+must read from Redis alone."""
+
+import json
+import time
+from dataclasses import dataclass, field
+
+import redis
+import streamlit as st
+
+from kvviz.ui import room_store, room_wake, rooms
+from kvviz.ui.room_redis import RedisStore
+
+from redis_server import redis_url  # noqa: F401  (the fixture)
+
+PAGE = "store_test"  # a lesson page of this test's own, with the lesson file below
+
+
+@dataclass
+class FileLesson:
+    """A lesson as a room reads it: records, and a file it is written to and rebuilt from."""
+
+    records: list = field(default_factory=list)
+    released: bool = False
+
+
+rooms.LESSON_FILES[PAGE] = (lambda lesson: json.dumps({"records": lesson.records}),
+                            lambda text: FileLesson(json.loads(text)["records"]))
+
+
+def opened(store: RedisStore, lesson, teacher: str = "teacher", client: str | None = None) -> rooms.Room:
+    code = "K7QW2M"
+    room = rooms.Room(code, teacher, None, PAGE, lesson, client=client)
+    while store.add(room, 10, 10) == ("taken", 0):
+        room.code = rooms.new_seat()[:6].upper()
+    return room
+
+
+def wait_for(condition, timeout: float = 5.0) -> bool:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if condition():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_a_room_opened_on_one_process_is_followed_on_another(redis_url):  # noqa: F811
+    a, b = RedisStore(redis_url.url), RedisStore(redis_url.url)
+    lesson = FileLesson([{"step": 0}])
+    room = opened(a, lesson)
+    assert a.get(room.code).lesson is lesson  # the teacher's own object on the teacher's process
+    seen = b.get(room.code)
+    assert seen.page == PAGE and seen.lesson.records == [{"step": 0}] and seen.lesson is not lesson
+    assert b.get(room.code).lesson is seen.lesson  # rebuilt once per lesson version on a process
+    seat = rooms.new_seat()
+    assert b.sit(seen, seat, time.time(), 60) and a.seats(room, time.time()) == 1
+    room_wake.calls.clear()
+    time.sleep(0.3)  # b's listener has subscribed
+    lesson.records.append({"step": 1})  # the teacher stepped: the lesson grew
+    assert a.publish(room, 1, 0, time.time())
+    assert wait_for(lambda: (room.code, False) in room_wake.calls)  # b heard of the step by pub/sub
+    again = b.get(room.code)
+    assert again.step == 1 and again.lesson.records == [{"step": 0}, {"step": 1}]
+    assert not a.publish(room, 1, 0, time.time())  # the same step again: nothing moved
+    a.remove(room)
+    assert wait_for(lambda: (room.code, True) in room_wake.calls) and b.get(room.code) is None
+
+
+def test_questions_and_answers_cross_processes(redis_url):  # noqa: F811
+    a, b = RedisStore(redis_url.url), RedisStore(redis_url.url)
+    room = opened(a, FileLesson([{}]))
+    assert a.ask(room, rooms.RoomQuestion("q", "How many blocks?", "blocks", 3)) == "asked"
+    assert a.ask(room, rooms.RoomQuestion("q", "again", "blocks", 3)) == "known"
+    student = b.get(room.code)
+    seat = rooms.new_seat()
+    assert student.open_question.text == "How many blocks?"
+    assert b.answer(student, "q", 12.0, seat) is None and b.answer(student, "q", 14.0, seat) is None
+    assert b.answer(student, "q", 1.0, "not a seat") == "gone" and b.answer(student, "nope", 1.0, seat) == "gone"
+    version = a.get(room.code).version
+    assert a.reveal(room, "q", 14.0, 4)
+    shown = b.get(room.code)
+    assert shown.version == version + 1 and shown.questions[0].answers == {seat: 14.0}
+    assert shown.questions[0].answer == 14.0 and shown.questions[0].target == 4
+    assert b.answer(shown, "q", 3.0, seat) == "revealed"
+    a.show_lesson(room, FileLesson([{}, {}]))  # a new lesson: the old one's questions go
+    assert b.get(room.code).questions == [] and len(b.get(room.code).lesson.records) == 2
+
+
+def test_bounds_hold_across_processes(redis_url, monkeypatch):  # noqa: F811
+    a, b = RedisStore(redis_url.url), RedisStore(redis_url.url)
+    first = opened(a, FileLesson([{}]), client="10.0.0.9")
+    room = rooms.Room("ABCDEF", "t2", None, PAGE, FileLesson([{}]), client="10.0.0.9")
+    assert b.add(room, 10, 1) == ("KVVIZ_ROOMS_PER_CLIENT", 1)  # the address opened one on the other process
+    room.client = "10.0.0.10"
+    assert b.add(room, 2, 1) is None
+    assert a.add(rooms.Room("GHJKLM", "t3", None, PAGE, FileLesson([{}])), 2, 1) == ("KVVIZ_MAX_ROOMS", 2)
+    monkeypatch.setenv("KVVIZ_SEAT_IDLE_S", "5")
+    seats = [rooms.new_seat() for _ in range(3)]
+    assert a.sit(first, seats[0], time.time() - 10, 2) and b.sit(first, seats[1], time.time(), 2)
+    assert b.sit(first, seats[2], time.time(), 2)  # the first seat was idle: freed for the third
+    assert not a.sit(first, seats[0], time.time(), 2)  # it came back to a full room
+    assert b.sit(first, seats[1], time.time(), 2)  # a held seat is seen again
+    a.leave(first, seats[1])
+    assert a.sit(first, seats[0], time.time(), 2) and b.seats(first, time.time()) == 2
+
+
+def test_wrong_codes_count_across_processes_and_codes_are_never_listed(redis_url):  # noqa: F811
+    a, b = RedisStore(redis_url.url), RedisStore(redis_url.url)
+    room = opened(a, FileLesson([{}]), client="10.0.0.9")
+    keys = [("session", "s1"), ("address", "10.0.0.7")]
+    for store in (a, b, a, b, a):
+        assert not store.guessed_too_often(keys, rooms.GUESSES, time.time())
+        store.wrong_guess(keys, time.time())
+    assert a.guessed_too_often(keys, rooms.GUESSES, time.time())  # five wrong codes, on two processes
+    assert b.guessed_too_often(keys[:1], rooms.GUESSES, time.time())
+    assert not b.guessed_too_often([("session", "s2"), keys[1]], rooms.GUESSES, time.time())
+    server = redis.Redis.from_url(redis_url.url, decode_responses=True)
+    for sent in ("*", "K*", "ABC:DE", room.code + ":seats", "kvviz:rooms", "\\x00", room.code.lower() + "X"):
+        assert b.get(sent) is None  # only six of the code's letters name a room
+    names = server.keys("*")
+    assert all(name.startswith(f"kvviz:room:{room.code}") for name in names if room.code in name)
+    outside = [name for name in names if not name.startswith("kvviz:room:")]
+    assert outside and not any(room.code in server.dump(name).decode("latin-1") for name in outside)  # digests
+
+
+def test_the_rooms_functions_use_redis_when_the_variable_names_it(redis_url):  # noqa: F811
+    st.session_state[rooms.SESSION_KEY] = "a teacher's tab"
+    assert isinstance(room_store.store(), RedisStore)
+    room = rooms.open_room(FileLesson([{}]), PAGE, "10.0.0.20")
+    assert rooms.teachers_room(PAGE).code == room.code and rooms.find(room.code.lower()).page == PAGE
+    seat = rooms.new_seat()
+    assert rooms.take_seat(room.code, seat, "s", "10.0.0.21").code == room.code and rooms.seats(room) == 1
+    assert rooms.take_seat("ZZZZZZ", seat, "s", "10.0.0.21") == rooms.no_seat("ZZZZZZ")
+    rooms.publish(room, 0, 1)
+    assert rooms.find(room.code).progress == 1
+    rooms.close_room(room)
+    assert rooms.find(room.code) is None and rooms.teachers_room(PAGE) is None
+
+
+def test_a_server_that_went_away_answers_no_room_in_bounded_time(redis_url):  # noqa: F811
+    a = RedisStore(redis_url.url)
+    room = opened(a, FileLesson([{}]))
+    assert a.down() is None
+    redis_url.stop()
+    start = time.time()
+    assert a.get(room.code) is None and not a.sit(room, rooms.new_seat(), time.time(), 60)
+    assert not a.publish(room, 1, 0, time.time()) and a.teachers("teacher") == []
+    assert a.add(rooms.Room("ABCDEF", "t", None, PAGE, FileLesson([{}])), 10, 10) == ("down", 0)
+    assert time.time() - start < 3.0
+    assert a.down() == (f"The class room server at {redis_url.url.split('//')[1].join(['redis://', ''])} does "
+                        "not answer; the lesson goes on without a room.")

@@ -1,0 +1,72 @@
+"""A teacher's and students' Prefill and decode pages in Chromium, for the tests and scripts that follow
+a room across app processes (tests/rooms/, scripts/rooms_two_processes.py)."""
+
+from __future__ import annotations
+
+import re
+import time
+
+from chromium import wait_idle
+
+SLOW_S = 400  # a loaded 2-core machine: the longest a page may take
+
+
+def new_page(browser, url: str, width: int = 1280, height: int = 720):
+    """A browser context of its own (its own Streamlit session) with `url` opened: (context, page)."""
+    context = browser.new_context(viewport={"width": width, "height": height})
+    page = context.new_page()
+    page.set_default_timeout(SLOW_S * 1000)
+    page.goto(url)
+    return context, page
+
+
+def press(page, name: str) -> float:
+    """Click the button named `name` (its start: "Next token →"); the time of the click."""
+    button = page.get_by_role("button", name=re.compile("^" + re.escape(name))).first
+    button.wait_for()
+    clicked = time.time()
+    button.click()
+    return clicked
+
+
+def shown_step(page) -> int | None:
+    """The Prefill and decode step the page's sentence names (0: the prefill), None while it redraws."""
+    try:
+        text = page.locator("[data-testid='stAlertContentSuccess']").first.inner_text(timeout=1000)
+    except Exception:  # the page is redrawing
+        return None
+    if text.startswith("Prefill."):
+        return 0
+    found = re.match(r"Decode step (\d+)", text)
+    return int(found.group(1)) if found else None
+
+
+def wait_for_step(page, step: int, within_s: float) -> float:
+    """When the page showed `step`; AssertionError after `within_s` seconds."""
+    deadline = time.time() + within_s
+    while time.time() < deadline:
+        if shown_step(page) == step:
+            return time.time()
+        time.sleep(0.05)
+    raise AssertionError(f"the page still shows step {shown_step(page)}, not {step}, after {within_s} s")
+
+
+def open_room(teacher) -> str:
+    """On a teacher's Prefill and decode page with a lesson: open a room; its code."""
+    teacher.get_by_text("Show this lesson to the class").click()
+    press(teacher, "Open a room for the class")
+    wait_idle(teacher, timeout=SLOW_S)
+    link = teacher.locator("[data-testid='stCode']").filter(has_text="?room=").first.inner_text().strip()
+    return link.rsplit("=", 1)[1]
+
+
+def start_lesson(teacher) -> None:
+    """Prefill and one decode step on the teacher's page."""
+    teacher.get_by_role("button", name="Prefill", exact=True).wait_for()
+    wait_idle(teacher, timeout=SLOW_S)
+    press(teacher, "Prefill")
+    wait_for_step(teacher, 0, SLOW_S)
+    wait_idle(teacher, timeout=SLOW_S)
+    press(teacher, "Next token")
+    wait_for_step(teacher, 1, SLOW_S)
+    wait_idle(teacher, timeout=SLOW_S)
