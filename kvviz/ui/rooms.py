@@ -38,6 +38,8 @@ import streamlit as st
 from streamlit.runtime import Runtime
 from streamlit.runtime.scriptrunner_utils.script_run_context import get_script_run_ctx
 
+from kvviz.ui import room_wake
+
 CODE_LETTERS = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I: read aloud and typed from a projector
 CODE_LENGTH = 6
 MAX_QUESTIONS = 50
@@ -91,6 +93,7 @@ class Room:
     students: dict[str, float] = field(default_factory=dict)  # seat -> last seen
     questions: list[RoomQuestion] = field(default_factory=list)
     version: int = 0  # grows with every change a student's page must show (not another student's answer)
+    payload: dict = field(default_factory=dict)  # the teacher's step as followers draw it (room_view.step_payload), JSON-able
     client: str | None = None  # the opener's address, when the server knows it
 
     def question(self, question_id: str) -> RoomQuestion | None:
@@ -101,7 +104,7 @@ class Room:
         """The newest question not yet revealed."""
         return next((q for q in reversed(self.questions) if not q.revealed), None)
 
-    def following(self, within_s: float = 10.0) -> int:
+    def following(self, within_s: float = 25.0) -> int:
         """Students whose page asked for news in the last `within_s` seconds."""
         now = time.time()
         return sum(now - seen <= within_s for seen in self.students.values())
@@ -182,6 +185,7 @@ def open_room(lesson, page: str, client: str | None = None) -> Room:
 def close_room(room: Room) -> None:
     with _lock:
         _rooms.pop(room.code, None)
+    room_wake.changed(room.code, full=True)
 
 
 def teachers_room(page: str) -> Room | None:
@@ -261,22 +265,30 @@ def seats(room: Room) -> int:
         return len(room.students)
 
 
-def publish(room: Room, step: int, progress: int = 0) -> None:
-    """The teacher's page shows `step` (and its lesson has come `progress` far): followers move to it."""
+def publish(room: Room, step: int, progress: int = 0, payload: dict | None = None) -> None:
+    """The teacher's page shows `step` (and its lesson has come `progress` far): followers move to it,
+    woken to draw `payload` (built once for them all)."""
     with _lock:
         room.touched = time.time()
-        if (room.step, room.progress) != (step, progress):
+        moved = (room.step, room.progress) != (step, progress) or payload is not None
+        if moved:
             room.step, room.progress = step, progress
+            room.payload = payload if payload is not None else room.payload
             room.version += 1
+    if moved:
+        room_wake.changed(room.code)
 
 
 def show_lesson(room: Room, lesson) -> None:
     """The teacher started a new lesson (Prefill or Start again): the room shows it, and the questions
     asked about the old one's steps go (the old lesson keeps their answers)."""
     with _lock:
-        if room.lesson is not lesson:
-            room.lesson, room.questions = lesson, []
+        moved = room.lesson is not lesson
+        if moved:
+            room.lesson, room.questions, room.payload = lesson, [], {}
             room.version += 1
+    if moved:
+        room_wake.changed(room.code, full=True)
 
 
 def ask(room: Room, question_id: str, text: str, unit: str, target: int, exact: bool = False) -> str | None:
@@ -288,6 +300,7 @@ def ask(room: Room, question_id: str, text: str, unit: str, target: int, exact: 
             return f"This room has asked {MAX_QUESTIONS} questions, its limit; open a new room to ask more."
         room.questions.append(RoomQuestion(question_id, text, unit, target, exact))
         room.version += 1
+    room_wake.changed(room.code, full=True)
     return None
 
 
@@ -295,11 +308,14 @@ def reveal(room: Room, question_id: str, answer: float, step: int | None = None)
     """The engine's answer, read at `step` (when the question could not say which step ahead)."""
     with _lock:
         question = room.question(question_id)
-        if question is not None and not question.revealed:
+        moved = question is not None and not question.revealed
+        if moved:
             question.answer = float(answer)
             if step is not None:
                 question.target = step
             room.version += 1
+    if moved:
+        room_wake.changed(room.code, full=True)
 
 
 def answer(room: Room, question_id: str, value: float, seat: str) -> str | None:
