@@ -10,9 +10,9 @@ nothing runs a model, and the student picks views and tabs without moving anyone
 When the teacher steps, the room keeps one payload for every follower (`step_payload`: the stage's
 data for the steps that moved, already JSON, and the step's sentence), and kvviz.ui.room_wake asks
 each follower's session, from the server, to rerun one fragment (`follow_stage`): the stage and its
-sentence, drawn from that payload. The rest of the page does not rerun: the views below stay on the
-step the student picked, and Catch up brings them to the teacher's. A new lesson, a question, a
-reveal and a closed room rerun the whole page. A link opened on another lesson's page goes to the
+sentence, drawn from that payload. The rest of the page does not rerun: the views below show the
+teacher's step as of the page's last rerun (or the step the student picked), and Catch up brings
+them to the teacher's now. A new lesson, a question, a reveal and a closed room rerun the whole page. A link opened on another lesson's page goes to the
 room's own page.
 """
 
@@ -39,10 +39,9 @@ from kvviz.ui.text import plain
 
 KEYS = frozenset({"room_code", "room_seat", "room_query_done", "room_error", "room_state", "room_answer",
                   "room_sent", "room_followed_lesson", "room_stage", "room_full", "room_teachers_step",
-                  rooms.SESSION_KEY})
+                  "room_views_step", rooms.SESSION_KEY})
 FALLBACK_S = 10.0  # a follower's stage asks on its own this often, should a wake be lost; it keeps the seat too
-CAUGHT_UP = ("The stage moves with the teacher; the views below stay on the step you picked until you press "
-             "**Catch up**.")
+CAUGHT_UP = "The stage moves with the teacher; the views below stay where they are until you press **Catch up**."
 
 
 @dataclass(frozen=True)
@@ -106,8 +105,9 @@ def followed_room(kind: RoomLesson) -> rooms.Room | None:
     st.session_state["room_stage"] = {"seen": room.payload.get("stage")}  # read before the step: never newer
     step = st.session_state["room_teachers_step"] = teachers_step(room)
     st.session_state[kind.lesson_key] = kind.follower(room.lesson, step)
-    if st.session_state.get("room_followed_lesson") != lesson_token(room.lesson):  # joined, or a new lesson
-        st.session_state[kind.step_key] = step
+    own = st.session_state.get(kind.step_key) != st.session_state.get("room_views_step")  # the student moved them
+    if st.session_state.get("room_followed_lesson") != lesson_token(room.lesson) or not own:
+        st.session_state[kind.step_key] = st.session_state["room_views_step"] = step
         st.session_state["room_followed_lesson"] = lesson_token(room.lesson)
     return room
 
@@ -135,7 +135,7 @@ def stop_following(kind: RoomLesson, keep_lesson: bool = False) -> None:
     room_wake.forget()
     lesson_keys = () if keep_lesson else (kind.lesson_key, kind.step_key)
     for key in ("room_code", "room_seat", "room_state", "room_followed_lesson", "room_stage", "room_full",
-                "room_teachers_step", "room_sent", *lesson_keys):
+                "room_teachers_step", "room_views_step", "room_sent", *lesson_keys):
         st.session_state.pop(key, None)
     for key in ("room", "seat"):  # a reload does not take the seat again
         st.query_params.pop(key, None)
@@ -145,7 +145,7 @@ def catch_up(kind: RoomLesson) -> None:
     """The views below go to the teacher's step (the whole page reruns)."""
     room = rooms.find(st.session_state.get("room_code", ""))
     if room is not None:
-        st.session_state[kind.step_key] = teachers_step(room)
+        st.session_state[kind.step_key] = st.session_state["room_views_step"] = teachers_step(room)
     st.session_state["room_full"] = True
 
 

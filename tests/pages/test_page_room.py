@@ -68,13 +68,17 @@ def test_students_follow_the_teachers_step_without_a_model_and_choose_their_own_
     assert stage["steps_from"] == 3 and len(stage["steps"]) == 1 and "presenter" not in stage
     assert len(payload["stage"]) < len(json.dumps(stage_data(room.lesson, 3)))
     for pupil in pupils:
-        pupil.run()  # a rerun of the student's own: the views stay on the step they show
-        assert pupil.success[0].value.startswith("**Decode step 2.**")
-        assert any("stay on the step you picked" in c.value for c in pupil.caption)
-        click(pupil, "Catch up")
+        pupil.run()  # the page's rerun (the server wakes only the stage's fragment for a step): the views follow
         assert pupil.success[0].value.startswith("**Decode step 3.**")
         assert pupil.session_state["lesson_view_step"] == 3
-        assert not any("stay on the step you picked" in c.value for c in pupil.caption)
+    pupils[0].slider(key="lesson_view_step").set_value(1).run()  # a student looks back: that step stays theirs
+    click(teacher, "Next token")
+    pupils[0].run()
+    assert pupils[0].session_state["lesson_view_step"] == 1 and len(pupils[0].session_state["lesson"].records) == 5
+    assert any("stay where they are until you press" in c.value for c in pupils[0].caption)
+    click(pupils[0], "Catch up")
+    assert pupils[0].success[0].value.startswith("**Decode step 4.**")
+    assert not any("stay where they are" in c.value for c in pupils[0].caption)
     assert pupils[0].radio(key="lesson_view").value == "Work saved"
     assert pupils[1].radio(key="lesson_view").value == "Cache per layer" == teacher.radio(key="lesson_view").value
 
