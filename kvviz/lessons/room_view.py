@@ -230,6 +230,11 @@ def follow_stage(kind: RoomLesson, code: str, data: dict, sentence: str | None, 
     _catch_up_bar(kind, teachers_step(room))
 
 
+def stage_lost() -> None:
+    """The browser lacks the steps a payload builds on: the whole page draws the stage whole."""
+    st.session_state["room_full"] = True
+
+
 def _catch_up_bar(kind: RoomLesson, teachers: int) -> None:
     """One caption and Catch up, while the views below show another step than the teacher's."""
     if st.session_state.get(kind.step_key, teachers) != teachers:

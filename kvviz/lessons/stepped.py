@@ -318,7 +318,8 @@ def stage(lesson: Stepped, data: dict, kind: RoomLesson | None = None, room=None
 def followers_stage(lesson: Stepped, data: dict | bytes, sentence: str | None, step: int) -> None:
     if sentence:
         st.success(sentence)
-    show_stage(data, key=lesson.keys.stage, on_step=partial(follower_stage_step, lesson), step=step)
+    show_stage(data, key=lesson.keys.stage, on_step=partial(follower_stage_step, lesson), step=step,
+               on_lost=room_view.stage_lost)
 
 
 def follower_stage_step(lesson: Stepped) -> None:

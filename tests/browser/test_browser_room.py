@@ -165,15 +165,6 @@ def stage_step(page) -> int | None:
     return int(found.group(1)) if found else None
 
 
-def wait_for_stage_step(page, step, within_s):
-    deadline = time.time() + within_s
-    while time.time() < deadline:
-        if stage_step(page) == step:
-            return time.time()
-        time.sleep(0.1)
-    raise AssertionError(f"the stage still shows step {stage_step(page)}, not {step}, after {within_s} s")
-
-
 def look_back_step(page) -> int | None:
     """The step a Paged page shows: its look-back slider's value."""
     try:
@@ -183,13 +174,14 @@ def look_back_step(page) -> int | None:
         return None
 
 
-def wait_for_paged_step(page, step, within_s):
+def wait_for_paged_step(page, step, within_s, read=look_back_step):
+    """When `read` (the look-back slider, or stage_step) first showed `step`."""
     deadline = time.time() + within_s
     while time.time() < deadline:
-        if look_back_step(page) == step:
+        if read(page) == step:
             return time.time()
         time.sleep(0.1)
-    raise AssertionError(f"the page still shows step {look_back_step(page)}, not {step}, after {within_s} s")
+    raise AssertionError(f"the page still shows step {read(page)}, not {step}, after {within_s} s")
 
 
 def metrics(page) -> list[str]:
@@ -220,7 +212,7 @@ def test_two_students_follow_a_paged_run_choose_their_own_tab_and_take_over(brow
     press(teacher, "Step")
     moved = time.time()
     for _, page in students:
-        assert wait_for_stage_step(page, 2, SLOW_S) - moved < 2.5
+        assert wait_for_paged_step(page, 2, SLOW_S, stage_step) - moved < 2.5
     wait_idle(teacher, timeout=SLOW_S)
     for _, page in students:
         wait_idle(page, timeout=SLOW_S)

@@ -26,7 +26,7 @@ function stepName(d, index, last) {
 function received(raw, held) {
   const data = raw && typeof raw.byteLength === "number" ? JSON.parse(new TextDecoder().decode(raw)) : raw;
   if (data.steps_from === undefined) return data;
-  if (!held || held.steps.length < data.steps_from) return null; // the server redraws the whole page then
+  if (!held || held.steps.length < data.steps_from) return null;
   return { ...held, ...data, steps: held.steps.slice(0, data.steps_from).concat(data.steps) };
 }
 
@@ -36,7 +36,10 @@ export default function (component) {
   const state = root.__stage || (root.__stage = { step: null, hover: null, pinned: null, layer: -1, head: -1, group: -1, band: null,
                                                   timer: null, reported: null, drawnStep: null });
   const data = received(component.data, state.data);
-  if (!data) return;
+  if (!data) { // the whole data this builds on never came (a newer run's replaced it first): ask for it
+    setStateValue("lost", Date.now());
+    return;
+  }
   state.data = data;
   const last = data.steps.length - 1;
   // the server's step wins when it moved (Next token, a link, a replay); else keep the browser's
