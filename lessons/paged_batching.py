@@ -97,7 +97,7 @@ if lesson.replay and room is None:
 # the stage: the requests' block tables and the pool, stepped in the browser; the views below follow it
 last = len(lesson.records) - 1
 step = stepped.step_in_view(LESSON, ROOM, lesson, room)
-stepped.stage(LESSON, stage_data(lesson, step, presenter))
+stepped.stage(LESSON, stage_data(lesson, step, presenter), ROOM, room)  # a follower's moves with the teacher
 stepped.look_back(LESSON, step, last, "Look back at step",
                   help="Or step in the diagram (its arrows, or ← → when it has the focus).")
 stepped.files_expander(LESSON)
@@ -190,4 +190,3 @@ show_code(Scheduler.schedule, KVCacheManager.allocate_slots, BlockPool.find_cach
                                   "their blocks, and the block pool it took them from.")
 
 beyond_the_article()
-stepped.follow(room)  # the teacher's next step

@@ -98,20 +98,8 @@ record, info = lesson.records[step], lesson.model_info
 num_tokens = lesson.num_tokens_at(step)
 entered = lesson.entered_step(step)
 
-if step == 0:
-    st.success(f"**Prefill.** All {len(lesson.prompt_token_ids)} prompt tokens ran through the model in one "
-               f"pass; each of the {info['layers']} layers now holds their keys and values, and the last "
-               "position's output picked the first new token.")
-elif not lesson.finished or step < last_step:
-    st.success(f"**Decode step {step}.** Only the newest token ran: its key and value joined every layer's "
-               f"cache (red outline), and its query read all {num_tokens} cached positions, which were read, "
-               "not recomputed.")
-else:
-    st.success(f"**Done.** {steps_text(len(lesson.records)).capitalize()}, each decode step running one token "
-               "against the growing cache. The **Work saved** view adds up what recomputing everything would "
-               "have cost. "
-               + (ls.stop_note(lesson) or ""))
-stepped.stage(LESSON, stage_data(lesson, step, bool(st.session_state.get("presenter"))))
+stepped.stage(LESSON, stage_data(lesson, step, bool(st.session_state.get("presenter"))), ROOM, room,
+              ls.step_sentence(lesson, step))  # a follower's moves with the teacher's steps
 stepped.look_back(LESSON, step, last_step, "Look back at step (0 = prefill)", disabled=playing,
                   help="Or step in the diagram (its arrows, or ← → when it has the focus). While playing, the "
                        "views follow the newest step.")
@@ -225,4 +213,3 @@ show_code(Engine.step, Engine._sample, Scheduler.schedule, attention_code,
           caption="The engine code that ran this step: the loop (schedule, one forward pass, sample, record), "
                   "the sampling, the scheduler, and the attention function every layer calls, which writes "
                   "new keys and values into the paged cache.")
-stepped.follow(room)  # the teacher's next step

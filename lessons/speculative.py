@@ -69,7 +69,7 @@ if lesson.replay and room is None:
 # the stage: the request's blocks, each pass's drafts filling slots and the rejected ones emptying again
 last = len(lesson.records) - 1
 step = stepped.step_in_view(LESSON, ROOM, lesson, room)
-stepped.stage(LESSON, stage_data(lesson, step, presenter))
+stepped.stage(LESSON, stage_data(lesson, step, presenter), ROOM, room)  # a follower's moves with the teacher
 stepped.look_back(LESSON, step, last, "Look back at forward pass", base=1,
                   help="Passes are counted from 1: pass 1 is the prefill. Or step in the diagram (its arrows, "
                        "or ← → when it has the focus).")
@@ -140,4 +140,3 @@ st.table(texts)
 stepped.room_panel(ROOM, lesson, step, room)
 show_code(propose_drafts, accept, Engine._roll_back, KVCacheManager.truncate,
           caption="Prompt lookup, greedy verification, and the rollback of the rejected drafts' cache slots.")
-stepped.follow(room)  # the teacher's next step

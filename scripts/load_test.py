@@ -115,7 +115,7 @@ class BrowserMeter:
 
 
 def server_state(port: int, browsers: BrowserMeter) -> dict:
-    return {"rss_mib": round(server_rss_bytes(port) / 2**20, 1), "cpu_s": round(server_cpu_seconds(port), 1),
+    return {"rss_mib": round(server_rss_bytes(port) / 2**20, 1), "cpu_s": round(server_cpu_seconds(port), 2),
             "browsers_cpu_s": round(browsers.sample(), 1)}
 
 
@@ -162,12 +162,13 @@ async def student(browser, url: str, marker: str, steps: int, timings: list[floa
             "exceptions": errors}
 
 
-async def shown_step(page) -> int | None:
+async def shown_step(page, stage: bool = False) -> int | None:
     """The step a Prefill and decode page shows: its look-back slider's value (drawn from step 1),
-    else its guided text."""
+    else its guided text; `stage`: the sentence over the stage (a follower's moves with the teacher,
+    its views below stay)."""
     try:
         box = page.locator("[data-testid='stSlider']").filter(has_text="Look back at step")
-        if await box.count():
+        if not stage and await box.count():
             return int(await box.first.locator("[data-testid='stSliderThumbValue']").inner_text(timeout=1000))
         text = await page.locator("[data-testid='stAlertContentSuccess']").first.inner_text(timeout=1000)
     except Exception:  # the page is redrawing
@@ -178,11 +179,11 @@ async def shown_step(page) -> int | None:
     return int(found.group(1)) if found else None
 
 
-async def wait_for_step(page, step: int, timeout: float = 300.0) -> float:
+async def wait_for_step(page, step: int, timeout: float = 300.0, stage: bool = False) -> float:
     """When the page first showed `step` (time.perf_counter())."""
     deadline = time.time() + timeout
     while time.time() < deadline:
-        if await shown_step(page) == step:
+        if await shown_step(page, stage) == step:
             return time.perf_counter()
         await asyncio.sleep(0.1)
     shot = Path("artifacts") / f"load_test_student_step_{step}.png"
@@ -224,8 +225,8 @@ async def room_async(args) -> dict:
             await teacher.get_by_text("Show this lesson to the class").click()
             await teacher.get_by_role("button", name="Open a room for the class").click()
             code_box = teacher.locator("[data-testid='stCode']").filter(has_text="?room=").first
-            link = (await code_box.inner_text()).strip()
-            code = link.rsplit("=", 1)[1]
+            code = (await code_box.inner_text()).strip().rsplit("=", 1)[1]
+            link = f"{url}/prefill_decode?room={code}"  # the panel's link names this machine's network address
             teaching = server_state(port, meter)
             joined_at = time.perf_counter()
             pages = await asyncio.wait_for(asyncio.gather(
@@ -234,17 +235,21 @@ async def room_async(args) -> dict:
             await teacher.get_by_text(f"{args.sessions} of {args.sessions} students following",
                                       exact=False).wait_for()
             joined = server_state(port, meter)
-            await asyncio.sleep(IDLE_WINDOW_S)  # the followers' one-second checks, nothing else
+            await asyncio.sleep(IDLE_WINDOW_S)  # the followers' fallback checks, nothing else
             idle = server_state(port, meter)
             lags: list[float] = []
+            step_cpu: list[float] = []  # the server's CPU seconds from each click to every page showing it
             stepping = time.perf_counter()
             for step in range(1, args.steps + 1):
+                await asyncio.sleep(1.0)  # the previous step's last redraws end
+                cpu_before = server_cpu_seconds(port)
                 clicked = time.perf_counter()
                 await teacher.get_by_role("button", name=re.compile("^Next token")).click()
                 shown = await asyncio.wait_for(asyncio.gather(
-                    *[wait_for_step(page, step) for _, page in pages]), args.timeout)
+                    *[wait_for_step(page, step, stage=True) for _, page in pages]), args.timeout)
                 lags += [when - clicked for when in shown]
                 await wait_idle(teacher)
+                step_cpu.append(server_cpu_seconds(port) - cpu_before)
             steps_wall = time.perf_counter() - stepping
             stepped = server_state(port, meter)
             errors = sum([await page.locator("[data-testid='stException']").count() for _, page in pages])
@@ -254,6 +259,7 @@ async def room_async(args) -> dict:
             await browser.close()
         sampler.cancel()
     lags.sort()
+    lags = lags or [0.0]
     return {
         "mode": "room", "students": args.sessions, "teacher_steps": args.steps,
         "join_wall_s": round(join_s, 1),
@@ -265,7 +271,9 @@ async def room_async(args) -> dict:
         "cpu_s_students_joining": round(joined["cpu_s"] - teaching["cpu_s"], 1),
         "cpu_s_per_s_idle_following": round((idle["cpu_s"] - joined["cpu_s"]) / IDLE_WINDOW_S, 2),
         "steps_wall_s": round(steps_wall, 1),
-        "cpu_s_teacher_steps": round(stepped["cpu_s"] - idle["cpu_s"], 1),
+        "cpu_s_teacher_steps": round(stepped["cpu_s"] - idle["cpu_s"], 2),
+        "cpu_s_step_median": round(statistics.median(step_cpu), 3),  # the teacher's own run included
+        "cpu_s_steps": [round(c, 3) for c in step_cpu],
         "browsers_cpu_s_teacher_steps": round(stepped["browsers_cpu_s"] - idle["browsers_cpu_s"], 1),
         "rss_mib_added_by_students": round(joined["rss_mib"] - teaching["rss_mib"], 1),
         "exceptions": errors,

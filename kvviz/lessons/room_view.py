@@ -1,12 +1,19 @@
 """A lesson in a room (kvviz.ui.rooms): the teacher's panel, and the students who follow.
 
 Every engine-driven lesson gives its room a `RoomLesson`: where its run and its step in view live
-in session state, a function that copies the teacher's lesson as a replay at a step, and one that
-runs the same settings to that step on the student's own engine (Take over). A student's page
-opened with ?room=CODE (and &seat=TOKEN, its seat, added on joining: a reload keeps the seat) shows the teacher's lesson as that replay at the teacher's step: every view
-works, nothing runs a model, and the student picks views and tabs without moving anyone. A
-one-second fragment reruns the student's page when the room changed (a step, a question, a
-reveal). A link opened on another lesson's page goes to the room's own page.
+in session state, a function that copies the teacher's lesson as a replay at a step, one that
+runs the same settings to that step on the student's own engine (Take over), and the stage's data
+and sentence of a step. A student's page opened with ?room=CODE (and &seat=TOKEN, its seat, added
+on joining: a reload keeps the seat) shows the teacher's lesson as that replay: every view works,
+nothing runs a model, and the student picks views and tabs without moving anyone.
+
+When the teacher steps, the room keeps one payload for every follower (`step_payload`: the stage's
+data for the steps that moved, already JSON, and the step's sentence), and kvviz.ui.room_wake asks
+each follower's session, from the server, to rerun one fragment (`follow_stage`): the stage and its
+sentence, drawn from that payload. The rest of the page does not rerun: the views below show the
+teacher's step as of the page's last rerun (or the step the student picked), and Catch up brings
+them to the teacher's now. A new lesson, a question, a reveal and a closed room rerun the whole page. A link opened on another lesson's page goes to the
+room's own page.
 """
 
 from __future__ import annotations
@@ -22,15 +29,19 @@ from urllib.parse import urlsplit
 import qrcode
 import streamlit as st
 from streamlit import config
+from streamlit.runtime.scriptrunner_utils.script_run_context import get_script_run_ctx
 
 from kvviz.lessons.files import RoomAnswers
 from kvviz.lessons.registry import BY_KEY
-from kvviz.ui import rooms
+from kvviz.ui import room_wake, rooms
 from kvviz.ui.common import drop
 from kvviz.ui.text import plain
 
-KEYS = frozenset({"room_code", "room_seat", "room_query_done", "room_error", "room_version", "room_answer",
-                  "room_sent", "room_followed_step", rooms.SESSION_KEY})
+KEYS = frozenset({"room_code", "room_seat", "room_query_done", "room_error", "room_state", "room_answer",
+                  "room_sent", "room_followed_lesson", "room_stage", "room_full", "room_teachers_step",
+                  "room_views_step", rooms.SESSION_KEY})
+FALLBACK_S = 10.0  # a follower's stage asks on its own this often, should a wake be lost; it keeps the seat too
+CAUGHT_UP = "The stage moves with the teacher; the views below stay where they are until you press **Catch up**."
 
 
 @dataclass(frozen=True)
@@ -47,6 +58,8 @@ class RoomLesson:
     error_key: str = ""  # session-state key of the lesson's refusal (what Take over says when refused)
     export: Callable | None = None  # (lesson) -> its lesson file's text: a room in Redis carries the lesson so
     read: Callable | None = None  # (file text) -> a replay of it (raises LessonFileError)
+    stage: Callable | None = None  # (lesson, step, presenter) -> the stage's data (kvviz.ui.stage)
+    sentence: Callable = lambda lesson, step: None  # (lesson, step) -> the line over the stage, when the page has one
 
     def __post_init__(self):
         if self.export is not None and self.read is not None:
@@ -76,12 +89,14 @@ def restore_from_query(kind: RoomLesson) -> None:
 
 def followed_room(kind: RoomLesson) -> rooms.Room | None:
     """The room of this page's lesson that this session follows, its lesson refreshed to the teacher's
-    step; None when it follows none here (a closed room leaves a sentence and no lesson)."""
+    step; None when it follows none here (a closed room leaves a sentence and no lesson). The views
+    start at the teacher's step (on joining, and with each new lesson); then they stay on the student's."""
     code = st.session_state.get("room_code")
     if code is None:
         return None
     room = rooms.find(code)
     if room is not None and room.page != kind.page:  # the student looks at another lesson: their own
+        room_wake.forget()
         return None
     if room is None and rooms.down():  # the rooms' server went away: the replay stays, at its step
         stop_following(kind, keep_lesson=True)
@@ -97,13 +112,29 @@ def followed_room(kind: RoomLesson) -> rooms.Room | None:
         st.session_state["room_error"] = (f"Room {code} gave your seat to another student while your page was "
                                           "away; you can run the lesson on your own here.")
         return None
-    st.session_state["room_version"] = room.version
-    step = min(room.step, len(room.lesson.records) - 1)
+    st.session_state["room_state"] = page_state(room)
+    st.session_state["room_stage"] = {"seen": room.payload.get("stage")}  # read before the step: never newer
+    step = st.session_state["room_teachers_step"] = teachers_step(room)
     st.session_state[kind.lesson_key] = kind.follower(room.lesson, step)
-    if st.session_state.get("room_followed_step") != step:  # the teacher moved: follow
-        st.session_state[kind.step_key] = step
-        st.session_state["room_followed_step"] = step
+    own = st.session_state.get(kind.step_key) != st.session_state.get("room_views_step")  # the student moved them
+    if st.session_state.get("room_followed_lesson") != lesson_token(room.lesson) or not own:
+        st.session_state[kind.step_key] = st.session_state["room_views_step"] = step
+        st.session_state["room_followed_lesson"] = lesson_token(room.lesson)
     return room
+
+
+def teachers_step(room: rooms.Room) -> int:
+    return min(room.step, len(room.lesson.records) - 1)
+
+
+def lesson_token(lesson) -> str:
+    """A name for one lesson object while it lives: a payload says which lesson its steps belong to."""
+    return f"{id(lesson):x}"
+
+
+def page_state(room: rooms.Room) -> tuple:
+    """What only a whole page rerun shows: the lesson, the questions, the reveals."""
+    return lesson_token(room.lesson), len(room.questions), sum(q.revealed for q in room.questions)
 
 
 def stop_following(kind: RoomLesson, keep_lesson: bool = False) -> None:
@@ -112,11 +143,21 @@ def stop_following(kind: RoomLesson, keep_lesson: bool = False) -> None:
     room = rooms.find(code) if code else None
     if room is not None:
         rooms.leave(room, st.session_state.get("room_seat", ""))
+    room_wake.forget()
     lesson_keys = () if keep_lesson else (kind.lesson_key, kind.step_key)
-    for key in ("room_code", "room_seat", "room_version", "room_followed_step", "room_sent", *lesson_keys):
+    for key in ("room_code", "room_seat", "room_state", "room_followed_lesson", "room_stage", "room_full",
+                "room_teachers_step", "room_views_step", "room_sent", *lesson_keys):
         st.session_state.pop(key, None)
     for key in ("room", "seat"):  # a reload does not take the seat again
         st.query_params.pop(key, None)
+
+
+def catch_up(kind: RoomLesson) -> None:
+    """The views below go to the teacher's step (the whole page reruns)."""
+    room = rooms.find(st.session_state.get("room_code", ""))
+    if room is not None:
+        st.session_state[kind.step_key] = st.session_state["room_views_step"] = teachers_step(room)
+    st.session_state["room_full"] = True
 
 
 def take_over(kind: RoomLesson) -> None:
@@ -169,24 +210,77 @@ def student_bar(kind: RoomLesson, room: rooms.Room) -> None:
                    f"{len(last.answers)} answered.")
 
 
-@st.fragment(run_every=1.0)
-def follow(code: str) -> None:
-    """Once a second: rerun the student's page when the room changed. The last element of the page: a
-    fragment's tick that lands during a full run otherwise dropped the element after it (the step's
-    sentence) on a loaded server."""
-    now = rooms.find(code)
-    still = now is not None and rooms.seen(now, st.session_state.get("room_seat", ""))  # still following
-    if not still or now.version != st.session_state.get("room_version"):
-        st.rerun(scope="app")
+@st.fragment(run_every=FALLBACK_S)
+def follow_stage(kind: RoomLesson, code: str, data: dict, sentence: str | None, draw: Callable) -> None:
+    """A follower's stage and its sentence: drawn with the page (`data`, at the views' step), then alone
+    each time kvviz.ui.room_wake wakes this fragment, from the room's payload (every follower shares it;
+    the browser keeps the steps before). `draw(data, sentence, step)` shows them; data may be JSON bytes."""
+    room_wake.follow(code)
+    state = st.session_state
+    if not get_script_run_ctx().fragment_ids_this_run:  # the whole page runs
+        state.pop("room_full", None)
+        state.setdefault("room_stage", {"seen": None}).update(steps=len(data["steps"]), step=data["step"],
+                                                               sentence=sentence)
+        draw(data, sentence, data["step"])
+        _catch_up_bar(kind, st.session_state.get("room_teachers_step", data["step"]))
+        return
+    room = rooms.find(code)
+    if (state.pop("room_full", False) or room is None or not rooms.seen(room, state.get("room_seat", ""))
+            or page_state(room) != state.get("room_state") or "steps" not in state.get("room_stage", {})):
+        st.rerun(scope="app")  # what only the whole page shows moved (or the student chose a step)
+    held, payload = state["room_stage"], room.payload
+    if payload and payload["stage"] != held["seen"]:  # the teacher stepped: the steps that moved
+        if payload["lesson"] != state.get("room_followed_lesson") or payload["steps_from"] > held["steps"]:
+            st.rerun(scope="app")  # a wake was lost: this browser lacks steps the payload builds on
+        held.update(steps=payload["step"] + 1, step=payload["step"], sentence=payload["sentence"],
+                    seen=payload["stage"])
+        stage = payload["stage"]
+    else:  # nothing new (the fallback's beat): the same picture, the browser's step kept
+        stage = json.dumps({"steps_from": held["steps"], "steps": [], "step": held["step"]})
+    draw(stage.encode(), held["sentence"], held["step"])
+    _catch_up_bar(kind, teachers_step(room))
+
+
+def stage_lost() -> None:
+    """The browser lacks the steps a payload builds on: the whole page draws the stage whole."""
+    st.session_state["room_full"] = True
+
+
+def _catch_up_bar(kind: RoomLesson, teachers: int) -> None:
+    """One caption and Catch up, while the views below show another step than the teacher's."""
+    if st.session_state.get(kind.step_key, teachers) != teachers:
+        left, right = st.columns([5, 1], vertical_alignment="center")
+        left.caption(CAUGHT_UP)
+        right.button("Catch up", on_click=catch_up, args=(kind,), width="stretch", key="room_catch_up",
+                     help="Show the teacher's step in the views below too.")
+
+
+def step_payload(kind: RoomLesson, lesson, step: int, before: dict) -> dict:
+    """The teacher's `step` as every follower draws it, built once: the stage's data for the steps that
+    moved since the payload `before` (just this step when the teacher looked back or the lesson is new),
+    as JSON text, and the step's sentence. Not the lesson again: each follower's browser holds the
+    steps before. Plain JSON-able values, so that it can travel between processes."""
+    replay = kind.follower(lesson, step)
+    data = kind.stage(replay, step, False)
+    token = lesson_token(lesson)
+    first = min(before["step"] + 1, step) if before.get("lesson") == token else step
+    data.pop("presenter", None)  # each follower's own (the browser keeps it)
+    data["steps_from"], data["steps"] = first, data["steps"][first:]
+    return {"lesson": token, "step": step, "progress": kind.progress(lesson), "steps_from": first,
+            "sentence": kind.sentence(replay, step), "stage": json.dumps(data, separators=(",", ":"))}
 
 
 # ---- the teacher's panel ------------------------------------------------------------------------
 def publish(kind: RoomLesson, lesson, step: int) -> None:
-    """The teacher's page knows its step: the room hears of it now, before the rest of the page draws."""
+    """The teacher's page knows its step: the room hears of it now, before the rest of the page draws,
+    with the payload its followers draw (built only when the step moved)."""
     room = rooms.teachers_room(kind.page)
-    if room is not None:
-        rooms.show_lesson(room, lesson)
-        rooms.publish(room, step, kind.progress(lesson))
+    if room is None:
+        return
+    rooms.show_lesson(room, lesson)
+    progress = kind.progress(lesson)
+    if (room.step, room.progress) != (step, progress) or not room.payload:
+        rooms.publish(room, step, progress, step_payload(kind, lesson, step, room.payload))
 
 
 def teacher_panel(kind: RoomLesson, lesson, step: int) -> None:
@@ -205,8 +299,7 @@ def teacher_panel(kind: RoomLesson, lesson, step: int) -> None:
         st.caption("Students who open the room's link see this lesson, step by step, on their own screens, "
                    "and answer your predict-then-reveal questions there.")
         return
-    rooms.show_lesson(room, lesson)  # a new run (Prefill or Start again): the room shows it
-    rooms.publish(room, step, kind.progress(lesson))
+    publish(kind, lesson, step)  # a new run (Prefill or Start again): the room shows it
     _sync_questions(room, kind.questions(lesson))
     keep_answers(lesson, room)
     base, warning = room_address(kind.page)

@@ -304,9 +304,31 @@ def step_in_view(lesson: Stepped, kind: RoomLesson, run, room, playing: bool = F
     return shown
 
 
-def stage(lesson: Stepped, data: dict) -> None:
-    """The stage component: it steps in the browser and tells the server (stage_step)."""
+def stage(lesson: Stepped, data: dict, kind: RoomLesson | None = None, room=None, sentence: str | None = None) -> None:
+    """The stage component under its sentence (when the page has one): it steps in the browser and tells the
+    server (stage_step). A follower's moves with the teacher's steps on its own (room_view.follow_stage)."""
+    if room is not None:
+        room_view.follow_stage(kind, room.code, data, sentence, partial(followers_stage, lesson))
+        return
+    if sentence:
+        st.success(sentence)
     show_stage(data, key=lesson.keys.stage, on_step=partial(stage_step, lesson))
+
+
+def followers_stage(lesson: Stepped, data: dict | bytes, sentence: str | None, step: int) -> None:
+    if sentence:
+        st.success(sentence)
+    show_stage(data, key=lesson.keys.stage, on_step=partial(follower_stage_step, lesson), step=step,
+               on_lost=room_view.stage_lost)
+
+
+def follower_stage_step(lesson: Stepped) -> None:
+    """A follower stepped the stage: the views below follow it, in a whole page rerun (whose replay reaches
+    the teacher's step: the stage may show steps the views' replay has not got yet)."""
+    chosen = chosen_step(lesson.keys.stage)
+    if chosen is not None:
+        st.session_state[lesson.keys.view] = int(chosen)
+    st.session_state["room_full"] = True
 
 
 def look_back(lesson: Stepped, shown: int, last: int, label: str, help: str, base: int = 0,
@@ -332,8 +354,3 @@ def room_panel(kind: RoomLesson, run, shown: int, room) -> None:
                          expanded=rooms.teachers_room(kind.page) is not None):
             room_view.teacher_panel(kind, run, shown)
 
-
-def follow(room) -> None:
-    """A student's page reruns when the teacher steps; call it last."""
-    if room is not None:
-        room_view.follow(room.code)

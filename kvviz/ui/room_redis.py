@@ -229,7 +229,7 @@ class RedisStore:
                     progress=int(fields["progress"]), opened=float(fields["opened"]),
                     touched=float(fields["touched"]), students=dict(seats), questions=questions,
                     version=int(fields["version"]), client=fields["client"] or None)
-        room.payload = json.loads(fields["payload"])  # what the teacher's step shows, when the page gives it
+        room.payload = json.loads(fields["payload"]) or {}  # what the teacher's step shows, when the page gives it
         return room
 
     def lesson(self, code: str, page: str, version: int):

@@ -1,16 +1,84 @@
-"""Waking a room's followers on this process when the room changed (a stand-in: the follow helper's
-module replaces it). `changed` only records the call here."""
+"""Waking a room's followers from the server: a student's page reruns only the part that follows the teacher.
+
+    room_wake.follow("K7QW2M")           # inside a student's fragment: this session and fragment follow the room
+    room_wake.changed("K7QW2M")          # the teacher stepped: each follower reruns that fragment
+    room_wake.changed("K7QW2M", True)    # a new lesson, a question, a reveal, a closed room: each reruns its page
+
+No page polls for a step: the teacher's session (or, later, a thread that hears of a step from another
+process) calls `changed`, and each follower's Streamlit session is asked to rerun, on the server's
+event loop, as a browser's message would ask it. The registry is this process's: a room code ->
+{Streamlit's session id: the fragment's id}. A session that ended drops out at the next wake.
+"""
 
 from __future__ import annotations
 
 import threading
 
+from streamlit.proto.ClientState_pb2 import ClientState
+from streamlit.runtime import Runtime
+from streamlit.runtime.scriptrunner_utils.script_run_context import ThreadState, get_script_run_ctx
+
 _lock = threading.Lock()
-calls: list[tuple[str, bool]] = []  # (code, full) as they came, the newest last; kept short
+_followers: dict[str, dict[str, str]] = {}  # room code -> {runtime session id: fragment id}
 
 
-def changed(code: str, full: bool) -> None:
-    """Room `code` changed: its followers here redraw their step (the whole page when `full`)."""
+def follow(code: str) -> None:
+    """Called inside the follower's fragment: wake this session's fragment when room `code` changes."""
+    ctx, fragment_id = get_script_run_ctx(), ThreadState.get().fragment_id
+    if ctx is None or not fragment_id:
+        return
     with _lock:
-        calls.append((code, full))
-        del calls[:-100]
+        for other, sessions in list(_followers.items()):  # a session follows one room
+            if other != code and sessions.pop(ctx.session_id, None) is not None and not sessions:
+                del _followers[other]
+        _followers.setdefault(code, {})[ctx.session_id] = fragment_id
+
+
+def forget() -> None:
+    """This session follows no room any more (it left, took over, or its room closed)."""
+    ctx = get_script_run_ctx()
+    if ctx is not None:
+        _drop(ctx.session_id)
+
+
+def followers(code: str) -> int:
+    """Sessions of this process waiting for room `code`'s news."""
+    with _lock:
+        return len(_followers.get(code, ()))
+
+
+def changed(code: str, full: bool = False) -> int:
+    """Room `code` changed: every session following it reruns its fragment (`full`: its whole page).
+    Safe from any thread; returns how many sessions were asked."""
+    with _lock:
+        sessions = dict(_followers.get(code, {}))
+    if not sessions or not Runtime.exists():
+        return 0
+    manager = getattr(Runtime.instance(), "_session_mgr", None)  # None under AppTest: no server, no sessions
+    if manager is None:
+        return 0
+    asked = 0
+    for session_id, fragment_id in sessions.items():
+        info = manager.get_active_session_info(session_id)
+        if info is None:  # the tab closed
+            _drop(session_id)
+            continue
+        session = info.session
+        session._call_soon_on_event_loop(lambda s=session, f=fragment_id: _rerun(s, "" if full else f))
+        asked += 1
+    return asked
+
+
+def _rerun(session, fragment_id: str) -> None:
+    """On the event loop: rerun as the session's browser last asked, only `fragment_id` when one is given."""
+    state = ClientState()
+    state.CopyFrom(session._client_state)  # its page and address; no widget changes
+    state.fragment_id = fragment_id
+    session.request_rerun(state)
+
+
+def _drop(session_id: str) -> None:
+    with _lock:
+        for code, sessions in list(_followers.items()):
+            if sessions.pop(session_id, None) is not None and not sessions:
+                del _followers[code]

@@ -39,6 +39,8 @@ import streamlit as st
 from streamlit.runtime import Runtime
 from streamlit.runtime.scriptrunner_utils.script_run_context import get_script_run_ctx
 
+from kvviz.ui import room_wake
+
 CODE_LETTERS = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I: read aloud and typed from a projector
 CODE_LENGTH = 6
 MAX_QUESTIONS = 50
@@ -92,6 +94,7 @@ class Room:
     students: dict[str, float] = field(default_factory=dict)  # seat -> last seen
     questions: list[RoomQuestion] = field(default_factory=list)
     version: int = 0  # grows with every change a student's page must show (not another student's answer)
+    payload: dict = field(default_factory=dict)  # the teacher's step as followers draw it (room_view.step_payload), JSON-able
     client: str | None = None  # the opener's address, when the server knows it
 
     def question(self, question_id: str) -> RoomQuestion | None:
@@ -102,7 +105,7 @@ class Room:
         """The newest question not yet revealed."""
         return next((q for q in reversed(self.questions) if not q.revealed), None)
 
-    def following(self, within_s: float = 10.0) -> int:
+    def following(self, within_s: float = 25.0) -> int:
         """Students whose page asked for news in the last `within_s` seconds."""
         now = time.time()
         return sum(now - seen <= within_s for seen in self.students.values())
@@ -193,6 +196,7 @@ def open_room(lesson, page: str, client: str | None = None) -> Room:
 
 def close_room(room: Room) -> None:
     _store().remove(room)
+    room_wake.changed(room.code, full=True)
 
 
 def teachers_room(page: str) -> Room | None:
@@ -252,27 +256,37 @@ def seats(room: Room) -> int:
     return _store().seats(room, time.time())
 
 
-def publish(room: Room, step: int, progress: int = 0) -> None:
-    """The teacher's page shows `step` (and its lesson has come `progress` far): followers move to it."""
-    _store().publish(room, step, progress, time.time())
+def publish(room: Room, step: int, progress: int = 0, payload: dict | None = None) -> None:
+    """The teacher's page shows `step` (and its lesson has come `progress` far): followers move to it,
+    woken to draw `payload` (built once for them all; the Redis store keeps it for other processes)."""
+    if payload is not None:
+        room.payload = payload
+    if _store().publish(room, step, progress, time.time()) or payload is not None:
+        room_wake.changed(room.code)
 
 
 def show_lesson(room: Room, lesson) -> None:
     """The teacher started a new lesson (Prefill or Start again): the room shows it, and the questions
     asked about the old one's steps go (the old lesson keeps their answers)."""
-    _store().show_lesson(room, lesson)
+    if _store().show_lesson(room, lesson):
+        room.payload = {}
+        room_wake.changed(room.code, full=True)
 
 
 def ask(room: Room, question_id: str, text: str, unit: str, target: int, exact: bool = False) -> str | None:
     """Put a question to the room (once per id); a sentence when the room has asked too many."""
-    if _store().ask(room, RoomQuestion(question_id, text, unit, target, exact)) == "full":
+    asked = _store().ask(room, RoomQuestion(question_id, text, unit, target, exact))
+    if asked == "full":
         return f"This room has asked {MAX_QUESTIONS} questions, its limit; open a new room to ask more."
+    if asked == "asked":
+        room_wake.changed(room.code, full=True)
     return None
 
 
 def reveal(room: Room, question_id: str, answer: float, step: int | None = None) -> None:
     """The engine's answer, read at `step` (when the question could not say which step ahead)."""
-    _store().reveal(room, question_id, answer, step)
+    if _store().reveal(room, question_id, answer, step):
+        room_wake.changed(room.code, full=True)
 
 
 def answer(room: Room, question_id: str, value: float, seat: str) -> str | None:

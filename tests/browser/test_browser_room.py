@@ -1,8 +1,9 @@
 """A class in a room (issue 27), in a real browser: a teacher and five students, each in a browser
-context of their own. Students show the teacher's step within 2 seconds, a student's own view
-moves nobody else, answers are counted and shown at the reveal, and take-over gives a lesson of
-one's own; and the same for a Paged cache and batching run with two students. Screenshots go to
-docs/screenshots/.
+context of their own. Students show the teacher's step within 2 seconds, drawn by the stage's
+fragment alone (issue 34: the rest of the page does not rerun, and the views keep the student's
+step until Catch up), a student's own view moves nobody else, answers are counted and shown at the
+reveal, and take-over gives a lesson of one's own; and the same for a Paged cache and batching run
+with two students. Screenshots go to docs/screenshots/.
 """
 
 import re
@@ -42,6 +43,19 @@ def shown_step(page) -> int | None:
         return 0
     found = re.match(r"Decode step (\d+)", text)
     return int(found.group(1)) if found else None
+
+
+WATCH_RERUNS = """() => {  // counts the whole page's reruns: each marks the student's banner stale, a fragment's does not
+    window.__pageReruns = 0;
+    const box = [...document.querySelectorAll("[data-testid='stElementContainer']")]
+        .find((element) => element.innerText.includes("Following room"));
+    new MutationObserver(() => { if (box.getAttribute("data-stale") === "true") window.__pageReruns += 1; })
+        .observe(box, {attributes: true, attributeFilter: ["data-stale"]});
+}"""
+
+
+def page_reruns(page) -> int:
+    return page.evaluate("() => window.__pageReruns")
 
 
 def wait_for_step(page, step, within_s):
@@ -93,13 +107,26 @@ def test_five_students_follow_the_teacher_answer_and_take_over(browser, app_url)
     teacher.get_by_text("Predict, then reveal", exact=True).first.click()
     teacher.get_by_role("button", name="Ask", exact=True).click()
     wait_idle(teacher, timeout=SLOW_S)
+    for _, page in students:  # the question's whole-page rerun is over
+        page.get_by_text("The teacher asks:").wait_for(timeout=30_000)
+        wait_idle(page, timeout=SLOW_S)
+        page.evaluate(WATCH_RERUNS)
     press(teacher, "Next token")
     moved = time.time()
     for _, page in students:
-        assert wait_for_step(page, 2, SLOW_S) - moved < 2.5  # within about a second of the click, plus polling
+        assert wait_for_step(page, 2, SLOW_S) - moved < 2.5  # woken by the server, not polling
+    for _, page in students:
+        wait_idle(page, timeout=SLOW_S)
+        assert page_reruns(page) == 0  # the stage's fragment alone drew the step
     assert first.get_by_text("Work saved", exact=True).count() >= 1
     assert first.locator("[data-testid='stMetricLabel']").filter(has_text="Tokens run, with cache").count() == 1
     assert teacher.locator("[data-testid='stMetricLabel']").filter(has_text="Tokens run, with cache").count() == 0
+    if first.get_by_text("stay where they are").count():  # the views still show the step before
+        press(first, "Catch up")  # the views go to the teacher's step, the view chosen stays
+    first.get_by_text("Look back at step").wait_for(timeout=30_000)
+    assert first.locator("[data-testid='stSliderThumbValue']").first.inner_text() == "2"
+    assert first.locator("[data-testid='stMetricLabel']").filter(has_text="Tokens run, with cache").count() == 1
+    assert first.get_by_text("stay where they are").count() == 0
 
     # two students answer the open question
     for index, (_, page) in enumerate(students[:2]):
@@ -129,6 +156,15 @@ def test_five_students_follow_the_teacher_answer_and_take_over(browser, app_url)
     teacher_context.close()
 
 
+def stage_step(page) -> int | None:
+    """The step a page's stage shows ("Step 2 of 3")."""
+    try:
+        found = re.match(r"Step (\d+)", page.locator("[data-testid='stage-step']").first.inner_text(timeout=1000))
+    except Exception:  # the page is redrawing
+        return None
+    return int(found.group(1)) if found else None
+
+
 def look_back_step(page) -> int | None:
     """The step a Paged page shows: its look-back slider's value."""
     try:
@@ -138,13 +174,14 @@ def look_back_step(page) -> int | None:
         return None
 
 
-def wait_for_paged_step(page, step, within_s):
+def wait_for_paged_step(page, step, within_s, read=look_back_step):
+    """When `read` (the look-back slider, or stage_step) first showed `step`."""
     deadline = time.time() + within_s
     while time.time() < deadline:
-        if look_back_step(page) == step:
+        if read(page) == step:
             return time.time()
         time.sleep(0.1)
-    raise AssertionError(f"the page still shows step {look_back_step(page)}, not {step}, after {within_s} s")
+    raise AssertionError(f"the page still shows step {read(page)}, not {step}, after {within_s} s")
 
 
 def metrics(page) -> list[str]:
@@ -170,13 +207,18 @@ def test_two_students_follow_a_paged_run_choose_their_own_tab_and_take_over(brow
     first, second = students[0][1], students[1][1]
     first.get_by_role("tab", name="Preemption: swap or recompute").click()  # one student's own tab
     wait_idle(first, timeout=SLOW_S)
+    for _, page in students:
+        page.evaluate(WATCH_RERUNS)
     press(teacher, "Step")
     moved = time.time()
     for _, page in students:
-        assert wait_for_paged_step(page, 2, SLOW_S) - moved < 2.5
+        assert wait_for_paged_step(page, 2, SLOW_S, stage_step) - moved < 2.5
     wait_idle(teacher, timeout=SLOW_S)
     for _, page in students:
         wait_idle(page, timeout=SLOW_S)
+        assert page_reruns(page) == 0 and look_back_step(page) == 1  # the stage moved; the views stay
+        press(page, "Catch up")
+        wait_for_paged_step(page, 2, SLOW_S)
         assert metrics(page) == metrics(teacher)  # the same step's numbers
     assert first.get_by_role("tab", name="Preemption: swap or recompute").get_attribute("aria-selected") == "true"
     for page in (second, teacher):

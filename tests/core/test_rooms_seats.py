@@ -1,13 +1,13 @@
 """Room seats (kvviz.ui.rooms, issue 35 item 5-6): a seat per student, not per tab; idle seats freed;
 one sentence for a wrong code and a full room; wrong codes rate-limited; rooms bounded per address;
-an answer wakes no follower."""
+an answer wakes no follower; a step's one payload (issue 34)."""
 
 import time
 
 import pytest
 import streamlit as st
 
-from kvviz.ui import room_store, rooms
+from kvviz.ui import room_store, room_wake, rooms
 
 
 class Lesson:  # what a room reads of a lesson here: that it is not released
@@ -99,3 +99,15 @@ def test_an_answer_out_of_range_gets_the_sentence_that_fits_it(room, value, sent
     rooms.take_seat(room.code, seat)
     assert sentence in rooms.answer(room, "q", value, seat)
     assert rooms.answer(room, "q", 1e15 - 1, seat) is None and room.question("q").answers == {seat: 1e15 - 1}
+
+
+def test_a_step_keeps_one_payload_for_every_follower_and_a_new_lesson_drops_it(room):
+    payload = {"lesson": "a1", "step": 1, "steps_from": 1, "sentence": None, "stage": '{"steps_from":1,"steps":[{}]}'}
+    version = room.version
+    rooms.publish(room, 1, payload=payload)
+    assert room.payload is payload and room.step == 1 and room.version == version + 1
+    rooms.publish(room, 1)  # the teacher's page ran again at the same step: nothing to wake for
+    assert room.payload is payload and room.version == version + 1
+    rooms.show_lesson(room, Lesson())  # Prefill again: the old lesson's steps are no follower's news
+    assert room.payload == {} and room.version == version + 2
+    assert room_wake.changed(room.code) == 0 and room_wake.followers(room.code) == 0  # no session follows here

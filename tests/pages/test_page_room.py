@@ -1,6 +1,7 @@
 """A room (issue 27) under AppTest: a teacher's Prefill and decode lesson followed by students."""
 
 import io
+import json
 import weakref
 
 import pytest
@@ -9,6 +10,7 @@ from PIL import Image
 from streamlit.testing.v1 import AppTest
 
 from kvviz.lessons import room_view
+from kvviz.lessons.prefill_decode.stage import stage_data
 from kvviz.ui import live_lessons, room_store, rooms
 
 from conftest import ROOT, open_lesson
@@ -59,10 +61,24 @@ def test_students_follow_the_teachers_step_without_a_model_and_choose_their_own_
     assert len(room.students) == 3
     pupils[0].radio(key="lesson_view").set_value("Work saved").run()  # one student's own view
     click(teacher, "Next token")
+    payload = room.payload  # built once for every follower: the step that moved, not the lesson
+    assert json.loads(json.dumps(payload)) == payload
+    assert payload["step"] == 3 and payload["sentence"].startswith("**Decode step 3.**")
+    stage = json.loads(payload["stage"])
+    assert stage["steps_from"] == 3 and len(stage["steps"]) == 1 and "presenter" not in stage
+    assert len(payload["stage"]) < len(json.dumps(stage_data(room.lesson, 3)))
     for pupil in pupils:
-        pupil.run()  # what the one-second fragment does when the room changed
+        pupil.run()  # the page's rerun (the server wakes only the stage's fragment for a step): the views follow
         assert pupil.success[0].value.startswith("**Decode step 3.**")
         assert pupil.session_state["lesson_view_step"] == 3
+    pupils[0].slider(key="lesson_view_step").set_value(1).run()  # a student looks back: that step stays theirs
+    click(teacher, "Next token")
+    pupils[0].run()
+    assert pupils[0].session_state["lesson_view_step"] == 1 and len(pupils[0].session_state["lesson"].records) == 5
+    assert any("stay where they are until you press" in c.value for c in pupils[0].caption)
+    click(pupils[0], "Catch up")
+    assert pupils[0].success[0].value.startswith("**Decode step 4.**")
+    assert not any("stay where they are" in c.value for c in pupils[0].caption)
     assert pupils[0].radio(key="lesson_view").value == "Work saved"
     assert pupils[1].radio(key="lesson_view").value == "Cache per layer" == teacher.radio(key="lesson_view").value
 

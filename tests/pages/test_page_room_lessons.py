@@ -2,6 +2,8 @@
 a teacher's run followed by students who see the same step's numbers, move nobody, answer the
 teacher's question and take the run over; a room's link opened on another lesson's page."""
 
+import json
+
 import pytest
 from streamlit.testing.v1 import AppTest
 
@@ -80,10 +82,17 @@ def test_paged_students_follow_the_teachers_step_and_numbers_and_move_nobody(pag
     pupils[1].run()
     assert pupils[1].session_state["paged_view_step"] == 2 and teacher.session_state["paged_view_step"] == 2
     click(teacher, "Step")
+    payload = room.payload  # one for every follower: the step that moved, its stage data already JSON
+    stage = json.loads(payload["stage"])
+    assert payload["step"] == 3 and stage["steps_from"] == 3 and len(stage["steps"]) == 1
+    assert stage["steps"][0]["sentence"] and payload["sentence"] is None  # the stage says this lesson's sentence
+    for pupil, shown in zip(pupils, (0, 3)):
+        pupil.run()  # the page's rerun: the views follow, but for the student who looked back
+        assert len(pupil.session_state["lesson_paged"].records) == 4
+        assert pupil.session_state["paged_view_step"] == shown
+    click(pupils[0], "Catch up")
     for pupil in pupils:
-        pupil.run()  # what the one-second fragment does when the room changed
-        assert len(pupil.session_state["lesson_paged"].records) == 4 and pupil.session_state["paged_view_step"] == 3
-        assert numbers(pupil) == numbers(teacher)
+        assert pupil.session_state["paged_view_step"] == 3 and numbers(pupil) == numbers(teacher)
     rooms.close_room(room)  # the teacher closed it: one sentence, and the student's page runs on its own
     pupils[0].run()
     assert pupils[0].error[0].value == f"Room {room.code} has closed; you can run the lesson on your own here."

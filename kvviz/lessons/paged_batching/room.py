@@ -9,6 +9,7 @@ import streamlit as st
 from kvviz.lessons import stepped
 from kvviz.lessons.paged_batching import state as ps
 from kvviz.lessons.paged_batching.logic import PagedLesson
+from kvviz.lessons.paged_batching.stage import stage_data
 from kvviz.lessons.prefill_decode import predict
 from kvviz.lessons.room_view import RoomLesson
 from kvviz.ui.rooms import RoomQuestion
@@ -47,5 +48,5 @@ def questions(lesson: PagedLesson) -> list[RoomQuestion]:
 
 
 ROOM = RoomLesson("paged_batching", ps.LESSON.keys.run, ps.LESSON.keys.view, follower, take_over, questions,
-                  error_key=ps.LESSON.keys.error,
+                  error_key=ps.LESSON.keys.error, stage=stage_data,
                   export=lambda run: ps.LESSON.export(run, 0), read=lambda text: ps.LESSON.read_file(text)[0])

@@ -9,6 +9,7 @@ import streamlit as st
 from kvviz.lessons.prefill_decode import predict
 from kvviz.lessons.prefill_decode import state as ls
 from kvviz.lessons.prefill_decode.logic import Lesson
+from kvviz.lessons.prefill_decode.stage import stage_data
 from kvviz.lessons.room_view import RoomLesson
 from kvviz.ui.rooms import RoomQuestion
 
@@ -50,5 +51,5 @@ def questions(lesson: Lesson) -> list[RoomQuestion]:
 
 
 ROOM = RoomLesson("prefill_decode", "lesson", "lesson_view_step", follower, take_over, questions,
-                  error_key="lesson_error",
+                  error_key="lesson_error", stage=stage_data, sentence=ls.step_sentence,
                   export=lambda run: ls.LESSON.export(run, 0), read=lambda text: ls.LESSON.read_file(text)[0])

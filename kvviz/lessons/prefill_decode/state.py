@@ -18,6 +18,7 @@ from kvviz.lessons.prefill_decode.logic import (
     furthest_step,
     lesson_sampling,
     lesson_work,
+    steps_text,
 )
 from kvviz.lessons.prefill_decode.file import export_lesson, import_lesson
 from kvviz.ui.common import current_model, load_linked_model, page_sampling
@@ -194,6 +195,22 @@ def on_prompt_edit() -> None:
     """The example box names the prompt in the text box, or none when it is not one of them."""
     prompt = st.session_state.get("lesson_prompt")
     st.session_state["lesson_example"] = prompt if prompt in EXAMPLE_PROMPTS else None
+
+
+def step_sentence(lesson: Lesson, step: int) -> str:
+    """What the step in view did, in one sentence or two over the stage (markdown)."""
+    info, last_step = lesson.model_info, len(lesson.visible_records) - 1
+    if step == 0:
+        return (f"**Prefill.** All {len(lesson.prompt_token_ids)} prompt tokens ran through the model in one "
+                f"pass; each of the {info['layers']} layers now holds their keys and values, and the last "
+                "position's output picked the first new token.")
+    if not lesson.finished or step < last_step:
+        return (f"**Decode step {step}.** Only the newest token ran: its key and value joined every layer's "
+                f"cache (red outline), and its query read all {lesson.num_tokens_at(step)} cached positions, which "
+                "were read, not recomputed.")
+    return (f"**Done.** {steps_text(len(lesson.records)).capitalize()}, each decode step running one token "
+            "against the growing cache. The **Work saved** view adds up what recomputing everything would "
+            "have cost. " + (stop_note(lesson) or ""))
 
 
 def stop_note(lesson: Lesson) -> str | None:

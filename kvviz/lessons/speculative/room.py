@@ -10,6 +10,7 @@ from kvviz.lessons import stepped
 from kvviz.lessons.room_view import RoomLesson
 from kvviz.lessons.speculative import state as ss
 from kvviz.lessons.speculative.logic import SpeculativeLesson
+from kvviz.lessons.speculative.stage import stage_data
 
 
 def follower(teacher: SpeculativeLesson, step: int) -> SpeculativeLesson:
@@ -40,5 +41,5 @@ def progress(lesson: SpeculativeLesson) -> int:
 
 
 ROOM = RoomLesson("speculative", ss.LESSON.keys.run, ss.LESSON.keys.view, follower, take_over, progress=progress,
-                  error_key=ss.LESSON.keys.error,
+                  error_key=ss.LESSON.keys.error, stage=stage_data,
                   export=lambda run: ss.LESSON.export(run, 0), read=lambda text: ss.LESSON.read_file(text)[0])

@@ -16,6 +16,11 @@ The data, which a lesson builds from its engine records. Every lesson sends:
     steps           per step: what it shows, below; each may carry
         sentence    what happened, in one sentence or two
 
+A room's follower gets the teacher's new step alone (kvviz.lessons.room_view.step_payload): JSON
+bytes with `steps_from` N, whose `steps` are the steps from N on; the browser keeps the steps before
+and the other fields it lacks (presenter), and draws the whole; a browser that lacks those steps
+(the whole data was replaced by a newer run's before it drew) says so ("lost").
+
 What a step holds picks the picture.
 
 One request, layer by layer (cache.js; Prefill and decode): the data has tokens (every token's
@@ -67,10 +72,14 @@ _stage = st.components.v2.component(
     js="\n".join((HERE / part).read_text(encoding="utf-8") for part in JS_PARTS))
 
 
-def show_stage(data: dict, key: str, on_step=None) -> int:
-    """Draw the stage; returns the step it shows (the browser's choice once it has made one)."""
-    result = _stage(key=key, data=data, default={"step": data["step"]}, on_step_change=on_step or (lambda: None))
-    return int(result.get("step", data["step"]))
+def show_stage(data: dict | bytes, key: str, on_step=None, step: int | None = None, on_lost=None) -> int:
+    """Draw the stage; returns the step it shows (the browser's choice once it has made one). `data` may
+    be JSON bytes, already serialized (then `step` says its step); on_lost runs when the browser lacks
+    the steps such data builds on."""
+    step = data["step"] if step is None else step
+    result = _stage(key=key, data=data, default={"step": step}, on_step_change=on_step or (lambda: None),
+                    on_lost_change=on_lost or (lambda: None))
+    return int(result.get("step", step))
 
 
 def chosen_step(key: str) -> int | None:

@@ -21,11 +21,25 @@ function stepName(d, index, last) {
   return `${word} ${index + from} of ${last + from}`;
 }
 
+// The data comes whole, or (a room's follower, woken by the teacher's step) as JSON bytes holding the
+// steps from `steps_from` on: the steps before, and the fields it lacks, are the ones this stage holds.
+function received(raw, held) {
+  const data = raw && typeof raw.byteLength === "number" ? JSON.parse(new TextDecoder().decode(raw)) : raw;
+  if (data.steps_from === undefined) return data;
+  if (!held || held.steps.length < data.steps_from) return null;
+  return { ...held, ...data, steps: held.steps.slice(0, data.steps_from).concat(data.steps) };
+}
+
 export default function (component) {
-  const { data, parentElement, setStateValue } = component;
+  const { parentElement, setStateValue } = component;
   const root = parentElement.querySelector(".kvviz-stage");
   const state = root.__stage || (root.__stage = { step: null, hover: null, pinned: null, layer: -1, head: -1, group: -1, band: null,
                                                   timer: null, reported: null, drawnStep: null });
+  const data = received(component.data, state.data);
+  if (!data) { // the whole data this builds on never came (a newer run's replaced it first): ask for it
+    setStateValue("lost", Date.now());
+    return;
+  }
   state.data = data;
   const last = data.steps.length - 1;
   // the server's step wins when it moved (Next token, a link, a replay); else keep the browser's
