@@ -103,6 +103,7 @@ class Page:
         self.exceptions, self.finished, self.full_runs = 0, 0, 0  # script runs finished: any, whole pages
         self.changed = asyncio.Event()
         self.socket = None
+        self.missed: str | None = None  # why it did not show a step, the first time
 
     async def open(self) -> None:
         ws_url = self.url.replace("http://", "ws://") + "/_stcore/stream"
@@ -217,6 +218,8 @@ class Page:
         """Wait until check() is truthy; its value."""
         deadline = time.perf_counter() + timeout
         while not (value := check()):
+            if self.reader.done():  # the server closed the connection
+                raise ConnectionError(f"the page's websocket closed, waiting for {what}: {self.reader.exception()!r}")
             self.changed.clear()
             left = deadline - time.perf_counter()
             if left <= 0:
@@ -252,12 +255,14 @@ class WsTeacher:
         return link.strip().rsplit("=", 1)[1]
 
     async def next_token(self, timeout: float) -> float:
+        await self.page.until(lambda: "Next token" in self.page.buttons, timeout, "the Next token button")
         clicked = time.perf_counter()
-        await self.page.press("Next token", timeout)
+        await self.page.rerun(press="Next token")
         return clicked
 
     async def settle(self, step: int, timeout: float) -> None:
-        """press() waited for the run it started."""
+        """The teacher's page shows `step`."""
+        await self.page.until(lambda: step in self.page.steps, timeout, f"the teacher's step {step}")
 
     async def close(self) -> None:
         await self.page.close()
@@ -337,6 +342,10 @@ async def join(url: str, code: str, count: int, timeout: float) -> tuple[list[Pa
     return seated, [page for page in pages if page not in seated]
 
 
+def progress(what: str) -> None:
+    print(time.strftime("%H:%M:%S"), what, file=sys.stderr, flush=True)
+
+
 def percentile(values: list[float], share: float) -> float:
     ordered = sorted(values)
     return ordered[int(share * (len(ordered) - 1))]
@@ -352,7 +361,10 @@ async def step_all(teacher, step: int, seated: list[Page], browsers: list, left)
     lags = [page.steps[step] - clicked for page in seated if step in page.steps]
     browser_lags = [when - clicked for when in await asyncio.gather(
         *[wait_for_step(page, step, within) for page in browsers])]
-    await teacher.settle(step, left())
+    await teacher.settle(step, min(left(), STEP_TIMEOUT_S))
+    for page, result in zip(seated, shown):
+        if isinstance(result, Exception) and page.missed is None:
+            page.missed = f"step {step}: {result}"[:400]
     return lags, browser_lags, sum(isinstance(s, Exception) for s in shown)
 
 
@@ -361,7 +373,7 @@ async def teacher_alone(teacher, port: int, left) -> float:
     cpu = server_cpu_seconds(port)
     for step in range(1, ALONE_STEPS + 1):
         await teacher.next_token(left())
-        await teacher.settle(step, left())
+        await teacher.settle(step, min(left(), STEP_TIMEOUT_S))
     return (server_cpu_seconds(port) - cpu) / ALONE_STEPS
 
 
@@ -374,11 +386,14 @@ async def measure(args) -> dict:
         port = int(url.rsplit(":", 1)[1])
         teacher = WsTeacher() if args.teacher == "ws" else BrowserTeacher()
         code = await teacher.open(url, left())
+        progress(f"room {code} open")
         alone_cpu = await teacher_alone(teacher, port, left)
+        progress(f"the teacher's own step: {alone_cpu:.2f} CPU-seconds")
         rss_before = server_rss_bytes(port)
         joined_at = time.perf_counter()
         seated, refused = await join(url, code, args.followers, left())
         join_s = time.perf_counter() - joined_at
+        progress(f"{len(seated)} followers joined in {join_s:.0f} s, {len(refused)} without a seat")
         chromium, browsers = await browser_followers(url, code, args.browsers, ALONE_STEPS, left())
         rss_joined = server_rss_bytes(port)
         cpu_idle_start = server_cpu_seconds(port)
@@ -388,6 +403,7 @@ async def measure(args) -> dict:
         lags, browser_lags, missed = [], [], 0
         for step in range(ALONE_STEPS + 1, ALONE_STEPS + args.steps + 1):
             more, more_browser, more_missed = await step_all(teacher, step, seated, browsers, left)
+            progress(f"step {step}: {len(more)} followers showed it, the last {max(more, default=0):.1f} s after the click")
             lags, browser_lags, missed = lags + more, browser_lags + more_browser, missed + more_missed
         last = {id(page): page.finished for page in seated}  # the run that showed the last step ends too
         await asyncio.gather(*[page.until(lambda page=page: page.finished > last[id(page)], left(), "the last run")
@@ -417,6 +433,7 @@ async def measure(args) -> dict:
         "lag_max_s": round(max(lags), 2) if lags else None,
         "browser_lags_s": [round(lag, 2) for lag in browser_lags],
         "follower_steps_missed": missed,
+        "why_missed": sorted({page.missed for page in seated if page.missed})[:3],
         "steps_every_follower_saw": sorted(set.intersection(*[set(page.steps) for page in seated])) if seated else [],
         "rss_kib_per_follower": round((rss_joined - rss_before) / 1024 / followers, 1),
         "server_rss_mib": round(rss_joined / 2**20, 1),
