@@ -28,6 +28,10 @@ holds no seat: it is counted, and the sentence it got is printed.
 
 Figures (printed as JSON):
   followers_joined, followers_without_seat
+  follower_steps_missed, why_missed   a follower that did not show a step within 300 s (its seat
+                             freed on an overloaded server, its websocket closed)
+  steps_done, stopped        the teacher's page that did not show its own step stops the run; the
+                             figures are those of the steps done
   cpu_ms_per_follower_step   server CPU during the steps, minus the idle rate times the same
                              length, minus the teacher's own step (measured before anyone
                              joined) times the steps, divided by followers (websocket and
@@ -70,7 +74,7 @@ PAGE = "prefill_decode"
 STEP_TEXT = re.compile(r"Decode step (\d+)\.")
 JSON_STEP = re.compile(r'^\{.*?"step": ?(\d+)', re.S)  # a component's data: its first "step" key
 MAX_FOLLOWERS, MAX_STEPS = 500, 20
-STEP_TIMEOUT_S = 180  # a follower that has not shown a step by then missed it
+STEP_TIMEOUT_S = 300  # a follower that has not shown a step by then missed it (an overloaded server is slow)
 ALONE_STEPS = 2  # Next token presses before anyone joins: what the teacher's own step costs
 
 
@@ -400,9 +404,15 @@ async def measure(args) -> dict:
         await asyncio.sleep(args.idle)  # the followers sit in the room; what the server does for them now
         idle_rate = (server_cpu_seconds(port) - cpu_idle_start) / args.idle
         cpu_steps_start, stepping = server_cpu_seconds(port), time.perf_counter()
-        lags, browser_lags, missed = [], [], 0
+        lags, browser_lags, missed, stopped, done = [], [], 0, None, 0
         for step in range(ALONE_STEPS + 1, ALONE_STEPS + args.steps + 1):
-            more, more_browser, more_missed = await step_all(teacher, step, seated, browsers, left)
+            try:
+                more, more_browser, more_missed = await step_all(teacher, step, seated, browsers, left)
+            except (TimeoutError, ConnectionError) as error:  # the teacher's page did not show it: report what was
+                stopped = f"step {step}: {error}"[:400]
+                progress(stopped)
+                break
+            done += 1
             progress(f"step {step}: {len(more)} followers showed it, the last {max(more, default=0):.1f} s after the click")
             lags, browser_lags, missed = lags + more, browser_lags + more_browser, missed + more_missed
         last = {id(page): page.finished for page in seated}  # the run that showed the last step ends too
@@ -418,7 +428,7 @@ async def measure(args) -> dict:
             await chromium[1].close()
             await chromium[0].stop()
     followers = max(1, len(seated) + len(browsers))
-    followers_cpu = cpu_steps - idle_rate * steps_s - alone_cpu * args.steps
+    followers_cpu = cpu_steps - idle_rate * steps_s - alone_cpu * done
     return {
         "teacher": args.teacher, "followers_asked": args.followers, "followers_joined": len(seated),
         "followers_without_seat": len(refused),
@@ -426,8 +436,9 @@ async def measure(args) -> dict:
         "browser_followers": len(browsers), "teacher_steps": args.steps, "join_wall_s": round(join_s, 1),
         "steps_wall_s": round(steps_s, 1), "server_cpu_s_steps": round(cpu_steps, 2),
         "server_cpu_s_teacher_step_alone": round(alone_cpu, 2),
-        "cpu_ms_per_follower_step": round(1000 * followers_cpu / (followers * args.steps), 1),
-        "cpu_ms_per_follower_step_gross": round(1000 * cpu_steps / (followers * args.steps), 1),
+        "cpu_ms_per_follower_step": round(1000 * followers_cpu / (followers * max(1, done)), 1),
+        "cpu_ms_per_follower_step_gross": round(1000 * cpu_steps / (followers * max(1, done)), 1),
+        "steps_done": done, "stopped": stopped,
         "lag_p50_s": round(statistics.median(lags), 2) if lags else None,
         "lag_p95_s": round(percentile(lags, 0.95), 2) if lags else None,
         "lag_max_s": round(max(lags), 2) if lags else None,
@@ -462,7 +473,7 @@ def main() -> int:
     print(json.dumps(report, indent=2))
     if args.json:
         args.json.write_text(json.dumps(report, indent=2))
-    return 0 if not (report["exceptions"] or report["follower_steps_missed"]) else 1
+    return 0 if not (report["exceptions"] or report["follower_steps_missed"] or report["stopped"]) else 1
 
 
 if __name__ == "__main__":
