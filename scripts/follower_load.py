@@ -30,8 +30,8 @@ Figures (printed as JSON):
   followers_joined, followers_without_seat
   follower_steps_missed, why_missed   a follower that did not show a step within 300 s (its seat
                              freed on an overloaded server, its websocket closed)
-  steps_done, stopped        the teacher's page that did not show its own step stops the run; the
-                             figures are those of the steps done
+  steps_done, stopped        the teacher's page that did not show its own step stops the run after
+                             that step; the figures are those of the steps done
   cpu_ms_per_follower_step   server CPU during the steps, minus the idle rate times the same
                              length, minus the teacher's own step (measured before anyone
                              joined) times the steps, divided by followers (websocket and
@@ -355,9 +355,9 @@ def percentile(values: list[float], share: float) -> float:
     return ordered[int(share * (len(ordered) - 1))]
 
 
-async def step_all(teacher, step: int, seated: list[Page], browsers: list, left) -> tuple[list, list, int]:
+async def step_all(teacher, step: int, seated: list[Page], browsers: list, left) -> tuple[list, list, int, str]:
     """The teacher presses Next token; when each follower showed `step`: (websocket lags, browser lags,
-    followers that never did)."""
+    followers that never did, why the teacher's page did not show it or "")."""
     clicked = await teacher.next_token(left())
     within = min(left(), STEP_TIMEOUT_S)
     shown = await asyncio.gather(*[page.until(lambda page=page: step in page.steps, within, f"step {step}")
@@ -365,11 +365,15 @@ async def step_all(teacher, step: int, seated: list[Page], browsers: list, left)
     lags = [page.steps[step] - clicked for page in seated if step in page.steps]
     browser_lags = [when - clicked for when in await asyncio.gather(
         *[wait_for_step(page, step, within) for page in browsers])]
-    await teacher.settle(step, min(left(), STEP_TIMEOUT_S))
     for page, result in zip(seated, shown):
         if isinstance(result, Exception) and page.missed is None:
             page.missed = f"step {step}: {result}"[:400]
-    return lags, browser_lags, sum(isinstance(s, Exception) for s in shown)
+    try:
+        await teacher.settle(step, min(left(), STEP_TIMEOUT_S))
+        stopped = ""
+    except (TimeoutError, ConnectionError) as error:
+        stopped = f"step {step}: {error}"[:400]
+    return lags, browser_lags, sum(isinstance(s, Exception) for s in shown), stopped
 
 
 async def teacher_alone(teacher, port: int, left) -> float:
@@ -404,17 +408,15 @@ async def measure(args) -> dict:
         await asyncio.sleep(args.idle)  # the followers sit in the room; what the server does for them now
         idle_rate = (server_cpu_seconds(port) - cpu_idle_start) / args.idle
         cpu_steps_start, stepping = server_cpu_seconds(port), time.perf_counter()
-        lags, browser_lags, missed, stopped, done = [], [], 0, None, 0
+        lags, browser_lags, missed, stopped, done = [], [], 0, "", 0
         for step in range(ALONE_STEPS + 1, ALONE_STEPS + args.steps + 1):
-            try:
-                more, more_browser, more_missed = await step_all(teacher, step, seated, browsers, left)
-            except (TimeoutError, ConnectionError) as error:  # the teacher's page did not show it: report what was
-                stopped = f"step {step}: {error}"[:400]
-                progress(stopped)
-                break
+            more, more_browser, more_missed, stopped = await step_all(teacher, step, seated, browsers, left)
             done += 1
             progress(f"step {step}: {len(more)} followers showed it, the last {max(more, default=0):.1f} s after the click")
             lags, browser_lags, missed = lags + more, browser_lags + more_browser, missed + more_missed
+            if stopped:  # the teacher's page did not show its step: report what was measured
+                progress(stopped)
+                break
         last = {id(page): page.finished for page in seated}  # the run that showed the last step ends too
         await asyncio.gather(*[page.until(lambda page=page: page.finished > last[id(page)], left(), "the last run")
                                for page in seated], return_exceptions=True)
