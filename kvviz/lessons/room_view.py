@@ -33,7 +33,7 @@ from streamlit.runtime.scriptrunner_utils.script_run_context import get_script_r
 
 from kvviz.lessons.files import RoomAnswers
 from kvviz.lessons.registry import BY_KEY
-from kvviz.ui import room_wake, rooms
+from kvviz.ui import room_types, room_wake, rooms
 from kvviz.ui.common import drop
 from kvviz.ui.text import plain
 
@@ -53,7 +53,7 @@ class RoomLesson:
     step_key: str  # session-state key of the step in view (an index into its records)
     follower: Callable  # (teacher's lesson, step) -> a replay of it at that step, sharing no list with it
     take_over: Callable  # (teacher's lesson, step) -> None: the same settings run to that step, this session's own
-    questions: Callable = lambda lesson: []  # (teacher's lesson) -> list[rooms.RoomQuestion] asked on the page
+    questions: Callable = lambda lesson: []  # (teacher's lesson) -> list[room_types.RoomQuestion] asked on the page
     progress: Callable = lambda lesson: 0  # (lesson) -> a number that grows when followers must redraw the same step
     error_key: str = ""  # session-state key of the lesson's refusal (what Take over says when refused)
     export: Callable | None = None  # (lesson) -> its lesson file's text: a room in Redis carries the lesson so
@@ -63,7 +63,7 @@ class RoomLesson:
 
     def __post_init__(self):
         if self.export is not None and self.read is not None:
-            rooms.LESSON_FILES[self.page] = (self.export, self.read)
+            room_types.LESSON_FILES[self.page] = (self.export, self.read)
 
 
 # ---- a student's page ----------------------------------------------------------------------------
@@ -74,7 +74,7 @@ def restore_from_query(kind: RoomLesson) -> None:
     if st.session_state.get("room_query_done") or "room" not in st.query_params:
         return
     seat = st.query_params.get("seat")
-    seat = seat if rooms.valid_seat(seat) else rooms.new_seat()
+    seat = seat if room_types.valid_seat(seat) else rooms.new_seat()
     room = rooms.take_seat(st.query_params["room"], seat, rooms.session_id(), rooms.client_address())
     if not isinstance(room, str) and room.page != kind.page and room.page in BY_KEY:
         st.switch_page(BY_KEY[room.page].path, query_params={"room": room.code, "seat": seat})
@@ -87,7 +87,7 @@ def restore_from_query(kind: RoomLesson) -> None:
     st.session_state["lesson_query_done"] = True  # the room, not a Prefill and decode link's prompt, sets it
 
 
-def followed_room(kind: RoomLesson) -> rooms.Room | None:
+def followed_room(kind: RoomLesson) -> room_types.Room | None:
     """The room of this page's lesson that this session follows, its lesson refreshed to the teacher's
     step; None when it follows none here (a closed room leaves a sentence and no lesson). The views
     start at the teacher's step (on joining, and with each new lesson); then they stay on the student's."""
@@ -123,7 +123,7 @@ def followed_room(kind: RoomLesson) -> rooms.Room | None:
     return room
 
 
-def teachers_step(room: rooms.Room) -> int:
+def teachers_step(room: room_types.Room) -> int:
     return min(room.step, len(room.lesson.records) - 1)
 
 
@@ -132,7 +132,7 @@ def lesson_token(lesson) -> str:
     return f"{id(lesson):x}"
 
 
-def page_state(room: rooms.Room) -> tuple:
+def page_state(room: room_types.Room) -> tuple:
     """What only a whole page rerun shows: the lesson, the questions, the reveals."""
     return lesson_token(room.lesson), len(room.questions), sum(q.revealed for q in room.questions)
 
@@ -179,7 +179,7 @@ def take_over(kind: RoomLesson) -> None:
     stop_following(kind, keep_lesson=True)
 
 
-def student_bar(kind: RoomLesson, room: rooms.Room) -> None:
+def student_bar(kind: RoomLesson, room: room_types.Room) -> None:
     """The banner, Take over and Leave, and the room's open question (the page ends with `follow`)."""
     a, b, c = st.columns([4, 1, 1], vertical_alignment="center")
     a.info(f"**Following room {room.code}.** The teacher moves the lesson; pick any view below, it moves only "
@@ -320,7 +320,7 @@ def teacher_panel(kind: RoomLesson, lesson, step: int) -> None:
     room_status(room.code)
 
 
-def keep_answers(lesson, room: rooms.Room) -> None:
+def keep_answers(lesson, room: room_types.Room) -> None:
     """The room's questions and answers on the teacher's lesson, so its exported file holds them."""
     kept = [row for row in lesson.room_answers if row.room != room.code]
     lesson.room_answers = kept + [RoomAnswers(**row) for row in rooms.answers_table(room)]
@@ -334,7 +334,7 @@ def room_status(code: str) -> None:
         st.caption(rooms.down() or "The room has closed.")
         return
     st.caption(f"{room.following()} of {rooms.seats(room)} students following now "
-               f"(at most {rooms.setting('KVVIZ_ROOM_STUDENTS')}).")
+               f"(at most {room_types.setting('KVVIZ_ROOM_STUDENTS')}).")
     for question in room.questions[-3:]:
         answers = sorted(question.answers.values())
         if question.revealed:
@@ -380,7 +380,7 @@ def file_answers(lesson) -> None:
                         row.exact)
 
 
-def _sync_questions(room: rooms.Room, asked: list[rooms.RoomQuestion]) -> None:
+def _sync_questions(room: room_types.Room, asked: list[room_types.RoomQuestion]) -> None:
     """The questions the teacher asked on the page go to the room, and their answers once the engine gave them."""
     for question in asked:
         refusal = rooms.ask(room, question.id, question.text, question.unit, question.target, question.exact)

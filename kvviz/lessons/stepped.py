@@ -20,7 +20,7 @@ from kvviz.engine.errors import EngineError
 from kvviz.lessons import room_view
 from kvviz.lessons.room_view import RoomLesson
 from kvviz.lessons.uploads import file_buttons
-from kvviz.ui import live_lessons, rooms
+from kvviz.ui import live_lessons, room_types, rooms
 from kvviz.ui.common import bound_export, drop, show_file_settings
 from kvviz.ui.stage import chosen_step, show_stage
 
@@ -199,7 +199,7 @@ def reset(lesson: Stepped, state) -> None:
 
 
 # ---- the page's shared parts -----------------------------------------------------------------------
-def open_page(kind: RoomLesson) -> rooms.Room | None:
+def open_page(kind: RoomLesson) -> room_types.Room | None:
     """Read a ?room=CODE link once; the room this session follows here (None when on its own)."""
     room_view.restore_from_query(kind)
     room = room_view.followed_room(kind)

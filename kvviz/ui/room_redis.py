@@ -36,7 +36,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from kvviz.ui import room_wake
-from kvviz.ui.rooms import CODE_LENGTH, CODE_LETTERS, GUESS_WINDOW_S, LESSON_FILES, MAX_QUESTIONS, Room, \
+from kvviz.ui.room_types import CODE_LENGTH, CODE_LETTERS, GUESS_WINDOW_S, LESSON_FILES, MAX_QUESTIONS, Room, \
     RoomQuestion, setting, valid_seat
 
 TIMEOUT_S = 1.0  # connect and read: a page waits at most this for a server that went away

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import threading
 
-from kvviz.ui.rooms import GUESS_WINDOW_S, MAX_QUESTIONS, Room, RoomQuestion
+from kvviz.ui.room_types import GUESS_WINDOW_S, MAX_QUESTIONS, Room, RoomQuestion
 
 URL_VARIABLE = "KVVIZ_ROOMS_URL"
 _chosen: dict = {}  # url ("" for memory) -> its store, made once per process

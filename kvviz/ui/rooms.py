@@ -8,7 +8,7 @@
 A room belongs to one lesson page (Prefill and decode, Paged cache and batching, Speculative
 decoding). It holds a reference to the teacher's lesson object (its records are what students
 see, as a replay: no model runs for them), the step the teacher shows, the questions the teacher
-asked and one answer per seat per question. Where rooms live is kvviz.ui.room_store's: one dict behind
+asked and one answer per seat per question (the data and its bounds: kvviz.ui.room_types). Where rooms live is kvviz.ui.room_store's: one dict behind
 one lock, shared by the server's sessions, or, with KVVIZ_ROOMS_URL=redis://HOST:PORT, a Redis server
 that every app process serving the class shares (kvviz.ui.room_redis: the lesson travels as its lesson
 file, LESSON_FILES, and changes by pub/sub). A room closes when its teacher's session ends, when it has been idle for
@@ -28,94 +28,19 @@ MAX_QUESTIONS questions a room (50).
 
 from __future__ import annotations
 
-import os
-import re
-import unicodedata
 import secrets
 import time
-from dataclasses import dataclass, field
+import unicodedata
 
 import streamlit as st
 from streamlit.runtime import Runtime
 from streamlit.runtime.scriptrunner_utils.script_run_context import get_script_run_ctx
 
-from kvviz.ui import room_wake
+from kvviz.ui import room_store, room_wake
+from kvviz.ui.room_types import (CODE_LENGTH, CODE_LETTERS, GUESSES, MAX_ANSWER, MAX_QUESTIONS, Room, RoomQuestion,
+                                 setting)
 
-CODE_LETTERS = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I: read aloud and typed from a projector
-CODE_LENGTH = 6
-MAX_QUESTIONS = 50
-MAX_ANSWER = 1e15  # bytes a lesson's cache could hold, with room to spare
 SESSION_KEY = "room_session"  # this session's name in rooms, in st.session_state
-DEFAULTS = {"KVVIZ_MAX_ROOMS": 10, "KVVIZ_ROOMS_PER_CLIENT": 2, "KVVIZ_ROOM_STUDENTS": 60,
-            "KVVIZ_SEAT_IDLE_S": 30, "KVVIZ_ROOM_IDLE_S": 3600}
-SEAT_PATTERN = re.compile(r"[A-Za-z0-9_-]{16}")  # secrets.token_urlsafe(12)
-GUESSES = {"session": 5, "address": 30}  # wrong codes each may try in GUESS_WINDOW_S seconds (a class may share
-# one address behind its school's router: its limit is higher, and still far from guessing one of 32**6 codes)
-GUESS_WINDOW_S = 60.0
-LESSON_FILES: dict[str, tuple] = {}  # page -> (export: lesson -> file text, read: file text -> replay), set by
-# each lesson's RoomLesson: a room kept in Redis carries its lesson as that file (kvviz.ui.room_redis)
-
-
-def setting(name: str) -> int:
-    try:
-        return max(1, int(os.environ.get(name, DEFAULTS[name])))
-    except ValueError:
-        return DEFAULTS[name]
-
-
-@dataclass
-class RoomQuestion:
-    """A question the teacher asked: students answer it until it is revealed."""
-
-    id: str
-    text: str
-    unit: str
-    target: int  # the step whose record holds the answer (the first that may, until revealed)
-    exact: bool = False  # only the same number is right (a block id); else within 1% (bytes)
-    answer: float | None = None  # the engine's, set when revealed
-    answers: dict[str, float] = field(default_factory=dict)  # student's seat -> their number
-
-    @property
-    def revealed(self) -> bool:
-        return self.answer is not None
-
-
-@dataclass
-class Room:
-    code: str
-    teacher: str  # the teacher's session name (session_id())
-    teacher_runtime: str | None  # Streamlit's id of the teacher's session
-    page: str  # the lesson's key, e.g. "prefill_decode"
-    lesson: object  # the teacher's lesson; students read its records
-    step: int = 0
-    progress: int = 0  # what the teacher's lesson holds past its step that followers also draw
-    opened: float = field(default_factory=time.time)
-    touched: float = field(default_factory=time.time)
-    students: dict[str, float] = field(default_factory=dict)  # seat -> last seen
-    questions: list[RoomQuestion] = field(default_factory=list)
-    version: int = 0  # grows with every change a student's page must show (not another student's answer)
-    payload: dict = field(default_factory=dict)  # the teacher's step as followers draw it (room_view.step_payload), JSON-able
-    client: str | None = None  # the opener's address, when the server knows it
-
-    def question(self, question_id: str) -> RoomQuestion | None:
-        return next((q for q in self.questions if q.id == question_id), None)
-
-    @property
-    def open_question(self) -> RoomQuestion | None:
-        """The newest question not yet revealed."""
-        return next((q for q in reversed(self.questions) if not q.revealed), None)
-
-    def following(self, within_s: float = 25.0) -> int:
-        """Students whose page asked for news in the last `within_s` seconds."""
-        now = time.time()
-        return sum(now - seen <= within_s for seen in self.students.values())
-
-    def free_idle_seats(self, now: float) -> None:
-        """Seats whose page has not asked for news for KVVIZ_SEAT_IDLE_S seconds (a closed tab) are free."""
-        idle = setting("KVVIZ_SEAT_IDLE_S")
-        for seat, seen in list(self.students.items()):
-            if now - seen > idle:
-                del self.students[seat]
 
 
 def session_id() -> str:
@@ -135,10 +60,6 @@ def new_seat() -> str:
     return secrets.token_urlsafe(12)
 
 
-def valid_seat(token) -> bool:
-    return isinstance(token, str) and SEAT_PATTERN.fullmatch(token) is not None
-
-
 def runtime_session() -> str | None:
     """Streamlit's id of this session, to learn when it has ended."""
     ctx = get_script_run_ctx()
@@ -150,8 +71,6 @@ def _session_ended(session: str) -> bool:
 
 
 def _store():
-    from kvviz.ui import room_store  # it imports Room from here
-
     return room_store.store()
 
 

@@ -7,7 +7,7 @@ import time
 import pytest
 import streamlit as st
 
-from kvviz.ui import room_store, room_wake, rooms
+from kvviz.ui import room_store, room_types, room_wake, rooms
 
 
 class Lesson:  # what a room reads of a lesson here: that it is not released
@@ -19,7 +19,7 @@ def room(monkeypatch):
     monkeypatch.setenv("KVVIZ_ROOM_STUDENTS", "3")
     code = "K7QW2M"
     store = room_store.store()  # the memory store: KVVIZ_ROOMS_URL is unset here
-    store.rooms[code] = rooms.Room(code, "teacher", None, "prefill_decode", Lesson())
+    store.rooms[code] = room_types.Room(code, "teacher", None, "prefill_decode", Lesson())
     yield store.rooms[code]
     store.rooms.clear()
     store.wrong_guesses.clear()
@@ -27,7 +27,7 @@ def room(monkeypatch):
 
 def test_a_reload_takes_the_same_seat(room):
     seat = rooms.new_seat()
-    assert rooms.valid_seat(seat) and not rooms.valid_seat("x") and not rooms.valid_seat(None)
+    assert room_types.valid_seat(seat) and not room_types.valid_seat("x") and not room_types.valid_seat(None)
     for _ in range(3):  # one student reloading three times
         assert rooms.take_seat("k7qw 2m", seat) is room
     assert len(room.students) == 1
@@ -59,11 +59,11 @@ def test_a_seat_unseen_for_a_while_is_freed(room, monkeypatch):
 
 
 def test_wrong_codes_are_rate_limited_per_session_and_address(room):
-    for _ in range(rooms.GUESSES["session"]):
+    for _ in range(room_types.GUESSES["session"]):
         assert isinstance(rooms.take_seat("ZZZZZZ", rooms.new_seat(), "one session"), str)
     refused = rooms.take_seat(room.code, rooms.new_seat(), "one session")
     assert isinstance(refused, str) and refused.startswith("Too many room codes")
-    for guess in range(rooms.GUESSES["address"]):  # new sessions from one address
+    for guess in range(room_types.GUESSES["address"]):  # new sessions from one address
         assert isinstance(rooms.take_seat("ZZZZZZ", rooms.new_seat(), f"session {guess}", "10.0.0.9"), str)
     refused = rooms.take_seat(room.code, rooms.new_seat(), "another session", "10.0.0.9")
     assert isinstance(refused, str) and refused.startswith("Too many room codes")

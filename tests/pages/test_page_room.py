@@ -11,7 +11,7 @@ from streamlit.testing.v1 import AppTest
 
 from kvviz.lessons import room_view
 from kvviz.lessons.prefill_decode.stage import stage_data
-from kvviz.ui import live_lessons, room_store, rooms
+from kvviz.ui import live_lessons, room_store, room_types, rooms
 
 from conftest import ROOT, open_lesson
 
@@ -42,7 +42,7 @@ def teacher():
         rooms.close_room(room)
 
 
-def room_of(at) -> rooms.Room:
+def room_of(at) -> room_types.Room:
     code = next(m.value for m in at.markdown if m.value.startswith("### Room")).split("**")[1]
     return rooms.find(code)
 

@@ -7,7 +7,7 @@ import json
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from kvviz.ui import room_store, rooms
+from kvviz.ui import room_store, room_types, rooms
 
 from conftest import ROOT, one_sentence, open_lesson
 
@@ -28,7 +28,7 @@ def student(code: str, path: str) -> AppTest:
     return at
 
 
-def room_of(at) -> rooms.Room:
+def room_of(at) -> room_types.Room:
     code = next(m.value for m in at.markdown if m.value.startswith("### Room")).split("**")[1]
     return rooms.find(code)
 

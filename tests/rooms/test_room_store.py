@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import redis
 import streamlit as st
 
-from kvviz.ui import room_store, room_wake, rooms
+from kvviz.ui import room_store, room_types, room_wake, rooms
 from kvviz.ui.room_redis import RedisStore
 
 from redis_server import redis_url  # noqa: F401  (the fixture)
@@ -25,13 +25,13 @@ class FileLesson:
     released: bool = False
 
 
-rooms.LESSON_FILES[PAGE] = (lambda lesson: json.dumps({"records": lesson.records}),
+room_types.LESSON_FILES[PAGE] = (lambda lesson: json.dumps({"records": lesson.records}),
                             lambda text: FileLesson(json.loads(text)["records"]))
 
 
-def opened(store: RedisStore, lesson, teacher: str = "teacher", client: str | None = None) -> rooms.Room:
+def opened(store: RedisStore, lesson, teacher: str = "teacher", client: str | None = None) -> room_types.Room:
     code = "K7QW2M"
-    room = rooms.Room(code, teacher, None, PAGE, lesson, client=client)
+    room = room_types.Room(code, teacher, None, PAGE, lesson, client=client)
     while store.add(room, 10, 10) == ("taken", 0):
         room.code = rooms.new_seat()[:6].upper()
     return room
@@ -73,8 +73,8 @@ def test_a_room_opened_on_one_process_is_followed_on_another(redis_url, monkeypa
 def test_questions_and_answers_cross_processes(redis_url):  # noqa: F811
     a, b = RedisStore(redis_url.url), RedisStore(redis_url.url)
     room = opened(a, FileLesson([{}]))
-    assert a.ask(room, rooms.RoomQuestion("q", "How many blocks?", "blocks", 3)) == "asked"
-    assert a.ask(room, rooms.RoomQuestion("q", "again", "blocks", 3)) == "known"
+    assert a.ask(room, room_types.RoomQuestion("q", "How many blocks?", "blocks", 3)) == "asked"
+    assert a.ask(room, room_types.RoomQuestion("q", "again", "blocks", 3)) == "known"
     student = b.get(room.code)
     seat = rooms.new_seat()
     assert student.open_question.text == "How many blocks?"
@@ -93,11 +93,11 @@ def test_questions_and_answers_cross_processes(redis_url):  # noqa: F811
 def test_bounds_hold_across_processes(redis_url, monkeypatch):  # noqa: F811
     a, b = RedisStore(redis_url.url), RedisStore(redis_url.url)
     first = opened(a, FileLesson([{}]), client="10.0.0.9")
-    room = rooms.Room("ABCDEF", "t2", None, PAGE, FileLesson([{}]), client="10.0.0.9")
+    room = room_types.Room("ABCDEF", "t2", None, PAGE, FileLesson([{}]), client="10.0.0.9")
     assert b.add(room, 10, 1) == ("KVVIZ_ROOMS_PER_CLIENT", 1)  # the address opened one on the other process
     room.client = "10.0.0.10"
     assert b.add(room, 2, 1) is None
-    assert a.add(rooms.Room("GHJKLM", "t3", None, PAGE, FileLesson([{}])), 2, 1) == ("KVVIZ_MAX_ROOMS", 2)
+    assert a.add(room_types.Room("GHJKLM", "t3", None, PAGE, FileLesson([{}])), 2, 1) == ("KVVIZ_MAX_ROOMS", 2)
     monkeypatch.setenv("KVVIZ_SEAT_IDLE_S", "5")
     seats = [rooms.new_seat() for _ in range(3)]
     assert a.sit(first, seats[0], time.time() - 10, 2) and b.sit(first, seats[1], time.time(), 2)
@@ -113,11 +113,11 @@ def test_wrong_codes_count_across_processes_and_codes_are_never_listed(redis_url
     room = opened(a, FileLesson([{}]), client="10.0.0.9")
     keys = [("session", "s1"), ("address", "10.0.0.7")]
     for store in (a, b, a, b, a):
-        assert not store.guessed_too_often(keys, rooms.GUESSES, time.time())
+        assert not store.guessed_too_often(keys, room_types.GUESSES, time.time())
         store.wrong_guess(keys, time.time())
-    assert a.guessed_too_often(keys, rooms.GUESSES, time.time())  # five wrong codes, on two processes
-    assert b.guessed_too_often(keys[:1], rooms.GUESSES, time.time())
-    assert not b.guessed_too_often([("session", "s2"), keys[1]], rooms.GUESSES, time.time())
+    assert a.guessed_too_often(keys, room_types.GUESSES, time.time())  # five wrong codes, on two processes
+    assert b.guessed_too_often(keys[:1], room_types.GUESSES, time.time())
+    assert not b.guessed_too_often([("session", "s2"), keys[1]], room_types.GUESSES, time.time())
     server = redis.Redis.from_url(redis_url.url, decode_responses=True)
     for sent in ("*", "K*", "ABC:DE", room.code + ":seats", "kvviz:rooms", "\\x00", room.code.lower() + "X"):
         assert b.get(sent) is None  # only six of the code's letters name a room
@@ -149,7 +149,7 @@ def test_a_server_that_went_away_answers_no_room_in_bounded_time(redis_url):  # 
     start = time.time()
     assert a.get(room.code) is None and not a.sit(room, rooms.new_seat(), time.time(), 60)
     assert not a.publish(room, 1, 0, time.time()) and a.teachers("teacher") == []
-    assert a.add(rooms.Room("ABCDEF", "t", None, PAGE, FileLesson([{}])), 10, 10) == ("down", 0)
+    assert a.add(room_types.Room("ABCDEF", "t", None, PAGE, FileLesson([{}])), 10, 10) == ("down", 0)
     assert time.time() - start < 3.0
     assert a.down() == (f"The class room server at {redis_url.url.split('//')[1].join(['redis://', ''])} does "
                         "not answer; the lesson goes on without a room.")

@@ -1,0 +1,91 @@
+"""What a room is (kvviz.ui.rooms): its data, its bounds, and the checks on what a student's link carries.
+
+Below kvviz.ui.rooms and the stores that keep rooms (kvviz.ui.room_store in this process, kvviz.ui.room_redis
+in a Redis server shared by several processes), which all read these names from here.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from dataclasses import dataclass, field
+
+CODE_LETTERS = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I: read aloud and typed from a projector
+CODE_LENGTH = 6
+MAX_QUESTIONS = 50
+MAX_ANSWER = 1e15  # bytes a lesson's cache could hold, with room to spare
+DEFAULTS = {"KVVIZ_MAX_ROOMS": 10, "KVVIZ_ROOMS_PER_CLIENT": 2, "KVVIZ_ROOM_STUDENTS": 60,
+            "KVVIZ_SEAT_IDLE_S": 30, "KVVIZ_ROOM_IDLE_S": 3600}
+SEAT_PATTERN = re.compile(r"[A-Za-z0-9_-]{16}")  # secrets.token_urlsafe(12)
+GUESSES = {"session": 5, "address": 30}  # wrong codes each may try in GUESS_WINDOW_S seconds (a class may share
+# one address behind its school's router: its limit is higher, and still far from guessing one of 32**6 codes)
+GUESS_WINDOW_S = 60.0
+LESSON_FILES: dict[str, tuple] = {}  # page -> (export: lesson -> file text, read: file text -> replay), set by
+# each lesson's RoomLesson: a room kept in Redis carries its lesson as that file (kvviz.ui.room_redis)
+
+
+def setting(name: str) -> int:
+    try:
+        return max(1, int(os.environ.get(name, DEFAULTS[name])))
+    except ValueError:
+        return DEFAULTS[name]
+
+
+@dataclass
+class RoomQuestion:
+    """A question the teacher asked: students answer it until it is revealed."""
+
+    id: str
+    text: str
+    unit: str
+    target: int  # the step whose record holds the answer (the first that may, until revealed)
+    exact: bool = False  # only the same number is right (a block id); else within 1% (bytes)
+    answer: float | None = None  # the engine's, set when revealed
+    answers: dict[str, float] = field(default_factory=dict)  # student's seat -> their number
+
+    @property
+    def revealed(self) -> bool:
+        return self.answer is not None
+
+
+@dataclass
+class Room:
+    code: str
+    teacher: str  # the teacher's session name (session_id())
+    teacher_runtime: str | None  # Streamlit's id of the teacher's session
+    page: str  # the lesson's key, e.g. "prefill_decode"
+    lesson: object  # the teacher's lesson; students read its records
+    step: int = 0
+    progress: int = 0  # what the teacher's lesson holds past its step that followers also draw
+    opened: float = field(default_factory=time.time)
+    touched: float = field(default_factory=time.time)
+    students: dict[str, float] = field(default_factory=dict)  # seat -> last seen
+    questions: list[RoomQuestion] = field(default_factory=list)
+    version: int = 0  # grows with every change a student's page must show (not another student's answer)
+    payload: dict = field(default_factory=dict)  # the teacher's step as followers draw it (room_view.step_payload), JSON-able
+    client: str | None = None  # the opener's address, when the server knows it
+
+    def question(self, question_id: str) -> RoomQuestion | None:
+        return next((q for q in self.questions if q.id == question_id), None)
+
+    @property
+    def open_question(self) -> RoomQuestion | None:
+        """The newest question not yet revealed."""
+        return next((q for q in reversed(self.questions) if not q.revealed), None)
+
+    def following(self, within_s: float = 25.0) -> int:
+        """Students whose page asked for news in the last `within_s` seconds."""
+        now = time.time()
+        return sum(now - seen <= within_s for seen in self.students.values())
+
+    def free_idle_seats(self, now: float) -> None:
+        """Seats whose page has not asked for news for KVVIZ_SEAT_IDLE_S seconds (a closed tab) are free."""
+        idle = setting("KVVIZ_SEAT_IDLE_S")
+        for seat, seen in list(self.students.items()):
+            if now - seen > idle:
+                del self.students[seat]
+
+
+def valid_seat(token) -> bool:
+    return isinstance(token, str) and SEAT_PATTERN.fullmatch(token) is not None
