@@ -12,7 +12,7 @@ from kvviz.lessons.paged_batching.logic import PagedLesson
 from kvviz.lessons.paged_batching.stage import stage_data
 from kvviz.lessons.prefill_decode import predict
 from kvviz.lessons.room_view import RoomLesson
-from kvviz.ui.rooms import RoomQuestion
+from kvviz.ui.room_types import RoomQuestion
 
 
 def follower(teacher: PagedLesson, step: int) -> PagedLesson:

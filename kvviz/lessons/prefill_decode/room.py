@@ -11,7 +11,7 @@ from kvviz.lessons.prefill_decode import state as ls
 from kvviz.lessons.prefill_decode.logic import Lesson
 from kvviz.lessons.prefill_decode.stage import stage_data
 from kvviz.lessons.room_view import RoomLesson
-from kvviz.ui.rooms import RoomQuestion
+from kvviz.ui.room_types import RoomQuestion
 
 
 def follower(teacher: Lesson, step: int) -> Lesson:
