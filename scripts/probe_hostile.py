@@ -38,7 +38,7 @@ from urllib.parse import urlencode
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]  # load_test's helpers; the app of this checkout, not an installed one
-from load_test import server_cpu_seconds, server_process, wait_idle  # noqa: E402
+from load_test import server_cpu_seconds, server_process, shown_step, wait_idle  # noqa: E402
 
 from kvviz.ui.app_server import CHROMIUM, CHROMIUM_ARGS, running_app  # noqa: E402
 
@@ -210,7 +210,9 @@ async def run_case(key: str, browser, url: str, lm, meter: RssPeak, port: int, t
             await tokens.focus()
             await tokens.press("End")
             await wait_idle(page)
-            notes.append(f"{await tokens.get_attribute('aria-valuenow')} tokens to generate")
+            value = page.locator("[data-testid='stSlider']").filter(has_text="Tokens to generate")
+            chosen = await value.locator("[data-testid='stSliderThumbValue']").inner_text()
+            notes.append(f"{chosen} tokens to generate")
             await page.get_by_role("tab", name="Eviction lab").click()
             await page.get_by_role("button", name="Run the eviction lab").wait_for()
             await wait_idle(page)
@@ -232,6 +234,8 @@ async def run_case(key: str, browser, url: str, lm, meter: RssPeak, port: int, t
                 query = {"prompt": prompt, "step": "255"}
             await page.goto(f"{url}/{path}?{urlencode(query)}")
             await page.locator("[data-testid='stButton']").first.wait_for()
+            while await page.locator(ERRORS).count() == 0 and not await shown_step(page):
+                await asyncio.sleep(0.2)  # the link's lesson runs to its step before the page shows one
         elif text is not None:
             await page.locator("[data-testid='stFileUploaderDropzoneInput']").set_input_files(
                 str(Path(tempfile.gettempdir()) / f"kvviz-probe-{key}.json"))
@@ -240,6 +244,8 @@ async def run_case(key: str, browser, url: str, lm, meter: RssPeak, port: int, t
             await page.get_by_role("button", name="Run the eviction lab").click()
             await asyncio.sleep(1.0)  # the run starts
         await wait_idle(page, timeout)
+        if key in ("2", "7"):
+            notes.append(f"page shows step {await shown_step(page)}")
         if key == "4" and await page.locator(ERRORS).count() == 0:  # draw the answers' charts, then one more rerun
             await page.get_by_text("The room's answers (").first.click()
             await wait_idle(page, timeout)
@@ -251,7 +257,9 @@ async def run_case(key: str, browser, url: str, lm, meter: RssPeak, port: int, t
         await asyncio.wait_for(act(), timeout)
     except (asyncio.TimeoutError, TimeoutError):
         outcome, timed_out = f"still busy after {timeout:.0f} s", True
-    cpu, wall = server_cpu_seconds(port) - cpu_before, time.perf_counter() - started
+    wall = time.perf_counter() - started
+    await settle(port, 30.0)  # work still running after the page looked idle counts too
+    cpu = server_cpu_seconds(port) - cpu_before
     peak = meter.stop()
     exceptions = pointing = 0
     if page is not None and not timed_out:
@@ -263,6 +271,8 @@ async def run_case(key: str, browser, url: str, lm, meter: RssPeak, port: int, t
             pointing += await frame.evaluate(POINTING)
         if key == "2":
             notes.append(f"{pointing} elements point at {HOST}")
+    if page is not None and Path("artifacts").is_dir():
+        await page.screenshot(path=f"artifacts/probe_{key}.png", full_page=True)
     if context is not None:
         await context.close()
     rss_above = (peak - idle) / 2**20
