@@ -99,6 +99,10 @@ def followed_room(kind: RoomLesson) -> room_types.Room | None:
         room_wake.forget()
         return None
     if room is None and rooms.down():  # the rooms' server went away: the replay stays, at its step
+        copy, held = st.session_state.get(kind.lesson_key), st.session_state.get("room_stage", {}).get("step")
+        if copy is not None and held is not None and \
+                st.session_state.get(kind.step_key) == st.session_state.get("room_views_step"):  # views not moved
+            st.session_state[kind.step_key] = min(held, len(copy.records) - 1)  # the step the stage last showed
         stop_following(kind, keep_lesson=True)
         st.session_state["room_error"] = (f"The class room server does not answer, so room {code} cannot be "
                                           "followed; the lesson stays at its step, and you can go on on your own.")
@@ -117,9 +121,9 @@ def followed_room(kind: RoomLesson) -> room_types.Room | None:
     step = st.session_state["room_teachers_step"] = teachers_step(room)
     st.session_state[kind.lesson_key] = kind.follower(room.lesson, step)
     own = st.session_state.get(kind.step_key) != st.session_state.get("room_views_step")  # the student moved them
-    if st.session_state.get("room_followed_lesson") != lesson_token(room.lesson) or not own:
+    if st.session_state.get("room_followed_lesson") != room_types.lesson_token(room.lesson) or not own:
         st.session_state[kind.step_key] = st.session_state["room_views_step"] = step
-        st.session_state["room_followed_lesson"] = lesson_token(room.lesson)
+        st.session_state["room_followed_lesson"] = room_types.lesson_token(room.lesson)
     return room
 
 
@@ -127,14 +131,9 @@ def teachers_step(room: room_types.Room) -> int:
     return min(room.step, len(room.lesson.records) - 1)
 
 
-def lesson_token(lesson) -> str:
-    """A name for one lesson object while it lives: a payload says which lesson its steps belong to."""
-    return f"{id(lesson):x}"
-
-
 def page_state(room: room_types.Room) -> tuple:
     """What only a whole page rerun shows: the lesson, the questions, the reveals."""
-    return lesson_token(room.lesson), len(room.questions), sum(q.revealed for q in room.questions)
+    return room_types.lesson_token(room.lesson), len(room.questions), sum(q.revealed for q in room.questions)
 
 
 def stop_following(kind: RoomLesson, keep_lesson: bool = False) -> None:
@@ -234,6 +233,8 @@ def follow_stage(kind: RoomLesson, code: str, data: dict, sentence: str | None, 
             st.rerun(scope="app")  # a wake was lost: this browser lacks steps the payload builds on
         held.update(steps=payload["step"] + 1, step=payload["step"], sentence=payload["sentence"],
                     seen=payload["stage"])
+        state[kind.lesson_key] = kind.follower(room.lesson, teachers_step(room))  # lists copied, no record: the
+        # copy the student keeps should the room go, and what Catch up shows
         stage = payload["stage"]
     else:  # nothing new (the fallback's beat): the same picture, the browser's step kept
         stage = json.dumps({"steps_from": held["steps"], "steps": [], "step": held["step"]})
@@ -262,7 +263,7 @@ def step_payload(kind: RoomLesson, lesson, step: int, before: dict) -> dict:
     steps before. Plain JSON-able values, so that it can travel between processes."""
     replay = kind.follower(lesson, step)
     data = kind.stage(replay, step, False)
-    token = lesson_token(lesson)
+    token = room_types.lesson_token(lesson)
     first = min(before["step"] + 1, step) if before.get("lesson") == token else step
     data.pop("presenter", None)  # each follower's own (the browser keeps it)
     data["steps_from"], data["steps"] = first, data["steps"][first:]

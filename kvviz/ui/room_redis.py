@@ -37,7 +37,7 @@ from redis.retry import Retry
 
 from kvviz.ui import room_wake
 from kvviz.ui.room_types import CODE_LENGTH, CODE_LETTERS, GUESS_WINDOW_S, LESSON_FILES, MAX_QUESTIONS, Room, \
-    RoomQuestion, setting, valid_seat
+    RoomQuestion, lesson_token, setting, valid_seat
 
 TIMEOUT_S = 1.0  # connect and read: a page waits at most this for a server that went away
 RETRY_S = 3.0  # after a failed call, calls answer "no room" at once for this long
@@ -225,15 +225,17 @@ class RedisStore:
                     question.answers[seat] = float(value)
         mine = self.mine.get(code)
         room = Room(code, fields["teacher"], mine.teacher_runtime if mine else None, fields["page"],
-                    self.lesson(code, fields["page"], int(fields["lesson_version"])), step=int(fields["step"]),
+                    self.lesson(code, fields["page"], int(fields["lesson_version"]), fields.get("lesson_token")),
+                    step=int(fields["step"]),
                     progress=int(fields["progress"]), opened=float(fields["opened"]),
                     touched=float(fields["touched"]), students=dict(seats), questions=questions,
                     version=int(fields["version"]), client=fields["client"] or None)
         room.payload = json.loads(fields["payload"]) or {}  # what the teacher's step shows, when the page gives it
         return room
 
-    def lesson(self, code: str, page: str, version: int):
-        """The teacher's lesson object on the teacher's process; elsewhere a replay of its file, rebuilt once."""
+    def lesson(self, code: str, page: str, version: int, token: str | None = None):
+        """The teacher's lesson object on the teacher's process; elsewhere a replay of its file, rebuilt once
+        per version, named as the teacher's lesson (`token`), so that its followers' payloads fit it."""
         mine = self.mine.get(code)
         if mine is not None:
             return mine.lesson
@@ -247,6 +249,7 @@ class RedisStore:
             replay = read(text)
         except ValueError:  # a file kvviz will not replay (LessonFileError): no lesson to follow
             return None
+        replay.room_token = token
         with self.lock:
             self.replays[code] = (version, replay)
         return replay
@@ -328,11 +331,13 @@ class RedisStore:
         text = export(lesson)
         with self.redis.pipeline() as pipe:
             pipe.set(room_key(code, "lesson"), text, ex=setting("KVVIZ_ROOM_IDLE_S"))
+            pipe.hset(room_key(code), "lesson_token", lesson_token(lesson))
             pipe.hincrby(room_key(code), "lesson_version", 1)
             pipe.hincrby(room_key(code), "version", 1)
             pipe.execute()
         mine.shared = shape
-        self.tell(code, full=True)
+        if new:  # a lesson that grew comes with its step, which publish tells (only the stage redraws)
+            self.tell(code, full=True)
         return True
 
     @answering(False)

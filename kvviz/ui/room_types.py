@@ -89,3 +89,10 @@ class Room:
 
 def valid_seat(token) -> bool:
     return isinstance(token, str) and SEAT_PATTERN.fullmatch(token) is not None
+
+
+def lesson_token(lesson) -> str:
+    """A name for one teacher's lesson while it lives, the same on every process: a payload says which
+    lesson its steps belong to. The teacher's process names the object; a replay rebuilt on another
+    process from the lesson's file carries the teacher's name as `room_token` (kvviz.ui.room_redis)."""
+    return getattr(lesson, "room_token", None) or f"{id(lesson):x}"

@@ -60,11 +60,14 @@ def test_a_room_opened_on_one_process_is_followed_on_another(redis_url, monkeypa
     seat = rooms.new_seat()
     assert b.sit(seen, seat, time.time(), 60) and a.seats(room, time.time()) == 1
     time.sleep(0.3)  # b's listener has subscribed
+    calls.clear()  # what opening the room told
     lesson.records.append({"step": 1})  # the teacher stepped: the lesson grew
     assert a.publish(room, 1, 0, time.time())
     assert wait_for(lambda: (room.code, False) in calls)  # b heard of the step by pub/sub
     again = b.get(room.code)
     assert again.step == 1 and again.lesson.records == [{"step": 0}, {"step": 1}]
+    assert (room.code, True) not in calls  # the grown lesson is the step's news: b's stages redraw, not pages
+    assert room_types.lesson_token(again.lesson) == room_types.lesson_token(lesson)  # the payloads' name fits
     assert not a.publish(room, 1, 0, time.time())  # the same step again: nothing moved
     a.remove(room)
     assert wait_for(lambda: (room.code, True) in calls) and b.get(room.code) is None
