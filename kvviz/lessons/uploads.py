@@ -13,8 +13,11 @@ def file_buttons(export, file_name: str, upload_key: str, replay) -> None:
     goes to `replay(data)`, which raises LessonFileError on a bad file: its sentence shows once."""
     a, b = st.columns(2)
     if export is not None:
+        # on_click="ignore": a click that also reran the page would re-register the button's function and
+        # end a script run, which marks the file just made for deletion; a second run's end (a stage
+        # step, another session) deletes it before the browser fetches it, and no file comes
         a.download_button("Export lesson (JSON)", export, file_name=file_name, mime="application/json",
-                          width="stretch")
+                          width="stretch", on_click="ignore")
     b.file_uploader("Replay a lesson file", type=["json"], key=upload_key, on_change=_on_upload,
                     args=(upload_key, replay), max_upload_size=MAX_LESSON_BYTES // 2**20,
                     help=f"Replays every view from the recorded steps, with no model. Files up to "

@@ -7,7 +7,7 @@ import re
 
 # the same browser, app and skip rule as the other browser tests (pytest registers imported fixtures)
 from test_browser import app_url, no_exceptions, pytestmark  # noqa: F401
-from test_browser_stop import says, stop_button, stop_mid_run, wait_for_bar
+from test_browser_stop import record_bars, says, stop_button, stop_mid_run, wait_for_bar
 
 from kvviz.lessons.cache_strategies.logic import PRESENTER_COLUMNS
 
@@ -35,11 +35,14 @@ def test_run_every_strategy_shows_progress_and_stop_keeps_what_was_measured(app_
         page.goto(f"{app_url}/cache_strategies")
         page.get_by_role("button", name="Run every strategy").wait_for(timeout=SLOW_S * 1000)
         wait_idle(page, timeout=SLOW_S)
-        set_tokens(page, 12)
+        # a run long enough for Stop to land mid-run on a quiet machine too (12 tokens ran every strategy in
+        # 2 s there, its reference run in 0.08 s, which a poll missed in CI); 44 and more are past one click's budget
+        set_tokens(page, 40)
+        record_bars(page)
         page.get_by_role("button", name="Run every strategy").click()
         stop_button(page, "strategies_run_stop").wait_for(timeout=SLOW_S * 1000)
-        wait_for_bar(page, r"full cache's reference run, token \d+ of 12", timeout=SLOW_S)
-        stop_mid_run(page, app_url, "strategies_run_stop", r": (teacher-forced|free) run.*token \d+ of 12 · [2-5] of 7 "
+        wait_for_bar(page, r"full cache's reference run, token \d+ of 40", timeout=SLOW_S, seen=True)
+        stop_mid_run(page, app_url, "strategies_run_stop", r": (teacher-forced|free) run.*token \d+ of 40 · [2-5] of 7 "
                      r"strategies measured", r"Stopped after [2-6] of 7 strategies", "Run every strategy")
         said = next(t for t in page.locator("[data-testid='stAlert']").all_inner_texts() if "Stopped" in t)
         kept = int(re.search(r"Stopped after (\d) of 7", said).group(1))
