@@ -12,7 +12,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from kvviz.lessons import navigation, registry
+from kvviz.lessons import navigation, registry, room_view
 from kvviz.ui.common import keep_settings, model_sidebar
 from kvviz.ui.presenter import presenter_mode
 
@@ -25,6 +25,7 @@ st.set_page_config(page_title="kvviz · the KV cache, live", layout="wide",
 st.html("<style>[data-testid='stMainBlockContainer'] {padding-top: 2.5rem;} "
         "[data-testid='stMetricValue'] {font-size: clamp(1.5rem, 2.2vw, 2.25rem);}</style>")
 page = st.navigation(navigation.pages())
+room_view.follow_link_elsewhere(page.url_path or registry.LECTURE[0].key)  # a room link on a page without rooms
 keep_settings(registry.kept_settings())
 model_sidebar(on_model_change=registry.reset_lessons)
 presenter_mode(*registry.neighbours(page.title))

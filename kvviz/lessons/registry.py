@@ -30,6 +30,7 @@ class Lesson:
     minutes: int  # about how long it takes in class
     states: tuple[str, ...] = ()  # modules owning its session-state keys, under kvviz.lessons.<key>
     replays: bool = False  # exports and replays lesson files
+    rooms: bool = False  # a teacher can open a room on it; its page reads a room link itself
 
     @property
     def path(self) -> str:
@@ -46,7 +47,7 @@ LECTURE = (
     Lesson("prefill_decode", "Prefill and decode", ":material/play_circle:",
            "A real model fills its cache with the prompt, then adds one token per step; where K, V and Q "
            "come from, the causal triangle, and why decode is memory-bound.", 15,
-           ("state", "explain_views", "classroom"), replays=True),
+           ("state", "explain_views", "classroom"), replays=True, rooms=True),
     Lesson("memory_bill", "Memory bill", ":material/calculate:",
            "What the cache weighs, what fits on a GPU, and what GQA, MQA, MLA, sliding windows and "
            "tensor parallelism change.", 8),
@@ -54,7 +55,7 @@ LECTURE = (
            "Build a model of any size and time a decode step against context, cache on and off.", 5),
     Lesson("paged_batching", "Paged cache and batching", ":material/grid_view:",
            "Blocks, block tables and prefix sharing: how several requests share one pool without waste.", 8,
-           ("state", "fork_view", "swap_view"), replays=True),
+           ("state", "fork_view", "swap_view"), replays=True, rooms=True),
     Lesson("batch_generation", "Batch generation", ":material/dynamic_feed:",
            "Many prompts through the same engine with continuous batching, and its throughput.", 5, ("state",)),
     Lesson("cache_strategies", "Cache strategies", ":material/compare_arrows:",
@@ -65,7 +66,7 @@ LECTURE = (
            "model's bill.", 3),
     Lesson("speculative", "Speculative decoding", ":material/fast_forward:",
            "Beyond the article: guess the next tokens from earlier text, check them all in one forward pass, "
-           "and roll back the cache slots of the wrong guesses.", 6, ("state",), replays=True),
+           "and roll back the cache slots of the wrong guesses.", 6, ("state",), replays=True, rooms=True),
     Lesson("sources", "Where this comes from", ":material/menu_book:",
            "The papers and code each lesson rests on, with links.", 2),
 )

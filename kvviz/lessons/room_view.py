@@ -87,6 +87,23 @@ def restore_from_query(kind: RoomLesson) -> None:
     st.session_state["lesson_query_done"] = True  # the room, not a Prefill and decode link's prompt, sets it
 
 
+def follow_link_elsewhere(page_key: str) -> None:
+    """A room link opened on a page without rooms (the Memory bill, say): take the seat and go to the
+    room's lesson, whose page reads the link again and keeps the seat; or say in one sentence why not,
+    and stay. Seats are taken (rate-limited like any link), never looked up, so a link is no way to
+    test codes."""
+    if "room" not in st.query_params or st.session_state.get("room_query_done") or \
+            (page_key in BY_KEY and BY_KEY[page_key].rooms):
+        return
+    seat = st.query_params.get("seat")
+    seat = seat if room_types.valid_seat(seat) else rooms.new_seat()
+    room = rooms.take_seat(st.query_params["room"], seat, rooms.session_id(), rooms.client_address())
+    if not isinstance(room, str) and room.page in BY_KEY:
+        st.switch_page(BY_KEY[room.page].path, query_params={"room": room.code, "seat": seat})
+    st.session_state["room_query_done"] = True
+    st.error(room if isinstance(room, str) else f"Room {room.code}'s lesson is not on this server's pages.")
+
+
 def followed_room(kind: RoomLesson) -> room_types.Room | None:
     """The room of this page's lesson that this session follows, its lesson refreshed to the teacher's
     step; None when it follows none here (a closed room leaves a sentence and no lesson). The views

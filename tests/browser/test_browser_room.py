@@ -87,10 +87,13 @@ def test_five_students_follow_the_teacher_answer_and_take_over(browser, app_url)
 
     students = []
     for index in range(STUDENTS):
-        students.append(new_page(browser, f"{app_url}/prefill_decode?room={code}"))
+        # the last student's link was edited to another lesson's page, one without rooms: it goes to the room's
+        path = "memory_bill" if index == STUDENTS - 1 else "prefill_decode"
+        students.append(new_page(browser, f"{app_url}/{path}?room={code}"))
         page = students[-1][1]
         try:
             page.get_by_text(f"Following room {code}").wait_for(timeout=120_000)
+            assert re.search(rf"/prefill_decode\?room={code}&seat=", page.url), page.url
         except Exception:
             SHOTS.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(ROOT / "artifacts" / f"room_student_{index}_failed.png"))

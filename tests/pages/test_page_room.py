@@ -22,10 +22,10 @@ def click(at, label):
 
 def student(code: str, seat: str | None = None) -> AppTest:
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
-    at.query_params["room"] = code
+    at.run()
+    at.query_params["room"] = code  # the link opened at its page (the home page would go there itself)
     if seat is not None:
         at.query_params["seat"] = seat
-    at.run()
     at.switch_page("lessons/prefill_decode.py").run()
     return at
 

@@ -21,8 +21,8 @@ def click(at, label):
 
 def student(code: str, path: str) -> AppTest:
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
-    at.query_params["room"] = code
     at.run()
+    at.query_params["room"] = code  # the link opened at `path` (the home page would go to the room itself)
     at.switch_page(path).run()
     assert not at.exception
     return at
@@ -173,6 +173,25 @@ def test_a_room_link_on_another_lessons_page_goes_to_the_rooms_page(paged_teache
     assert pupil.session_state.get("room_code") == room.code
     assert pupil.session_state["lesson_paged"].engine is None and pupil.session_state.get("lesson") is None
     assert any(f"Following room {room.code}" in i.value for i in pupil.info)
+
+
+@pytest.mark.parametrize("path", ["lessons/memory_bill.py", "lessons/home.py"])
+def test_a_room_link_on_a_page_without_rooms_goes_to_the_rooms_lesson(paged_teacher, path):
+    room = room_of(paged_teacher)
+    pupil = student(room.code, path)  # the link's path was edited to a page no room runs on
+    assert pupil.session_state.get("room_code") == room.code and room.students
+    assert any(f"Following room {room.code}" in i.value for i in pupil.info)
+    assert pupil.session_state["lesson_paged"].engine is None  # the room's copy, not a run of its own
+    assert pupil.query_params["room"] == room.code and len(room.students) == 1  # one seat, kept on reload
+
+
+@pytest.mark.parametrize("path", ["lessons/memory_bill.py", "lessons/model_lab.py"])
+def test_a_wrong_room_code_on_a_page_without_rooms_gets_one_sentence(path, close_rooms):
+    pupil = student("NOSUCH", path)
+    assert len(pupil.error) == 1 and "No open room has a seat for the code NOSUCH" in pupil.error[0].value
+    assert one_sentence(pupil.error[0].value)
+    pupil.run()  # the page goes on as it was; the sentence was said once
+    assert not pupil.error and not pupil.exception
 
 
 @pytest.mark.parametrize("path, run_button", [(PAGED, "Start"), (SPECULATIVE, "Start")])
