@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+import plotly.graph_objects as go
 import qrcode
 import streamlit as st
 from streamlit import config
@@ -367,11 +368,48 @@ def results(text: str, unit: str, engine: float, answers: list[float], exact: bo
     st.markdown(f"**Room's answers** to “{plain(text)}” The engine: **{engine:,.0f} {plain(unit)}**; "
                 f"{right} of {len(answers)} answered {'exactly that' if exact else 'within 1%'}.")
     if answers:
-        counts: dict[str, int] = {}
-        for a in answers:
-            counts[f"{a:,.0f}"] = counts.get(f"{a:,.0f}", 0) + 1
-        st.bar_chart({"answers": counts}, horizontal=True, height=min(60 + 28 * len(counts), 320),
-                     x_label="students", y_label=unit)
+        st.plotly_chart(answers_chart(unit, engine, answers, exact), width="stretch",
+                        config={"displayModeBar": False})
+
+
+ANSWER_BARS = 12  # distinct answers drawn one bar each; more are counted by how far they are from the engine's
+
+
+def answer_rows(engine: float, answers: list[float], exact: bool) -> list[tuple[str, int, bool]]:
+    """The chart's bars, top to bottom: (label, students, right). Up to ANSWER_BARS distinct answers each get
+    a bar; more (a room of 60, a file's 1,000) are counted by their distance from the engine's answer."""
+    distinct = sorted(set(answers))
+    if len(distinct) <= ANSWER_BARS:
+        return [(f"{a:,.0f}", answers.count(a), rooms.right_answers([a], engine, exact) == 1) for a in distinct]
+    scale = max(abs(engine), 1)
+    bands = [("right" if exact else "within 1% (right)", None), ("within 10%", 0.1), ("within a factor of 2", 1.0),
+             ("further off", float("inf"))]
+    counts = [0] * len(bands)
+    for a in answers:
+        if rooms.right_answers([a], engine, exact):
+            counts[0] += 1
+        else:
+            off = abs(a - engine) / scale
+            counts[next(i for i, (_, most) in enumerate(bands) if most is not None and off <= most)] += 1
+    return [(label, count, index == 0) for index, ((label, _), count) in enumerate(zip(bands, counts))]
+
+
+def answers_chart(unit: str, engine: float, answers: list[float], exact: bool):
+    """A horizontal bar per answer (or band of answers), green where right, its count written on it, tall
+    enough for a projector: 48 px a bar."""
+    rows = answer_rows(engine, answers, exact)
+    figure = go.Figure(go.Bar(
+        y=[label for label, _, _ in rows], x=[count for _, count, _ in rows], orientation="h",
+        marker_color=["#2e9e5b" if good else "#9aa5b1" for _, _, good in rows],
+        text=[f"{count} student{'s' if count != 1 else ''}" for _, count, _ in rows], textposition="auto",
+        hovertemplate="%{y}: %{x} students<extra></extra>"))
+    most = max(count for _, count, _ in rows)
+    figure.update_layout(height=110 + 48 * len(rows), margin={"l": 10, "r": 10, "t": 10, "b": 50}, bargap=0.25,
+                         xaxis={"title": {"text": "students"}, "dtick": 1 if most <= 10 else None,
+                                "rangemode": "tozero", "tickfont": {"size": 14}},
+                         yaxis={"title": {"text": unit}, "type": "category", "automargin": True, "tickfont": {"size": 15}},
+                         font={"size": 15})
+    return figure
 
 
 FILE_CHARTS = 3  # a file's room answers drawn at once; more are picked one at a time

@@ -92,3 +92,21 @@ def test_room_answers_at_their_limits_read_in_seconds(files):
     data["room_answers"] = [row] * (MAX_ROOM_QUESTIONS + 1)
     with pytest.raises(LessonFileError, match=f"field room_answers has {MAX_ROOM_QUESTIONS + 1} items"):
         replay(json.dumps(data))
+
+
+def test_the_answers_chart_has_a_bar_per_answer_or_per_distance_and_room_for_its_labels():
+    """The teacher's chart at the reveal (issue 33 item 7): a few distinct answers get a bar each, green where
+    right; a room of 60 different guesses is counted by how far each is from the engine's answer."""
+    from kvviz.lessons.room_view import ANSWER_BARS, answer_rows, answers_chart
+
+    rows = answer_rows(9.0, [4.0, 9.0, 9.0], exact=True)  # a block id: right only when exact
+    assert rows == [("4", 1, False), ("9", 2, True)]
+    guesses = [300_000 * (1 + (i - 30) / 100) for i in range(60)]  # -30% to +29%, one student each
+    rows = answer_rows(300_000.0, guesses, exact=False)
+    assert len(guesses) > ANSWER_BARS and [label for label, _, _ in rows][1:] == [
+        "within 10%", "within a factor of 2", "further off"]
+    assert sum(count for _, count, _ in rows) == 60 and rows[0][1] == 3  # -1%, 0, +1% are within 1%
+    assert rows[1][1] == 18 and rows[2][1] == 39 and rows[3][1] == 0  # 10% either side, then the rest
+    figure = answers_chart("bytes", 300_000.0, [300_000.0, 301_000.0], exact=False)
+    assert figure.layout.height >= 200 and figure.layout.xaxis.title.text == "students"
+    assert list(figure.data[0].marker.color) == ["#2e9e5b", "#2e9e5b"]  # both within 1%
