@@ -145,3 +145,41 @@ def test_a_replayed_lesson_steps_in_the_browser_without_a_rerun_per_step(app_url
         wait_idle(page, settle=1.0, timeout=SLOW_S)  # then the one debounced report: the views follow
         page.get_by_text("Done.", exact=False).first.wait_for(timeout=SLOW_S * 1000)
         no_exceptions(page)
+
+
+LONG_PROMPT = ("ROMEO:\nBut soft, what light through yonder window breaks? It is the east, and Juliet is the sun. "
+               "Arise, fair sun, and kill the envious moon, who is already sick and pale with grief. ") * 8
+
+
+@pytest.mark.parametrize("presenter", [False, True])
+def test_a_long_lesson_keeps_its_diagram_on_the_first_screen_with_readable_columns(app_url, presenter):  # noqa: F811
+    """Issue 33 item 5: a prompt of some 380 tokens (a link, prefilled) filled the first screen with chips and
+    drew 2 px columns below the fold. Now the chips sit in a band of three rows (two in presenter mode) scrolled
+    to the newest, and the
+    diagram draws the newest positions that fit at 6 px a column, its title saying which."""
+    from urllib.parse import urlencode
+
+    query = {"prompt": LONG_PROMPT, "step": "0", **({"presenter": "1"} if presenter else {})}
+    with browser_page(1280, 720) as page:
+        page.goto(f"{app_url}/prefill_decode?{urlencode(query)}")
+        page.locator("[data-testid='stage-cache']").wait_for(timeout=SLOW_S * 1000)
+        wait_idle(page, timeout=SLOW_S)
+        time.sleep(0.6)
+        no_exceptions(page)
+        page.screenshot(path=str(SHOTS / f"stage_long_{'presenter' if presenter else 'normal'}_1280x720.png"))
+        chips = page.locator("[data-testid='stage-chips']")
+        tokens = chips.locator(".chip").count() - 1  # and the token just sampled
+        assert tokens > 400  # every position has its chip, in the band
+        row = chips.locator(".chip").first.bounding_box()["height"]
+        box = chips.bounding_box()
+        assert box["height"] <= (2.6 if presenter else 3.6) * row, (box, row)
+        newest = chips.locator(".chip").last.bounding_box()  # scrolled to the newest token
+        assert box["y"] <= newest["y"] and newest["y"] + newest["height"] <= box["y"] + box["height"] + 1
+        cache = page.locator("[data-testid='stage-cache']")
+        frame = cache.bounding_box()
+        assert frame["y"] >= 0 and frame["y"] + frame["height"] <= 720, frame  # the whole diagram, first screen
+        cells = cache.locator("rect.cell.k[data-layer='0']")
+        assert cells.first.evaluate("r => r.width.baseVal.value") >= 5  # a 6 px column, its cell 5 px
+        drawn = [int(t) for t in cells.evaluate_all("cells => cells.map(c => c.dataset.token)")]
+        assert drawn == list(range(drawn[0], tokens)) and drawn[0] > 0  # the newest positions, up to the last
+        assert f"for positions {drawn[0]}-{tokens - 1} of {tokens}" in cache.locator("text.title").text_content()

@@ -110,11 +110,15 @@ function layerStrip(ctx, parent, band, heads) {
   }
 }
 
+const MIN_COLUMN = 6; // px: a position's K and V cells, narrowest
+
 function drawCache(ctx) {
   const { d, step, root, state, grew } = ctx;
 
   // ---- the tokens --------------------------------------------------------------------------------
-  const chips = html("div", { class: "chips" }, root);
+  // a band of at most three rows (two in presenter mode), scrolled to the newest token: a long lesson keeps its diagram on the first screen
+  const chips = html("div", { class: "chips band", "data-testid": "stage-chips" }, root);
+  if (d.presenter) chips.style.maxHeight = "3.9em"; // two rows of the presenter's larger chips
   const visible = step.num_tokens + (step.sampled ? 1 : 0);
   const special = new Set(d.special || []);
   for (let t = 0; t < visible; t++) {
@@ -142,7 +146,11 @@ function drawCache(ctx) {
   const gridWidth = width - poolWidth - 24;
   const labelWidth = 70 * scale;
   const maxTokens = d.steps[d.steps.length - 1].num_tokens;
-  const column = Math.max(3, Math.min(26 * scale, (gridWidth - labelWidth - 8) / Math.max(maxTokens, 1)));
+  // columns stay readable (MIN_COLUMN px): when more positions are cached than fit, the newest that fit are drawn
+  const room = gridWidth - labelWidth - 8;
+  const column = Math.max(MIN_COLUMN, Math.min(26 * scale, room / Math.max(maxTokens, 1)));
+  const first = Math.max(0, step.num_tokens - Math.floor(room / column)); // the window's oldest position
+  const xOf = (t) => labelWidth + (t - first) * column;
   const row = Math.max(6, Math.min(11, 110 / band.count)); // K and V rows of a layer; its label spans both
   const headerHeight = 16 * scale + 8;
   const attentionHeight = 2 * (d.presenter ? 16 : 12) + 4;
@@ -151,13 +159,16 @@ function drawCache(ctx) {
   const wrap = html("div", { class: "stagebox" }, root);
   const svg = el("svg", { width: gridWidth, height: gridHeight, class: "cache", "data-testid": "stage-cache" });
   wrap.appendChild(svg);
+  requestAnimationFrame(() => { chips.scrollTop = chips.scrollHeight; }); // laid out now: show the newest tokens
   const folded = band.count < d.layers;
   const titleText = el("text", { x: 0, y: 14 * scale, class: "title" }, svg,
                        folded ? `Layers ${band.first}-${band.first + band.count - 1} of ${d.layers}: ` : "Each layer's cache: ");
   el("tspan", { class: "k-word" }, titleText, "K");
   titleText.appendChild(document.createTextNode(" over "));
   el("tspan", { class: "v-word" }, titleText, "V");
-  titleText.appendChild(document.createTextNode(folded ? " per cached position" : " for every cached position"));
+  titleText.appendChild(document.createTextNode(first ? ` for positions ${first}-${step.num_tokens - 1} of ${step.num_tokens}`
+                                                : folded ? " per cached position" : " for every cached position"));
+  if (first) el("title", {}, titleText, `The ${first} older positions are cached too; their chips are above`);
   const top = headerHeight;
   // the newest token's attention, as bars above its columns
   const labelSize = d.presenter ? 16 : 12;
@@ -165,8 +176,8 @@ function drawCache(ctx) {
   el("text", { x: 0, y: top + 2 * labelSize - 1, class: "label" }, svg, `max ${(100 * strongestOf(weights)).toFixed(0)}%`);
   const newest = step.num_tokens - 1;
   const strongest = Math.max(strongestOf(weights), 1e-9);
-  for (let t = 0; t < step.num_tokens; t++) {
-    const x = labelWidth + t * column;
+  for (let t = first; t < step.num_tokens; t++) {
+    const x = xOf(t);
     const h = Math.max(1, (weights[t] / strongest) * (attentionHeight - 6)); // the strongest fills the row
     el("rect", { x: x + 0.5, y: top + attentionHeight - h, width: Math.max(column - 1, 1), height: h,
                  class: `att${t === newest ? " query" : ""}`, "data-token": String(t) }, svg)
@@ -177,8 +188,8 @@ function drawCache(ctx) {
     el("text", { x: 0, y: y + row, class: `label${state.layer === l ? " on" : ""}`, "dominant-baseline": "middle" }, svg, `layer ${l}`);
     if (l === band.first) el("title", {}, svg.lastChild, "Each layer holds a row of keys (K) over a row of values (V)");
     const layerWeights = attentionOf(step, l, heads);
-    for (let t = 0; t < step.num_tokens; t++) {
-      const x = labelWidth + t * column;
+    for (let t = first; t < step.num_tokens; t++) {
+      const x = xOf(t);
       const fresh = step.new.includes(t);
       const strength = 0.25 + 0.75 * Math.min(1, layerWeights[t] * 4);
       for (const [part, dy] of [["k", 0], ["v", row]]) {
@@ -193,8 +204,8 @@ function drawCache(ctx) {
 
   if (labelsHeight) {
     const base = top + attentionHeight + 4 + band.count * (2 * row + 4) + 6;
-    for (let t = 0; t < step.num_tokens; t++) {
-      const x = labelWidth + t * column + column / 2;
+    for (let t = first; t < step.num_tokens; t++) {
+      const x = xOf(t) + column / 2;
       el("text", { x, y: base, class: `tok${step.new.includes(t) ? " fresh" : ""}`, "data-token": String(t),
                    transform: `rotate(-55 ${x} ${base})`, "text-anchor": "end", dy: "0.9em" }, svg,
          clipped(shown(d.tokens[t]), 6));
