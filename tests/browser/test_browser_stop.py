@@ -178,3 +178,17 @@ def test_batch_run_stops_keeps_nothing_and_runs_again(app_url, page):  # noqa: F
     wait_idle(page)
     assert not says(page, "Stopped after")
     no_exceptions(page)
+
+
+def test_a_late_step_link_shows_progress_and_stop_keeps_the_step_reached(app_url, page):  # noqa: F811 (the fixture)
+    """Issue 33 items 1 and 5: a link to a late step ran with only the navigation on screen; now a bar counts
+    the steps under a Stop button, and Stop leaves the lesson at the step it reached, saying so."""
+    page.goto(f"{app_url}/prefill_decode?step=200&prompt=ROMEO%3A%0ABut%20soft")
+    stop_mid_run(page, app_url, "lesson_link_stop", r"The link's lesson: step ([1-9]|[1-9]\d|1[0-4]\d) of \d+",
+                 r"Stopped before step \d+: the lesson shows the step it reached", "Late-step link")
+    reached = int(re.search(r"Step \d+ of (\d+)", page.locator("[data-testid='stage-step']").inner_text()).group(1))
+    assert 0 < reached < 200
+    page.get_by_role("button", name=re.compile("^Next token")).first.click()  # the lesson goes on from there
+    wait_idle(page)
+    assert f"Step {reached + 1} of {reached + 1}" in page.locator("[data-testid='stage-step']").inner_text()
+    no_exceptions(page)

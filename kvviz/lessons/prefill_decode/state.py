@@ -22,6 +22,7 @@ from kvviz.lessons.prefill_decode.logic import (
 )
 from kvviz.lessons.prefill_decode.file import export_lesson, import_lesson
 from kvviz.ui.common import current_model, load_linked_model, page_sampling
+from kvviz.ui.progress import StopBar
 from kvviz.ui.text import plain
 
 EXAMPLE_PROMPTS = [
@@ -71,7 +72,8 @@ LESSON = stepped.Stepped(
     last=lambda run: len(run.visible_records) - 1, done=lambda run: run.finished, reveal=_reveal,
     exportable=lambda run: run.started,
     settings=frozenset(DEFAULTS) | {  # the player, the views' choices and the link's one reading
-        "lesson_last_tick", "lesson_ticker_inline", "lesson_query_done", "lesson_speed", "lesson_view",
+        "lesson_last_tick", "lesson_ticker_inline", "lesson_query_done", "lesson_link_stop", "lesson_speed",
+        "lesson_view",
         "lesson_kv_layer", "lesson_kv_head", "lesson_attention_layer", "lesson_stage"})
 KEYS = LESSON.cleared_keys()
 KEPT = ("lesson_kv_layer", "lesson_kv_head", "lesson_attention_layer")  # view choices (registry.kept_settings)
@@ -145,18 +147,22 @@ def restore_from_query() -> None:
         if target > last:
             notes.append(f"The link's step {target:,} is past the last step a lesson reaches; showing step {last}.")
             target = last
-        run_to_step(target)
+        slot = st.empty()  # the run's progress bar and Stop, where the page will draw
+        run_to_step(target, slot)
+        slot.empty()
     if notes:  # before what the run said (a refusal, or the budget's stop)
         st.session_state["lesson_error"] = " ".join(notes + [st.session_state.get("lesson_error", "")]).strip()
 
 
-def run_to_step(target: int) -> None:
+def run_to_step(target: int, slot=None) -> None:
     """A new lesson from the page's settings, run to step `target` (tokens to generate raised to
     reach it, up to the most a lesson may ask for): a link's or a room's lesson, made one's own.
 
     Its work is estimated first (kvviz.lessons.budget): past one click's budget the lesson stops at
     the furthest step the budget allows and says so; Next token and Play go on from there. A prefill
-    alone past the budget is refused in one sentence, and the session keeps what it had."""
+    alone past the budget is refused in one sentence, and the session keeps what it had. With `slot`
+    (an st.empty()), a progress bar with a Stop button counts the steps there; Stop leaves the lesson at
+    the step it reached, with a sentence saying so."""
     st.session_state["lesson_max_tokens"] = min(max(int(setting("lesson_max_tokens")), target + 1),
                                                 MAX_LESSON_TOKENS)
     lm = current_model()
@@ -176,12 +182,25 @@ def run_to_step(target: int) -> None:
                 f"{click_seconds():,.0f} s one click may take, so the lesson stops at step {reachable:,}; press "
                 "Next token or Play to go on from there.")
         target = reachable
+    bar = stopped = None
+    if slot is not None and target > 0:
+        seconds = lesson_work(lm, prompt_tokens, target).seconds(device)
+        bar = StopBar(slot, "lesson_link_stop", f"Estimated about {seconds:,.0f} s on this server; opening the "
+                      f"link's lesson at step {target:,}", "Ends at the step reached; Next token and Play go on.")
     stepped.start(LESSON)
-    for _ in range(target):  # at most one real step per step asked for
+    if bar is not None and "lesson_error" not in st.session_state:
+        # said if Stop ends this run (the page's next run finds it); taken back below when the run ends
+        stopped = st.session_state["lesson_error"] = (f"Stopped before step {target:,}: the lesson shows the step it "
+                                                      "reached; press Next token or Play to go on from there.")
+    for done in range(target):  # at most one real step per step asked for
         current = lesson()
         if current is None or current.finished:
             break
         stepped.step(LESSON)
+        if bar is not None:
+            bar.move((done + 1) / target, f"The link's lesson: step {done + 1:,} of {target:,}")
+    if stopped is not None and st.session_state.get("lesson_error") == stopped:
+        st.session_state.pop("lesson_error")
     if note is not None and "lesson_error" not in st.session_state:
         st.session_state["lesson_error"] = note
 
