@@ -64,6 +64,6 @@ def test_a_charts_axis_shows_the_unit_as_typed():
     """Issue 35 item 9: the replayed answers' axis showed the unit's markdown escapes (KV\\_bytes)."""
     at = AppTest.from_function(unit_answers, default_timeout=60).run()
     assert not at.exception
-    spec = str([element.proto for element in at.get("vega_lite_chart")])
-    assert "KV_bytes (x)" in spec and "KV\\\\_bytes" not in spec, spec[:2000]
+    charts = [element.proto.spec for element in at.get("plotly_chart")]  # the figure's JSON, as sent
+    assert charts and all("KV_bytes (x)" in spec and "KV\\\\_bytes" not in spec for spec in charts), charts
     assert "KV\\_bytes \\(x\\)" in at.markdown[0].value  # the sentence above it escapes it for markdown
