@@ -250,12 +250,14 @@ def follow_stage(kind: RoomLesson, code: str, data: dict, sentence: str | None, 
         if payload["lesson"] != state.get("room_followed_lesson") or payload["steps_from"] > held["steps"]:
             st.rerun(scope="app")  # a wake was lost: this browser lacks steps the payload builds on
         held.update(steps=payload["step"] + 1, step=payload["step"], sentence=payload["sentence"],
-                    seen=payload["stage"])
+                    seen=payload["stage"], drawn=payload["stage"])
         state[kind.lesson_key] = kind.follower(room.lesson, teachers_step(room))  # lists copied, no record: the
         # copy the student keeps should the room go, and what Catch up shows
         stage = payload["stage"]
-    else:  # nothing new (the fallback's beat): the same picture, the browser's step kept
-        stage = json.dumps({"steps_from": held["steps"], "steps": [], "step": held["step"]})
+    else:  # nothing new (the fallback's beat): the same picture, the browser's step kept. The last payload
+        # again, not an empty one: should the browser never have drawn it (this run came first, or the run
+        # that sent it stopped), it still has the steps that payload builds on
+        stage = held.get("drawn") or json.dumps({"steps_from": held["steps"], "steps": [], "step": held["step"]})
     draw(stage.encode(), held["sentence"], held["step"])
     _catch_up_bar(kind, teachers_step(room))
 
