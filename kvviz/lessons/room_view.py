@@ -39,7 +39,7 @@ from kvviz.ui.common import drop
 from kvviz.ui.text import plain
 
 KEYS = frozenset({"room_code", "room_seat", "room_query_done", "room_error", "room_state", "room_answer",
-                  "room_sent", "room_followed_lesson", "room_stage", "room_full", "room_teachers_step",
+                  "room_sent", "room_sent_value", "room_followed_lesson", "room_stage", "room_full", "room_teachers_step",
                   "room_views_step", rooms.SESSION_KEY})
 FALLBACK_S = 10.0  # a follower's stage asks on its own this often, should a wake be lost; it keeps the seat too
 CAUGHT_UP = "The stage moves with the teacher; the views below stay where they are until you press **Catch up**."
@@ -53,7 +53,8 @@ class RoomLesson:
     lesson_key: str  # session-state key of the lesson object
     step_key: str  # session-state key of the step in view (an index into its records)
     follower: Callable  # (teacher's lesson, step) -> a replay of it at that step, sharing no list with it
-    take_over: Callable  # (teacher's lesson, step) -> None: the same settings run to that step, this session's own
+    take_over: Callable  # (teacher's lesson, step, slot, started) -> None: the same settings run to that step,
+    # this session's own, a bar with Stop in slot (an st.empty()); started() once its first step ran
     questions: Callable = lambda lesson: []  # (teacher's lesson) -> list[room_types.RoomQuestion] asked on the page
     progress: Callable = lambda lesson: 0  # (lesson) -> a number that grows when followers must redraw the same step
     error_key: str = ""  # session-state key of the lesson's refusal (what Take over says when refused)
@@ -163,7 +164,7 @@ def stop_following(kind: RoomLesson, keep_lesson: bool = False) -> None:
     room_wake.forget()
     lesson_keys = () if keep_lesson else (kind.lesson_key, kind.step_key)
     for key in ("room_code", "room_seat", "room_state", "room_followed_lesson", "room_stage", "room_full",
-                "room_teachers_step", "room_views_step", "room_sent", *lesson_keys):
+                "room_teachers_step", "room_views_step", "room_sent", "room_sent_value", *lesson_keys):
         st.session_state.pop(key, None)
     for key in ("room", "seat"):  # a reload does not take the seat again
         st.query_params.pop(key, None)
@@ -177,23 +178,25 @@ def catch_up(kind: RoomLesson) -> None:
     st.session_state["room_full"] = True
 
 
-def take_over(kind: RoomLesson) -> None:
-    """The room's lesson at the room's step, run on this session's own engine. Refused (the server's
-    live lessons are at their limit, the budget): the student still follows the room, told why."""
+def take_over(kind: RoomLesson, slot) -> None:
+    """The room's lesson at the room's step, run on this session's own engine, in the page's script: a bar
+    with Stop in `slot` counts the steps. The student leaves the room once the first step ran, so Stop
+    keeps the lesson at the step reached. Refused (the server's live lessons are at their limit, the
+    budget): the student still follows the room, told why."""
     code = st.session_state.get("room_code", "")
     room = rooms.find(code)
     if room is None:
         stop_following(kind)
         return
     st.session_state.pop(kind.lesson_key, None)  # the replay followed: the student's own run takes its place
-    kind.take_over(room.lesson, min(room.step, len(room.lesson.records) - 1))
-    run = st.session_state.get(kind.lesson_key)
-    if run is None or getattr(run, "replay", False):
+    left = []
+    kind.take_over(room.lesson, min(room.step, len(room.lesson.records) - 1), slot,
+                   lambda: left.append(stop_following(kind, keep_lesson=True)))
+    slot.empty()
+    if not left:
         reason = st.session_state.pop(kind.error_key, "") if kind.error_key else ""
         st.session_state["room_error"] = (f"Take over could not start a lesson of your own, so you still follow "
                                           f"room {room.code}: {reason or 'try again in a while.'}")
-        return
-    stop_following(kind, keep_lesson=True)
 
 
 def student_bar(kind: RoomLesson, room: room_types.Room) -> None:
@@ -201,9 +204,12 @@ def student_bar(kind: RoomLesson, room: room_types.Room) -> None:
     a, b, c = st.columns([4, 1, 1], vertical_alignment="center")
     a.info(f"**Following room {room.code}.** The teacher moves the lesson; pick any view below, it moves only "
            "your screen.", icon=":material/groups:")
-    b.button("Take over", on_click=take_over, args=(kind,), width="stretch",
-             help="Copy the lesson at this step into a lesson of your own, and go on alone.")
+    taking = b.button("Take over", width="stretch",
+                      help="Copy the lesson at this step into a lesson of your own, and go on alone.")
     c.button("Leave", on_click=stop_following, args=(kind,), width="stretch")
+    if taking:  # run here, not in a callback, so that its bar and Stop show while it runs
+        take_over(kind, st.empty())
+        st.rerun()
     question = room.open_question
     if question is not None:
         sent = st.session_state.get("room_sent") == question.id
@@ -217,8 +223,11 @@ def student_bar(kind: RoomLesson, room: room_types.Room) -> None:
                 if refusal:
                     st.error(refusal)
                 else:
-                    st.session_state["room_sent"] = question.id
-                    st.success("Sent. The answer shows when the teacher reveals it.")
+                    st.session_state.update(room_sent=question.id, room_sent_value=value)
+                    sent = True
+            if sent:  # on every run until the question closes, not only the one that sent it
+                st.success(f"Sent: {st.session_state.get('room_sent_value', 0):,g} {question.unit}. The engine's answer "
+                           "shows when the teacher reveals it; you can change yours until then.")
     last = next((q for q in reversed(room.questions) if q.revealed), None)
     if last is not None and question is None:
         mine = last.answers.get(st.session_state.get("room_seat", ""))

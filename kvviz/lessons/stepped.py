@@ -22,6 +22,7 @@ from kvviz.lessons.room_view import RoomLesson
 from kvviz.lessons.uploads import file_buttons
 from kvviz.ui import live_lessons, room_types, rooms
 from kvviz.ui.common import bound_export, drop, show_file_settings
+from kvviz.ui.progress import StopBar
 from kvviz.ui.stage import chosen_step, show_stage
 
 PLAY_DELAYS = {"slow": 1.5, "normal": 0.7, "fast": 0.25}  # seconds between Play's steps
@@ -139,6 +140,21 @@ def step(lesson: Stepped, count: int = 1) -> None:
         state[keys.stepped] = True
     if lesson.done(run):
         state[keys.playing] = False
+
+
+def run_steps(lesson: Stepped, count: int, slot, what: str) -> None:
+    """`count` steps one at a time, a bar with Stop in `slot` (an st.empty()) counting them as `what`;
+    Stop keeps the steps taken (see kvviz.ui.progress)."""
+    if count <= 0:
+        return
+    bar = StopBar(slot, f"{lesson.keys.prefix}steps_stop", f"{what}: step 0 of {count:,}",
+                  "Ends at the step reached; the step buttons go on from there.")
+    for done in range(count):
+        run = current(lesson)
+        if run is None or lesson.done(run):
+            break
+        step(lesson)
+        bar.move((done + 1) / count, f"{what}: step {done + 1:,} of {count:,}")
 
 
 def toggle_play(lesson: Stepped) -> None:

@@ -4,7 +4,8 @@
         ...
 
 Its log goes to artifacts/streamlit-PORT.log when the checkout has an artifacts/ folder.
-CHROMIUM and CHROMIUM_ARGS are the browser the tests and scripts/load_test.py drive it with.
+CHROMIUM and CHROMIUM_ARGS are the browser the tests and scripts/load_test.py drive it with; SENDS_JS
+and BUSY_JS tell them when a page is idle (tests/support/chromium.py's wait_idle).
 """
 
 from __future__ import annotations
@@ -61,3 +62,47 @@ def running_app(timeout: float = 90.0):
             process.wait(timeout=10)
         except subprocess.TimeoutExpired:
             process.kill()
+
+
+# ---- for the drivers: is the page idle? ----------------------------------------------------------
+# SENDS_JS, evaluated once in a page, marks when it last sent a message to the server and last heard
+# from it (a send not yet answered, for at most 3 s as a few messages get no answer, is a script run on
+# its way), and which HTTP requests are open (a file upload goes before its rerun; one open over 10 s is
+# not waited on). Patched on the prototypes, so it also sees a socket opened before; twice does nothing.
+SENDS_JS = """() => {
+  if (window.__kvvizSends) return;
+  const sends = window.__kvvizSends = { sent: 0, heard: 0, open: new Map(), next: 0 };
+  const opened = () => { const id = sends.next++; sends.open.set(id, performance.now()); return id; };
+  const send = WebSocket.prototype.send;
+  WebSocket.prototype.send = function (data) {
+    if (!this.__kvvizHeard) {
+      this.__kvvizHeard = true;
+      this.addEventListener("message", () => { sends.heard = performance.now(); });
+    }
+    sends.sent = performance.now();
+    return send.call(this, data);
+  };
+  const xhrSend = XMLHttpRequest.prototype.send;
+  XMLHttpRequest.prototype.send = function (...args) {
+    const id = opened();
+    this.addEventListener("loadend", () => sends.open.delete(id));
+    return xhrSend.apply(this, args);
+  };
+  const fetch = window.fetch;
+  window.fetch = function (...args) {
+    const id = opened();
+    return fetch.apply(this, args).finally(() => sends.open.delete(id));
+  };
+}"""
+# busy: the app has not drawn yet or its script runs (stApp's data-test-script-state is "initial",
+# "running", "rerunRequested" or "stopRequested"), a message waits for its answer (3 s at most), a request
+# is open (10 s at most), or something on the page is stale, a skeleton or Streamlit's status widget
+BUSY_JS = """() => {
+  const sends = window.__kvvizSends, now = performance.now();
+  const waiting = sends && ((sends.sent > sends.heard && now - sends.sent < 3000)
+                            || [...sends.open.values()].some(start => now - start < 10000));
+  const app = document.querySelector('[data-testid="stApp"]');
+  const state = app && app.getAttribute("data-test-script-state");
+  return Boolean(waiting || !["notRunning", "compilationError"].includes(state)
+    || document.querySelector('[data-stale="true"], [data-testid="stSkeleton"], [data-testid="stStatusWidget"]'));
+}"""

@@ -9,9 +9,10 @@ PHASE = {
     "recompute": "#B279A2",  # purple: work done again without a cache
 }
 BLOCK_STATE = {"free": "#E5E7EB", "cached_free": "#A7F3D0", "shared": "#7C3AED"}
-# Plotly's "Bold" qualitative palette: distinct from the back of a room, colour-blind aware-ish
-_REQUEST = ["#7F3C8D", "#11A579", "#3969AC", "#F2B701", "#E73F74", "#80BA5A",
-            "#E68310", "#008695", "#CF1C90", "#F97B72", "#4B4B8F", "#A5AA99"]
+# Strong colours readable from the back of a room, each away in hue from the block states beside
+# them (mint for a free block with a cached prefix, violet for a shared one) and from the stage's
+# yellow highlight (--lit in ui/stage/stage.css), so that a request's block never reads as one of those
+_REQUEST = ["#3969AC", "#D9480F", "#008695", "#CF1C90", "#6B8E23", "#8C564B", "#9B2226", "#2F4858"]
 _LAYER = ["#1F77B4", "#FF7F0E", "#2CA02C", "#D62728", "#9467BD", "#8C564B",
           "#E377C2", "#7F7F7F", "#BCBD22", "#17BECF"]
 FONT = dict(size=16)

@@ -31,6 +31,21 @@ CSS = """
 </style>
 """
 
+# While the server runs the page's script (Streamlit marks its app element "running") for more than 0.6 s, a
+# tab at the top of the window says so, large enough for the back of a room (rem: larger in presenter
+# mode). Shorter runs (a hover's echo, a follower's beat) show nothing.
+BUSY_CSS = """
+<style>
+  [data-testid="stApp"][data-test-script-state="running"]::after {
+    content: "The server is working…"; position: fixed; top: 0; left: 50%; transform: translateX(-50%);
+    z-index: 1000100; padding: 0.1rem 1rem 0.2rem; line-height: 1.2; border-radius: 0 0 0.7rem 0.7rem; pointer-events: none;
+    background: #B42318; color: #FFFFFF; font-weight: 600; font-size: 1rem; font-family: sans-serif;
+    opacity: 0; animation: kvviz-busy 1.2s ease-in-out 0.6s infinite alternate;
+  }
+  @keyframes kvviz-busy { from { opacity: 1; } to { opacity: 0.6; } }
+</style>
+"""
+
 
 def is_on() -> bool:
     return bool(st.session_state.get("presenter"))

@@ -81,7 +81,7 @@ def test_prefill_and_decode_stepped_to_its_end_bills_what_it_holds_at_every_step
         seen = []
         for step in range(last + 1):
             shown = page.locator("[data-testid='stage-step']").inner_text()
-            assert re.search(rf"\b[Ss]tep {step} of {step}\b", shown), (step, shown)
+            assert re.search(rf"\b[Ss]tep {step} of {last}\b", shown), (step, shown)
             formula, measured = metric(page, "Formula"), metric(page, "Measured")
             assert formula == measured == format_bytes(bills[step]["formula_bytes"]), step  # the engine's bytes
             seen.append(measured)

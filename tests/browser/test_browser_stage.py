@@ -12,6 +12,7 @@ import pytest
 from test_browser import app_url, no_exceptions  # noqa: F401  (fixture)
 
 
+from kvviz.lessons.prefill_decode.state import PAGE_SAMPLING
 from kvviz.shapes import format_bytes
 from kvviz.ui.app_server import CHROMIUM, ROOT
 
@@ -57,7 +58,11 @@ def open_and_step(page, url, presenter):
     press(page, "Prefill")
     for _ in range(3):
         press(page, "Next token")
-    page.locator("[data-testid='stage-step']").get_by_text("Step 3 of 3").wait_for()
+    # issue 33 item 11: the bar counts the lesson's steps (48 tokens: prefill, then 47 decode steps), not
+    # only the steps taken so far
+    last = PAGE_SAMPLING.max_tokens - 1
+    page.locator("[data-testid='stage-step']").get_by_text(f"Step 3 of {last}", exact=True).wait_for()
+    assert not page.get_by_test_id("stage-forward").is_enabled()  # the steps to come are not taken yet
 
 
 @pytest.fixture(scope="module")
@@ -113,6 +118,13 @@ def test_the_stage_fits_one_screen_lights_a_token_everywhere_and_is_legible(app_
         assert page.locator(f".kvviz-stage .entry.lit[data-block='{blocks[0]}']").count() == 1
         assert page.locator(".kvviz-stage .slot.lit").count() == 1
         assert "position 3" in page.locator("[data-testid='stage-readout']").inner_text()
+
+        # issue 33 item 11: hovering a pool block lights its table entry and the tokens it holds
+        block_size = lesson_at_step_3.settings.block_size
+        page.locator(f"[data-testid='stage-pool'] .block[data-block='{blocks[0]}']").hover()
+        assert page.locator(f".kvviz-stage .entry.lit[data-block='{blocks[0]}']").count() == 1
+        assert page.locator(".kvviz-stage .chip.lit").count() == min(block_size, cached)
+        assert f"block {blocks[0]} holds logical block 0" in page.locator("[data-testid='stage-readout']").inner_text()
 
 
 def test_a_replayed_lesson_steps_in_the_browser_without_a_rerun_per_step(app_url, tmp_path):  # noqa: F811

@@ -61,3 +61,20 @@ def test_head_groups_of_mha_mqa_and_mla():
     assert head_groups({"heads": 4, "kv_heads": 4}) == [[0], [1], [2], [3]]
     assert head_groups({"heads": 4, "kv_heads": 1}) == [[0, 1, 2, 3]]
     assert head_groups({"heads": 4, "kv_heads": 4, "kv_lora_rank": 32}) == [[0, 1, 2, 3]]
+
+
+def test_the_bar_counts_the_lessons_steps_not_only_those_taken(gqa_lm):
+    """Issue 33 item 11: "Step 3 of 3" after three of 8 tokens read as the end; the data says the last step."""
+    from kvviz.lessons.prefill_decode.room import follower
+
+    lesson = Lesson.start(gqa_lm, LessonSettings("The cache holds", SamplingParams(max_tokens=8, ignore_eos=True)))
+    lesson.prefill()
+    assert stage_data(lesson, step=0)["last_step"] == 7  # the prefill samples token 1 of 8
+    lesson.next_token()
+    lesson.next_token()
+    assert stage_data(lesson, step=2)["last_step"] == 7
+    copy = follower(lesson, 1)  # a room's follower at the teacher's step 1: the same plan
+    assert stage_data(copy, step=1)["last_step"] == 7
+    while lesson.next_token() is not None:
+        pass
+    assert len(lesson.records) == 8 and stage_data(lesson, step=7)["last_step"] == 7

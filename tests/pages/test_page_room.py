@@ -94,6 +94,9 @@ def test_the_rooms_answers_are_counted_and_shown_at_the_reveal(teacher):
         pupil.number_input(key="room_answer").set_value(guess)
         next(b for b in pupil.button if b.label == "Send my answer").click().run()
         assert not pupil.error
+        pupil.run()  # issue 33 item 11: the next refresh still says what was sent
+        assert any(s.value.startswith(f"Sent: {guess} blocks.") for s in pupil.success)
+        assert any(b.label == "Change my answer" for b in pupil.button)
     teacher.run()
     assert any("2 answered so far" in c.value for c in teacher.caption)
     click(teacher, "Next token")  # the target step: the engine's record answers

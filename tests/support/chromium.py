@@ -14,7 +14,7 @@ import contextlib
 import time
 from pathlib import Path
 
-from kvviz.ui.app_server import CHROMIUM, CHROMIUM_ARGS, ROOT, running_app
+from kvviz.ui.app_server import BUSY_JS, CHROMIUM, CHROMIUM_ARGS, ROOT, SENDS_JS, running_app
 
 SCREENSHOTS = ROOT / "artifacts" / "screenshots"
 
@@ -68,47 +68,9 @@ def browser_page(width: int = 1400, height: int = 1000):
         context.close()
 
 
-# Marks when the page last sent a message to the server and last heard from it (a send not yet
-# answered, for at most 3 s as a few messages get no answer, is a script run on its way), and which
-# HTTP requests are open (a file upload goes before its rerun; one open over 10 s is not waited on).
-# Patched on the prototypes, so it also sees a socket opened before.
-SENDS_JS = """() => {
-  if (window.__kvvizSends) return;
-  const sends = window.__kvvizSends = { sent: 0, heard: 0, open: new Map(), next: 0 };
-  const opened = () => { const id = sends.next++; sends.open.set(id, performance.now()); return id; };
-  const send = WebSocket.prototype.send;
-  WebSocket.prototype.send = function (data) {
-    if (!this.__kvvizHeard) {
-      this.__kvvizHeard = true;
-      this.addEventListener("message", () => { sends.heard = performance.now(); });
-    }
-    sends.sent = performance.now();
-    return send.call(this, data);
-  };
-  const xhrSend = XMLHttpRequest.prototype.send;
-  XMLHttpRequest.prototype.send = function (...args) {
-    const id = opened();
-    this.addEventListener("loadend", () => sends.open.delete(id));
-    return xhrSend.apply(this, args);
-  };
-  const fetch = window.fetch;
-  window.fetch = function (...args) {
-    const id = opened();
-    return fetch.apply(this, args).finally(() => sends.open.delete(id));
-  };
-}"""
-BUSY_JS = """() => {
-  const sends = window.__kvvizSends, now = performance.now();
-  const waiting = sends && ((sends.sent > sends.heard && now - sends.sent < 3000)
-                            || [...sends.open.values()].some(start => now - start < 10000));
-  return waiting || document.querySelectorAll('[data-stale="true"], [data-testid="stSkeleton"], '
-    + '[data-testid="stStatusWidget"]').length > 0;
-}"""
-
-
 def wait_idle(page, settle: float = 0.5, quiet: float = 0.5, timeout: float = 120.0) -> None:
-    """Wait `settle` s, then until Streamlit has finished the script run: no message to the server
-    unanswered, no request open, nothing stale, no skeletons, for `quiet` s."""
+    """Wait `settle` s, then until Streamlit has finished the script run: no script running, no message
+    to the server unanswered, no request open, nothing stale, no skeletons, for `quiet` s (BUSY_JS)."""
     page.evaluate(SENDS_JS)
     time.sleep(settle)
     deadline, quiet_since = time.time() + timeout, None

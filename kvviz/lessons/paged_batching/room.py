@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 import streamlit as st
@@ -24,16 +25,18 @@ def follower(teacher: PagedLesson, step: int) -> PagedLesson:
                    stage_steps=list(teacher.stage_steps[:step + 1]), room_answers=[])
 
 
-def take_over(teacher: PagedLesson, step: int) -> None:
-    """The teacher's requests and pool run to `step` on this session's own engine (greedy: the same steps)."""
+def take_over(teacher: PagedLesson, step: int, slot, started: Callable) -> None:
+    """The teacher's requests and pool run to `step` on this session's own engine (greedy: the same steps),
+    counted by a bar with Stop in `slot`; `started()` once the first step ran."""
     st.session_state.update({
         "paged_requests_table": [{"prompt": spec.prompt, "arrives at step": spec.arrival_step,
                                   "max tokens": spec.max_tokens} for spec in teacher.specs],
         "paged_block_size": teacher.block_size, "paged_num_blocks": teacher.num_blocks,
         "paged_prefix": teacher.enable_prefix_caching})
     stepped.start(ps.LESSON)  # the first step
-    if step and ps.paged() is not None:
-        stepped.step(ps.LESSON, step)
+    if ps.paged() is not None:
+        started()
+        stepped.run_steps(ps.LESSON, step, slot, "Your own copy of the lesson")
 
 
 def questions(lesson: PagedLesson) -> list[RoomQuestion]:

@@ -126,6 +126,14 @@ class Lesson:
             return self.replay_position >= len(self.records) - 1
         return self.started and not self.engine.has_unfinished()
 
+    def last_step(self) -> int:
+        """The step this lesson will end at: each step after the prefill samples one token, until
+        max_tokens are out or the model ends its answer (then, and in a replay, the last step taken)."""
+        if not self.started or self.finished or (self.replay and self.done_at_copy is None):
+            return max(len(self.records) - 1, 0)
+        sampled = sum(len(record.sampled) for record in self.records)
+        return len(self.records) - 1 + max(self.settings.sampling.max_tokens - sampled, 0)
+
     @property
     def visible_records(self) -> list[StepRecord]:
         """The steps revealed so far (a replay reveals its recorded steps one at a time)."""

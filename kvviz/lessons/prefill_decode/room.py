@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 import streamlit as st
@@ -27,8 +28,9 @@ def follower(teacher: Lesson, step: int) -> Lesson:
                    done_at_copy=teacher.finished and step == len(teacher.records) - 1)
 
 
-def take_over(teacher: Lesson, step: int) -> None:
-    """The teacher's prompt and sampling run to `step` on this session's own engine."""
+def take_over(teacher: Lesson, step: int, slot, started: Callable) -> None:
+    """The teacher's prompt and sampling run to `step` on this session's own engine, counted by a bar
+    with Stop in `slot`; `started()` once the prefill ran."""
     sampling = teacher.settings.sampling
     st.session_state.update({
         "lesson_prompt": teacher.settings.prompt, "lesson_max_tokens": sampling.max_tokens,
@@ -37,7 +39,7 @@ def take_over(teacher: Lesson, step: int) -> None:
         st.session_state.update({"lesson_temperature": sampling.temperature, "lesson_top_k": sampling.top_k,
                                  "lesson_top_p": sampling.top_p})
     ls.on_prompt_edit()
-    ls.run_to_step(step)
+    ls.run_to_step(step, slot, "your own copy of the lesson", started)
 
 
 def questions(lesson: Lesson) -> list[RoomQuestion]:

@@ -36,7 +36,8 @@ def stage_data(lesson, step: int, presenter: bool = False) -> dict:
             "num_blocks": lesson.engine.num_blocks if lesson.engine is not None else _pool_blocks(lesson, records),
             "bytes_per_token": per_token,
             "per_token_formula": per_token_formula(info),
-            "presenter": presenter, "step": min(step, len(steps) - 1), "steps": steps}
+            "presenter": presenter, "step": min(step, len(steps) - 1), "steps": steps,
+            "last_step": lesson.last_step()}
 
 
 def head_groups(info: dict) -> list[list[int]]:

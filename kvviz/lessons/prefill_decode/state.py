@@ -7,6 +7,8 @@ another model loads (the inputs too: their defaults and the layer choices fit th
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import streamlit as st
 
 from kvviz.lessons import stepped
@@ -154,15 +156,16 @@ def restore_from_query() -> None:
         st.session_state["lesson_error"] = " ".join(notes + [st.session_state.get("lesson_error", "")]).strip()
 
 
-def run_to_step(target: int, slot=None) -> None:
+def run_to_step(target: int, slot=None, what: str = "the link's lesson", started: Callable | None = None) -> None:
     """A new lesson from the page's settings, run to step `target` (tokens to generate raised to
     reach it, up to the most a lesson may ask for): a link's or a room's lesson, made one's own.
 
     Its work is estimated first (kvviz.lessons.budget): past one click's budget the lesson stops at
     the furthest step the budget allows and says so; Next token and Play go on from there. A prefill
     alone past the budget is refused in one sentence, and the session keeps what it had. With `slot`
-    (an st.empty()), a progress bar with a Stop button counts the steps there; Stop leaves the lesson at
-    the step it reached, with a sentence saying so."""
+    (an st.empty()), a progress bar with a Stop button counts the steps there, naming the run `what`;
+    Stop leaves the lesson at the step it reached, with a sentence saying so. `started()` runs once the
+    lesson's prefill ran, before the steps after it."""
     st.session_state["lesson_max_tokens"] = min(max(int(setting("lesson_max_tokens")), target + 1),
                                                 MAX_LESSON_TOKENS)
     lm = current_model()
@@ -185,9 +188,11 @@ def run_to_step(target: int, slot=None) -> None:
     bar = stopped = None
     if slot is not None and target > 0:
         seconds = lesson_work(lm, prompt_tokens, target).seconds(device)
-        bar = StopBar(slot, "lesson_link_stop", f"Estimated about {seconds:,.0f} s on this server; opening the "
-                      f"link's lesson at step {target:,}", "Ends at the step reached; Next token and Play go on.")
+        bar = StopBar(slot, "lesson_link_stop", f"Estimated about {seconds:,.0f} s on this server; opening "
+                      f"{what} at step {target:,}", "Ends at the step reached; Next token and Play go on.")
     stepped.start(LESSON)
+    if started is not None and lesson() is not None:
+        started()
     if bar is not None and "lesson_error" not in st.session_state:
         # said if Stop ends this run (the page's next run finds it); taken back below when the run ends
         stopped = st.session_state["lesson_error"] = (f"Stopped before step {target:,}: the lesson shows the step it "
@@ -198,7 +203,7 @@ def run_to_step(target: int, slot=None) -> None:
             break
         stepped.step(LESSON)
         if bar is not None:
-            bar.move((done + 1) / target, f"The link's lesson: step {done + 1:,} of {target:,}")
+            bar.move((done + 1) / target, f"{what[0].upper()}{what[1:]}: step {done + 1:,} of {target:,}")
     if stopped is not None and st.session_state.get("lesson_error") == stopped:
         st.session_state.pop("lesson_error")
     if note is not None and "lesson_error" not in st.session_state:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 import streamlit as st
@@ -25,14 +26,16 @@ def follower(teacher: SpeculativeLesson, step: int) -> SpeculativeLesson:
                    stage_steps=list(teacher.stage_steps[:step + 1]), room_answers=[])
 
 
-def take_over(teacher: SpeculativeLesson, step: int) -> None:
-    """The teacher's prompt and settings run to pass `step` on this session's own engines (greedy: the same passes)."""
+def take_over(teacher: SpeculativeLesson, step: int, slot, started: Callable) -> None:
+    """The teacher's prompt and settings run to pass `step` on this session's own engines (greedy: the same
+    passes), counted by a bar with Stop in `slot`; `started()` once the prefill pass ran."""
     asked = teacher.settings
     st.session_state.update({"spec_prompt": asked["prompt"], "spec_k": asked["num_speculative"],
                              "spec_max_tokens": asked["max_tokens"], "spec_block_size": asked["block_size"]})
     stepped.start(ss.LESSON)  # the prefill pass
-    if step and ss.lesson() is not None:
-        stepped.step(ss.LESSON, step)
+    if ss.lesson() is not None:
+        started()
+        stepped.run_steps(ss.LESSON, step, slot, "Your own copy of the lesson")
 
 
 def progress(lesson: SpeculativeLesson) -> int:

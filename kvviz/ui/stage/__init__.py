@@ -13,6 +13,8 @@ The data, which a lesson builds from its engine records. Every lesson sends:
     step            the step to show (the server's choice; the browser may move on from it)
     step_word, count_from   optional: how the bar names a step ("Pass", 1: "Pass 3 of 9");
                     else "Step 2 of 9", and "Prefill (step 0 of 9)" on a step with attention
+    last_step       optional: the step the lesson will end at, when it is known before it is taken
+                    ("Step 3 of 47" after three of 47 steps); else the last step sent
     steps           per step: what it shows, below; each may carry
         sentence    what happened, in one sentence or two
 

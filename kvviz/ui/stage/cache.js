@@ -220,6 +220,7 @@ function drawCache(ctx) {
   step.block_table.forEach((block, logical) => {
     const entry = html("span", { class: "entry", "data-block": String(block) }, table, `${logical}→${block}`);
     entry.title = `logical block ${logical} (positions ${logical * d.block_size}-${(logical + 1) * d.block_size - 1}) lives in physical block ${block}`;
+    hoverable(entry, ctx, { block });
   });
   if (!step.block_table.length) html("span", { class: "entry empty" }, table, "none held");
   html("div", { class: "title" }, side, `The pool: ${d.num_blocks} physical blocks`);
@@ -228,6 +229,7 @@ function drawCache(ctx) {
   for (let b = 0; b < d.num_blocks; b++) {
     const box = html("div", { class: `block${owner.has(b) ? " held" : ""}`, "data-block": String(b) }, pool);
     html("div", { class: "id" }, box, String(b));
+    hoverable(box, ctx, { block: b });
     const slots = html("div", { class: "slots" }, box);
     for (let s = 0; s < d.block_size; s++) {
       const position = owner.has(b) ? owner.get(b) * d.block_size + s : -1;
@@ -249,8 +251,9 @@ function drawCache(ctx) {
   if (b.note) html("div", { class: "note" }, bill, b.note);
 
   return {
-    idle: "hover a token",
+    idle: "hover a token or a block",
     explain(target) {
+      if (target.block !== undefined) return explainBlock(target.block);
       const t = target.token;
       if (t === undefined || t >= visible) return null;
       if (t >= step.num_tokens) {
@@ -264,4 +267,18 @@ function drawCache(ctx) {
                  + `${(100 * weights[t]).toFixed(1)}% of the newest token's attention` };
     },
   };
+
+  // a block of the pool or the table: lit with the tokens it holds, wherever they are drawn
+  function explainBlock(block) {
+    if (block >= d.num_blocks) return null;
+    if (!owner.has(block)) return { lit: [`[data-block="${block}"]`], text: `block ${block}: free, no request holds it` };
+    const logical = owner.get(block);
+    const first = logical * d.block_size;
+    const end = Math.min(first + d.block_size, step.num_tokens);
+    const tokens = [];
+    for (let t = first; t < end; t++) tokens.push(`[data-token="${t}"]`);
+    return { lit: [`[data-block="${block}"]`, ...tokens],
+             text: `block ${block} holds logical block ${logical}: positions ${first}-${end - 1}, `
+               + `${end - first} of ${d.block_size} slots filled, ${formatBytes((end - first) * d.bytes_per_token)}` };
+  }
 }

@@ -17,8 +17,9 @@ const REPORT_AFTER_MS = 350; // a burst of arrow keys reports once
 function stepName(d, index, last) {
   const word = d.step_word || "Step";
   const from = d.count_from || 0;
-  if (!d.step_word && index === 0 && d.steps[0].attention) return `Prefill (step 0 of ${last})`;
-  return `${word} ${index + from} of ${last + from}`;
+  const end = Math.max(last, d.last_step ?? last); // the lesson's last step, taken or not
+  if (!d.step_word && index === 0 && d.steps[0].attention) return `Prefill (step 0 of ${end})`;
+  return `${word} ${index + from} of ${end + from}`;
 }
 
 // The data comes whole, or (a room's follower, woken by the teacher's step) as JSON bytes holding the
