@@ -52,9 +52,10 @@ def prompt_and_settings() -> None:
             st.slider("Top-k (0 = off)", 0, 200, key="lesson_top_k", disabled=greedy)
             st.slider("Top-p", 0.05, 1.0, step=0.05, key="lesson_top_p", disabled=greedy)
             st.number_input("Seed", 0, 2**31 - 1, key="lesson_seed", disabled=greedy)
-    st.button("Prefill", type="primary", on_click=stepped.start, args=(LESSON,),
-              width="stretch" if lesson else "content",
-              help="Run the prompt through the model in one pass (a new lesson).")
+    if st.button("Prefill", type="primary", width="stretch" if lesson else "content",
+                 help="Run the prompt through the model in one pass (a new lesson)."):
+        ls.prefill()  # here, not in a callback, so that a long prompt's spinner shows while it runs
+        st.rerun()
 
 
 if room is not None:  # a student: the teacher moves the lesson

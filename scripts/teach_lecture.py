@@ -3,6 +3,7 @@
     python scripts/teach_lecture.py                  # starts the app, normal mode
     python scripts/teach_lecture.py --presenter      # the same in presenter mode (?presenter=1)
     python scripts/teach_lecture.py --pages 2        # only the first two pages of the lecture
+    python scripts/teach_lecture.py --model smollm2  # from Prefill and decode on, on SmolLM2 (fetched)
     python scripts/teach_lecture.py --url http://127.0.0.1:8501   # an app that is already running
 
 The script starts the app (kvviz.ui.app_server.running_app) unless --url names one, opens Debian's
@@ -18,13 +19,17 @@ one with the page's own "Next: ..." link, as a teacher moves on.
 Each click is timed from the click to the page being idle again: no script run (the element
 [data-testid='stApp'] says data-test-script-state="notRunning", where a run says "running"), no message to
 the server unanswered, nothing stale, no skeleton, for half a second (the ideas of
-tests/support/chromium.py's wait_idle); the time is up to the start of that quiet half second. A
+kvviz.ui.app_server's BUSY_JS, which the tests' wait_idle uses); the time is up to the start of that quiet half second. A
 click that is not idle after --timeout seconds is recorded as "timeout" and the walk goes on; a
 button that does not appear within a few seconds is "skipped". After each page's last click (and
 after the key ones) a screenshot of the window goes to OUT/NN_page_click.png, and each click records
 any traceback ([data-testid='stException']) the page shows.
 
-At the end it prints a Markdown table (page, click, seconds from click to idle, note), the total,
+A click whose progress bar or spinner says "Estimated about N s" records N beside its time, so a
+run shows how the page's own estimates compare with what it measured.
+
+At the end it prints a Markdown table (page, click, seconds from click to idle, its own estimate,
+note), the total,
 and the machine's load average at the start and the end, and writes the same to OUT/timings.json; it
 exits with 1 when a click timed out or a page showed a traceback. OUT is --out (default
 artifacts/lecture/) followed by normal/ or presenter/. Not part of CI: the whole lecture takes many
@@ -41,10 +46,12 @@ import re
 import sys
 import time
 from pathlib import Path
+from urllib.parse import urlencode
 
 from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import sync_playwright
 
+from kvviz.lessons.prefill_decode.state import EXAMPLE_PROMPTS
 from kvviz.lessons.registry import LECTURE
 from kvviz.ui.app_server import BUSY_JS, CHROMIUM, CHROMIUM_ARGS, ROOT, SENDS_JS, running_app
 
@@ -61,10 +68,12 @@ def slug(text: str) -> str:
 class Teacher:
     """One browser page walking the lecture; every timed action appends a row to `rows`."""
 
-    def __init__(self, page, url: str, out: Path, presenter: bool, timeout: float):
+    def __init__(self, page, url: str, out: Path, presenter: bool, timeout: float, model: str | None = None):
         self.page, self.url, self.out, self.presenter, self.timeout = page, url, out, presenter, timeout
+        self.model = model
         self.rows: list[dict] = []
         self.number, self.lesson = 0, LECTURE[0]
+        self.estimate: float | None = None  # the running click's own estimate, as its bar or spinner says it
 
     # ---- waiting --------------------------------------------------------------------------------
     def busy(self) -> bool:
@@ -74,12 +83,25 @@ class Teacher:
         except PlaywrightError:  # the page is navigating: its context went away
             return True
 
+    def read_estimate(self) -> None:
+        """Keep the first "Estimated about N s" (or "estimated about") a progress bar or spinner shows."""
+        if self.estimate is not None:
+            return
+        with contextlib.suppress(PlaywrightError):
+            texts = self.page.locator("[data-testid='stProgress'], [data-testid='stSpinner']").all_inner_texts()
+            for text in texts:
+                found = re.search(r"[Ee]stimated about ([\d,.]+) s", text)
+                if found:
+                    self.estimate = float(found.group(1).replace(",", ""))
+                    return
+
     def wait_idle(self, started: float) -> float | None:
         """Seconds from `started` to the start of the quiet stretch that ended the click's work, or
         None when the page was still busy `self.timeout` s after `started`."""
         quiet_since = None
         while True:
             now = time.perf_counter()
+            self.read_estimate()
             if self.busy():
                 quiet_since = None
             else:
@@ -93,7 +115,7 @@ class Teacher:
     # ---- recording ------------------------------------------------------------------------------
     def record(self, click: str, seconds: float | None, note: str = "", shot: bool = False) -> None:
         row = {"page": self.lesson.title, "key": self.lesson.key, "click": click,
-               "seconds": None if seconds is None else round(seconds, 2), "note": note}
+               "seconds": None if seconds is None else round(seconds, 2), "estimate_s": self.estimate, "note": note}
         if seconds is not None or note.startswith("timeout"):
             errors = self.page.locator("[data-testid='stException']")
             with contextlib.suppress(PlaywrightError):
@@ -116,6 +138,7 @@ class Teacher:
         """Do `act` (a click or a key press) and time it to idle; `until`: a text (regular expression)
         the page shows once the work is done, waited for before idle (Play's end, a long run's result)."""
         self.busy()  # install the send marks before the click sends its message
+        self.estimate = None
         started = time.perf_counter()
         try:
             act()
@@ -185,6 +208,10 @@ class Teacher:
         self.number, self.lesson = number, LECTURE[number]
         print(f"{number:02d} {self.lesson.title}", flush=True)
         link = self.page.get_by_role("link", name=re.compile(re.escape(f"Next: {self.lesson.title}"))).first
+        if self.model and self.lesson.key == "prefill_decode":  # a link loads the model for the whole session
+            query = {"model": self.model, "prompt": EXAMPLE_PROMPTS[0], **({"presenter": 1} if self.presenter else {})}
+            address = f"{self.url}/prefill_decode?{urlencode(query)}"
+            return self.timed(f"open (link with model={self.model})", lambda: self.page.goto(address))
         if number > 0 and link.count():
             return self.timed("open (Next link)", link.click)
         path = "" if self.lesson.key == LECTURE[0].key else self.lesson.key
@@ -254,13 +281,14 @@ PLANS = {
 }  # home, Putting it together and the sources: just opened
 
 
-def teach(url: str, out: Path, presenter: bool, pages: int, timeout: float, rows: list[dict]) -> None:
+def teach(url: str, out: Path, presenter: bool, pages: int, timeout: float, rows: list[dict],
+          model: str | None = None) -> None:
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
             page = browser.new_context(viewport=VIEWPORT).new_page()
             page.set_default_timeout(60_000)
-            teacher = Teacher(page, url, out, presenter, timeout)
+            teacher = Teacher(page, url, out, presenter, timeout, model)
             teacher.rows = rows  # filled as it goes, so an interrupted walk still reports
             for number in range(pages):
                 if teacher.open(number):
@@ -271,15 +299,17 @@ def teach(url: str, out: Path, presenter: bool, pages: int, timeout: float, rows
 
 
 def table(report: dict) -> str:
-    lines = ["| page | click | seconds (click to idle) | note |", "|---|---|---:|---|"]
+    lines = ["| page | click | seconds (click to idle) | its own estimate (s) | note |", "|---|---|---:|---:|---|"]
     for row in report["clicks"]:
         seconds = "" if row["seconds"] is None else f"{row['seconds']:.2f}"
+        estimate = "" if row.get("estimate_s") is None else f"{row['estimate_s']:,.1f}"
         note = row["note"].replace("|", "/")
-        lines.append(f"| {row['page']} | {row['click']} | {seconds} | {note} |")
+        lines.append(f"| {row['page']} | {row['click']} | {seconds} | {estimate} | {note} |")
     counts = f"{report['timeouts']} timeouts, {report['skipped']} skipped, {report['exceptions']} with exceptions"
-    lines.append(f"| **total** | {report['timed_clicks']} timed clicks | **{report['total_s']:.2f}** | {counts} |")
+    lines.append(f"| **total** | {report['timed_clicks']} timed clicks | **{report['total_s']:.2f}** | | {counts} |")
     start, end = report["load_average_start"], report["load_average_end"]
-    mode = (f"Mode: {'presenter' if report['presenter'] else 'normal'}, {VIEWPORT['width']}x{VIEWPORT['height']}; "
+    mode = (f"Mode: {'presenter' if report['presenter'] else 'normal'}, {VIEWPORT['width']}x{VIEWPORT['height']}, "
+            f"model: {report['model']}; "
             f"{report['pages']} pages in {report['wall_s']:.0f} s wall time.")
     load = (f"Load average (1, 5, 15 min) at start: {start[0]:.2f}, {start[1]:.2f}, {start[2]:.2f}; "
             f"at end: {end[0]:.2f}, {end[1]:.2f}, {end[2]:.2f} ({os.cpu_count()} CPUs).")
@@ -295,10 +325,12 @@ def main() -> int:
     parser.add_argument("--pages", type=int, default=len(LECTURE),
                         help=f"only the first N pages of the lecture (1 to {len(LECTURE)})")
     parser.add_argument("--timeout", type=float, default=400.0, help="seconds a click may take before 'timeout'")
+    parser.add_argument("--model", help="the model to teach on from Prefill and decode on (a link's model=, e.g. "
+                                        "smollm2); default: the app's own, the bundled model")
     args = parser.parse_args()
     if not 1 <= args.pages <= len(LECTURE):
         parser.error(f"--pages must be 1 to {len(LECTURE)}")
-    out = args.out / ("presenter" if args.presenter else "normal")
+    out = args.out / ((f"{args.model}_" if args.model else "") + ("presenter" if args.presenter else "normal"))
     out.mkdir(parents=True, exist_ok=True)
     (ROOT / "artifacts").mkdir(exist_ok=True)  # running_app writes the server's log there
 
@@ -306,14 +338,15 @@ def main() -> int:
     load_start, started = os.getloadavg(), time.perf_counter()
     try:
         if args.url:
-            teach(args.url.rstrip("/"), out, args.presenter, args.pages, args.timeout, rows)
+            teach(args.url.rstrip("/"), out, args.presenter, args.pages, args.timeout, rows, args.model)
         else:
             with running_app() as url:
-                teach(url, out, args.presenter, args.pages, args.timeout, rows)
+                teach(url, out, args.presenter, args.pages, args.timeout, rows, args.model)
     finally:  # an interrupted walk still reports what it timed
         timed = [row for row in rows if row["seconds"] is not None]
         report = {
             "url": args.url or "started by the script", "presenter": args.presenter, "viewport": VIEWPORT,
+            "model": args.model or "the app's default",
             "pages": args.pages, "timeout_s": args.timeout,
             "load_average_start": load_start, "load_average_end": os.getloadavg(),
             "wall_s": round(time.perf_counter() - started, 1),

@@ -75,3 +75,23 @@ def test_the_stage_holds_smollm2_on_one_screen(app_url, presenter):  # noqa: F81
         ordinary = page.locator(".kvviz-stage .chips .chip:not(.special)").all_inner_texts()
         assert not any(text.startswith("<|") for text in ordinary), ordinary
         assert page.locator("[data-testid='stage-legend'] .chip.special").count() == 1
+
+
+def test_a_long_prompts_prefill_shows_what_it_runs_and_for_how_long(app_url):  # noqa: F811
+    """Issue 33 item 1: Prefill of a long prompt on SmolLM2 ran for seconds with the page only dimmed; now a
+    spinner names the work (prompt tokens, layers), its estimate and the seconds so far, until the stage draws."""
+    prompt = " ".join(["The cache keeps every key and value the model has computed so far."] * 40)  # about 550 tokens
+    with browser_page(1280, 720) as page:
+        page.set_default_timeout(SLOW_S * 1000)
+        page.goto(f"{app_url}/prefill_decode?model=smollm2&tokens=4&prompt={quote(prompt)}")
+        page.get_by_role("button", name="Prefill", exact=True).wait_for()
+        wait_idle(page, timeout=SLOW_S)
+        page.get_by_role("button", name="Prefill", exact=True).click()
+        spinner = page.locator("[data-testid='stSpinner']")
+        spinner.wait_for(timeout=60_000)
+        text = spinner.inner_text()
+        assert "prompt tokens through the model's 30 layers" in text and "estimated about" in text, text
+        wait_idle(page, timeout=SLOW_S)
+        page.locator("[data-testid='stage-step']").get_by_text("Prefill (step 0 of", exact=False).wait_for()
+        assert spinner.count() == 0
+        no_exceptions(page)

@@ -220,7 +220,8 @@ def test_take_over_at_a_late_step_shows_progress_and_stop_keeps_the_step_reached
     student.get_by_text(f"Following room {code}").wait_for()
     wait_idle(student)
     student.get_by_role("button", name="Take over").click()
-    stop_mid_run(student, app_url, "lesson_link_stop", r"Your own copy of the lesson: step ([1-9]|[1-9]\d|1[0-3]\d) of 150",
+    stop_mid_run(student, app_url, "lesson_link_stop",
+                 r"Your own copy of the lesson: step ([1-9]|[1-9]\d|1[0-3]\d) of 150",
                  r"Stopped before step 150: the lesson shows the step it reached", "Take over")
     assert student.get_by_text(f"Following room {code}").count() == 0  # a lesson of one's own
     reached = int(re.search(r"Step (\d+) of", student.locator("[data-testid='stage-step']").inner_text()).group(1))

@@ -156,6 +156,20 @@ def restore_from_query() -> None:
         st.session_state["lesson_error"] = " ".join(notes + [st.session_state.get("lesson_error", "")]).strip()
 
 
+def prefill() -> None:
+    """Prefill pressed: a new lesson from the page's settings, its prompt through the model, in the page's
+    script under a spinner that names the work, its estimate and the seconds so far (shown past 0.5 s: a
+    long prompt on a deep model). One forward pass cannot stop midway, so there is no Stop."""
+    lm = current_model()
+    device = next(lm.model.parameters()).device
+    prompt_tokens = len(lm.tokenizer(str(setting("lesson_prompt")))["input_ids"]) if lm.tokenizer else 1
+    seconds = lesson_work(lm, prompt_tokens, 0).seconds(device)
+    with st.spinner(f"Prefill: {prompt_tokens:,} prompt tokens through the model's {lm.shape.num_layers} layers "
+                    f"in one pass, twice (with the cache and without); estimated about {seconds:,.1f} s on this "
+                    "server", show_time=True):
+        stepped.start(LESSON)
+
+
 def run_to_step(target: int, slot=None, what: str = "the link's lesson", started: Callable | None = None) -> None:
     """A new lesson from the page's settings, run to step `target` (tokens to generate raised to
     reach it, up to the most a lesson may ask for): a link's or a room's lesson, made one's own.
