@@ -74,6 +74,8 @@ if run_now:
 lesson = ss.strategies()
 if "strategies_error" in st.session_state:
     st.error(st.session_state["strategies_error"])
+if "strategies_note" in st.session_state:  # fewer tokens than asked: the most under one click's budget
+    st.info(st.session_state["strategies_note"], icon=":material/info:")
 if ss.stopped():
     st.warning(ss.stopped(), icon=":material/stop_circle:")
 with st.expander("Export or replay a lesson"):

@@ -61,6 +61,22 @@ SETTLE_S = 0.3  # a click counts as idle no sooner than this after it (its messa
 QUIET_S = 0.5  # idle means quiet for this long
 
 
+# every text a progress bar or a spinner shows, kept as it changes: a bar says its estimate only until its
+# first move, which can come within a tenth of a second
+TEXTS_JS = """() => {
+  if (window.__kvvizTexts) return;
+  window.__kvvizTexts = [];
+  const keep = () => document.querySelectorAll("[data-testid='stProgress'], [data-testid='stSpinner']").forEach((node) => {
+    const text = node.innerText;
+    if (window.__kvvizTexts[window.__kvvizTexts.length - 1] !== text) window.__kvvizTexts.push(text);
+  });
+  new MutationObserver(keep).observe(document.body, {subtree: true, childList: true, characterData: true});
+}"""
+
+
+REFUSAL = "[data-testid='stAlertContentError']"
+
+
 def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_")[:40]
 
@@ -79,6 +95,7 @@ class Teacher:
     def busy(self) -> bool:
         try:
             self.page.evaluate(SENDS_JS)
+            self.page.evaluate(TEXTS_JS)
             return bool(self.page.evaluate(BUSY_JS))
         except PlaywrightError:  # the page is navigating: its context went away
             return True
@@ -88,7 +105,7 @@ class Teacher:
         if self.estimate is not None:
             return
         with contextlib.suppress(PlaywrightError):
-            texts = self.page.locator("[data-testid='stProgress'], [data-testid='stSpinner']").all_inner_texts()
+            texts = self.page.evaluate("() => window.__kvvizTexts || []")
             for text in texts:
                 found = re.search(r"[Ee]stimated about ([\d,.]+) s", text)
                 if found:
@@ -139,16 +156,19 @@ class Teacher:
         the page shows once the work is done, waited for before idle (Play's end, a long run's result)."""
         self.busy()  # install the send marks before the click sends its message
         self.estimate = None
+        with contextlib.suppress(PlaywrightError):
+            self.page.evaluate("() => { if (window.__kvvizTexts) window.__kvvizTexts.length = 0; }")
         started = time.perf_counter()
         try:
             act()
         except PlaywrightError as error:
             self.skip(click, f"the action failed: {str(error).splitlines()[0][:120]}")
             return False
-        if until is not None:
+        if until is not None:  # the work's own result, or a refusal in a sentence
+            done = self.page.get_by_text(re.compile(until)).or_(self.page.locator(REFUSAL)).first
             left = max(self.timeout - (time.perf_counter() - started), 1.0)
             try:
-                self.page.get_by_text(re.compile(until)).first.wait_for(timeout=left * 1000)
+                done.wait_for(timeout=left * 1000)
             except PlaywrightError:
                 self.record(click, None, f"timeout: no {until!r} after {self.timeout:.0f} s", shot=True)
                 return False
@@ -156,8 +176,16 @@ class Teacher:
         if seconds is None:
             self.record(click, None, f"timeout: still busy after {self.timeout:.0f} s", shot=True)
             return False
-        self.record(click, seconds, shot=shot)
+        self.record(click, seconds, self.refusal(), shot=shot)
         return True
+
+    def refusal(self) -> str:
+        """The sentence of an error box the page shows now (a click refused, past its budget), or ""."""
+        with contextlib.suppress(PlaywrightError):
+            boxes = self.page.locator(REFUSAL)
+            if boxes.count():
+                return "refused: " + " ".join(boxes.first.inner_text(timeout=2000).split())[:300]
+        return ""
 
     def found(self, locator, click: str) -> bool:
         """Whether `locator` shows an enabled control within FIND_S; else record the click as skipped."""
@@ -305,7 +333,8 @@ def table(report: dict) -> str:
         estimate = "" if row.get("estimate_s") is None else f"{row['estimate_s']:,.1f}"
         note = row["note"].replace("|", "/")
         lines.append(f"| {row['page']} | {row['click']} | {seconds} | {estimate} | {note} |")
-    counts = f"{report['timeouts']} timeouts, {report['skipped']} skipped, {report['exceptions']} with exceptions"
+    counts = (f"{report['timeouts']} timeouts, {report['skipped']} skipped, {report['refused']} refused, "
+              f"{report['exceptions']} with exceptions")
     lines.append(f"| **total** | {report['timed_clicks']} timed clicks | **{report['total_s']:.2f}** | | {counts} |")
     start, end = report["load_average_start"], report["load_average_end"]
     mode = (f"Mode: {'presenter' if report['presenter'] else 'normal'}, {VIEWPORT['width']}x{VIEWPORT['height']}, "
@@ -353,6 +382,7 @@ def main() -> int:
             "total_s": round(sum(row["seconds"] for row in timed), 2), "timed_clicks": len(timed),
             "timeouts": sum(row["note"].startswith("timeout") for row in rows),
             "skipped": sum(row["note"].startswith("skipped") for row in rows),
+            "refused": sum(row["note"].startswith("refused") for row in rows),
             "exceptions": sum("exception" in row for row in rows),
             "clicks": rows,
         }

@@ -40,7 +40,12 @@ RATES = {"cpu": Rate(4e10, 0.05, 0.025), "cuda": Rate(2e13, 0.02, 0.01)}  # anot
 
 
 class WorkTooLarge(ValueError):
-    """A click whose estimated work is past the server's budget; the message says what to reduce."""
+    """A click whose estimated work is past the server's budget; the message says what to reduce, `seconds`
+    the estimate."""
+
+    def __init__(self, message: str, seconds: float = 0.0):
+        super().__init__(message)
+        self.seconds = seconds
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,5 +141,5 @@ def check_click(work: Work, device: torch.device, what: str, reduce: str) -> flo
     if seconds > budget:
         raise WorkTooLarge(f"{what} would run about {seconds:,.0f} s on this server ({work.flops / 1e12:,.1f} TFLOP "
                            f"in {work.forward_passes:,} forward passes), more than the {budget:,.0f} s one click may "
-                           f"take; {reduce}.")
+                           f"take; {reduce}.", seconds)
     return seconds

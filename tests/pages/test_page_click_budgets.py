@@ -96,7 +96,27 @@ def test_the_largest_comparison_is_estimated_past_the_budget_and_the_default_wit
     assert default.seconds(CPU) < budget.CLICK_SECONDS
 
 
-def test_run_every_strategy_past_the_budget_runs_nothing_and_keeps_the_results(monkeypatch):
+def test_run_every_strategy_past_the_budget_runs_the_most_tokens_that_fit_and_says_so(monkeypatch):
+    """A deep model at the page's defaults (SmolLM2: 32 tokens estimated about 125 s here) ran nothing and said
+    "ask for fewer tokens"; now it runs the most tokens under one click's budget, and says how many."""
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=240)
+    at.run()
+    at.switch_page("lessons/cache_strategies.py").run()
+    monkeypatch.setenv("KVVIZ_CLICK_SECONDS", "5")
+    started = time.perf_counter()
+    button(at, "Run every strategy").click().run()
+    assert time.perf_counter() - started < 60
+    assert not at.exception and not at.error
+    ran = at.session_state["lesson_strategies"]["settings"]["max_tokens"]
+    assert 1 <= ran < DEFAULTS["strategies_max_tokens"]
+    note = shown(next(i for i in at.info if "the most that fit" in shown(i)))
+    assert one_sentence(note)
+    assert note.startswith(f"{DEFAULTS['strategies_max_tokens']} tokens would take about ")
+    assert f"more than the 5 s one click may take, so every strategy ran {ran} tokens, the most that fit" in note
+    assert all(len(r.token_ids) == ran for r in at.session_state["lesson_strategies"]["results"])
+
+
+def test_run_every_strategy_past_the_budget_at_one_token_runs_nothing_and_keeps_the_results(monkeypatch):
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=240)
     at.run()
     at.switch_page("lessons/cache_strategies.py").run()
@@ -104,14 +124,14 @@ def test_run_every_strategy_past_the_budget_runs_nothing_and_keeps_the_results(m
     button(at, "Run every strategy").click().run()
     assert not at.exception and not at.error
     results = at.session_state["lesson_strategies"]
-    monkeypatch.setenv("KVVIZ_CLICK_SECONDS", "5")
-    at.slider(key="strategies_max_tokens").set_value(DEFAULTS["strategies_max_tokens"]).run()
+    monkeypatch.setenv("KVVIZ_CLICK_SECONDS", "1")
+    at.text_area(key="strategies_prompt").set_value(" ".join(["But soft, what light through yonder window?"] * 40)).run()
     started = time.perf_counter()
     button(at, "Run every strategy").click().run()
     assert time.perf_counter() - started < 30  # nothing ran
     assert not at.exception and len(at.error) == 1
     message = shown(at.error[0])
     assert one_sentence(message)
-    assert message.startswith("Running every strategy for 32 tokens after this")
-    assert "more than the 5 s one click may take; ask for fewer tokens or use a shorter prompt." in message
+    assert message.startswith("Running every strategy for 3 tokens after this")
+    assert "more than the 1 s one click may take; ask for fewer tokens or use a shorter prompt." in message
     assert at.session_state["lesson_strategies"] is results  # the earlier comparison stays

@@ -27,18 +27,46 @@ from kvviz.lessons.cache_strategies.logic import (
     eight_bit_rows,
     lesson_specs,
 )
+from kvviz.lessons.budget import WorkTooLarge, click_seconds
 from kvviz.ui.common import current_model, drop
 from kvviz.ui.progress import estimated_bar
 
 EXAMPLE_PROMPT = "ROMEO:\nBut soft, what light through yonder window breaks?"
 KEYS = frozenset({"lesson_strategies", "lesson_gqa", "strategies_error", "gqa_error", "strategies_upload_error",
-                  "strategies_running", "strategies_stopped"})
+                  "strategies_running", "strategies_stopped", "strategies_note"})
 INPUTS = ("strategies_",)
 DEFAULTS = {"strategies_prompt": EXAMPLE_PROMPT, "strategies_max_tokens": 32, "strategies_window": 24,
             "strategies_group_size": 32, "strategies_residual": 0}
 
 
 TIMING_RUNS = 3  # free runs timed per strategy: the Time tab shows their median and spread
+
+
+def _tokens_under_budget(lm, prompt: str, asked: int, specs) -> int:
+    """The tokens the comparison runs: those asked for when their estimate is within one click's budget;
+    else the most that fit (a deep model at the page's defaults), said in a note; else those asked for,
+    which the estimate then refuses in one sentence."""
+    def fits(tokens: int) -> bool:
+        try:
+            comparison_seconds(lm, prompt, tokens, specs, TIMING_RUNS)
+        except WorkTooLarge:
+            return False
+        return True
+
+    if fits(asked) or not fits(1):
+        return asked
+    low, high = 1, asked  # fits(low), not fits(high)
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if fits(middle) else (low, middle)
+    try:
+        seconds = comparison_seconds(lm, prompt, asked, specs, TIMING_RUNS)
+    except WorkTooLarge as refusal:
+        seconds = refusal.seconds
+    st.session_state["strategies_note"] = (
+        f"{asked} tokens would take about {seconds:,.0f} s on this server, more than the {click_seconds():,.0f} s one "
+        f"click may take, so every strategy ran {low} tokens, the most that fit; a shorter prompt leaves room for more.")
+    return low
 
 
 def group_sizes(head_dim: int) -> list[int]:
@@ -68,7 +96,7 @@ def run(slot) -> None:
     leaves one sentence and the old results. It runs in the page's script, not in a callback, so that Stop
     (or any widget) interrupts it at the bar's next move, within one step; the strategies measured by then
     wait under "strategies_running" for the next run of the page (keep_a_stopped_run)."""
-    for key in ("strategies_error", "strategies_stopped"):
+    for key in ("strategies_error", "strategies_stopped", "strategies_note"):
         st.session_state.pop(key, None)
     lm = current_model()
     prompt = str(setting("strategies_prompt"))
@@ -78,6 +106,7 @@ def run(slot) -> None:
     settings = {name: int(setting(f"strategies_{name}"))
                 for name in ("max_tokens", "window", "group_size", "residual")}
     specs = lesson_specs(settings["window"], settings["group_size"], settings["residual"], lm.max_context)
+    settings["max_tokens"] = _tokens_under_budget(lm, prompt, settings["max_tokens"], specs)
     bar = estimated_bar(slot, lambda: comparison_seconds(lm, prompt, settings["max_tokens"], specs, TIMING_RUNS),
                         "strategies_error", "strategies_run_stop",
                         "Ends at the next step and keeps the strategies measured so far.")
