@@ -64,7 +64,8 @@ def model_sidebar(on_model_change) -> None:
         st.markdown("### Model")
         st.text_input("bundled, smollm2, tiny-mla, tiny-gemma3, a Hugging Face id (local cache), a folder "
                       "or a .gguf file",
-                      key="model_request", placeholder="bundled", on_change=_load_requested_model,
+                      key="model_request", placeholder=st.session_state.get("model_source", DEFAULT_SOURCE),
+                      on_change=_load_requested_model,
                       args=(on_model_change,))
         st.button("Load model", on_click=_load_requested_model, args=(on_model_change,), width="stretch")
         if "model_error" in st.session_state:
