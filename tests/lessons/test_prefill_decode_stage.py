@@ -78,3 +78,29 @@ def test_the_bar_counts_the_lessons_steps_not_only_those_taken(gqa_lm):
     while lesson.next_token() is not None:
         pass
     assert len(lesson.records) == 8 and stage_data(lesson, step=7)["last_step"] == 7
+
+
+def test_a_lesson_that_ends_early_says_why_its_stop_token_or_the_context():
+    """The Done sentence said a chat answer that ended at <|im_end|> had "filled the model's context of
+    8192 tokens"; it names the stop token now, and the context only when the context is what filled."""
+    from kvviz.hub.fetch import fetched_folder
+    from kvviz.lessons.prefill_decode.state import stop_note
+    from kvviz.ui.text import plain
+
+    short = load_model(shape=CustomShape(num_layers=2, hidden_size=64, num_heads=4, num_kv_heads=2, max_context=24))
+    lesson = Lesson.start(short, LessonSettings("The cache holds keys", SamplingParams(max_tokens=40, ignore_eos=True)))
+    lesson.prefill()
+    while lesson.next_token() is not None:
+        pass
+    assert len(lesson.prompt_token_ids) + len(lesson.records) == 24  # the context filled
+    assert "filled the model's context of 24 tokens" in stop_note(lesson)
+    if fetched_folder("smollm2") is None:
+        pytest.skip("SmolLM2 is not fetched here; run `kvviz fetch smollm2` once")
+    lesson = Lesson.start(load_model("smollm2"), LessonSettings("What is the capital of France?",
+                                                                SamplingParams(max_tokens=24), chat=True))
+    lesson.prefill()
+    while lesson.next_token() is not None:
+        pass
+    note = stop_note(lesson)
+    assert "Paris" in lesson.answer() and len(lesson.records) < 24
+    assert f"ended its turn with the stop token “{plain('<|im_end|>')}”" in note and "context" not in note  # markdown

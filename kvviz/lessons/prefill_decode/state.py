@@ -257,6 +257,9 @@ def stop_note(lesson: Lesson) -> str | None:
     asked, context = lesson.settings.sampling.max_tokens, lesson.model_info.get("max_context")
     if not lesson.finished or generated >= asked or context is None:
         return None
+    if len(lesson.prompt_token_ids) + generated < context:  # a stop token ended it: a chat model's end of turn
+        return (f"It stopped after {generated} of the {asked} tokens asked for: the model ended its turn with "
+                f"the stop token “{plain(lesson.token_texts[-1])}”, as a chat model does when its answer is done.")
     return (f"It stopped after {generated} of the {asked} tokens asked for: the prompt's "
             f"{len(lesson.prompt_token_ids)} tokens and the generated ones filled the model's context of "
             f"{context} tokens. Use a shorter prompt to generate more.")
