@@ -18,6 +18,7 @@ or KVVIZ_CLICK_SECONDS on the server) gets one sentence naming what to reduce, a
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -143,3 +144,17 @@ def check_click(work: Work, device: torch.device, what: str, reduce: str) -> flo
                            f"in {work.forward_passes:,} forward passes), more than the {budget:,.0f} s one click may "
                            f"take; {reduce}.", seconds)
     return seconds
+
+
+def most_that_fits(seconds: Callable[[int], float], most: int, least: int = 0) -> int:
+    """The largest n from `least` to `most` whose estimated `seconds(n)` fit one click's budget, the work
+    growing with n (a lesson's steps, a comparison's tokens); least - 1 when none does."""
+    budget = click_seconds()
+    low, high = least - 1, most
+    while low < high:
+        middle = (low + high + 1) // 2
+        if seconds(middle) <= budget:
+            low = middle
+        else:
+            high = middle - 1
+    return low

@@ -27,7 +27,7 @@ from kvviz.lessons.cache_strategies.logic import (
     eight_bit_rows,
     lesson_specs,
 )
-from kvviz.lessons.budget import WorkTooLarge, click_seconds
+from kvviz.lessons.budget import WorkTooLarge, click_seconds, most_that_fits
 from kvviz.ui.common import current_model, drop
 from kvviz.ui.progress import estimated_bar
 
@@ -46,25 +46,17 @@ def _tokens_under_budget(lm, prompt: str, asked: int, specs) -> int:
     """The tokens the comparison runs: those asked for when their estimate is within one click's budget;
     else the most that fit (a deep model at the page's defaults), said in a note; else those asked for,
     which the estimate then refuses in one sentence."""
-    def fits(tokens: int) -> bool:
+    def seconds(tokens: int) -> float:
         try:
-            comparison_seconds(lm, prompt, tokens, specs, TIMING_RUNS)
-        except WorkTooLarge:
-            return False
-        return True
+            return comparison_seconds(lm, prompt, tokens, specs, TIMING_RUNS)
+        except WorkTooLarge as refusal:
+            return refusal.seconds
 
-    if fits(asked) or not fits(1):
+    low = most_that_fits(seconds, asked, 1)
+    if low in (0, asked):
         return asked
-    low, high = 1, asked  # fits(low), not fits(high)
-    while high - low > 1:
-        middle = (low + high) // 2
-        low, high = (middle, high) if fits(middle) else (low, middle)
-    try:
-        seconds = comparison_seconds(lm, prompt, asked, specs, TIMING_RUNS)
-    except WorkTooLarge as refusal:
-        seconds = refusal.seconds
     st.session_state["strategies_note"] = (
-        f"{asked} tokens would take about {seconds:,.0f} s on this server, more than the {click_seconds():,.0f} s one "
+        f"{asked} tokens would take about {seconds(asked):,.0f} s on this server, more than the {click_seconds():,.0f} s one "
         f"click may take, so every strategy ran {low} tokens, the most that fit; a shorter prompt leaves room for more.")
     return low
 

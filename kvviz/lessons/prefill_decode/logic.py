@@ -19,7 +19,7 @@ from kvviz.engine.block_pool import blocks_needed
 from kvviz.engine.chat import chat_answer, chat_params, chat_prompt
 from kvviz.engine.config import DEFAULTS
 from kvviz.engine.records import TraceRecord
-from kvviz.lessons.budget import ModelCost, Work, click_seconds
+from kvviz.lessons.budget import ModelCost, Work, most_that_fits
 from kvviz.memory_bill import bill_breakdown
 from kvviz.models import summary_shape
 
@@ -285,15 +285,7 @@ def lesson_work(lm, prompt_tokens: int, last_step: int) -> Work:
 
 def furthest_step(lm, prompt_tokens: int, target: int, device) -> int:
     """The furthest step up to `target` a lesson reaches within one click's budget; -1 when not even the prefill."""
-    budget = click_seconds()
-    low, high = -1, target
-    while low < high:  # the work grows with the step: the last step whose work fits
-        middle = (low + high + 1) // 2
-        if lesson_work(lm, prompt_tokens, middle).seconds(device) <= budget:
-            low = middle
-        else:
-            high = middle - 1
-    return low
+    return most_that_fits(lambda step: lesson_work(lm, prompt_tokens, step).seconds(device), target)
 
 
 def per_token_formula(info: dict) -> str:

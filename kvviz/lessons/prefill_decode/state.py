@@ -156,13 +156,18 @@ def restore_from_query() -> None:
         st.session_state["lesson_error"] = " ".join(notes + [st.session_state.get("lesson_error", "")]).strip()
 
 
+def _model_and_prompt():
+    """The loaded model, its device, and how many tokens the page's prompt is: what an estimate needs."""
+    lm = current_model()
+    prompt = str(setting("lesson_prompt"))
+    return lm, next(lm.model.parameters()).device, len(lm.tokenizer(prompt)["input_ids"]) if lm.tokenizer else 1
+
+
 def prefill() -> None:
     """Prefill pressed: a new lesson from the page's settings, its prompt through the model, in the page's
     script under a spinner that names the work, its estimate and the seconds so far (shown past 0.5 s: a
     long prompt on a deep model). One forward pass cannot stop midway, so there is no Stop."""
-    lm = current_model()
-    device = next(lm.model.parameters()).device
-    prompt_tokens = len(lm.tokenizer(str(setting("lesson_prompt")))["input_ids"]) if lm.tokenizer else 1
+    lm, device, prompt_tokens = _model_and_prompt()
     seconds = lesson_work(lm, prompt_tokens, 0).seconds(device)
     with st.spinner(f"Prefill: {prompt_tokens:,} prompt tokens through the model's {lm.shape.num_layers} layers "
                     f"in one pass, twice (with the cache and without); estimated about {seconds:,.1f} s on this "
@@ -182,9 +187,7 @@ def run_to_step(target: int, slot=None, what: str = "the link's lesson", started
     lesson's prefill ran, before the steps after it."""
     st.session_state["lesson_max_tokens"] = min(max(int(setting("lesson_max_tokens")), target + 1),
                                                 MAX_LESSON_TOKENS)
-    lm = current_model()
-    device = next(lm.model.parameters()).device
-    prompt_tokens = len(lm.tokenizer(str(setting("lesson_prompt")))["input_ids"]) if lm.tokenizer else 1
+    lm, device, prompt_tokens = _model_and_prompt()
     reachable = furthest_step(lm, prompt_tokens, target, device)
     if reachable < 0:  # not even the prefill fits: check_click says so
         try:
