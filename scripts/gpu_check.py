@@ -8,6 +8,10 @@
 2. Throughput, bfloat16 on CUDA: a mixed workload (nano-vllm's shape) through kvviz,
    `generate` in static batches, and transformers' continuous batching; output tokens/s,
    ratios, and kvviz's model FLOP/s against this GPU's measured matmul peak.
+3. Features, float32: the bundled model and the built-in tiny MLA and Gemma-3 models, each engine
+   setting a lesson or the CLI can turn on (prefix caching off, small chunks, a tight pool that
+   preempts, swap, speculative drafts, int8 and fp8 caches, no cache), greedy on this device
+   against the same run on the CPU, token by token.
 Finishes in a few minutes on one GPU; every number is printed as it comes.
 """
 
@@ -54,6 +58,7 @@ def correctness(shape, sizes, device, seed: int) -> bool:
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     model = build_random_llama(shape, seed, device, torch.float32)
+    say(f"   {count_params(model) / 1e6:,.1f}M parameters")
     workload = mixed_workload(sizes["check_requests"], *sizes["check_len"], *sizes["check_out"],
                               shape.vocab_size, seed)
     engine_settings = dict(max_num_seqs=sizes["max_num_seqs"], max_num_batched_tokens=sizes["max_num_batched_tokens"])
@@ -107,6 +112,50 @@ def throughput(shape, sizes, device, dtype, seed: int, skip_batch: bool) -> None
         f"{sizes['peak_size']}^2 matmul peak ({peak / 1e12:.1f} TFLOP/s)")
 
 
+FEATURES = {"defaults": {}, "no prefix caching": dict(enable_prefix_caching=False),
+            "chunks of 16": dict(max_num_batched_tokens=16), "tight pool, recompute": dict(num_blocks=24),
+            "tight pool, swap": dict(num_blocks=24, preemption_mode="swap"),
+            "speculative 3": dict(speculative_tokens=3), "int8 cache": dict(kv_cache_dtype="int8"),
+            "fp8 cache": dict(kv_cache_dtype="fp8"), "no cache": dict(use_cache=False)}
+
+
+def features(device) -> bool:
+    """Each engine setting on `device` against the CPU, greedy, float32: how many requests agree."""
+    from kvviz import Engine, SamplingParams, load_model
+    from kvviz.models import default_heldout_text
+
+    say(f"\n3. features, float32 on {device} against the CPU: requests whose tokens are identical")
+    text = default_heldout_text()
+    prompts = [text[i * 300:i * 300 + 40 + 20 * i] for i in range(6)] + [text[:40]] * 2  # two share a prefix
+    params = SamplingParams(max_tokens=24)
+    all_equal = True
+    for source, settings in (("bundled", FEATURES), ("tiny-mla", {"defaults": {}}),
+                             ("tiny-gemma3", {"defaults": {}, "tight pool, recompute": dict(num_blocks=24)})):
+        here, there = load_model(source, device=device, dtype="float32"), load_model(source, device="cpu")
+        for name, overrides in settings.items():
+            runs = []
+            for lm in (here, there):
+                start = time.perf_counter()
+                try:
+                    outputs = Engine(lm, block_size=4 if "pool" in name else 16,
+                                     num_blocks=overrides.get("num_blocks", 256),
+                                     **{k: v for k, v in overrides.items() if k != "num_blocks"}).generate(prompts, params)
+                    runs.append(([o.token_ids for o in outputs], time.perf_counter() - start))
+                except Exception as error:  # noqa: BLE001 - every failure is reported, the checks go on
+                    runs.append((None, f"{type(error).__name__}: {str(error)[:160]}"))
+            (mine, mine_s), (cpu, cpu_s) = runs
+            if mine is None or cpu is None:
+                all_equal = False
+                say(f"   {source:<12}{name:<24}FAILED: {mine_s if mine is None else cpu_s}")
+                continue
+            agreement = compare_outputs(cpu, mine)
+            all_equal &= agreement.all_equal
+            say(f"   {source:<12}{name:<24}{agreement.describe():<16}{mine_s:6.2f} s here, {cpu_s:6.2f} s on the CPU")
+        del here, there
+        _free(device)
+    return all_equal
+
+
 def _free(device) -> None:
     if device.type == "cuda":
         torch.cuda.empty_cache()
@@ -117,6 +166,7 @@ def main() -> int:
     parser.add_argument("--tiny", action="store_true", help="tiny model and sizes, even on a GPU")
     parser.add_argument("--requests", type=int, default=None, help="requests in the throughput workload")
     parser.add_argument("--skip-batch", action="store_true", help="skip transformers' continuous batching")
+    parser.add_argument("--only-features", action="store_true", help="step 3 alone")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     start = time.perf_counter()
@@ -127,15 +177,18 @@ def main() -> int:
         sizes["requests"] = args.requests
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {torch.get_num_threads()} threads"
-    params = count_params(build_random_llama(shape, args.seed, "meta", torch.float32))
     say(f"device: {name}; model: random Llama {shape.num_layers}L d{shape.hidden_size} "
-        f"{shape.num_heads}h/{shape.num_kv_heads}kv, vocab {shape.vocab_size}, {params / 1e6:,.1f}M parameters")
+        f"{shape.num_heads}h/{shape.num_kv_heads}kv, vocab {shape.vocab_size}")
     from transformers.utils import logging as hf_logging
     hf_logging.set_verbosity_error()
+    if args.only_features:
+        return 0 if features(device) else 1
     equal = correctness(shape, sizes, device, args.seed)
     throughput(shape, sizes, device, dtype, args.seed, args.skip_batch)
-    say(f"\nfloat32 outputs equal: {'yes' if equal else 'NO'}; total {time.perf_counter() - start:.0f} s")
-    return 0 if equal else 1
+    same = features(device)
+    say(f"\nfloat32 outputs equal: {'yes' if equal else 'NO'}; features as on the CPU: {'yes' if same else 'NO'}; "
+        f"total {time.perf_counter() - start:.0f} s")
+    return 0 if equal and same else 1
 
 
 if __name__ == "__main__":
