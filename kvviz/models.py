@@ -358,6 +358,13 @@ def _build_custom(shape: CustomShape, device, dtype) -> LoadedModel:
     return LoadedModel(model, tokenizer, device, dtype, name, "custom", shape.max_context)
 
 
+def seeded_model(model_class, config, seed: int, device: torch.device, dtype: torch.dtype) -> torch.nn.Module:
+    """A small model's random weights drawn on the CPU, then moved: CUDA's generator draws other numbers
+    for the same seed, so a model built there would differ from the one the CPU builds."""
+    torch.manual_seed(seed)
+    return model_class(config).to(device=device, dtype=dtype).eval()
+
+
 def build_tiny_mla(device=None, dtype=None, seed: int = 0) -> LoadedModel:
     """A small DeepSeek-V3 with random weights and the bundled tokenizer, the same for the same seed.
 
@@ -375,10 +382,8 @@ def build_tiny_mla(device=None, dtype=None, seed: int = 0) -> LoadedModel:
         qk_nope_head_dim=32, qk_rope_head_dim=16, v_head_dim=32, first_k_dense_replace=4,  # no MoE layer
         max_position_embeddings=512, tie_word_embeddings=True, initializer_range=0.05,  # 0.02 repeats one token
         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
-    torch.manual_seed(seed)
-    with torch.device(device):
-        model = DeepseekV3ForCausalLM(config).to(dtype)
-    return LoadedModel(model.eval(), tokenizer, device, dtype, "tiny MLA (random DeepSeek-V3)", TINY_MLA, 512)
+    model = seeded_model(DeepseekV3ForCausalLM, config, seed, device, dtype)
+    return LoadedModel(model, tokenizer, device, dtype, "tiny MLA (random DeepSeek-V3)", TINY_MLA, 512)
 
 
 def build_tiny_gemma3(device=None, dtype=None, seed: int = 0) -> LoadedModel:
@@ -398,10 +403,8 @@ def build_tiny_gemma3(device=None, dtype=None, seed: int = 0) -> LoadedModel:
         num_attention_heads=4, num_key_value_heads=2, head_dim=64, query_pre_attn_scalar=64,
         sliding_window=16, max_position_embeddings=512, initializer_range=0.05,
         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
-    torch.manual_seed(seed)
-    with torch.device(device):
-        model = Gemma3ForCausalLM(config).to(dtype)
-    return LoadedModel(model.eval(), tokenizer, device, dtype, "tiny Gemma-3 (random, sliding window 16)",
+    model = seeded_model(Gemma3ForCausalLM, config, seed, device, dtype)
+    return LoadedModel(model, tokenizer, device, dtype, "tiny Gemma-3 (random, sliding window 16)",
                        TINY_GEMMA3, 512)
 
 

@@ -137,9 +137,8 @@ def features(device) -> bool:
             for lm in (here, there):
                 start = time.perf_counter()
                 try:
-                    outputs = Engine(lm, block_size=4 if "pool" in name else 16,
-                                     num_blocks=overrides.get("num_blocks", 256),
-                                     **{k: v for k, v in overrides.items() if k != "num_blocks"}).generate(prompts, params)
+                    settings = dict(block_size=4 if "pool" in name else 16, num_blocks=256) | overrides
+                    outputs = Engine(lm, **settings).generate(prompts, params)
                     runs.append(([o.token_ids for o in outputs], time.perf_counter() - start))
                 except Exception as error:  # noqa: BLE001 - every failure is reported, the checks go on
                     runs.append((None, f"{type(error).__name__}: {str(error)[:160]}"))

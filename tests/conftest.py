@@ -25,9 +25,11 @@ def pytest_collection_modifyitems(items):
 
 @pytest.fixture(scope="session")
 def bundled():
+    """The bundled model on the CPU in float32, on any machine: the figures the tests assert (bytes, the
+    compiled CPU kernel) are a CPU's. scripts/gpu_check.py runs the engine's settings on CUDA against it."""
     from kvviz import load_model
 
-    return load_model("bundled")
+    return load_model("bundled", device="cpu")
 
 
 @pytest.fixture(scope="session")

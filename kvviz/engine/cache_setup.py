@@ -96,7 +96,8 @@ def check_sizes(config: EngineConfig, shape: CacheShape, num_blocks: int, device
     else:
         check_fits(pool, pool_bytes, device, "num_blocks or block_size", fraction)
         check_fits(f"The bookkeeping of {num_blocks:,} blocks and {swap_slots:,} swap slots",
-                   bookkeeping_bytes + swap_bytes, torch.device("cpu"), "num_blocks or swap_space_blocks", fraction)
+                   bookkeeping_bytes + swap_bytes, torch.device("cpu"), "num_blocks, block_size or swap_space_blocks",
+                   fraction)
 
 
 def check_fits(what: str, num_bytes: int, device: torch.device, knobs: str, memory_fraction: float) -> None:
