@@ -93,6 +93,6 @@ def screenshot(page, name: str) -> Path:
         "() => Math.max(...[...document.querySelectorAll('[data-testid=\"stMain\"], section.main, "
         "[data-testid=\"stAppViewContainer\"] *')].map(e => e.scrollHeight || 0), 900)")
     page.set_viewport_size({"width": page.viewport_size["width"], "height": min(int(height) + 40, 6000)})
-    time.sleep(0.8)
+    time.sleep(0.3)  # the resize's relayout
     page.screenshot(path=str(path))
     return path
