@@ -133,12 +133,12 @@ def features(device) -> bool:
                              ("tiny-gemma3", {"defaults": {}, "tight pool, recompute": dict(num_blocks=24)})):
         here, there = load_model(source, device=device, dtype="float32"), load_model(source, device="cpu")
         for name, overrides in settings.items():
+            engine_settings = dict(block_size=4 if "pool" in name else 16, num_blocks=256) | overrides
             runs = []
             for lm in (here, there):
                 start = time.perf_counter()
                 try:
-                    settings = dict(block_size=4 if "pool" in name else 16, num_blocks=256) | overrides
-                    outputs = Engine(lm, **settings).generate(prompts, params)
+                    outputs = Engine(lm, **engine_settings).generate(prompts, params)
                     runs.append(([o.token_ids for o in outputs], time.perf_counter() - start))
                 except Exception as error:  # noqa: BLE001 - every failure is reported, the checks go on
                     runs.append((None, f"{type(error).__name__}: {str(error)[:160]}"))
