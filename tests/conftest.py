@@ -1,3 +1,4 @@
+import os
 from pathlib import Path
 
 import pytest
@@ -5,6 +6,16 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 FOLDER_MARKERS = {"browser": pytest.mark.browser, "vllm": pytest.mark.vllm,  # tests/<folder>/ -> its tier
                   "rooms": pytest.mark.rooms}
+
+
+def pytest_configure(config):
+    """Under pytest-xdist (scripts/test.sh runs two workers), each worker's torch takes its share of the
+    cores, not all of them: two workers of two threads each on two cores spend their time waiting."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:
+        import torch
+
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
 
 
 def needs_vllm(item) -> bool:

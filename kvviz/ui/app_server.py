@@ -96,7 +96,8 @@ SENDS_JS = """() => {
 }"""
 # busy: the app has not drawn yet or its script runs (stApp's data-test-script-state is "initial",
 # "running", "rerunRequested" or "stopRequested"), a message waits for its answer (3 s at most), a request
-# is open (10 s at most), or something on the page is stale, a skeleton or Streamlit's status widget
+# is open (10 s at most), the stage is about to report its step (stage.js's debounce), or something on
+# the page is stale, a skeleton or Streamlit's status widget
 BUSY_JS = """() => {
   const sends = window.__kvvizSends, now = performance.now();
   const waiting = sends && ((sends.sent > sends.heard && now - sends.sent < 3000)
@@ -104,5 +105,6 @@ BUSY_JS = """() => {
   const app = document.querySelector('[data-testid="stApp"]');
   const state = app && app.getAttribute("data-test-script-state");
   return Boolean(waiting || !["notRunning", "compilationError"].includes(state)
-    || document.querySelector('[data-stale="true"], [data-testid="stSkeleton"], [data-testid="stStatusWidget"]'));
+    || document.querySelector('[data-stale="true"], [data-testid="stSkeleton"], [data-testid="stStatusWidget"], '
+                              + '.kvviz-stage[data-reporting]'));
 }"""

@@ -61,7 +61,7 @@ def small_texts(page) -> list[str]:
 
 
 def settle(page) -> None:
-    wait_idle(page, settle=1.0, timeout=SLOW_S)
+    wait_idle(page, timeout=SLOW_S)
 
 
 def start_on_model(page, address: str, start: str, source: str, shown_name: str, presenter: bool) -> None:

@@ -135,7 +135,7 @@ class Survey:
         """Click each locator in turn, wait for the app, and measure."""
         for locator in clicks:
             locator.click()
-            wait_idle(self.page, settle=1.0, timeout=SLOW_S)
+            wait_idle(self.page, timeout=SLOW_S)
         no_exceptions(self.page)
         self.measure(where)
 

@@ -53,7 +53,7 @@ def test_presenter_mode_on_every_page_at_1280x720(app_url):
         for index, lesson in enumerate(LECTURE):
             page.goto(url_of(app_url, lesson) + "?presenter=1")
             page.locator("h1").first.wait_for()
-            wait_idle(page, settle=1.0)
+            wait_idle(page)
             if lesson.path.endswith("prefill_decode.py"):
                 page.get_by_role("button", name="Prefill").click()
                 wait_idle(page)
@@ -71,7 +71,7 @@ def test_presenter_mode_on_every_page_at_1280x720(app_url):
             if lesson.path.endswith("prefill_decode.py"):  # the two explanation views too
                 for view, short in (("Inside attention", "inside"), ("Why decode is memory-bound", "bound")):
                     page.get_by_text(view, exact=True).click()
-                    wait_idle(page, settle=1.0)
+                    wait_idle(page)
                     page.get_by_text(view, exact=True).evaluate("e => e.scrollIntoView({block: 'start'})")
                     check(page, f"{name}-{short}", f"{lesson.title} / {view}", cut)
         # the way out works: presenter mode off, the sidebar back

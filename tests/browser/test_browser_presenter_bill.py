@@ -37,7 +37,7 @@ def test_the_bills_sliders_and_its_figures_share_the_first_screen(app_url, prese
     with browser_page(WIDTH, HEIGHT) as page:
         page.goto(f"{app_url}/memory_bill" + ("?presenter=1" if presenter else ""))
         page.get_by_text("The formula, filled in").wait_for()
-        wait_idle(page, settle=1.0)
+        wait_idle(page)
         no_exceptions(page)
         controls = {name: page.get_by_role("slider", name=name) for name in ("Context", "Batch", "Cache dtype")}
         controls["Accelerator"] = page.get_by_role("combobox", name="Accelerator")
@@ -52,10 +52,10 @@ def test_the_bills_sliders_and_its_figures_share_the_first_screen(app_url, prese
         page.screenshot(path=str(SHOTS / f"bill-{mode}.png"))
 
         controls["Context"].press("ArrowRight")  # 8,192 -> 16,384 tokens: the bill doubles, on the same screen
-        wait_idle(page, settle=1.0)
+        wait_idle(page)
         assert bill_value(page) == "2.00 GiB"
         controls["Batch"].press("ArrowRight")  # 1 -> 2 requests
-        wait_idle(page, settle=1.0)
+        wait_idle(page)
         assert bill_value(page) == "4.00 GiB"
         assert page.evaluate("() => window.scrollY") == 0 and page.evaluate(
             "() => document.querySelector('[data-testid=\"stMain\"]').scrollTop") == 0
@@ -73,7 +73,7 @@ def test_the_stages_bill_of_blocks_and_slack_is_on_the_first_screen_after_prefil
         page.goto(f"{app_url}/prefill_decode" + ("?presenter=1" if presenter else ""))
         page.get_by_role("button", name="Prefill").click()
         page.locator("[data-testid='stage-bill']").wait_for()
-        wait_idle(page, settle=1.0)
+        wait_idle(page)
         page.evaluate("() => window.scrollTo(0, 0)")
         bill = page.locator("[data-testid='stage-bill']")
         assert "held" in bill.inner_text() and "slack" in bill.inner_text()

@@ -154,7 +154,7 @@ def test_a_replayed_lesson_steps_in_the_browser_without_a_rerun_per_step(app_url
         stepped_s = time.time() - start
         assert len(sent) - before == 0, sent[before:]  # 47 steps, not one message to the server yet
         assert stepped_s < 10
-        wait_idle(page, settle=1.0, timeout=SLOW_S)  # then the one debounced report: the views follow
+        wait_idle(page, timeout=SLOW_S)  # then the one debounced report: the views follow
         page.get_by_text("Done.", exact=False).first.wait_for(timeout=SLOW_S * 1000)
         no_exceptions(page)
 

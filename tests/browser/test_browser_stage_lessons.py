@@ -163,7 +163,7 @@ def test_a_replayed_paged_run_shows_a_preemption_as_blocks_given_back(app_url, t
         freed = {b.block_id for b in run.pool_blocks(preempted_at) if b.free} & set(victim.block_ids)
         gone = page.locator(".pblock.gone").evaluate_all("boxes => boxes.map(b => Number(b.dataset.block))")
         assert set(gone) == freed and freed  # the blocks nobody else holds fade back into the pool
-        wait_idle(page, settle=1.0, timeout=SLOW_S)  # then the one report: the views below follow
+        wait_idle(page, timeout=SLOW_S)  # then the one report: the views below follow
         look_back = page.get_by_role("slider", name=re.compile("Look back at step"))
         assert int(look_back.input_value()) == preempted_at
         no_exceptions(page)

@@ -76,7 +76,7 @@ def test_presenter_mode_strategies_table_fits_1280_with_rounded_numbers(app_url)
         page.get_by_text("Memory held after each step").first.wait_for(timeout=400_000)
         wait_idle(page, timeout=SLOW_S)
         page.get_by_role("tab", name="Table").click()
-        wait_idle(page, settle=1.0, timeout=SLOW_S)
+        wait_idle(page, timeout=SLOW_S)
         table = page.locator("[data-testid='stDataFrame']").filter(has_text="first divergence").first
         table.scroll_into_view_if_needed()
         box = table.bounding_box()

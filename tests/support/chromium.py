@@ -68,7 +68,7 @@ def browser_page(width: int = 1400, height: int = 1000):
         context.close()
 
 
-def wait_idle(page, settle: float = 0.5, quiet: float = 0.5, timeout: float = 120.0) -> None:
+def wait_idle(page, settle: float = 0.2, quiet: float = 0.4, timeout: float = 120.0) -> None:
     """Wait `settle` s, then until Streamlit has finished the script run: no script running, no message
     to the server unanswered, no request open, nothing stale, no skeletons, for `quiet` s (BUSY_JS)."""
     page.evaluate(SENDS_JS)

@@ -54,7 +54,9 @@ export default function (component) {
     state.step = next;
     draw();
     clearTimeout(state.timer);
+    root.dataset.reporting = "true"; // a report is on its way: the page is not idle yet
     state.timer = setTimeout(() => {
+      delete root.dataset.reporting;
       if (state.reported !== state.step) {
         state.reported = state.step;
         setStateValue("step", state.step);
