@@ -8,6 +8,7 @@ from kvviz.engine.scheduler import Scheduler
 from kvviz.lessons.batch_generation import figures
 from kvviz.lessons.batch_generation import state as bs
 from kvviz.lessons.batch_generation.logic import COMPARE_REPEATS, run_batch
+from kvviz.lessons.budget import click_seconds
 from kvviz.throughput import DEFINITION, throughput_text
 from kvviz.ui.common import current_model, show_code
 from kvviz.ui.text import plain
@@ -161,6 +162,11 @@ with compare_tab:
                    f"ran with its settings above: at most {done.settings.engine.max_num_seqs} requests at once, "
                    f"{done.settings.engine.max_num_batched_tokens} tokens per step, {used['num_blocks']} blocks of "
                    f"{done.settings.engine.block_size}.")
+        if compared.agreement.num_requests < compared.batch_requests:
+            st.info(f"All {compared.batch_requests} requests, {runs} times each way, would run past the "
+                    f"{click_seconds():,.0f} s one click may take on this server, so both sides ran the batch's first "
+                    f"{compared.agreement.num_requests}, the most that fit; a smaller batch compares whole.",
+                    icon=":material/info:")
         if compared.cut_requests:
             st.info(f"{compared.cut_requests} of the {compared.agreement.num_requests} requests asked for more tokens "
                     f"than fit the model's context of {compared.max_context:,} tokens, where kvviz stops: both sides "

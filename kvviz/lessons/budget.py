@@ -158,3 +158,22 @@ def most_that_fits(seconds: Callable[[int], float], most: int, least: int = 0) -
         else:
             high = middle - 1
     return low
+
+
+def tokens_that_fit(seconds: Callable[[int], float], asked: int, what: str) -> tuple[int, str | None]:
+    """The tokens a comparison runs: those asked for when their estimate `seconds(tokens)` (which may raise
+    WorkTooLarge) is within one click's budget; else the most that fit, with a sentence saying so (`what`
+    names who ran them: "every strategy"); else those asked for, which the estimate then refuses."""
+    def estimate(tokens: int) -> float:
+        try:
+            return seconds(tokens)
+        except WorkTooLarge as refusal:
+            return refusal.seconds
+
+    low = most_that_fits(estimate, asked, 1)
+    if low in (0, asked):
+        return asked, None
+    return low, (f"{asked} tokens would take about {estimate(asked):,.0f} s on this server, more than the "
+                 f"{click_seconds():,.0f} s one click may take, so {what} ran {low} tokens, the most that fit; "
+                 "a shorter prompt leaves room for more.")
+

@@ -109,12 +109,32 @@ def test_run_at_the_pages_maximum_is_refused_by_its_work_estimate():
     assert "ask for fewer prompts or fewer tokens to generate, or let more requests run at once" in message
 
 
-def test_compare_is_refused_by_its_work_estimate_before_any_run(bundled):
+def test_compare_is_refused_by_its_work_estimate_before_any_run_when_not_even_two_requests_fit(bundled, monkeypatch):
+    monkeypatch.setenv("KVVIZ_CLICK_SECONDS", "0.5")
     work = synthetic_workload(bundled.tokenizer, 4096, 64, (200, 200), (200, 200), 0, 0)
     started = time.perf_counter()
     with pytest.raises(WorkTooLarge, match="Comparing 64 requests 3 times each way would run about"):
         compare_with_transformers(bundled, work, BatchSettings(EngineConfig(max_num_seqs=16)))
     assert time.perf_counter() - started < 5
+
+
+def test_compare_past_the_budget_compares_the_batchs_first_requests_that_fit(tiny_lm, monkeypatch):
+    """SmolLM2 at the page's defaults (16 requests, 3 timed runs each way) was estimated at 102 s and refused;
+    now both sides run the batch's first requests, as many as one click's budget holds, and say how many."""
+    work = synthetic_workload(tiny_lm.tokenizer, len(tiny_lm.tokenizer), 16, (40, 40), (40, 40), 0, 0)
+    settings, device = BatchSettings(), torch.device("cpu")
+
+    def seconds(requests: int) -> float:
+        head = work.head(requests)
+        return (batch.batch_work(tiny_lm, work.head(2), settings) + batch.generate_work(tiny_lm.model, work.head(2), 4)
+                + (batch.batch_work(tiny_lm, head, settings) + batch.generate_work(tiny_lm.model, head, 4)) * 3
+                ).seconds(device)
+
+    monkeypatch.setenv("KVVIZ_CLICK_SECONDS", f"{(seconds(5) + seconds(6)) / 2}")  # five fit, six do not
+    compared = compare_with_transformers(tiny_lm, work, settings, hf_batch_size=4)
+    assert compared.batch_requests == 16 and compared.agreement.num_requests == 5
+    assert compared.agreement.num_equal == 5 and len(compared.kvviz.details["all_seconds"]) == 3
+    assert compared.kvviz.output_tokens == 5 * 40
 
 
 def test_compare_stops_both_sides_at_the_context(tiny_lm):

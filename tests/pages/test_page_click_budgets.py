@@ -116,6 +116,24 @@ def test_run_every_strategy_past_the_budget_runs_the_most_tokens_that_fit_and_sa
     assert all(len(r.token_ids) == ran for r in at.session_state["lesson_strategies"]["results"])
 
 
+def test_the_eviction_lab_past_the_budget_runs_the_most_tokens_that_fit_and_says_so(monkeypatch):
+    """SmolLM2 at the page's defaults (32 tokens, estimated 30 s) was refused; now the lab runs the most tokens
+    under one click's budget, and says how many."""
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=240)
+    at.run()
+    at.switch_page("lessons/cache_strategies.py").run()
+    monkeypatch.setenv("KVVIZ_CLICK_SECONDS", "1")
+    button(at, "Run the eviction lab").click().run()
+    assert not at.exception and not at.error
+    lab = at.session_state["lesson_eviction"]["lab"]
+    ran = len(lab.runs[0].token_ids)
+    assert 1 <= ran < DEFAULTS["strategies_max_tokens"] and all(len(r.token_ids) == ran for r in lab.runs)
+    note = shown(next(i for i in at.info if "the most that fit" in shown(i)))
+    assert one_sentence(note)
+    assert note.startswith(f"{DEFAULTS['strategies_max_tokens']} tokens would take about ")
+    assert f"more than the 1 s one click may take, so the lab ran {ran} tokens, the most that fit" in note
+
+
 def test_run_every_strategy_past_the_budget_at_one_token_runs_nothing_and_keeps_the_results(monkeypatch):
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=240)
     at.run()

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from time import perf_counter
 
 from kvviz import bench
-from kvviz.lessons.budget import ModelCost, Work, check_click
+from kvviz.lessons.budget import ModelCost, Work, check_click, most_that_fits
 from kvviz.engine.config import EngineConfig
 from kvviz.engine.engine import Engine
 from kvviz.engine.sampling import SamplingParams
@@ -266,6 +266,7 @@ class TransformersComparison:
     load_before: float | None = None  # the machine's 1-minute load average when the runs started
     cut_requests: int = 0  # requests whose tokens to generate were cut to the model's context, on both sides
     max_context: int = 0
+    batch_requests: int = 0  # the batch's requests, of which the first agreement.num_requests were compared
 
     @property
     def speedup(self) -> float:
@@ -347,7 +348,9 @@ def compare_with_transformers(lm, workload: Workload, settings: BatchSettings | 
 
     Both sides generate no further than the model's context (kvviz stops there; transformers would
     run on past it, and the two would do different work): requests asking for more are cut, and
-    counted in `cut_requests`. The whole comparison's work is estimated first (kvviz.lessons.budget).
+    counted in `cut_requests`. The whole comparison's work is estimated first (kvviz.lessons.budget):
+    past one click's budget it compares the batch's first requests, as many as fit (a deep model at
+    the page's defaults; `batch_requests` keeps the batch's size), and refuses when not even two do.
 
     progress: optional callable(done, total, text), called before each of the 2 + 2 x repeats runs."""
     settings = settings or BatchSettings()
@@ -358,12 +361,20 @@ def compare_with_transformers(lm, workload: Workload, settings: BatchSettings | 
     parts = model_parts(lm)
     model = parts.model
     num_blocks = settings.pool_blocks(lm, workload)  # as the batch ran
-    workload, cut = within_context(workload, parts.max_context)
-    warmup = workload.head(2)
-    runs = max(1, repeats)
-    work = (batch_work(lm, warmup, settings) + generate_work(model, warmup, hf_batch_size)
-            + (batch_work(lm, workload, settings) + generate_work(model, workload, hf_batch_size)) * runs)
-    check_click(work, next(model.parameters()).device, f"Comparing {len(workload)} requests {runs} times each way",
+    asked = workload
+    workload, cut = within_context(asked, parts.max_context)
+    warmup, batch_requests = workload.head(2), len(workload)
+    runs, device = max(1, repeats), next(model.parameters()).device
+
+    def work(requests: int) -> Work:
+        compared = workload.head(requests)
+        return (batch_work(lm, warmup, settings) + generate_work(model, warmup, hf_batch_size)
+                + (batch_work(lm, compared, settings) + generate_work(model, compared, hf_batch_size)) * runs)
+
+    fits = most_that_fits(lambda requests: work(requests).seconds(device), batch_requests, 2)
+    if 2 <= fits < batch_requests:
+        workload, cut = within_context(asked.head(fits), parts.max_context)
+    check_click(work(len(workload)), device, f"Comparing {len(workload)} requests {runs} times each way",
                 "compare a smaller batch: run one with fewer prompts or fewer tokens to generate first")
     twin = generate_twin(model)
     total = 2 + 2 * runs
@@ -385,7 +396,7 @@ def compare_with_transformers(lm, workload: Workload, settings: BatchSettings | 
         theirs.append(bench.run_hf_generate(twin, workload, hf_batch_size))
     kvviz, transformers = (bench.median_run(runs) for runs in (ours, theirs))
     return TransformersComparison(kvviz, transformers, bench.compare_outputs(kvviz.outputs, transformers.outputs),
-                                  hf_batch_size, load_before, cut, parts.max_context)
+                                  hf_batch_size, load_before, cut, parts.max_context, batch_requests)
 
 
 def live_summary(points: list[StepPoint]) -> dict:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from kvviz.lessons.budget import tokens_that_fit
 from kvviz.lessons.cache_strategies import eviction_figures as figures
 from kvviz.lessons.cache_strategies import state as cache_strategies_state
 from kvviz.lessons.cache_strategies.figures import divergence_html
@@ -24,7 +25,7 @@ from kvviz.ui.common import current_model, drop, show_code
 from kvviz.ui.progress import estimated_bar
 
 DEFAULTS = {"eviction_budget": 16, "eviction_sinks": 4}
-KEYS = frozenset({"lesson_eviction", "eviction_error", "eviction_running", "eviction_stopped"})
+KEYS = frozenset({"lesson_eviction", "eviction_error", "eviction_running", "eviction_stopped", "eviction_note"})
 INPUTS = ("eviction_",)
 
 
@@ -33,14 +34,17 @@ def run(slot) -> None:
     click's budget, leaves one sentence and the previous result. It runs in the page's script, not in a
     callback, so that Stop (or any widget) interrupts it at the bar's next move, within one step; the runs
     measured by then wait under "eviction_running" for the next run of the page (keep_a_stopped_run)."""
-    for key in ("eviction_error", "eviction_stopped"):
+    for key in ("eviction_error", "eviction_stopped", "eviction_note"):
         st.session_state.pop(key, None)
     lm = current_model()
     prompt = str(cache_strategies_state.setting("strategies_prompt"))
     if not prompt.strip():
         st.session_state["eviction_error"] = "The prompt is empty; type some text to start from."
         return
-    max_tokens = int(cache_strategies_state.setting("strategies_max_tokens"))
+    max_tokens, note = tokens_that_fit(lambda tokens: eviction_seconds(lm, prompt, tokens),
+                                       int(cache_strategies_state.setting("strategies_max_tokens")), "the lab")
+    if note:  # a deep model (SmolLM2) at the page's defaults: the most tokens under one click's budget
+        st.session_state["eviction_note"] = note
     budget = int(st.session_state.get("eviction_budget", DEFAULTS["eviction_budget"]))
     sinks = int(st.session_state.get("eviction_sinks", DEFAULTS["eviction_sinks"]))
     bar = estimated_bar(slot, lambda: eviction_seconds(lm, prompt, max_tokens), "eviction_error",
@@ -112,6 +116,8 @@ def render(replay: bool = False) -> None:
         run(running_slot)
     if "eviction_error" in st.session_state:
         st.error(st.session_state["eviction_error"])
+    if "eviction_note" in st.session_state:
+        st.info(st.session_state["eviction_note"], icon=":material/info:")
     if "eviction_stopped" in st.session_state:
         st.warning(st.session_state["eviction_stopped"], icon=":material/stop_circle:")
     result = st.session_state.get("lesson_eviction")

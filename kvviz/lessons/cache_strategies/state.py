@@ -27,7 +27,7 @@ from kvviz.lessons.cache_strategies.logic import (
     eight_bit_rows,
     lesson_specs,
 )
-from kvviz.lessons.budget import WorkTooLarge, click_seconds, most_that_fits
+from kvviz.lessons.budget import tokens_that_fit
 from kvviz.ui.common import current_model, drop
 from kvviz.ui.progress import estimated_bar
 
@@ -40,25 +40,6 @@ DEFAULTS = {"strategies_prompt": EXAMPLE_PROMPT, "strategies_max_tokens": 32, "s
 
 
 TIMING_RUNS = 3  # free runs timed per strategy: the Time tab shows their median and spread
-
-
-def _tokens_under_budget(lm, prompt: str, asked: int, specs) -> int:
-    """The tokens the comparison runs: those asked for when their estimate is within one click's budget;
-    else the most that fit (a deep model at the page's defaults), said in a note; else those asked for,
-    which the estimate then refuses in one sentence."""
-    def seconds(tokens: int) -> float:
-        try:
-            return comparison_seconds(lm, prompt, tokens, specs, TIMING_RUNS)
-        except WorkTooLarge as refusal:
-            return refusal.seconds
-
-    low = most_that_fits(seconds, asked, 1)
-    if low in (0, asked):
-        return asked
-    st.session_state["strategies_note"] = (
-        f"{asked} tokens would take about {seconds(asked):,.0f} s on this server, more than the {click_seconds():,.0f} s one "
-        f"click may take, so every strategy ran {low} tokens, the most that fit; a shorter prompt leaves room for more.")
-    return low
 
 
 def group_sizes(head_dim: int) -> list[int]:
@@ -98,7 +79,11 @@ def run(slot) -> None:
     settings = {name: int(setting(f"strategies_{name}"))
                 for name in ("max_tokens", "window", "group_size", "residual")}
     specs = lesson_specs(settings["window"], settings["group_size"], settings["residual"], lm.max_context)
-    settings["max_tokens"] = _tokens_under_budget(lm, prompt, settings["max_tokens"], specs)
+    settings["max_tokens"], note = tokens_that_fit(
+        lambda tokens: comparison_seconds(lm, prompt, tokens, specs, TIMING_RUNS), settings["max_tokens"],
+        "every strategy")  # a deep model at the page's defaults: the most tokens under one click's budget
+    if note:
+        st.session_state["strategies_note"] = note
     bar = estimated_bar(slot, lambda: comparison_seconds(lm, prompt, settings["max_tokens"], specs, TIMING_RUNS),
                         "strategies_error", "strategies_run_stop",
                         "Ends at the next step and keeps the strategies measured so far.")
