@@ -4,6 +4,7 @@ lesson freed, and lesson files (the first lesson's, the Paged one's) checked as 
 import os
 import re
 import shutil
+import time
 
 import pytest
 from test_browser import browser  # noqa: F401  (fixture)
@@ -42,6 +43,19 @@ def prefill(page):
     wait_idle(page)
 
 
+def press_within_the_limit(page, name: str, exact: bool = False, most_s: float = 60.0) -> None:
+    """Press `name`, and again while the page says the server runs its limit of live lessons: the one
+    lesson may still be a closed tab's, which the server frees once it notices the tab went (a
+    moment later under load). Past `most_s` the message stays for the test to see."""
+    deadline = time.time() + most_s
+    while True:
+        page.get_by_role("button", name=name, exact=exact).click()
+        wait_idle(page)
+        if page.get_by_text("running its limit").count() == 0 or time.time() > deadline:
+            return
+        time.sleep(0.5)
+
+
 def test_the_budget_holds_and_a_closed_tab_frees_its_lesson(browser, app_url):
     first_context, first = open_lesson(browser, app_url)
     prefill(first)
@@ -50,7 +64,7 @@ def test_the_budget_holds_and_a_closed_tab_frees_its_lesson(browser, app_url):
     prefill(second)
     second.get_by_text("running its limit of 1 live lessons").wait_for()  # the budget, in one sentence
     first_context.close()  # the tab closes: its session ends and its lesson must be freed
-    prefill(second)
+    press_within_the_limit(second, "Prefill")
     second.get_by_text("Prefill.", exact=False).first.wait_for()
     assert second.get_by_text("running its limit").count() == 0
     second_context.close()
@@ -72,7 +86,7 @@ def test_a_lesson_file_is_checked_once_at_upload(browser, app_url, bundled):
     wait_idle(page)
     message = page.get_by_text("The lesson file's field")
     assert message.count() == 1  # shown as soon as the file arrives, once
-    prefill(page)  # the next action clears it
+    press_within_the_limit(page, "Prefill")  # the next action clears it (the last test's tab may hold the lesson)
     page.get_by_text("Prefill.", exact=False).first.wait_for()
     assert message.count() == 0
     upload.set_input_files(files=[{"name": "good.json", "mimeType": "application/json",
@@ -140,7 +154,8 @@ def test_export_downloads_a_file_that_replays(browser, app_url, tmp_path, path, 
     page.goto(f"{app_url}/{path}")
     page.get_by_role("button", name=run_buttons[0], exact=True).wait_for()
     wait_idle(page)
-    for name in run_buttons:
+    press_within_the_limit(page, run_buttons[0], exact=True)  # the last test's closed tab may hold the one lesson
+    for name in run_buttons[1:]:
         page.get_by_role("button", name=name, exact=True).click()
         wait_idle(page)
     page.get_by_text("Export or replay a lesson").click()
