@@ -162,11 +162,13 @@ with compare_tab:
                    f"ran with its settings above: at most {done.settings.engine.max_num_seqs} requests at once, "
                    f"{done.settings.engine.max_num_batched_tokens} tokens per step, {used['num_blocks']} blocks of "
                    f"{done.settings.engine.block_size}.")
-        if compared.agreement.num_requests < compared.batch_requests:
-            st.info(f"All {compared.batch_requests} requests, {runs} times each way, would run past the "
-                    f"{click_seconds():,.0f} s one click may take on this server, so both sides ran the batch's first "
-                    f"{compared.agreement.num_requests}, the most that fit; a smaller batch compares whole.",
-                    icon=":material/info:")
+        if compared.batch_requests and (compared.agreement.num_requests < compared.batch_requests
+                                        or runs < COMPARE_REPEATS):
+            some = (f"the batch's first {compared.agreement.num_requests}"
+                    if compared.agreement.num_requests < compared.batch_requests else "all of them")
+            st.info(f"All {compared.batch_requests} requests, {COMPARE_REPEATS} times each way, would run past the "
+                    f"{click_seconds():,.0f} s one click may take on this server, so both sides ran {some}, {runs} "
+                    "times each way, the most that fit; a smaller batch compares whole.", icon=":material/info:")
         if compared.cut_requests:
             st.info(f"{compared.cut_requests} of the {compared.agreement.num_requests} requests asked for more tokens "
                     f"than fit the model's context of {compared.max_context:,} tokens, where kvviz stops: both sides "

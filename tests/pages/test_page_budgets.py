@@ -4,6 +4,7 @@ work (timed here, generously)."""
 
 import time
 import tomllib
+from dataclasses import replace
 
 import pytest
 import torch
@@ -124,9 +125,11 @@ def test_compare_past_the_budget_compares_the_batchs_first_requests_that_fit(tin
     work = synthetic_workload(tiny_lm.tokenizer, len(tiny_lm.tokenizer), 16, (40, 40), (40, 40), 0, 0)
     settings, device = BatchSettings(), torch.device("cpu")
 
+    warmup = replace(work.head(2), max_tokens=[batch.WARMUP_TOKENS] * 2)
+
     def seconds(requests: int) -> float:
         head = work.head(requests)
-        return (batch.batch_work(tiny_lm, work.head(2), settings) + batch.generate_work(tiny_lm.model, work.head(2), 4)
+        return (batch.batch_work(tiny_lm, warmup, settings) + batch.generate_work(tiny_lm.model, warmup, 4)
                 + (batch.batch_work(tiny_lm, head, settings) + batch.generate_work(tiny_lm.model, head, 4)) * 3
                 ).seconds(device)
 
@@ -161,3 +164,24 @@ def test_a_prompt_file_is_refused_by_its_size_on_arrival():
     uploader.set_value(("big.txt", b"ROMEO:\n" * (MAX_UPLOAD_BYTES // 7 + 1), "text/plain")).run()
     assert not at.exception and len(at.error) == 1
     assert "big.txt is 2.0 MiB, more than the 2 MiB limit" in shown(at.error[0])
+
+
+def test_compare_times_each_side_twice_when_two_requests_do_not_fit_three_times(tiny_lm, monkeypatch):
+    """Three timed runs each way of even two requests past the budget: two runs each (a spread still to show),
+    and then as many requests as fit (SmolLM2 at the page's defaults)."""
+    work = synthetic_workload(tiny_lm.tokenizer, len(tiny_lm.tokenizer), 4, (40, 40), (40, 40), 0, 0)
+    settings, device = BatchSettings(), torch.device("cpu")
+    warmup = replace(work.head(2), max_tokens=[batch.WARMUP_TOKENS] * 2)
+
+    def seconds(requests: int, runs: int) -> float:
+        head = work.head(requests)
+        return (batch.batch_work(tiny_lm, warmup, settings) + batch.generate_work(tiny_lm.model, warmup, 4)
+                + (batch.batch_work(tiny_lm, head, settings) + batch.generate_work(tiny_lm.model, head, 4)) * runs
+                ).seconds(device)
+
+    assert seconds(4, 2) < seconds(2, 3)  # so that four requests twice fit where two thrice do not
+    monkeypatch.setenv("KVVIZ_CLICK_SECONDS", f"{(seconds(4, 2) + min(seconds(2, 3), seconds(5, 2))) / 2}")
+    compared = compare_with_transformers(tiny_lm, work, settings, hf_batch_size=4)
+    assert compared.agreement.num_requests == 4 == compared.batch_requests
+    assert len(compared.kvviz.details["all_seconds"]) == len(compared.transformers.details["all_seconds"]) == 2
+

@@ -123,7 +123,7 @@ def generate_work(model, workload: Workload, batch_size: int) -> Work:
         prompts, wants = workload.prompts[first:first + batch_size], workload.max_tokens[first:first + batch_size]
         width, new = max(map(len, prompts)), max(wants)
         padded = Workload("padded", [[0] * width] * len(prompts), [new] * len(prompts))
-        work += Work(bench.model_flops(model, padded), new)
+        work += Work(bench.model_flops(model, padded), passes=new)  # generate's own passes: FLOPs only
     return work
 
 
@@ -249,6 +249,7 @@ def run_batch(lm, workload: Workload, settings: BatchSettings | None = None, pro
 
 # ---- against transformers ----------------------------------------------------------------
 COMPARE_REPEATS = 3  # timed runs of each side, after one warm-up of each
+WARMUP_TOKENS = 4  # a warm-up's tokens per request: first-call costs are paid in the first steps
 AGREE_WITHIN = 0.10  # consecutive clicks should agree this closely; a wider spread of single runs is said
 
 
@@ -344,13 +345,15 @@ def compare_with_transformers(lm, workload: Workload, settings: BatchSettings | 
                               hf_batch_size: int = 16, repeats: int = COMPARE_REPEATS,
                               progress=None) -> TransformersComparison:
     """Run the workload greedily in kvviz's engine and in transformers `generate`: one untimed
-    warm-up of each on the first two requests, then `repeats` timed runs of each, in turns.
+    warm-up of each on the first two requests (WARMUP_TOKENS each), then `repeats` timed runs of each,
+    in turns.
 
     Both sides generate no further than the model's context (kvviz stops there; transformers would
     run on past it, and the two would do different work): requests asking for more are cut, and
     counted in `cut_requests`. The whole comparison's work is estimated first (kvviz.lessons.budget):
-    past one click's budget it compares the batch's first requests, as many as fit (a deep model at
-    the page's defaults; `batch_requests` keeps the batch's size), and refuses when not even two do.
+    past one click's budget it compares the batch's first requests, as many as fit (a deep model at the
+    page's defaults; `batch_requests` keeps the batch's size), timing each side fewer times (not under
+    two, a spread to show) when not even two requests fit, and refuses when they still do not.
 
     progress: optional callable(done, total, text), called before each of the 2 + 2 x repeats runs."""
     settings = settings or BatchSettings()
@@ -363,18 +366,25 @@ def compare_with_transformers(lm, workload: Workload, settings: BatchSettings | 
     num_blocks = settings.pool_blocks(lm, workload)  # as the batch ran
     asked = workload
     workload, cut = within_context(asked, parts.max_context)
-    warmup, batch_requests = workload.head(2), len(workload)
+    first_two, batch_requests = workload.head(2), len(workload)
+    warmup = replace(first_two, max_tokens=[min(WARMUP_TOKENS, tokens) for tokens in first_two.max_tokens])
     runs, device = max(1, repeats), next(model.parameters()).device
 
-    def work(requests: int) -> Work:
+    def work(requests: int, runs: int) -> Work:
         compared = workload.head(requests)
         return (batch_work(lm, warmup, settings) + generate_work(model, warmup, hf_batch_size)
                 + (batch_work(lm, compared, settings) + generate_work(model, compared, hf_batch_size)) * runs)
 
-    fits = most_that_fits(lambda requests: work(requests).seconds(device), batch_requests, 2)
+    while True:  # past the budget: the first requests that fit; fewer timed runs (not under two) when two do not
+        fits = most_that_fits(lambda requests: work(requests, runs).seconds(device), batch_requests, 2)
+        if fits >= 2 or runs <= min(2, repeats):
+            break
+        runs -= 1
     if 2 <= fits < batch_requests:
         workload, cut = within_context(asked.head(fits), parts.max_context)
-    check_click(work(len(workload)), device, f"Comparing {len(workload)} requests {runs} times each way",
+    elif fits < 2:
+        runs = max(1, repeats)  # not even two requests fit: the refusal names the whole comparison
+    check_click(work(len(workload), runs), device, f"Comparing {len(workload)} requests {runs} times each way",
                 "compare a smaller batch: run one with fewer prompts or fewer tokens to generate first")
     twin = generate_twin(model)
     total = 2 + 2 * runs
