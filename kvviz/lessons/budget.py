@@ -136,13 +136,22 @@ def click_seconds() -> float:
         return CLICK_SECONDS
 
 
+def over(seconds: float, budget: float) -> str:
+    """`seconds`, past `budget`, written so that it reads past the budget shown beside it in whole seconds
+    (30.4 beside a 30 s budget, where 30 would read as equal)."""
+    for digits in range(7):
+        if round(seconds, digits) > round(budget):
+            return f"{seconds:,.{digits}f}"
+    return repr(seconds)
+
+
 def check_click(work: Work, device: torch.device, what: str, reduce: str) -> float:
     """The estimated seconds of `work`, or WorkTooLarge when past the budget: "{what} would take ...; {reduce}."""
     seconds, budget = work.seconds(device), click_seconds()
     if seconds > budget:
-        raise WorkTooLarge(f"{what} would run about {seconds:,.0f} s on this server ({work.flops / 1e12:,.1f} TFLOP "
-                           f"in {work.forward_passes:,} forward passes), more than the {budget:,.0f} s one click may "
-                           f"take; {reduce}.", seconds)
+        raise WorkTooLarge(f"{what} would run about {over(seconds, budget)} s on this server "
+                           f"({work.flops / 1e12:,.1f} TFLOP in {work.forward_passes:,} forward passes), more than the "
+                           f"{budget:,.0f} s one click may take; {reduce}.", seconds)
     return seconds
 
 
@@ -173,7 +182,8 @@ def tokens_that_fit(seconds: Callable[[int], float], asked: int, what: str) -> t
     low = most_that_fits(estimate, asked, 1)
     if low in (0, asked):
         return asked, None
-    return low, (f"{asked} tokens would take about {estimate(asked):,.0f} s on this server, more than the "
-                 f"{click_seconds():,.0f} s one click may take, so {what} ran {low} tokens, the most that fit; "
+    budget = click_seconds()
+    return low, (f"{asked} tokens would take about {over(estimate(asked), budget)} s on this server, more than the "
+                 f"{budget:,.0f} s one click may take, so {what} ran {low} tokens, the most that fit; "
                  "a shorter prompt leaves room for more.")
 

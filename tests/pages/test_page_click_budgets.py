@@ -153,3 +153,10 @@ def test_run_every_strategy_past_the_budget_at_one_token_runs_nothing_and_keeps_
     assert message.startswith("Running every strategy for 3 tokens after this")
     assert "more than the 1 s one click may take; ask for fewer tokens or use a shorter prompt." in message
     assert at.session_state["lesson_strategies"] is results  # the earlier comparison stays
+
+
+def test_an_estimate_past_the_budget_reads_past_it():
+    """The Eviction lab on SmolLM2 said "would take about 30 s ..., more than the 30 s one click may take":
+    an estimate of 30.4 s rounded to the budget it exceeded."""
+    assert budget.over(30.4, 30) == "30.4" and budget.over(30.04, 30) == "30.04" and budget.over(136.2, 30) == "136"
+    assert float(budget.over(30.0001, 30)) > 30
