@@ -119,19 +119,23 @@ def test_compare_is_refused_by_its_work_estimate_before_any_run_when_not_even_tw
     assert time.perf_counter() - started < 5
 
 
+def compare_seconds(lm, work, settings, requests: int, runs: int) -> float:
+    """What compare_with_transformers estimates for the batch's first `requests`, `runs` times each way after
+    its warm-up (the first two requests, WARMUP_TOKENS each), transformers in batches of 4."""
+    warmup, head = replace(work.head(2), max_tokens=[batch.WARMUP_TOKENS] * 2), work.head(requests)
+    return (batch.batch_work(lm, warmup, settings) + batch.generate_work(lm.model, warmup, 4)
+            + (batch.batch_work(lm, head, settings) + batch.generate_work(lm.model, head, 4)) * runs
+            ).seconds(torch.device("cpu"))
+
+
 def test_compare_past_the_budget_compares_the_batchs_first_requests_that_fit(tiny_lm, monkeypatch):
     """SmolLM2 at the page's defaults (16 requests, 3 timed runs each way) was estimated at 102 s and refused;
     now both sides run the batch's first requests, as many as one click's budget holds, and say how many."""
     work = synthetic_workload(tiny_lm.tokenizer, len(tiny_lm.tokenizer), 16, (40, 40), (40, 40), 0, 0)
-    settings, device = BatchSettings(), torch.device("cpu")
-
-    warmup = replace(work.head(2), max_tokens=[batch.WARMUP_TOKENS] * 2)
+    settings = BatchSettings()
 
     def seconds(requests: int) -> float:
-        head = work.head(requests)
-        return (batch.batch_work(tiny_lm, warmup, settings) + batch.generate_work(tiny_lm.model, warmup, 4)
-                + (batch.batch_work(tiny_lm, head, settings) + batch.generate_work(tiny_lm.model, head, 4)) * 3
-                ).seconds(device)
+        return compare_seconds(tiny_lm, work, settings, requests, 3)
 
     monkeypatch.setenv("KVVIZ_CLICK_SECONDS", f"{(seconds(5) + seconds(6)) / 2}")  # five fit, six do not
     compared = compare_with_transformers(tiny_lm, work, settings, hf_batch_size=4)
@@ -170,14 +174,10 @@ def test_compare_times_each_side_twice_when_two_requests_do_not_fit_three_times(
     """Three timed runs each way of even two requests past the budget: two runs each (a spread still to show),
     and then as many requests as fit (SmolLM2 at the page's defaults)."""
     work = synthetic_workload(tiny_lm.tokenizer, len(tiny_lm.tokenizer), 4, (40, 40), (40, 40), 0, 0)
-    settings, device = BatchSettings(), torch.device("cpu")
-    warmup = replace(work.head(2), max_tokens=[batch.WARMUP_TOKENS] * 2)
+    settings = BatchSettings()
 
     def seconds(requests: int, runs: int) -> float:
-        head = work.head(requests)
-        return (batch.batch_work(tiny_lm, warmup, settings) + batch.generate_work(tiny_lm.model, warmup, 4)
-                + (batch.batch_work(tiny_lm, head, settings) + batch.generate_work(tiny_lm.model, head, 4)) * runs
-                ).seconds(device)
+        return compare_seconds(tiny_lm, work, settings, requests, runs)
 
     assert seconds(4, 2) < seconds(2, 3)  # so that four requests twice fit where two thrice do not
     monkeypatch.setenv("KVVIZ_CLICK_SECONDS", f"{(seconds(4, 2) + min(seconds(2, 3), seconds(5, 2))) / 2}")
