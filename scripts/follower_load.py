@@ -104,6 +104,7 @@ class Page:
         self.buttons: dict[str, str] = {}  # label -> widget id
         self.texts: list[str] = []  # alerts, code and markdown seen, newest last (bounded)
         self.steps: dict[int, float] = {}  # step -> when it first arrived (time.perf_counter())
+        self.finished_before: dict[int, int] = {}  # step -> runs finished before the run that showed it
         self.exceptions, self.finished, self.full_runs = 0, 0, 0  # script runs finished: any, whole pages
         self.changed = asyncio.Event()
         self.socket = None
@@ -195,6 +196,7 @@ class Page:
         step = step_shown(element)
         if step is not None and step not in self.steps:
             self.steps[step] = arrived
+            self.finished_before[step] = self.finished
         if kind == "button":
             self.buttons[element.button.label] = element.button.id
         elif kind == "exception":
@@ -417,9 +419,9 @@ async def measure(args) -> dict:
             if stopped:  # the teacher's page did not show its step: report what was measured
                 progress(stopped)
                 break
-        last = {id(page): page.finished for page in seated}  # the run that showed the last step ends too
-        await asyncio.gather(*[page.until(lambda page=page: page.finished > last[id(page)], left(), "the last run")
-                               for page in seated], return_exceptions=True)
+        last = ALONE_STEPS + done  # the run that showed the last step ends too (it may have ended already)
+        await asyncio.gather(*[page.until(lambda page=page: page.finished > page.finished_before.get(last, -1),
+                                          left(), "the last run") for page in seated], return_exceptions=True)
         steps_s = time.perf_counter() - stepping
         cpu_steps = server_cpu_seconds(port) - cpu_steps_start
         exceptions = sum(page.exceptions for page in seated)

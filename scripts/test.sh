@@ -30,7 +30,7 @@ pip install -q --disable-pip-version-check -r requirements-dev.txt -e .
 # once into kvviz's cache (93 MB down, 542 MB written); a no-op once ready; offline, its tests are skipped
 python -m kvviz fetch smollm2 || echo "SmolLM2 could not be fetched; tests/engine/test_smollm2.py will be skipped"
 if [ "$quick" = 1 ]; then
-  exec python -m pytest -q -n 2 --dist loadfile -m "not browser and not vllm" "$@"
+  exec python -m pytest -q -n 2 --dist loadfile -m "not browser and not vllm" --ignore=tests/browser "$@"
 fi
 # vLLM's own environment, for tests/vllm/ (about 6 minutes the first time on a 2-core CPU; a no-op once made)
 if [ -z "${KVVIZ_VLLM_PYTHON:-}" ] && [ "${KVVIZ_SKIP_VLLM:-0}" != 1 ]; then

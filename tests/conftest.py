@@ -1,3 +1,4 @@
+import functools
 import os
 from pathlib import Path
 
@@ -10,12 +11,26 @@ FOLDER_MARKERS = {"browser": pytest.mark.browser, "vllm": pytest.mark.vllm,  # t
 
 def pytest_configure(config):
     """Under pytest-xdist (scripts/test.sh runs two workers), each worker's torch takes its share of the
-    cores, not all of them: two workers of two threads each on two cores spend their time waiting."""
+    cores, not all of them, and so do the app servers and scripts a test starts (OMP_NUM_THREADS): two
+    workers with two threads each on two cores spend their time waiting for each other. Streamlit's scan
+    for installed components runs once a session, not once an AppTest (share_component_scan)."""
+    share_component_scan()
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if workers > 1:
         import torch
 
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
+        threads = max(1, (os.cpu_count() or 1) // workers)
+        torch.set_num_threads(threads)
+        os.environ.setdefault("OMP_NUM_THREADS", str(threads))  # the app servers and scripts a test starts
+
+
+def share_component_scan() -> None:
+    """Every AppTest scans each installed package's metadata for Streamlit components (0.3 s, about a fifth
+    of a short page test); the packages do not change while the tests run, so the session's first scan,
+    a real one, answers the rest."""
+    from streamlit.components.v2 import manifest_scanner
+
+    manifest_scanner.scan_component_manifests = functools.cache(manifest_scanner.scan_component_manifests)
 
 
 def needs_vllm(item) -> bool:
