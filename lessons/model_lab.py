@@ -36,26 +36,26 @@ def _forget_error() -> None:
 def _measure(slot) -> None:
     """Build (or reuse) the model and time it under a progress bar and a Stop button in `slot`; on a
     refusal keep the previous results. The work runs in the page's script, not in a callback, so
-    that pressing Stop (or any widget) interrupts it at the bar's next move, between two context
-    lengths; what was timed by then waits under "lab_measuring" for the next run of the page."""
+    that pressing Stop (or any widget) interrupts it at the bar's next move, between two rounds; the
+    rounds timed by then wait under "lab_measuring" for the next run of the page."""
     for key in ("lab_error", "lab_stopped"):
         st.session_state.pop(key, None)
     with slot.container():
         bar = st.progress(0.0, text="Building the model with random weights")
-        st.button("Stop", key="lab_stop", icon=":material/stop:", help="Keep the context lengths timed so far.")
+        st.button("Stop", key="lab_stop", icon=":material/stop:", help="Keep the rounds timed so far: every length, timed fewer times.")
 
     def progress(done: int, total: int, text: str) -> None:
-        bar.progress(done / total, text=f"{text} ({done} of {total} lengths done)")
+        bar.progress(done / total, text=f"{text} ({done} of {total} rounds done)")
 
     shape = _shape()
     st.session_state["lab_measuring"] = (shape, None)  # stopped now: nothing timed yet
     try:
         lm = built_model(shape)
         contexts = lab.lab_contexts(lm.max_context)
-        result = lab.describe(lm, contexts)
-        st.session_state["lab_measuring"] = (shape, result)  # filled in, context by context
+        result = lab.describe(lm, contexts, lab.LAB_REPEATS)
+        st.session_state["lab_measuring"] = (shape, result)  # filled in, round by round
         lab.measure(lm, contexts, repeats=lab.LAB_REPEATS, progress=progress, result=result)
-        progress(len(contexts), len(contexts), "Measured")  # a run stopped meanwhile ends here, storing nothing
+        progress(lab.LAB_REPEATS, lab.LAB_REPEATS, "Measured")  # a run stopped meanwhile ends here, storing nothing
     except (ModelLoadError, EngineError, ValueError) as error:
         st.session_state["lab_error"] = str(error)
     else:
@@ -71,13 +71,13 @@ def _keep_a_stopped_measurement() -> None:
         return
     shape, result = st.session_state.pop("lab_measuring")
     if result is not None and result.timings:
-        # a copy: the stopped run's thread may still finish the length it was timing, until its next bar move
+        # a copy: the stopped run's thread may still finish the round it was timing, until its next bar move
         kept = dataclasses.replace(result, timings=list(result.timings))
         st.session_state["lab_result"], st.session_state["lab_result_shape"] = kept, shape
     else:
-        planned = f" of {result.contexts_planned}" if result is not None else ""
-        st.session_state["lab_stopped"] = (f"Stopped after 0{planned} context lengths: nothing was timed, so "
-                                           "nothing new is shown. Press **Measure** to start again.")
+        planned = f" of {result.rounds_planned}" if result is not None else ""
+        st.session_state["lab_stopped"] = (f"Stopped after 0{planned} rounds: nothing was timed, so nothing new "
+                                           "is shown. Press **Measure** to start again.")
 
 
 _keep_a_stopped_measurement()

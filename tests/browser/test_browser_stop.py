@@ -111,9 +111,9 @@ def test_model_lab_measure_stops_keeps_what_was_timed_and_measures_again(app_url
     page.goto(f"{app_url}/model_lab")
     page.get_by_role("button", name="Measure").wait_for()
     wait_idle(page)
-    # the default shape, 4 layers of 256, to 512 tokens: six context lengths, 63 s here under load
+    # the default shape, 4 layers of 256, to 512 tokens: five rounds over six context lengths
     page.get_by_role("button", name="Measure").click()
-    stop_mid_run(page, app_url, "lab_stop", r"\b[1-5] of 6 lengths done", r"Stopped after [1-5] of 6 context lengths",
+    stop_mid_run(page, app_url, "lab_stop", r"\b[1-4] of 5 rounds done", r"Stopped after [1-4] of 5 rounds",
                  "Model lab")
     assert page.get_by_text("With the cache", exact=True).count() >= 1  # the lengths timed are shown
     assert not says(page, "Set a size and press")  # not the empty page
@@ -122,9 +122,9 @@ def test_model_lab_measure_stops_keeps_what_was_timed_and_measures_again(app_url
 
     # the session is usable: Measure runs again, and its Stop works again
     page.get_by_role("button", name="Measure").click()
-    wait_for_bar(page, r"lengths done", timeout=60)
+    wait_for_bar(page, r"rounds done", timeout=60)
     assert stop_button(page, "lab_stop").is_visible()
-    stop_mid_run(page, app_url, "lab_stop", r"\b[1-5] of 6 lengths done", r"Stopped after [1-5] of 6 context lengths",
+    stop_mid_run(page, app_url, "lab_stop", r"\b[1-4] of 5 rounds done", r"Stopped after [1-4] of 5 rounds",
                  "Model lab, second Stop")
     no_exceptions(page)
 

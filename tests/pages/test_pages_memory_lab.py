@@ -201,12 +201,12 @@ def test_measure_describes_the_model(tiny):
     assert result.to_dict()["timings"][0]["context"] == 8
 
 
-def test_measure_reports_progress_for_every_context_length(tiny):
+def test_measure_reports_progress_for_every_round(tiny):
     calls = []
-    lab.measure(tiny, [8, 16, 32], repeats=1, sample_tokens=0, progress=lambda *call: calls.append(call))
-    assert [done for done, _, _ in calls] == [0, 0, 1, 2]  # the warm-up, then each length before it is timed
+    lab.measure(tiny, [8, 16, 32], repeats=3, sample_tokens=0, progress=lambda *call: calls.append(call))
+    assert [done for done, _, _ in calls] == [0, 0, 1, 2]  # the warm-up, then each round before it is timed
     assert all(total == 3 for _, total, _ in calls)
-    assert "Warming up" in calls[0][2] and "32 tokens" in calls[-1][2]
+    assert "Warming up" in calls[0][2] and calls[-1][2].startswith("Round 3 of 3") and "8 to 32 tokens" in calls[-1][2]
 
 
 def test_the_lab_page_measures_its_default_shape_with_a_progress_bar():
@@ -219,35 +219,38 @@ def test_the_lab_page_measures_its_default_shape_with_a_progress_bar():
     assert metric(at, "With the cache").endswith("ms")
 
 
-def test_a_measurement_fills_its_result_in_place_and_a_stopped_one_says_so(tiny):
-    result = lab.describe(tiny, [8, 16, 32])
+def test_a_measurement_fills_its_result_in_place_round_by_round_and_a_stopped_one_says_so(tiny):
+    result = lab.describe(tiny, [8, 16, 32], repeats=3)
     seen = []
-    lab.measure(tiny, [8, 16, 32], repeats=1, sample_tokens=0, result=result,
-                progress=lambda done, total, text: seen.append(len(result.timings)))
-    assert seen == [0, 0, 1, 2]  # each length's timing is in the result before the next one starts
-    assert not result.stopped and result.contexts_planned == 3
-    partial = lab.describe(tiny, [8, 16, 32])
-    partial.timings.extend(result.timings[:1])
-    assert partial.stopped and partial.stopped_note().startswith("Stopped after 1 of 3 context lengths")
+    lab.measure(tiny, [8, 16, 32], repeats=3, sample_tokens=0, result=result,
+                progress=lambda done, total, text: seen.append([t.repeats for t in result.timings]))
+    # every length is timed once a round: before round 2 each holds one step each way, before round 3 two
+    assert seen == [[], [], [1, 1, 1], [2, 2, 2]]
+    assert [t.repeats for t in result.timings] == [3, 3, 3]
+    assert not result.stopped and result.contexts_planned == 3 and result.rounds_timed == result.rounds_planned == 3
+    partial = lab.describe(tiny, [8, 16, 32], repeats=3)
+    partial.timings.extend(lab.measure_decode_times(tiny, [8, 16, 32], repeats=1))
+    assert partial.stopped and partial.stopped_note().startswith("Stopped after 1 of 3 rounds: each length's times "
+                                                                 "below are the median of 1 step each way, not 3.")
 
 
 def test_the_lab_page_keeps_a_stopped_measurement_marked_as_stopped(tiny):
     """Stop interrupts the page's script run; the next run finds what was timed under lab_measuring."""
-    partial = lab.describe(tiny, [8, 16, 32])
-    partial.timings.extend(lab.measure_decode_times(tiny, [8], repeats=1))
+    partial = lab.describe(tiny, [8, 16, 32], repeats=2)
+    partial.timings.extend(lab.measure_decode_times(tiny, [8, 16, 32], repeats=1))
     at = open_page("lessons/model_lab.py")
     at.session_state["lab_measuring"] = (TINY, partial)
     at.run()
     assert not at.exception and not at.error
     assert "lab_measuring" not in at.session_state
     assert at.session_state["lab_result"].timings == partial.timings
-    assert any(w.value.startswith("Stopped after 1 of 3 context lengths") for w in at.warning)
+    assert any(w.value.startswith("Stopped after 1 of 2 rounds") for w in at.warning)
     assert metric(at, "Parameters") == f"{partial.num_params / 1e6:,.2f}M"
 
     at.session_state["lab_measuring"] = (TINY, None)  # stopped while the model was being built
     at.run()
     assert not at.exception and at.session_state["lab_result"].timings == partial.timings  # kept
-    assert any(w.value.startswith("Stopped after 0 context lengths") for w in at.warning)
+    assert any(w.value.startswith("Stopped after 0 rounds") for w in at.warning)
     press_measure(at)  # Measure runs again, and clears the note
     assert not at.exception and not at.error and "lab_measuring" not in at.session_state
     assert not at.session_state["lab_result"].stopped

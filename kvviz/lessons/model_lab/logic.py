@@ -7,7 +7,8 @@
 For each context length c, both engines produce the token at position c, with c tokens in
 context: the cached engine prefills c - 1 tokens once and then runs only the newest token,
 reading the other c - 1 keys and values from its cache; the engine without a cache runs all
-c tokens through every layer again. The weights are random, so the text is nonsense, but the
+c tokens through every layer again. The steps are timed in rounds, one each way at every length
+a round, so that a busy moment slows one step of several lengths rather than all of the first. The weights are random, so the text is nonsense, but the
 forward passes, the cache writes and the timings are the engine's own.
 """
 
@@ -107,17 +108,22 @@ class LabResult:
     timings: list[DecodeTiming] = field(default_factory=list)
     sample_text: str | None = None  # what the random weights write, to show it is nonsense
     load_before: float | None = None  # the machine's 1-minute load average when the timing started
-    contexts_planned: int = 0  # context lengths the measurement set out to time; more than len(timings) if stopped
+    contexts_planned: int = 0  # context lengths the measurement set out to time
+    rounds_planned: int = 0  # rounds it set out to time (each a step each way at every length); fewer if stopped
+
+    @property
+    def rounds_timed(self) -> int:
+        return min((t.repeats for t in self.timings), default=0) if len(self.timings) >= self.contexts_planned else 0
 
     @property
     def stopped(self) -> bool:
-        return len(self.timings) < self.contexts_planned
+        return self.rounds_timed < self.rounds_planned
 
     def stopped_note(self) -> str:
-        """'Stopped after 2 of 6 context lengths: ...' for a measurement stopped part way."""
-        return (f"Stopped after {len(self.timings)} of {self.contexts_planned} context lengths: the results below "
-                f"are the lengths timed before Stop, up to {self.timings[-1].context:,} tokens. Press **Measure** "
-                "to time them all.")
+        """'Stopped after 2 of 5 rounds: ...' for a measurement stopped part way."""
+        return (f"Stopped after {self.rounds_timed} of {self.rounds_planned} rounds: each length's times below are "
+                f"the median of {self.rounds_timed} step{'s' if self.rounds_timed != 1 else ''} each way, not "
+                f"{self.rounds_planned}. Press **Measure** to time every round.")
 
     def busy_note(self) -> str | None:
         """One sentence when the timings say the machine was busy, else None."""
@@ -208,9 +214,9 @@ def check_lab_size(shape: CustomShape, device: str | torch.device | None = None,
 
 def measurement_work(shape: CustomShape, repeats: int = LAB_REPEATS, sample_tokens: int = SAMPLE_TOKENS) -> Work:
     """The forward passes `measure` runs on this shape, counted as `measure_decode_times` makes them:
-    the warm-up, then at each context a prefill on each side, `repeats` cached decode steps of one
-    token, and `repeats` uncached ones that run the whole context again (a fresh pair of engines
-    for each repeat at the longest context, where only one step fits)."""
+    the warm-up, then at each context the cached engine's prefill, `repeats` cached decode steps of
+    one token, and `repeats` uncached passes over the whole context (a fresh cached engine for each
+    repeat at the longest context, where only one step fits)."""
     vocab_size = shape.vocab_size or default_vocab_size()
     d, hd = shape.hidden_size, shape.resolved_head_dim()
     multiplied = shape.num_params(vocab_size) - vocab_size * d  # the embedding is looked up, not multiplied
@@ -228,8 +234,8 @@ def measurement_work(shape: CustomShape, repeats: int = LAB_REPEATS, sample_toke
         done = 0
         while done < repeats:
             num_decodes = min(repeats - done, shape.max_context - 1 - context)
-            work += step(context - 1, 0) * 2  # each side's prefill
-            for index in range(num_decodes):
+            work += step(context - 1, 0)  # the cached engine's prefill
+            for index in range(num_decodes):  # a decode step; a fresh uncached engine's pass over the context
                 work += step(1, context - 1 + index) + step(context + index, 0)
             done += num_decodes
     return work + step(4, 0) + Work(sample_tokens * step(1, 16).flops, sample_tokens - 1)
@@ -258,8 +264,8 @@ def cache_shape_of(lm: LoadedModel) -> ModelShape:
     return lm.shape
 
 
-def describe(lm: LoadedModel, contexts: list[int]) -> LabResult:
-    """What `lm` weighs and caches, with no timings yet: `measure` fills them in."""
+def describe(lm: LoadedModel, contexts: list[int], repeats: int = LAB_REPEATS) -> LabResult:
+    """What `lm` weighs and caches, with no timings yet: `measure` fills them in, `repeats` rounds."""
     info = lm.describe()
     shape = cache_shape_of(lm)
     dtype_bytes = info["dtype_bytes"]
@@ -268,16 +274,16 @@ def describe(lm: LoadedModel, contexts: list[int]) -> LabResult:
         weight_bytes=sum(p.nbytes for p in lm.model.parameters()), dtype_bytes=dtype_bytes,
         bytes_per_token=kv_cache_bytes(shape, 1, 1, dtype_bytes),
         formula=bill_breakdown(shape, max(contexts), 1, dtype_bytes)[0].formula,
-        device=str(lm.device), load_before=machine_load(), contexts_planned=len(contexts))
+        device=str(lm.device), load_before=machine_load(), contexts_planned=len(contexts), rounds_planned=repeats)
 
 
 def measure(lm: LoadedModel, contexts: list[int], repeats: int = 3, seed: int = 0,
             sample_tokens: int = 12, progress=None, result: LabResult | None = None) -> LabResult:
     """Describe `lm` and time its decode steps at each context length (see measure_decode_times).
 
-    result: a `describe(lm, contexts)` to fill in; each context's timing is added to it as soon as
-    it is measured, so whoever holds it keeps what was timed if the measurement is stopped."""
-    result = result if result is not None else describe(lm, contexts)
+    result: a `describe(lm, contexts, repeats)` to fill in; after each round it holds every context's
+    timing so far, so whoever holds it keeps what was timed if the measurement is stopped."""
+    result = result if result is not None else describe(lm, contexts, repeats)
     measure_decode_times(lm, contexts, repeats, seed, progress, into=result.timings)
     if sample_tokens and lm.tokenizer is not None:
         result.sample_text = sample_nonsense(lm, sample_tokens)
@@ -288,10 +294,16 @@ def measure_decode_times(lm: LoadedModel, contexts: list[int], repeats: int = 3,
                          seed: int = 0, progress=None, into: list[DecodeTiming] | None = None) -> list[DecodeTiming]:
     """For each context c: the median forward time of `repeats` warm decode steps with c tokens in
     context, with the cache (one new token) and without (all c tokens again), their spread, and the
-    cache bytes. Near the end of the context each repeat takes a fresh pair of engines.
+    cache bytes.
 
-    progress: optional callable(done, total, text), called before each context is timed.
-    into: the list each timing is appended to as soon as its context is done (a new one by default)."""
+    The steps are timed in rounds, one step each way at every length a round. A busy moment (the
+    browser drawing the click, another program) then slows one step of a few lengths, which their
+    medians set aside, rather than every step of the first lengths. Each length keeps one engine with
+    the cache across the rounds (a fresh one near the end of the context, where only one step fits);
+    each step without the cache is a fresh engine's one pass over the whole context.
+
+    progress: optional callable(done, total, text), called before each round.
+    into: the list that holds, after each round, every length's timing so far (a new one by default)."""
     if not contexts:
         raise ValueError("Give at least one context length to measure.")
     if min(contexts) < 2 or max(contexts) > lm.max_context - 2:
@@ -304,35 +316,39 @@ def measure_decode_times(lm: LoadedModel, contexts: list[int], repeats: int = 3,
     shape = cache_shape_of(lm)
     dtype_bytes = torch.empty((), dtype=lm.dtype).element_size()
     if progress is not None:
-        progress(0, len(contexts), "Warming up: the first forward passes are not timed")
+        progress(0, repeats, "Warming up: the first forward passes are not timed")
     _warm_up(lm, vocab_size, rng, max(contexts))
+    prompts = {context: [rng.randrange(vocab_size) for _ in range(context + repeats)] for context in contexts}
+    cached_engines = {}  # context -> (its engine with the cache, decode steps taken, steps left in it)
+    cached_s, uncached_s = {c: [] for c in contexts}, {c: [] for c in contexts}
+    cache_bytes = dict.fromkeys(contexts, 0)
     timings = into if into is not None else []
-    for done, context in enumerate(contexts):
+    for done in range(repeats):
         if progress is not None:
-            progress(done, len(contexts), f"Timing {repeats} steps each way at {context:,} tokens of context")
-        prompt = [rng.randrange(vocab_size) for _ in range(context - 1)]
-        cached_s, uncached_s, cache_bytes = [], [], 0
-        while len(cached_s) < repeats:
-            # a step that fills the model's context ends the request and frees its blocks: stop
-            # before, and start a fresh pair of engines for the remaining repeats
-            num_decodes = min(repeats - len(cached_s), lm.max_context - 1 - context)
-            # with the cache: the prefill writes c - 1 tokens, then each decode step runs one token;
-            # without it: the first step runs c - 1 tokens, each later one all tokens again, from c up
-            cached = _one_request_engine(lm, prompt, num_decodes, use_cache=True)
-            uncached = _one_request_engine(lm, prompt, num_decodes, use_cache=False)
-            cached.step()  # prefill: all c - 1 prompt tokens in one forward pass
-            uncached.step()
-            for index in range(num_decodes):  # alternate, so that a busy moment slows both alike
-                decode, recompute = cached.step(), uncached.step()
-                assert decode.num_tokens_run == 1 and recompute.num_tokens_run == context + index
-                cache_bytes = cache_bytes or decode.memory.token_bytes  # c tokens: the prompt and the newest
-                cached_s.append(decode.forward_s)
-                uncached_s.append(recompute.forward_s)
-        timings.append(DecodeTiming(
-            context=context, cached_s=statistics.median(cached_s), uncached_s=statistics.median(uncached_s),
-            cache_bytes=cache_bytes, formula_bytes=kv_cache_bytes(shape, context, 1, dtype_bytes),
-            cached_spread_s=(min(cached_s), max(cached_s)), uncached_spread_s=(min(uncached_s), max(uncached_s)),
-            repeats=repeats))
+            progress(done, repeats, f"Round {done + 1} of {repeats}: one step each way at each of {len(contexts)} "
+                                    f"lengths, {contexts[0]:,} to {contexts[-1]:,} tokens")
+        for context in contexts:
+            cached, index, left = cached_engines.get(context, (None, 0, 0))
+            if not left:
+                # a step that fills the model's context ends the request and frees its blocks: stop
+                # before, and go on with a fresh engine; its prefill writes c - 1 tokens, not timed
+                left, index = min(repeats - done, lm.max_context - 1 - context), 0
+                cached = _one_request_engine(lm, prompts[context][:context - 1], left, use_cache=True)
+                cached.step()
+            # with the cache, the step after index decodes runs one token against context + index cached ones;
+            # without it, a fresh engine runs all context + index tokens in one pass
+            uncached = _one_request_engine(lm, prompts[context][:context + index], 0, use_cache=False)
+            decode, recompute = cached.step(), uncached.step()  # side by side: a busy moment slows both alike
+            assert decode.num_tokens_run == 1 and recompute.num_tokens_run == context + index
+            cached_engines[context] = (cached, index + 1, left - 1)
+            cache_bytes[context] = cache_bytes[context] or decode.memory.token_bytes  # c tokens: prompt and newest
+            cached_s[context].append(decode.forward_s)
+            uncached_s[context].append(recompute.forward_s)
+        timings[:] = [DecodeTiming(
+            context=c, cached_s=statistics.median(cached_s[c]), uncached_s=statistics.median(uncached_s[c]),
+            cache_bytes=cache_bytes[c], formula_bytes=kv_cache_bytes(shape, c, 1, dtype_bytes),
+            cached_spread_s=(min(cached_s[c]), max(cached_s[c])),
+            uncached_spread_s=(min(uncached_s[c]), max(uncached_s[c])), repeats=done + 1) for c in contexts]
     return timings
 
 
