@@ -42,7 +42,8 @@ def _measure(slot) -> None:
         st.session_state.pop(key, None)
     with slot.container():
         bar = st.progress(0.0, text="Building the model with random weights")
-        st.button("Stop", key="lab_stop", icon=":material/stop:", help="Keep the rounds timed so far: every length, timed fewer times.")
+        st.button("Stop", key="lab_stop", icon=":material/stop:",
+                  help="Keep the rounds timed so far: every length, timed fewer times.")
 
     def progress(done: int, total: int, text: str) -> None:
         bar.progress(done / total, text=f"{text} ({done} of {total} rounds done)")
@@ -122,7 +123,8 @@ def show_summary(result: lab.LabResult) -> None:
     a.metric("Tokens run", f"{with_cache} vs {without:,}",
              help=f"For the step at {longest.context} tokens: with the cache only the newest token runs through "
                   "the model; without it, every token in the context runs again. Counts do not vary between runs.")
-    steps = dict(delta=f"median of {longest.repeats} warm steps", delta_color="off", delta_arrow="off")
+    steps = dict(delta=f"median of {longest.repeats} warm step{'s' if longest.repeats != 1 else ''}",
+                 delta_color="off", delta_arrow="off")
     b.metric("With the cache", longest.median_text(cached=True), **steps,
              help="Warm decode steps that run only the newest token, timed on this machine: the median.")
     c.metric("Without the cache", longest.median_text(cached=False), **steps,

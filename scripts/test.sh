@@ -2,8 +2,9 @@
 # Install everything the tests need on a fresh machine, then run the tests.
 #   bash scripts/test.sh            the whole suite (extra arguments go to pytest)
 #   bash scripts/test.sh --quick    what needs no browser and no vLLM (markers browser, vllm; see pyproject.toml)
-# Both run two pytest-xdist workers, each taking whole files (--dist loadfile) with its own app server and
-# Chromium, and torch on its share of the cores (tests/conftest.py); `-n 0` after the command runs serially.
+# Both run two pytest-xdist workers, each taking whole files (--dist loadfile), the files with long tests
+# first (tests/conftest.py), each worker with its own app server and Chromium and torch on its share of the
+# cores (tests/conftest.py); `-n 0` after the command runs serially.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -30,10 +31,10 @@ pip install -q --disable-pip-version-check -r requirements-dev.txt -e .
 # once into kvviz's cache (93 MB down, 542 MB written); a no-op once ready; offline, its tests are skipped
 python -m kvviz fetch smollm2 || echo "SmolLM2 could not be fetched; tests/engine/test_smollm2.py will be skipped"
 if [ "$quick" = 1 ]; then
-  exec python -m pytest -q -n 2 --dist loadfile -m "not browser and not vllm" --ignore=tests/browser "$@"
+  exec python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m "not browser and not vllm" --ignore=tests/browser "$@"
 fi
 # vLLM's own environment, for tests/vllm/ (about 6 minutes the first time on a 2-core CPU; a no-op once made)
 if [ -z "${KVVIZ_VLLM_PYTHON:-}" ] && [ "${KVVIZ_SKIP_VLLM:-0}" != 1 ]; then
   bash scripts/setup_vllm.sh || echo "vLLM's environment could not be made; tests/vllm/ will be skipped"
 fi
-python -m pytest -q -n 2 --dist loadfile "$@"
+python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder "$@"

@@ -7,6 +7,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 FOLDER_MARKERS = {"browser": pytest.mark.browser, "vllm": pytest.mark.vllm,  # tests/<folder>/ -> its tier
                   "rooms": pytest.mark.rooms}
+LONG_MARKERS = ("browser", "vllm", "slow")  # a file holding such a test starts first (pytest_collection_modifyitems)
 
 
 def pytest_configure(config):
@@ -42,11 +43,17 @@ def needs_vllm(item) -> bool:
 def pytest_collection_modifyitems(items):
     """Tests under tests/browser/ carry the browser marker, and those under tests/vllm/ that need vLLM
     the vllm marker, so `-m "not browser and not vllm"` (scripts/test.sh --quick) leaves them out;
-    tests/vllm/'s refusals and cache arithmetic, which need no vLLM, stay in the quick tier."""
+    tests/vllm/'s refusals and cache arithmetic, which need no vLLM, stay in the quick tier.
+
+    Files with a long test (browser, vllm or slow) run first: under pytest-xdist (scripts/test.sh,
+    --dist loadfile --no-loadscope-reorder) the many short files then even out the two workers' ends,
+    where xdist's own order (most tests first) left a long single-test file running alone at the end."""
     for item in items:
         folder = Path(item.fspath).parent.name
         if folder in ("browser", "rooms") or (folder == "vllm" and needs_vllm(item)):
             item.add_marker(FOLDER_MARKERS[folder])
+    long_files = {item.path for item in items if any(item.get_closest_marker(name) for name in LONG_MARKERS)}
+    items.sort(key=lambda item: item.path not in long_files)  # stable: a file's tests keep their order
 
 
 @pytest.fixture(scope="session")

@@ -33,10 +33,10 @@ def open_tab(page, name, shot):
     screenshot(page, shot)
 
 
-def press(page, button, expect, shot, settle=1.0):
+def press(page, button, expect, shot):
     """Click a button, wait for the run to end and for `expect` to show; no exception; a screenshot."""
     page.get_by_role("button", name=button).click()
-    idle(page, settle=settle)
+    idle(page)
     page.get_by_text(expect).first.wait_for()
     no_exceptions(page)
     screenshot(page, shot)
@@ -54,7 +54,7 @@ def test_cache_strategies_page(app_url, page):
         tokens.press("ArrowRight")
     idle(page)
     assert slider.locator("[data-testid='stSliderThumbValue']").inner_text() == "12"
-    press(page, "Run every strategy", "Memory held after each step", "strategies_memory", settle=2.0)
+    press(page, "Run every strategy", "Memory held after each step", "strategies_memory")
     open_tab(page, "Time", "strategies_time")
     open_tab(page, "Texts", "strategies_texts")
     assert page.get_by_text("same as the full cache").count() >= 1
@@ -69,7 +69,7 @@ def test_batch_generation_page(app_url, page, tmp_path):
     page.goto(f"{app_url}/batch_generation")
     page.get_by_role("button", name="Run the batch").wait_for()
     idle(page)
-    press(page, "Run the batch", "requests in", "batch_over_time", settle=2.0)
+    press(page, "Run the batch", "requests in", "batch_over_time")
     open_tab(page, "Requests", "batch_requests")
     open_tab(page, "Results", "batch_results")
     assert page.get_by_role("button", name="Download the results (JSONL)").count() == 1

@@ -8,12 +8,14 @@ For each context length c, both engines produce the token at position c, with c 
 context: the cached engine prefills c - 1 tokens once and then runs only the newest token,
 reading the other c - 1 keys and values from its cache; the engine without a cache runs all
 c tokens through every layer again. The steps are timed in rounds, one each way at every length
-a round, so that a busy moment slows one step of several lengths rather than all of the first. The weights are random, so the text is nonsense, but the
+a round, each round starting at the next length, so that a busy moment slows one step of a few
+lengths rather than all of the first. The weights are random, so the text is nonsense, but the
 forward passes, the cache writes and the timings are the engine's own.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import random
@@ -296,11 +298,14 @@ def measure_decode_times(lm: LoadedModel, contexts: list[int], repeats: int = 3,
     context, with the cache (one new token) and without (all c tokens again), their spread, and the
     cache bytes.
 
-    The steps are timed in rounds, one step each way at every length a round. A busy moment (the
-    browser drawing the click, another program) then slows one step of a few lengths, which their
-    medians set aside, rather than every step of the first lengths. Each length keeps one engine with
+    The steps are timed in rounds, one step each way at every length a round, each round starting at
+    the next length. A busy moment (the browser drawing the bar as a round starts, another program)
+    then slows one step of a few lengths, which their medians set aside, rather than every step of
+    the first lengths. Each length keeps one engine with
     the cache across the rounds (a fresh one near the end of the context, where only one step fits);
     each step without the cache is a fresh engine's one pass over the whole context.
+
+    The timing runs on one thread fewer than torch's own (a_core_left_free).
 
     progress: optional callable(done, total, text), called before each round.
     into: the list that holds, after each round, every length's timing so far (a new one by default)."""
@@ -315,41 +320,56 @@ def measure_decode_times(lm: LoadedModel, contexts: list[int], repeats: int = 3,
     vocab_size = lm.model.get_output_embeddings().weight.shape[0]
     shape = cache_shape_of(lm)
     dtype_bytes = torch.empty((), dtype=lm.dtype).element_size()
-    if progress is not None:
-        progress(0, repeats, "Warming up: the first forward passes are not timed")
-    _warm_up(lm, vocab_size, rng, max(contexts))
-    prompts = {context: [rng.randrange(vocab_size) for _ in range(context + repeats)] for context in contexts}
-    cached_engines = {}  # context -> (its engine with the cache, decode steps taken, steps left in it)
-    cached_s, uncached_s = {c: [] for c in contexts}, {c: [] for c in contexts}
-    cache_bytes = dict.fromkeys(contexts, 0)
-    timings = into if into is not None else []
-    for done in range(repeats):
+    with a_core_left_free():
         if progress is not None:
-            progress(done, repeats, f"Round {done + 1} of {repeats}: one step each way at each of {len(contexts)} "
-                                    f"lengths, {contexts[0]:,} to {contexts[-1]:,} tokens")
-        for context in contexts:
-            cached, index, left = cached_engines.get(context, (None, 0, 0))
-            if not left:
-                # a step that fills the model's context ends the request and frees its blocks: stop
-                # before, and go on with a fresh engine; its prefill writes c - 1 tokens, not timed
-                left, index = min(repeats - done, lm.max_context - 1 - context), 0
-                cached = _one_request_engine(lm, prompts[context][:context - 1], left, use_cache=True)
-                cached.step()
-            # with the cache, the step after index decodes runs one token against context + index cached ones;
-            # without it, a fresh engine runs all context + index tokens in one pass
-            uncached = _one_request_engine(lm, prompts[context][:context + index], 0, use_cache=False)
-            decode, recompute = cached.step(), uncached.step()  # side by side: a busy moment slows both alike
-            assert decode.num_tokens_run == 1 and recompute.num_tokens_run == context + index
-            cached_engines[context] = (cached, index + 1, left - 1)
-            cache_bytes[context] = cache_bytes[context] or decode.memory.token_bytes  # c tokens: prompt and newest
-            cached_s[context].append(decode.forward_s)
-            uncached_s[context].append(recompute.forward_s)
-        timings[:] = [DecodeTiming(
-            context=c, cached_s=statistics.median(cached_s[c]), uncached_s=statistics.median(uncached_s[c]),
-            cache_bytes=cache_bytes[c], formula_bytes=kv_cache_bytes(shape, c, 1, dtype_bytes),
-            cached_spread_s=(min(cached_s[c]), max(cached_s[c])),
-            uncached_spread_s=(min(uncached_s[c]), max(uncached_s[c])), repeats=done + 1) for c in contexts]
+            progress(0, repeats, "Warming up: the first forward passes are not timed")
+        _warm_up(lm, vocab_size, rng, max(contexts))
+        prompts = {context: [rng.randrange(vocab_size) for _ in range(context + repeats)] for context in contexts}
+        cached_engines = {}  # context -> (its engine with the cache, decode steps taken, steps left in it)
+        cached_s, uncached_s = {c: [] for c in contexts}, {c: [] for c in contexts}
+        cache_bytes = dict.fromkeys(contexts, 0)
+        timings = into if into is not None else []
+        for done in range(repeats):
+            if progress is not None:
+                progress(done, repeats, f"Round {done + 1} of {repeats}: one step each way at each of "
+                                        f"{len(contexts)} lengths, {contexts[0]:,} to {contexts[-1]:,} tokens")
+            for context in contexts[done % len(contexts):] + contexts[:done % len(contexts)]:
+                cached, index, left = cached_engines.get(context, (None, 0, 0))
+                if not left:
+                    # a step that fills the model's context ends the request and frees its blocks: stop
+                    # before, and go on with a fresh engine; its prefill writes c - 1 tokens, not timed
+                    left, index = min(repeats - done, lm.max_context - 1 - context), 0
+                    cached = _one_request_engine(lm, prompts[context][:context - 1], left, use_cache=True)
+                    cached.step()
+                # with the cache, the step after `index` decodes runs one token against context + index
+                # cached ones; without it, a fresh engine runs all context + index tokens in one pass
+                uncached = _one_request_engine(lm, prompts[context][:context + index], 0, use_cache=False)
+                decode, recompute = cached.step(), uncached.step()  # side by side: a busy moment slows both alike
+                assert decode.num_tokens_run == 1 and recompute.num_tokens_run == context + index
+                cached_engines[context] = (cached, index + 1, left - 1)
+                cache_bytes[context] = cache_bytes[context] or decode.memory.token_bytes  # the prompt and newest
+                cached_s[context].append(decode.forward_s)
+                uncached_s[context].append(recompute.forward_s)
+            timings[:] = [DecodeTiming(
+                context=c, cached_s=statistics.median(cached_s[c]), uncached_s=statistics.median(uncached_s[c]),
+                cache_bytes=cache_bytes[c], formula_bytes=kv_cache_bytes(shape, c, 1, dtype_bytes),
+                cached_spread_s=(min(cached_s[c]), max(cached_s[c])),
+                uncached_spread_s=(min(uncached_s[c]), max(uncached_s[c])), repeats=done + 1) for c in contexts]
     return timings
+
+
+@contextlib.contextmanager
+def a_core_left_free():
+    """Time on one thread fewer than torch's own (one on a 2-core laptop): a decode step of a small
+    model lasts milliseconds, and when the browser drawing the page takes a core from one of the
+    threads, every step waits for it. On a 2-core machine, Measure in Chromium gave with-cache medians
+    of 4.1-11.0 ms across the lengths on two threads, 4.7-6.9 ms on one."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(max(1, threads - 1))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def _one_request_engine(lm: LoadedModel, prompt: list[int], num_decodes: int, use_cache: bool) -> Engine:
