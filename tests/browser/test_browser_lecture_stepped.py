@@ -1,8 +1,9 @@
 """The lecture taught step by step in a real browser (issue 23 Done when), the parts
 test_browser_lecture.py does not cover: Prefill and decode stepped with Next token to its last step
 (not opened from a link), the Paged fork tab stepped through, the Memory bill split over GPUs, and
-Cache strategies run at its defaults. On each screen no two numbers may contradict each other or
-the engine. One screenshot per end state goes to artifacts/screenshots/.
+Cache strategies run at its defaults with each of its tabs and the GQA conversion. On each screen no
+two numbers may contradict each other or the engine. One screenshot per end state goes to
+artifacts/screenshots/.
 """
 
 import re
@@ -223,3 +224,18 @@ def test_cache_strategies_at_its_defaults_agree_between_table_chart_and_bill(app
         print(f"Cache strategies at defaults: ran in {ran:.1f} s; bytes held (table = chart): {in_table}; "
               f"the bill tab's table: {in_bill}; its Measured {measured} = predicts {predicts}")
         screenshot(page, "lecture_cache_strategies_end")
+        # the run's other tabs draw without an exception, and GQA converts and measures
+        for tab, shot in (("Time", "strategies_time"), ("Texts", "strategies_texts"),
+                          ("Error and KL", "strategies_error")):
+            page.get_by_role("tab", name=tab, exact=True).click()
+            wait_idle(page)
+            no_exceptions(page)
+            screenshot(page, shot)
+            if tab == "Texts":  # static and paged compute what the full cache does
+                assert page.get_by_text("same as the full cache").count() >= 1
+        page.get_by_role("tab", name="GQA and MQA").click()
+        wait_idle(page)
+        press(page, "Convert and measure")
+        page.get_by_text("Cache per token, after").first.wait_for()
+        no_exceptions(page)
+        screenshot(page, "strategies_gqa")

@@ -1,4 +1,5 @@
-"""The "Cache strategies" and "Batch generation" pages in a real browser, with screenshots."""
+"""The "Batch generation" page in a real browser, with screenshots. (Cache strategies' run, each of its tabs
+and the GQA conversion are walked at the page's defaults in test_browser_lecture_stepped.py.)"""
 
 import shutil
 
@@ -40,29 +41,6 @@ def press(page, button, expect, shot):
     page.get_by_text(expect).first.wait_for()
     no_exceptions(page)
     screenshot(page, shot)
-
-
-def test_cache_strategies_page(app_url, page):
-    page.goto(f"{app_url}/cache_strategies")
-    page.get_by_role("button", name="Run every strategy").wait_for()
-    idle(page)
-    slider = page.locator("[data-testid='stSlider']").filter(has_text="Tokens to generate")
-    tokens = slider.get_by_role("slider")
-    tokens.focus()
-    tokens.press("Home")  # 2 tokens, then up to 12: a short run keeps the test quick
-    for _ in range(10):
-        tokens.press("ArrowRight")
-    idle(page)
-    assert slider.locator("[data-testid='stSliderThumbValue']").inner_text() == "12"
-    press(page, "Run every strategy", "Memory held after each step", "strategies_memory")
-    open_tab(page, "Time", "strategies_time")
-    open_tab(page, "Texts", "strategies_texts")
-    assert page.get_by_text("same as the full cache").count() >= 1
-    open_tab(page, "Error and KL", "strategies_error")
-    open_tab(page, "Measured vs formula", "strategies_bill")
-    page.get_by_role("tab", name="GQA and MQA").click()
-    idle(page)
-    press(page, "Convert and measure", "Cache per token, after", "strategies_gqa")
 
 
 def test_batch_generation_page(app_url, page, tmp_path):
