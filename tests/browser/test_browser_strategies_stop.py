@@ -41,7 +41,9 @@ def test_run_every_strategy_shows_progress_and_stop_keeps_what_was_measured(app_
         record_bars(page)
         page.get_by_role("button", name="Run every strategy").click()
         stop_button(page, "strategies_run_stop").wait_for(timeout=SLOW_S * 1000)
-        wait_for_bar(page, r"full cache's reference run, token \d+ of 40", timeout=SLOW_S, seen=True)
+        # the bar counts tokens from the first phase on (the reference run's 0.3 s of texts can reach a browser
+        # whose page is busy in one batch, which draws only the last: CI once saw none of them)
+        wait_for_bar(page, r"run, token \d+ of 40", timeout=SLOW_S, seen=True)
         stop_mid_run(page, app_url, "strategies_run_stop", r": (teacher-forced|free) run.*token \d+ of 40 · [2-5] of 7 "
                      r"strategies measured", r"Stopped after [2-6] of 7 strategies", "Run every strategy")
         said = next(t for t in page.locator("[data-testid='stAlert']").all_inner_texts() if "Stopped" in t)
