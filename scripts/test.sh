@@ -2,8 +2,8 @@
 # Install everything the tests need on a fresh machine, then run the tests.
 #   bash scripts/test.sh            the whole suite (extra arguments go to pytest)
 #   bash scripts/test.sh --quick    what needs no browser and no vLLM (markers browser, vllm; see pyproject.toml)
-# Both run two pytest-xdist workers, each taking whole files (--dist loadfile), the files with long tests
-# first (tests/conftest.py), each worker with its own app server and Chromium and torch on its share of the
+# Both run two pytest-xdist workers, each taking whole files (--dist loadfile; --quick the files with long tests
+# first, tests/conftest.py), each worker with its own app server and Chromium and torch on its share of the
 # cores (tests/conftest.py); `-n 0` after the command runs serially.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,4 +37,4 @@ fi
 if [ -z "${KVVIZ_VLLM_PYTHON:-}" ] && [ "${KVVIZ_SKIP_VLLM:-0}" != 1 ]; then
   bash scripts/setup_vllm.sh || echo "vLLM's environment could not be made; tests/vllm/ will be skipped"
 fi
-python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder "$@"
+python -m pytest -q -n 2 --dist loadfile "$@"  # xdist's own file order: the browser files then meet short ones
