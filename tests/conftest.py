@@ -45,9 +45,9 @@ def pytest_collection_modifyitems(items):
     the vllm marker, so `-m "not browser and not vllm"` (scripts/test.sh --quick) leaves them out;
     tests/vllm/'s refusals and cache arithmetic, which need no vLLM, stay in the quick tier.
 
-    Files with a long test (browser, vllm or slow) run first: under pytest-xdist (scripts/test.sh,
-    --dist loadfile --no-loadscope-reorder) the many short files then even out the two workers' ends,
-    where xdist's own order (most tests first) left a long single-test file running alone at the end."""
+    Files with a long test (browser, vllm or slow) come first: where xdist keeps that order (scripts/test.sh
+    --quick: --dist loadfile --no-loadscope-reorder), the many short files even out the two workers' ends;
+    xdist's own order (most tests first), which the whole suite keeps, leaves long single-test files last."""
     for item in items:
         folder = Path(item.fspath).parent.name
         if folder in ("browser", "rooms") or (folder == "vllm" and needs_vllm(item)):
