@@ -255,3 +255,21 @@ def test_the_lab_page_keeps_a_stopped_measurement_marked_as_stopped(tiny):
     assert not at.exception and not at.error and "lab_measuring" not in at.session_state
     assert not at.session_state["lab_result"].stopped
     assert not any("Stopped after" in w.value for w in at.warning)
+
+
+def test_overlapping_measurements_give_back_the_threads_they_found():
+    """Two sessions measuring at once, the first finishing while the second still measures: the
+    second keeps its core free, and the server ends on the threads it had, not one fewer."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        first, second = lab.a_core_left_free(), lab.a_core_left_free()
+        first.__enter__()
+        assert torch.get_num_threads() == 1
+        second.__enter__()
+        first.__exit__(None, None, None)
+        assert torch.get_num_threads() == 1
+        second.__exit__(None, None, None)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(threads)

@@ -20,6 +20,7 @@ import functools
 import os
 import random
 import statistics
+import threading
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -358,18 +359,38 @@ def measure_decode_times(lm: LoadedModel, contexts: list[int], repeats: int = 3,
     return timings
 
 
-@contextlib.contextmanager
-def a_core_left_free():
+class _CoreLeftFree:
     """Time on one thread fewer than torch's own (one on a 2-core laptop): a decode step of a small
     model lasts milliseconds, and when the browser drawing the page takes a core from one of the
     threads, every step waits for it. On a 2-core machine, Measure in Chromium gave with-cache medians
-    of 4.1-11.0 ms across the lengths on two threads, 4.7-6.9 ms on one."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(max(1, threads - 1))
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
+    of 4.1-11.0 ms across the lengths on two threads, 4.7-6.9 ms on one.
+
+    torch's thread count belongs to the whole process, and sessions measure from threads of their
+    own: the first measurement to start lowers it, the last to finish puts back what it found, so
+    two measurements that overlap never leave the server on fewer threads than it had."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._measuring = 0
+        self._threads_before = 0
+
+    @contextlib.contextmanager
+    def __call__(self):
+        with self._lock:
+            if self._measuring == 0:
+                self._threads_before = torch.get_num_threads()
+                torch.set_num_threads(max(1, self._threads_before - 1))
+            self._measuring += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._measuring -= 1
+                if self._measuring == 0:
+                    torch.set_num_threads(self._threads_before)
+
+
+a_core_left_free = _CoreLeftFree()
 
 
 def _one_request_engine(lm: LoadedModel, prompt: list[int], num_decodes: int, use_cache: bool) -> Engine:
