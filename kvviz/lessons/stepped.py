@@ -8,7 +8,9 @@ serve all three; a page keeps its layout and what only its lesson shows.
 
 from __future__ import annotations
 
+import threading
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -85,6 +87,22 @@ class Stepped:
         return self.keys.run_keys() | self.settings
 
 
+_STEPPING: dict[int, threading.Lock] = {}  # id(run) -> its lock, while the run lives
+_STEPPING_GUARD = threading.Lock()
+
+
+def stepping(run) -> threading.Lock:
+    """The lock a run is stepped under. Stop (or any click) during a long run starts the page's next
+    script run at once while the stopped one finishes the step it is in: without the lock the page drew
+    the step before it and the next Next token showed two steps more (issue 33)."""
+    with _STEPPING_GUARD:
+        lock = _STEPPING.get(id(run))
+        if lock is None:
+            lock = _STEPPING[id(run)] = threading.Lock()
+            weakref.finalize(run, _STEPPING.pop, id(run), None)
+    return lock
+
+
 # ---- callbacks -----------------------------------------------------------------------------------
 def current(lesson: Stepped):
     """This session's run, or None (also when the server freed it while the session was away)."""
@@ -119,26 +137,26 @@ def start(lesson: Stepped) -> None:
 
 
 def step(lesson: Stepped, count: int = 1) -> None:
-    """`count` steps (fewer when the run ends), the views on the newest; a first press starts a run."""
+    """`count` steps (fewer when the run ends), the views on the newest; a first press starts a run.
+
+    The session is read and written before the steps, so that a script run that Streamlit stops (at its
+    next touch of st.session_state) stops between steps with the views already on the newest."""
     state, keys = st.session_state, lesson.keys
     run = current(lesson)
     if run is None:
         start(lesson)
         return
-    moved = False
+    playing = keys.plays and state.get(keys.playing, False)
+    state[keys.stepped] = True  # the views show the newest step (step_in_view)
     try:
         for _ in range(count):
-            if not lesson.step(run):
-                break
-            moved = True
+            with stepping(run):
+                if not lesson.step(run):
+                    break
     except EngineError as error:  # NaN or infinite logits midway: the run keeps the steps it has
         state[keys.error] = str(error)
         state[keys.playing] = False
-        moved = moved or not keys.plays
-    if moved:
-        state[keys.view] = lesson.last(run)
-        state[keys.stepped] = True
-    if lesson.done(run):
+    if playing and lesson.done(run):
         state[keys.playing] = False
 
 
@@ -311,7 +329,8 @@ def step_in_view(lesson: Stepped, kind: RoomLesson, run, room, playing: bool = F
 
     Written back before the slider is drawn: the slider's maximum grows with every step, which gives
     it a new identity, and Streamlit would otherwise reset it to its first step."""
-    last = lesson.last(run)
+    with stepping(run):  # a stopped run of this page may be finishing its step
+        last = lesson.last(run)
     chosen = st.session_state.get(lesson.keys.view, last)
     shown = last if playing or st.session_state.pop(lesson.keys.stepped, False) else min(int(chosen), last)
     st.session_state[lesson.keys.view] = shown
