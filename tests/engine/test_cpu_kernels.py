@@ -153,7 +153,8 @@ def test_only_linears_and_gated_silu_mlps_are_switched():
 
 @needs_kernel
 @pytest.mark.parametrize("arch", ["llama", "gemma2"])
-def test_switched_modules_give_their_own_results_inside_the_engine(arch):
+@pytest.mark.parametrize("small_product_macs", [0, 40_000_000], ids=["oneDNN", "transposed"])
+def test_switched_modules_give_their_own_results_inside_the_engine(arch, small_product_macs, monkeypatch):
     from kvviz.engine.cpu import packed_layers
     from kvviz.engine.step_context import engine_step
 
@@ -161,6 +162,7 @@ def test_switched_modules_give_their_own_results_inside_the_engine(arch):
 
     if not torch.backends.mkldnn.is_available():
         pytest.skip("no oneDNN here")
+    monkeypatch.setattr(packed_layers, "SMALL_PRODUCT_MACS", small_product_macs)  # which copy multiplies
     model = tiny_model(arch)
     names = packed_layers.install(model)
     assert names
