@@ -24,6 +24,7 @@ pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / C
                                 reason="Debian's chromium is not installed (.ci/run installs it)")
 PAGED_STEPS = 8  # R4 arrives at step 8 and shares R1's prompt blocks: reference count 3
 SPEC_STEPS = 5  # pass 6 rejects every draft: four slots rolled back, one block back to the pool
+DRAWN_MS = 60_000  # steps the browser draws on its own: waited for, not timed (two browsers share a busy CI machine)
 
 
 def start_and_step(page, url, lesson, steps, presenter):
@@ -151,7 +152,7 @@ def test_a_replayed_paged_run_shows_a_preemption_as_blocks_given_back(app_url, t
         page.locator("[data-testid='kvviz-stage']").focus()
         for _ in range(preempted_at):
             page.keyboard.press("ArrowRight")
-        page.locator("[data-testid='stage-step']").get_by_text(f"Step {preempted_at} of").wait_for(timeout=5000)
+        page.locator("[data-testid='stage-step']").get_by_text(f"Step {preempted_at} of").wait_for(timeout=DRAWN_MS)
         assert sent == []  # stepping is the browser's own
         time.sleep(1.3)
         page.screenshot(path=str(SHOTS / "stage_paged_preemption_normal_1280x720.png"))
@@ -185,7 +186,7 @@ def test_the_fork_tabs_stage_splits_a_shared_block_at_copy_on_write(app_url):  #
         press(page, "Fork")
         stage = page.locator("[data-testid='kvviz-stage']").last
         stage.locator("[data-testid='stage-forward']").click()  # step 1, in the browser
-        stage.locator("[data-testid='stage-step']").get_by_text("Step 1 of").wait_for(timeout=5000)
+        stage.locator("[data-testid='stage-step']").get_by_text("Step 1 of").wait_for(timeout=DRAWN_MS)
         time.sleep(1.2)  # the copies split off the shared block
         page.screenshot(path=str(SHOTS / "stage_paged_fork_copy_on_write_normal_1280x720.png"))
         copied = stage.locator(".rentry.copied").evaluate_all(
@@ -244,7 +245,7 @@ def test_speculative_stage_fits_fills_and_empties_draft_slots_as_the_records_say
         # a step back in the browser, to pass 5, where the model accepted all four drafts
         stage.focus()
         page.keyboard.press("ArrowLeft")
-        page.locator("[data-testid='stage-step']").get_by_text(f"Pass {SPEC_STEPS} of").wait_for(timeout=5000)
+        page.locator("[data-testid='stage-step']").get_by_text(f"Pass {SPEC_STEPS} of").wait_for(timeout=DRAWN_MS)
         earlier = lesson.draft_steps()[SPEC_STEPS - 1]
         assert page.locator(".tslot.accepted").count() == earlier.num_accepted == 4
         assert page.locator(".tslot.rolled").count() == 0
