@@ -27,8 +27,10 @@ It has no per-row scales for the compiled kernel to read, so it takes the gather
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
+import numpy
 import torch
 
 from kvviz.shapes import ModelShape
@@ -101,12 +103,12 @@ class PagedKVCache:
         self.block_size = block_size
         self.groups = groups or [(list(range(shape.num_layers)), num_blocks)]
         # per group: (2, its layers, its blocks, block_size, kv_heads, head_dim); MLA: (1, ...)
-        self.storages = [torch.zeros(shape.num_parts, len(layers), blocks, block_size, shape.num_kv_heads,
-                                     shape.head_dim, dtype=shape.storage_dtype, device=device)
+        self.storages = [zeroed((shape.num_parts, len(layers), blocks, block_size, shape.num_kv_heads,
+                                 shape.head_dim), shape.storage_dtype, device)
                          for layers, blocks in self.groups]
         # an 8-bit cache's scales, per group: (2 or 1, its layers, its blocks, block_size, kv_heads); None for
         # "auto" and for a per-tensor scale
-        self.scale_storages = [torch.zeros(storage.shape[:-1], dtype=SCALE_DTYPE, device=device)
+        self.scale_storages = [zeroed(storage.shape[:-1], SCALE_DTYPE, device)
                                if shape.row_scales else None for storage in self.storages]
         self.row_scales = shape.row_scales  # read in every layer's write and gather
         self.storage = self.storages[0] if groups is None else None  # the one tensor of one group
@@ -244,6 +246,17 @@ def quantize(rows: torch.Tensor, kv_cache_dtype: str) -> tuple[torch.Tensor, tor
 def dequantize(codes: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """codes (..., head_dim), scale (...) -> values (..., head_dim) in `dtype`: code x scale."""
     return (codes.float() * scale[..., None]).to(dtype)
+
+
+def zeroed(size: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A tensor of zeros. On the CPU its memory comes from calloc (through numpy), whose large blocks
+    are pages the system hands out already zero when first written: a pool of 9 GiB is ready at once
+    and holds memory only where blocks are used, where torch.zeros would write all 9 GiB first
+    (2 s on this 2-core machine)."""
+    if torch.device(device).type != "cpu":
+        return torch.zeros(size, dtype=dtype, device=device)
+    nbytes = math.prod(size) * torch.empty((), dtype=dtype).element_size()
+    return torch.from_numpy(numpy.zeros(nbytes, dtype=numpy.uint8)).view(dtype).view(size)
 
 
 def slots_for(block_table: list[int], start: int, end: int, block_size: int) -> list[int]:
