@@ -136,7 +136,7 @@ def test_kernel_can_be_turned_off_and_says_why(monkeypatch):
 
 
 @needs_kernel
-def test_only_linears_and_gated_silu_mlps_are_switched():
+def test_only_linears_gated_silu_mlps_and_rms_norms_are_switched():
     from kvviz.engine.cpu import packed_layers
 
     from tiny_models import tiny_model
@@ -145,10 +145,12 @@ def test_only_linears_and_gated_silu_mlps_are_switched():
         pytest.skip("no oneDNN here")
     switched = {arch: packed_layers.install(tiny_model(arch)) for arch in ("llama", "gemma2", "gpt2")}
     assert "model.layers.0.mlp" in switched["llama"] and "lm_head" in switched["llama"]
-    assert "model.norm" not in switched["llama"]  # norms keep their own forward
+    assert "model.norm" in switched["llama"] and "model.layers.0.input_layernorm" in switched["llama"]
+    assert not any("norm" in name for name in switched["gemma2"])  # Gemma scales by (1 + weight)
     assert "model.layers.0.mlp.down_proj" in switched["gemma2"]
     assert not any(name.endswith("mlp") for name in switched["gemma2"])  # GELU, not SiLU
     assert "lm_head" in switched["gpt2"] and not any("attn" in name for name in switched["gpt2"])  # Conv1D stays
+    assert not any(name.endswith(("ln_1", "ln_f")) for name in switched["gpt2"])  # LayerNorm stays
 
 
 @needs_kernel
@@ -169,8 +171,9 @@ def test_switched_modules_give_their_own_results_inside_the_engine(arch, small_p
     with engine_step():
         for name in names:
             module = model.get_submodule(name)
-            width = module.in_features if hasattr(module, "in_features") else module.gate_proj.in_features
-            x = torch.randn(1, 5, width)
+            width = (module.in_features if hasattr(module, "in_features") else module.gate_proj.in_features
+                     if hasattr(module, "gate_proj") else module.weight.shape[0])  # a linear, an MLP, a norm
+            x = torch.randn(1, 5, width) * 4
             with torch.inference_mode():
                 packed = module(x)
                 own = type(module).forward(module, x)
@@ -183,6 +186,19 @@ def test_silu_and_mul_is_the_gated_activation_in_the_plain_layout():
     gate_up = torch.randn(2, 5, 2 * 33) * 6  # (..., 2I): gate then up in each row
     expected = torch.nn.functional.silu(gate_up[..., :33]) * gate_up[..., 33:]
     torch.testing.assert_close(kernel.silu_and_mul(gate_up), expected, rtol=1e-5, atol=1e-6)
+
+
+@needs_kernel
+def test_rms_norm_is_llamas_on_rows_of_any_size():
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    norm = LlamaRMSNorm(96, eps=1e-6)
+    torch.nn.init.normal_(norm.weight)
+    for rows in (1, 3, 1000):  # 1000 x 96 is split over the threads
+        x = torch.randn(rows, 96) * 30
+        with torch.inference_mode():
+            torch.testing.assert_close(kernel.rms_norm(x, norm.weight.detach(), 1e-6), norm(x), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(kernel.rms_norm(torch.zeros(2, 96), norm.weight.detach(), 1e-6), torch.zeros(2, 96))
 
 
 def test_linears_are_packed_where_they_fit_and_a_copied_model_packs_again(monkeypatch):

@@ -1,11 +1,12 @@
-"""kvviz's compiled CPU kernels: paged attention (paged_attention.c) and the gated activation of
-a packed MLP (layer_ops.c). Built once with the system's C compiler, loaded with ctypes.
+"""kvviz's compiled CPU kernels: paged attention (paged_attention.c), and the gated activation of
+a packed MLP and RMSNorm (layer_ops.c). Built once with the system's C compiler, loaded with ctypes.
 
     kernels = load()                 # None where they cannot be built (why_not() says why)
     kernels(query, key_cache, value_cache, out, metadata, window, scaling, softcap)  # attention
     kernels(query, key_codes, value_codes, out, metadata, window, scaling, softcap,
             scales=(key_scales, value_scales))  # attention over an 8-bit cache (int8 or fp8 codes)
     kernels.silu_and_mul(gate_up)    # (..., 2I) -> (..., I)
+    kernels.rms_norm(x, weight, eps) # (..., n) -> (..., n)
 
 Why a kernel: read in place, a request's keys and values go from the cache's blocks straight
 into the dot products. The PyTorch path must first gather every request's blocks into a padded
@@ -68,6 +69,7 @@ class CpuKernels:
                              c_float, c_float, c_int)
         self.fp8_e4m3_values_function = bind("kvviz_fp8_e4m3_values", c_ptr)
         self.silu_and_mul_function = bind("kvviz_silu_and_mul", c_ptr, c_ptr, c_long, c_long, c_int)
+        self.rms_norm_function = bind("kvviz_rms_norm", c_ptr, c_ptr, c_ptr, c_long, c_long, c_float, c_int)
 
     def silu_and_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
         """gate_up: (..., 2I), each row the gate then the up projection -> silu(gate) * up: (..., I)."""
@@ -76,6 +78,15 @@ class CpuKernels:
         out = gate_up.new_empty(*gate_up.shape[:-1], inter)
         self.silu_and_mul_function(gate_up.data_ptr(), out.data_ptr(), gate_up.numel() // (2 * inter), inter,
                                    torch.get_num_threads())
+        return out
+
+    def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        """x: (..., n) float32, weight: (n,) -> weight * x / sqrt(mean(x^2) + eps) per row: (..., n)."""
+        assert x.dtype == weight.dtype == torch.float32 and weight.is_contiguous() and x.shape[-1:] == weight.shape
+        x = x.contiguous()
+        out = torch.empty_like(x)
+        self.rms_norm_function(x.data_ptr(), weight.data_ptr(), out.data_ptr(), x.numel() // weight.numel(),
+                               weight.numel(), eps, torch.get_num_threads())
         return out
 
     def fp8_e4m3_values(self) -> torch.Tensor:
