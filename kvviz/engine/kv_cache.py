@@ -255,7 +255,7 @@ def zeroed(size: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> t
     default pool of 9.5 GiB took 7.4 s and all of its memory on the bench's 2-core machine."""
     if torch.device(device).type != "cpu":
         return torch.zeros(size, dtype=dtype, device=device)
-    nbytes = math.prod(size) * torch.empty((), dtype=dtype).element_size()
+    nbytes = math.prod(size) * dtype.itemsize
     return torch.from_numpy(numpy.zeros(nbytes, dtype=numpy.uint8)).view(dtype).view(size)
 
 

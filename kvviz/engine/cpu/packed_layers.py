@@ -42,7 +42,7 @@ from kvviz.engine.cache_setup import available_memory_bytes
 from kvviz.engine.cpu import kernels as cpu_kernels
 from kvviz.engine.step_context import in_engine_step
 
-CHECK_ROWS = 3  # rows of the random input each gated MLP is checked on
+CHECK_ROWS = 3  # rows of the random input each gated MLP and norm is checked on
 PACK_MEMORY_FRACTION = 0.25  # the copies of the linear weights may take this much of free memory
 SMALL_PRODUCT_MACS = 40_000_000  # rows x out x in up to this: W^T (MKL); past it oneDNN's packed W
 
@@ -160,15 +160,8 @@ def _is_rms_norm(module) -> bool:
     if getattr(vars(module).get("forward"), "__func__", None) is fused_rms_norm:
         return True  # checked when it was switched
     kernels = cpu_kernels.load()
-    if kernels is None:
-        return False
-    x = torch.randn(CHECK_ROWS, weight.shape[0], generator=torch.Generator().manual_seed(0))
-    try:
-        expected = type(module).forward(module, x)
-    except Exception:  # not a module that takes one tensor
-        return False
-    return (isinstance(expected, torch.Tensor) and expected.shape == x.shape
-            and torch.allclose(kernels.rms_norm(x, weight.detach(), eps), expected, rtol=1e-5, atol=1e-6))
+    return kernels is not None and _agrees_with_own_forward(
+        module, weight.shape[0], lambda x: kernels.rms_norm(x, weight.detach(), eps), rtol=1e-5, atol=1e-6)
 
 
 def _is_gated_silu_mlp(module) -> bool:
@@ -182,12 +175,19 @@ def _is_gated_silu_mlp(module) -> bool:
     kernels = cpu_kernels.load()
     if kernels is None or parts[0].weight.shape != parts[1].weight.shape:
         return False
-    x = torch.randn(CHECK_ROWS, parts[0].in_features, generator=torch.Generator().manual_seed(0))
+    gate_up_weight = torch.cat([parts[0].weight, parts[1].weight])  # (2I, hidden)
+    return _agrees_with_own_forward(
+        module, parts[0].in_features,
+        lambda x: F.linear(kernels.silu_and_mul(F.linear(x, gate_up_weight)), parts[2].weight), rtol=1e-4, atol=1e-5)
+
+
+def _agrees_with_own_forward(module, width: int, ours, rtol: float, atol: float) -> bool:
+    """Whether ours(x) gives what the module's own forward gives on a random input x (CHECK_ROWS, width)."""
+    x = torch.randn(CHECK_ROWS, width, generator=torch.Generator().manual_seed(0))
     try:
         expected = type(module).forward(module, x)
     except Exception:  # not a module that takes one tensor
         return False
-    gate_up = F.linear(x, torch.cat([parts[0].weight, parts[1].weight]))  # (rows, 2I)
-    ours = F.linear(kernels.silu_and_mul(gate_up), parts[2].weight)
-    return (isinstance(expected, torch.Tensor) and expected.shape == ours.shape
-            and torch.allclose(ours, expected, rtol=1e-4, atol=1e-5))
+    result = ours(x)
+    return (isinstance(expected, torch.Tensor) and expected.shape == result.shape
+            and torch.allclose(result, expected, rtol=rtol, atol=atol))
