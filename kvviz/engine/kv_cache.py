@@ -28,9 +28,9 @@ It has no per-row scales for the compiled kernel to read, so it takes the gather
 from __future__ import annotations
 
 import math
+import mmap
 from dataclasses import dataclass
 
-import numpy
 import torch
 
 from kvviz.shapes import ModelShape
@@ -249,14 +249,21 @@ def dequantize(codes: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> 
 
 
 def zeroed(size: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """A tensor of zeros. On the CPU its memory comes from calloc (through numpy): a large block is
-    pages the system hands out already zero when each is first written, so a pool is ready at once
-    and holds memory only where blocks are used. torch.zeros writes the whole pool first: SmolLM2's
-    default pool of 9.5 GiB took 7.4 s and all of its memory on the bench's 2-core machine."""
+    """A tensor of zeros. On the CPU its memory is an anonymous mapping (mmap): pages the system hands
+    out already zero when each is first written, so a pool is ready at once and holds memory only where
+    blocks are used. torch.zeros writes the whole pool first: SmolLM2's default pool of 9.5 GiB took
+    7.4 s and all of its memory on the bench's 2-core machine. The mapping asks for small pages
+    (MADV_NOHUGEPAGE): where a first write may be given a 2 MiB page, the system can stop to compact
+    memory for it, and on that machine such a write took up to 90 ms where 4 KiB pages took 1 us each
+    (numpy's calloc asks for huge pages)."""
     if torch.device(device).type != "cpu":
         return torch.zeros(size, dtype=dtype, device=device)
-    nbytes = math.prod(size) * dtype.itemsize
-    return torch.from_numpy(numpy.zeros(nbytes, dtype=numpy.uint8)).view(dtype).view(size)
+    nbytes = max(1, math.prod(size) * dtype.itemsize)
+    private = {"flags": mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS} if hasattr(mmap, "MAP_PRIVATE") else {}
+    memory = mmap.mmap(-1, nbytes, **private)  # private: a page only read stays the system's one zero page
+    if hasattr(mmap, "MADV_NOHUGEPAGE"):  # Linux
+        memory.madvise(mmap.MADV_NOHUGEPAGE)
+    return torch.frombuffer(memory, dtype=torch.uint8)[:math.prod(size) * dtype.itemsize].view(dtype).view(size)
 
 
 def slots_for(block_table: list[int], start: int, end: int, block_size: int) -> list[int]:

@@ -8,6 +8,8 @@ from numbers import Integral, Real
 
 import torch
 
+from kvviz.engine.cpu import kernels as cpu_kernels
+
 # far below this, logits / temperature overflow float32; 0 means greedy (vLLM cuts at 1e-5 too)
 MIN_TEMPERATURE = 1e-5
 MAX_SEED = 2**63 - 1  # a torch.Generator takes a 64-bit seed; kvviz keeps to the signed half
@@ -85,9 +87,11 @@ def sample(logits: torch.Tensor, params: list[SamplingParams],
     """Pick one token per row.
 
     logits: (R, V), one row per request that samples this step.
-    Greedy rows share one argmax; the others are sampled row by row with their own generator.
+    Greedy rows share one argmax (compiled on the CPU in float32: PyTorch's takes about ten times
+    its max there); the others are sampled row by row with their own generator.
     """
-    tokens = logits.argmax(dim=-1).tolist()  # (R,)
+    kernels = cpu_kernels.load() if logits.device.type == "cpu" and logits.dtype == torch.float32 else None
+    tokens = (kernels.argmax(logits) if kernels is not None else logits.argmax(dim=-1)).tolist()  # (R,)
     for row, (param, generator) in enumerate(zip(params, generators)):
         if param.temperature == 0:
             continue

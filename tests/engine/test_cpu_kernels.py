@@ -136,7 +136,7 @@ def test_kernel_can_be_turned_off_and_says_why(monkeypatch):
 
 
 @needs_kernel
-def test_only_linears_gated_silu_mlps_and_rms_norms_are_switched():
+def test_only_linears_gated_silu_mlps_rotary_attentions_and_rms_norms_are_switched():
     from kvviz.engine.cpu import packed_layers
 
     from tiny_models import tiny_model
@@ -146,6 +146,9 @@ def test_only_linears_gated_silu_mlps_and_rms_norms_are_switched():
     switched = {arch: packed_layers.install(tiny_model(arch)) for arch in ("llama", "gemma2", "gpt2")}
     assert "model.layers.0.mlp" in switched["llama"] and "lm_head" in switched["llama"]
     assert "model.norm" in switched["llama"] and "model.layers.0.input_layernorm" in switched["llama"]
+    assert "model.layers.0.self_attn" in switched["llama"] and "model.layers.0.self_attn.o_proj" in switched["llama"]
+    assert not any(name.endswith(("q_proj", "gate_proj")) for name in switched["llama"])  # their packed copies multiply
+    assert not any(name.endswith("self_attn") for name in switched["gemma2"])  # a sliding window, a softcap
     assert not any("norm" in name for name in switched["gemma2"])  # Gemma scales by (1 + weight)
     assert "model.layers.0.mlp.down_proj" in switched["gemma2"]
     assert not any(name.endswith("mlp") for name in switched["gemma2"])  # GELU, not SiLU
@@ -171,12 +174,18 @@ def test_switched_modules_give_their_own_results_inside_the_engine(arch, small_p
     with engine_step():
         for name in names:
             module = model.get_submodule(name)
-            width = (module.in_features if hasattr(module, "in_features") else module.gate_proj.in_features
-                     if hasattr(module, "gate_proj") else module.weight.shape[0])  # a linear, an MLP, a norm
-            x = torch.randn(1, 5, width) * 4
             with torch.inference_mode():
-                packed = module(x)
-                own = type(module).forward(module, x)
+                if hasattr(module, "q_proj"):  # an attention: rotated by the model's own rotary embedding
+                    x = torch.randn(1, 5, module.q_proj.in_features) * 4
+                    rotation = model.model.rotary_emb(x, torch.arange(40, 45)[None])
+                    packed = module(x, position_embeddings=rotation)[0]
+                    own = type(module).forward(module, x, position_embeddings=rotation)[0]
+                else:
+                    width = (module.in_features if hasattr(module, "in_features") else module.gate_proj.in_features
+                             if hasattr(module, "gate_proj") else module.weight.shape[0])  # a linear, an MLP, a norm
+                    x = torch.randn(1, 5, width) * 4
+                    packed = module(x)
+                    own = type(module).forward(module, x)
             torch.testing.assert_close(packed, own, rtol=1e-4, atol=1e-5)
             assert module.forward.__func__.__module__ == "kvviz.engine.cpu.packed_layers"
 
@@ -199,6 +208,39 @@ def test_rms_norm_is_llamas_on_rows_of_any_size():
         with torch.inference_mode():
             torch.testing.assert_close(kernel.rms_norm(x, norm.weight.detach(), 1e-6), norm(x), rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(kernel.rms_norm(torch.zeros(2, 96), norm.weight.detach(), 1e-6), torch.zeros(2, 96))
+
+
+@needs_kernel
+def test_rotary_is_transformers_rotation_to_the_last_bit_and_leaves_the_values_alone():
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    rows, heads, kv_heads, head_dim = 7, 9, 3, 64
+    qkv = torch.randn(rows, (heads + 2 * kv_heads) * head_dim) * 3  # one packed product's rows
+    angles = torch.randn(1, rows, head_dim // 2) * 5
+    cos, sin = torch.cat([angles, angles], -1).cos(), torch.cat([angles, angles], -1).sin()
+    q = qkv[:, :heads * head_dim].view(1, rows, heads, head_dim).transpose(1, 2)
+    k = qkv[:, heads * head_dim:(heads + kv_heads) * head_dim].view(1, rows, kv_heads, head_dim).transpose(1, 2)
+    expected_q, expected_k = apply_rotary_pos_emb(q, k, cos, sin)
+    rotated = qkv.clone()
+    kernel.rotary_(rotated, heads + kv_heads, head_dim, cos, sin)
+    assert torch.equal(rotated[:, :heads * head_dim], expected_q.transpose(1, 2).reshape(rows, -1))
+    assert torch.equal(rotated[:, heads * head_dim:(heads + kv_heads) * head_dim],
+                       expected_k.transpose(1, 2).reshape(rows, -1))
+    assert torch.equal(rotated[:, (heads + kv_heads) * head_dim:], qkv[:, (heads + kv_heads) * head_dim:])
+
+
+@needs_kernel
+def test_argmax_is_torchs_on_ties_nan_and_infinities():
+    logits = torch.randn(9, 5000)
+    logits[1, 70] = logits[1, 4000] = 50.0  # a tie: the first
+    logits[2, 3000] = logits[2, 10] = float("nan")  # NaN wins, the first one
+    logits[3] = float("-inf")
+    logits[4, ::7] = float("inf")
+    logits[5] = 0.0
+    logits[6, 4999] = 99.0  # the last value
+    logits[7, 0] = float("nan")
+    assert kernel.argmax(logits).tolist() == logits.argmax(-1).tolist()
+    assert kernel.argmax(torch.empty(0, 5)).tolist() == []
 
 
 def test_linears_are_packed_where_they_fit_and_a_copied_model_packs_again(monkeypatch):

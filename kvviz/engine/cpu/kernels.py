@@ -1,5 +1,5 @@
 """kvviz's compiled CPU kernels: paged attention (paged_attention.c), and the gated activation of
-a packed MLP and RMSNorm (layer_ops.c). Built once with the system's C compiler, loaded with ctypes.
+a packed MLP, RMSNorm, rotary embeddings and the greedy pick (layer_ops.c). Built once with the system's C compiler, loaded with ctypes.
 
     kernels = load()                 # None where they cannot be built (why_not() says why)
     kernels(query, key_cache, value_cache, out, metadata, window, scaling, softcap)  # attention
@@ -7,6 +7,8 @@ a packed MLP and RMSNorm (layer_ops.c). Built once with the system's C compiler,
             scales=(key_scales, value_scales))  # attention over an 8-bit cache (int8 or fp8 codes)
     kernels.silu_and_mul(gate_up)    # (..., 2I) -> (..., I)
     kernels.rms_norm(x, weight, eps) # (..., n) -> (..., n)
+    kernels.rotary_(qkv, heads, head_dim, cos, sin)  # the first `heads` heads of each row, in place
+    kernels.argmax(logits)           # (rows, n) -> (rows,)
 
 Why a kernel: read in place, a request's keys and values go from the cache's blocks straight
 into the dot products. The PyTorch path must first gather every request's blocks into a padded
@@ -70,6 +72,8 @@ class CpuKernels:
         self.fp8_e4m3_values_function = bind("kvviz_fp8_e4m3_values", c_ptr)
         self.silu_and_mul_function = bind("kvviz_silu_and_mul", c_ptr, c_ptr, c_long, c_long, c_int)
         self.rms_norm_function = bind("kvviz_rms_norm", c_ptr, c_ptr, c_ptr, c_long, c_long, c_float, c_int)
+        self.rotary_function = bind("kvviz_rotary", c_ptr, c_long, c_long, c_long, c_long, c_ptr, c_ptr, c_int)
+        self.argmax_rows_function = bind("kvviz_argmax_rows", c_ptr, c_long, c_long, c_ptr, c_int)
 
     def silu_and_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
         """gate_up: (..., 2I), each row the gate then the up projection -> silu(gate) * up: (..., I)."""
@@ -87,6 +91,25 @@ class CpuKernels:
         out = torch.empty_like(x)
         self.rms_norm_function(x.data_ptr(), weight.data_ptr(), out.data_ptr(), x.numel() // weight.numel(),
                                weight.numel(), eps, torch.get_num_threads())
+        return out
+
+    def rotary_(self, x: torch.Tensor, heads: int, head_dim: int, cos: torch.Tensor, sin: torch.Tensor) -> None:
+        """Rotate in place the first `heads` heads of each row of x (rows, width) float32, heads of head_dim
+        side by side, as transformers' apply_rotary_pos_emb does: x * cos + rotate_half(x) * sin, the same
+        to the last bit. cos, sin: (rows, head_dim), one row per row of x."""
+        assert x.dtype == cos.dtype == sin.dtype == torch.float32 and x.dim() == 2 and x.stride(1) == 1
+        assert heads * head_dim <= x.shape[1] and head_dim % 2 == 0
+        cos, sin = cos.reshape(x.shape[0], head_dim).contiguous(), sin.reshape(x.shape[0], head_dim).contiguous()
+        self.rotary_function(x.data_ptr(), x.shape[0], x.stride(0), heads, head_dim, cos.data_ptr(), sin.data_ptr(),
+                             torch.get_num_threads())
+
+    def argmax(self, x: torch.Tensor) -> torch.Tensor:
+        """x: (rows, n) float32 -> (rows,) int64: each row's first index of its largest value (of its first
+        NaN, where it holds one), as x.argmax(-1) gives."""
+        assert x.dtype == torch.float32 and x.dim() == 2
+        x = x.contiguous()
+        out = torch.empty(x.shape[0], dtype=torch.int64)
+        self.argmax_rows_function(x.data_ptr(), x.shape[0], x.shape[1], out.data_ptr(), torch.get_num_threads())
         return out
 
     def fp8_e4m3_values(self) -> torch.Tensor:

@@ -8,11 +8,15 @@ small product (rows x out x in up to SMALL_PRODUCT_MACS) takes W^T, a large one 
 oneDNN spends about 20 us setting up each call, which a one-token step of a 576-wide layer
 pays 30 times a layer. A gated MLP (Llama, Qwen, Mistral, OLMo) packs its gate and up projections
 as one weight, so both come out of one product, and applies silu(gate) * up in one compiled pass
-(layer_ops.c):
+(layer_ops.c); an attention with rotary embeddings (Llama, Qwen2) packs q, k and v the same way and
+rotates its query and key heads in one compiled pass, in place (seven PyTorch ops a layer before):
 
-    linear(x)  ->  x @ W^T + b                                       on W^T or the packed W
-    mlp(x)     ->  down_proj(silu_and_mul(x @ [W_gate; W_up]^T))     on the two copies of [W_gate; W_up]
-    norm(x)    ->  rms_norm(x, weight, eps)                          one pass instead of six ops
+    linear(x)     ->  x @ W^T + b                                       on W^T or the packed W
+    mlp(x)        ->  down_proj(silu_and_mul(x @ [W_gate; W_up]^T))     on the two copies of [W_gate; W_up]
+    attention(x)  ->  o_proj(attend(rotary(x @ [W_q; W_k; W_v]^T)))    attend: the model's attention function
+    norm(x)       ->  rms_norm(x, weight, eps)                          one pass instead of six ops
+
+Linears whose packed product replaced theirs (gate, up, q, k, v) get no copies of their own.
 
 An RMSNorm (a module with a float32 `weight` and a `variance_epsilon`, as transformers' Llama,
 Qwen, Mistral and others write it) is switched only where the kernel gives what its own forward
@@ -39,6 +43,9 @@ import torch
 import torch.nn.functional as F
 
 from kvviz.engine.cache_setup import available_memory_bytes
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers.models.llama.modeling_llama import eager_attention_forward
+
 from kvviz.engine.cpu import kernels as cpu_kernels
 from kvviz.engine.step_context import in_engine_step
 
@@ -75,9 +82,9 @@ class Packed:
 
 
 def install(model: torch.nn.Module) -> list[str]:
-    """Pack the model's float32 linears and gated MLPs where the copies fit, and switch them;
-    returns the switched modules' names (none when the model is not on the CPU, or when
-    model.kvviz_why_not_packed says why). Idempotent, and packs again after a deepcopy."""
+    """Pack the model's float32 linears, gated MLPs and attention projections where the copies fit, and
+    switch them and its RMSNorms; returns the switched modules' names (none when the model is not on the
+    CPU, or when model.kvviz_why_not_packed says why). Idempotent, and packs again after a deepcopy."""
     if next(model.parameters()).device.type != "cpu":
         return []
     linears = {name: m for name, m in model.named_modules()
@@ -87,11 +94,6 @@ def install(model: torch.nn.Module) -> list[str]:
         return []
     try:
         with torch.inference_mode():
-            for module in linears.values():
-                if getattr(module, "kvviz_packed", None) is None:
-                    module.kvviz_packed = Packed.of(module.weight)
-                if "forward" not in vars(module):
-                    module.forward = types.MethodType(packed_linear, module)
             mlps = {name: m for name, m in model.named_modules() if _is_gated_silu_mlp(m)}
             for module in mlps.values():
                 if getattr(module, "kvviz_gate_up_packed", None) is None:
@@ -99,18 +101,34 @@ def install(model: torch.nn.Module) -> list[str]:
                                                                        module.up_proj.weight]))
                 if "forward" not in vars(module):
                     module.forward = types.MethodType(packed_gated_mlp, module)
+            attentions = {name: m for name, m in model.named_modules() if _is_rotary_attention(m)}
+            for module in attentions.values():
+                if getattr(module, "kvviz_qkv_packed", None) is None:
+                    parts = [module.q_proj, module.k_proj, module.v_proj]
+                    module.kvviz_qkv_packed = Packed.of(torch.cat([p.weight for p in parts]))
+                    module.kvviz_qkv_bias = None if parts[0].bias is None else torch.cat([p.bias for p in parts])
+                if "forward" not in vars(module):
+                    module.forward = types.MethodType(packed_attention, module)
+            replaced = {f"{name}.{part}" for name in mlps for part in ("gate_proj", "up_proj")}
+            replaced |= {f"{name}.{part}" for name in attentions for part in ("q_proj", "k_proj", "v_proj")}
+            linears = {name: m for name, m in linears.items() if name not in replaced}  # only the packed copy multiplies
+            for module in linears.values():
+                if getattr(module, "kvviz_packed", None) is None:
+                    module.kvviz_packed = Packed.of(module.weight)
+                if "forward" not in vars(module):
+                    module.forward = types.MethodType(packed_linear, module)
             norms = {name: m for name, m in model.named_modules() if _is_rms_norm(m)}
             for module in norms.values():
                 if "forward" not in vars(module):
                     module.forward = types.MethodType(fused_rms_norm, module)
     except (RuntimeError, AttributeError) as error:  # an op this build lacks
         for module in model.modules():
-            for name in ("kvviz_packed", "kvviz_gate_up_packed"):
+            for name in ("kvviz_packed", "kvviz_gate_up_packed", "kvviz_qkv_packed"):
                 if hasattr(module, name):
                     setattr(module, name, None)  # the switched forwards then run the plain product
         model.kvviz_why_not_packed = f"oneDNN could not pack the linear weights ({error}); linear layers keep MKL's product."
         return []
-    return sorted(linears) + sorted(mlps) + sorted(norms)
+    return sorted(linears) + sorted(mlps) + sorted(attentions) + sorted(norms)
 
 
 def why_not_packed(linears) -> str | None:
@@ -142,6 +160,44 @@ def packed_gated_mlp(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
     return module.down_proj(cpu_kernels.load().silu_and_mul(gate_up))  # (..., hidden)
 
 
+def packed_attention(module: torch.nn.Module, hidden_states: torch.Tensor,
+                     position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
+                     attention_mask: torch.Tensor | None = None, **kwargs):
+    """hidden_states: (B, T, hidden) -> ((B, T, hidden), attention weights or None): inside the engine's steps
+    q, k and v come out of one packed product and the query and key heads are rotated in one compiled pass;
+    elsewhere, or with a cache of transformers' own, the module's own forward."""
+    packed = module.kvviz_qkv_packed
+    if packed is None or not in_engine_step() or kwargs.get("cache") is not None \
+            or kwargs.get("past_key_values") is not None:
+        return type(module).forward(module, hidden_states, position_embeddings=position_embeddings,
+                                    attention_mask=attention_mask, **kwargs)
+    kwargs.pop("cache", None)
+    kwargs.pop("past_key_values", None)  # None: the engine keeps the cache
+    return _attention_on_packed_qkv(module, packed, hidden_states, position_embeddings, attention_mask, **kwargs)
+
+
+def _attention_on_packed_qkv(module, packed: Packed, hidden_states, position_embeddings, attention_mask, **kwargs):
+    """What LlamaAttention.forward computes, with q, k, v from one product and the rotation compiled."""
+    heads, kv_heads, head_dim = _attention_heads(module)
+    *leading, hidden = hidden_states.shape  # (B, T)
+    qkv = packed.product(hidden_states.reshape(-1, hidden), module.kvviz_qkv_bias)  # (B*T, (H + 2 KVH) D)
+    cos, sin = position_embeddings  # (B, T, D) each
+    cpu_kernels.load().rotary_(qkv, heads + kv_heads, head_dim, cos, sin)  # the query and key heads, in place
+    query, key, value = qkv.view(*leading, heads + 2 * kv_heads, head_dim).transpose(1, 2).split(
+        [heads, kv_heads, kv_heads], dim=1)  # (B, H, T, D), (B, KVH, T, D), (B, KVH, T, D)
+    interface = ALL_ATTENTION_FUNCTIONS.get_interface(module.config._attn_implementation, eager_attention_forward)
+    out, weights = interface(module, query, key, value, attention_mask,
+                             dropout=0.0 if not module.training else module.attention_dropout,
+                             scaling=module.scaling, **kwargs)  # (B, T, H, D)
+    return module.o_proj(out.reshape(*leading, -1).contiguous()), weights
+
+
+def _attention_heads(module) -> tuple[int, int, int]:
+    """(query heads, KV heads, head size) of an attention module with q_proj, k_proj and v_proj."""
+    head_dim = module.head_dim
+    return module.q_proj.out_features // head_dim, module.k_proj.out_features // head_dim, head_dim
+
+
 def fused_rms_norm(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
     """x: (..., hidden) -> (..., hidden): the compiled RMSNorm inside the engine's float32 steps;
     elsewhere the module's own forward."""
@@ -162,6 +218,47 @@ def _is_rms_norm(module) -> bool:
     kernels = cpu_kernels.load()
     return kernels is not None and _agrees_with_own_forward(
         module, weight.shape[0], lambda x: kernels.rms_norm(x, weight.detach(), eps), rtol=1e-5, atol=1e-6)
+
+
+def _is_rotary_attention(module) -> bool:
+    """q_proj, k_proj, v_proj and o_proj plain float32 linears (the first three all with a bias or all
+    without), computing o_proj(attention(rotary(q), rotary(k), v)) as LlamaAttention does: checked on a
+    random input, rotated by random angles, against the module's own forward, whose attention is then
+    transformers' SDPA (outside the engine's steps kvviz's attention name runs SDPA). A model with a
+    sliding window keeps its own (its forward may hand the window to attention from its config); so does
+    one whose rotation covers part of a head, or one that normalises q and k. Needs the compiled kernels."""
+    parts = [getattr(module, name, None) for name in ("q_proj", "k_proj", "v_proj", "o_proj")]
+    config = getattr(module, "config", None)
+    if not all(type(p) is torch.nn.Linear and p.weight.dtype == torch.float32 for p in parts) or config is None:
+        return False
+    if len({p.bias is None for p in parts[:3]}) != 1 or not isinstance(getattr(module, "head_dim", None), int) \
+            or not isinstance(getattr(module, "scaling", None), float):
+        return False
+    if getattr(config, "sliding_window", None) is not None or getattr(module, "sliding_window", None) is not None:
+        return False
+    if getattr(vars(module).get("forward"), "__func__", None) is packed_attention:
+        return True  # checked when it was switched, still float32
+    kernels = cpu_kernels.load()
+    heads, kv_heads, head_dim = _attention_heads(module)
+    if kernels is None or head_dim % 2 or heads * head_dim != parts[0].out_features \
+            or kv_heads * head_dim != parts[1].out_features or parts[1].out_features != parts[2].out_features:
+        return False
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(1, CHECK_ROWS, parts[0].in_features, generator=generator)
+    angles = torch.randn(1, CHECK_ROWS, head_dim // 2, generator=generator) * 3
+    angles = torch.cat([angles, angles], dim=-1)
+    rotation = (angles.cos(), angles.sin())
+    module.kvviz_qkv_bias = None if parts[0].bias is None else torch.cat([p.bias for p in parts[:3]])
+    try:
+        expected = type(module).forward(module, x, position_embeddings=rotation, attention_mask=None)[0]
+        packed = Packed.of(torch.cat([p.weight for p in parts[:3]]))
+        result = _attention_on_packed_qkv(module, packed, x, rotation, None)[0]
+    except Exception:  # not an attention module of this shape
+        return False
+    # the packed product sums in another order than three: SmolLM2's outputs (up to 65) then differ by up
+    # to 4e-4, a millionth of their size; what computes something else misses by a good part of it
+    return (isinstance(expected, torch.Tensor) and expected.shape == result.shape
+            and bool((result - expected).abs().max() <= 1e-4 * expected.abs().max()))
 
 
 def _is_gated_silu_mlp(module) -> bool:
