@@ -68,9 +68,11 @@ def browser_page(width: int = 1400, height: int = 1000):
         context.close()
 
 
-def wait_idle(page, settle: float = 0.2, quiet: float = 0.4, timeout: float = 120.0) -> None:
+def wait_idle(page, settle: float = 0.1, quiet: float = 0.3, timeout: float = 120.0) -> None:
     """Wait `settle` s, then until Streamlit has finished the script run: no script running, no message
-    to the server unanswered, no request open, nothing stale, no skeletons, for `quiet` s (BUSY_JS)."""
+    to the server unanswered, no request open, nothing stale, no skeletons, for `quiet` s (BUSY_JS).
+    A send is seen from the moment it leaves (SENDS_JS), so the settle only covers a widget's own delay
+    before it sends; the quiet covers the gap between a run and the one it asks for."""
     page.evaluate(SENDS_JS)
     time.sleep(settle)
     deadline, quiet_since = time.time() + timeout, None
