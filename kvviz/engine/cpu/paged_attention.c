@@ -133,6 +133,7 @@ static inline __attribute__((always_inline)) void attend_item(
             if (softcap > 0.0f)
                 for (int t = 0; t < count; t++) score[h][t] = tanhf(score[h][t] / softcap) * softcap;
             float span_max = running_max[h];
+#pragma omp simd reduction(max : span_max)
             for (int t = 0; t < count; t++) span_max = score[h][t] > span_max ? score[h][t] : span_max;
             const float rescale = exp_nonpositive(running_max[h] - span_max);  /* 0 on the first span */
             float span_sum = 0.0f;
