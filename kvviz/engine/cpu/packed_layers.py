@@ -42,10 +42,10 @@ import types
 import torch
 import torch.nn.functional as F
 
-from kvviz.engine.cache_setup import available_memory_bytes
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.models.llama.modeling_llama import eager_attention_forward
 
+from kvviz.engine.cache_setup import available_memory_bytes
 from kvviz.engine.cpu import kernels as cpu_kernels
 from kvviz.engine.step_context import in_engine_step
 
@@ -167,20 +167,23 @@ def packed_attention(module: torch.nn.Module, hidden_states: torch.Tensor,
     q, k and v come out of one packed product and the query and key heads are rotated in one compiled pass;
     elsewhere, or with a cache of transformers' own, the module's own forward."""
     packed = module.kvviz_qkv_packed
-    if packed is None or not in_engine_step() or kwargs.get("cache") is not None \
-            or kwargs.get("past_key_values") is not None:
+    if packed is None or not in_engine_step() or hidden_states.dtype != torch.float32 \
+            or kwargs.get("cache") is not None or kwargs.get("past_key_values") is not None:
         return type(module).forward(module, hidden_states, position_embeddings=position_embeddings,
                                     attention_mask=attention_mask, **kwargs)
     kwargs.pop("cache", None)
     kwargs.pop("past_key_values", None)  # None: the engine keeps the cache
-    return _attention_on_packed_qkv(module, packed, hidden_states, position_embeddings, attention_mask, **kwargs)
+    return _attention_on_packed_qkv(module, packed, module.kvviz_qkv_bias, hidden_states, position_embeddings,
+                                    attention_mask, **kwargs)
 
 
-def _attention_on_packed_qkv(module, packed: Packed, hidden_states, position_embeddings, attention_mask, **kwargs):
-    """What LlamaAttention.forward computes, with q, k, v from one product and the rotation compiled."""
+def _attention_on_packed_qkv(module, packed: Packed, bias: torch.Tensor | None, hidden_states, position_embeddings,
+                             attention_mask, **kwargs):
+    """What LlamaAttention.forward computes, with q, k, v from one product (bias: q's, k's and v's, or
+    None) and the rotation compiled."""
     heads, kv_heads, head_dim = _attention_heads(module)
     *leading, hidden = hidden_states.shape  # (B, T)
-    qkv = packed.product(hidden_states.reshape(-1, hidden), module.kvviz_qkv_bias)  # (B*T, (H + 2 KVH) D)
+    qkv = packed.product(hidden_states.reshape(-1, hidden), bias)  # (B*T, (H + 2 KVH) D)
     cos, sin = position_embeddings  # (B, T, D) each
     cpu_kernels.load().rotary_(qkv, heads + kv_heads, head_dim, cos, sin)  # the query and key heads, in place
     query, key, value = qkv.view(*leading, heads + 2 * kv_heads, head_dim).transpose(1, 2).split(
@@ -248,15 +251,15 @@ def _is_rotary_attention(module) -> bool:
     angles = torch.randn(1, CHECK_ROWS, head_dim // 2, generator=generator) * 3
     angles = torch.cat([angles, angles], dim=-1)
     rotation = (angles.cos(), angles.sin())
-    module.kvviz_qkv_bias = None if parts[0].bias is None else torch.cat([p.bias for p in parts[:3]])
+    bias = None if parts[0].bias is None else torch.cat([p.bias for p in parts[:3]])
     try:
         expected = type(module).forward(module, x, position_embeddings=rotation, attention_mask=None)[0]
         packed = Packed.of(torch.cat([p.weight for p in parts[:3]]))
-        result = _attention_on_packed_qkv(module, packed, x, rotation, None)[0]
+        result = _attention_on_packed_qkv(module, packed, bias, x, rotation, None)[0]
     except Exception:  # not an attention module of this shape
         return False
-    # the packed product sums in another order than three: SmolLM2's outputs (up to 65) then differ by up
-    # to 4e-4, a millionth of their size; what computes something else misses by a good part of it
+    # the packed product sums in another order than three products: SmolLM2's outputs (up to 65) then differ
+    # by up to 4e-4, a few millionths of their size; what computes something else misses by a good part of it
     return (isinstance(expected, torch.Tensor) and expected.shape == result.shape
             and bool((result - expected).abs().max() <= 1e-4 * expected.abs().max()))
 
