@@ -258,12 +258,12 @@ def zeroed(size: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> t
     (numpy's calloc asks for huge pages)."""
     if torch.device(device).type != "cpu":
         return torch.zeros(size, dtype=dtype, device=device)
-    nbytes = max(1, math.prod(size) * dtype.itemsize)
+    nbytes = math.prod(size) * dtype.itemsize
     private = {"flags": mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS} if hasattr(mmap, "MAP_PRIVATE") else {}
-    memory = mmap.mmap(-1, nbytes, **private)  # private: a page only read stays the system's one zero page
+    memory = mmap.mmap(-1, max(1, nbytes), **private)  # private: a page only read stays the system's zero page
     if hasattr(mmap, "MADV_NOHUGEPAGE"):  # Linux
         memory.madvise(mmap.MADV_NOHUGEPAGE)
-    return torch.frombuffer(memory, dtype=torch.uint8)[:math.prod(size) * dtype.itemsize].view(dtype).view(size)
+    return torch.frombuffer(memory, dtype=torch.uint8)[:nbytes].view(dtype).view(size)
 
 
 def slots_for(block_table: list[int], start: int, end: int, block_size: int) -> list[int]:

@@ -229,7 +229,8 @@ def _is_rotary_attention(module) -> bool:
     random input, rotated by random angles, against the module's own forward, whose attention is then
     transformers' SDPA (outside the engine's steps kvviz's attention name runs SDPA). A model with a
     sliding window keeps its own (its forward may hand the window to attention from its config); so does
-    one whose rotation covers part of a head, or one that normalises q and k. Needs the compiled kernels."""
+    one whose rotation covers part of a head, or one that normalises q and k. Needs the compiled kernels.
+    A module that passes keeps the checked packed q/k/v (kvviz_qkv_packed, kvviz_qkv_bias) for install."""
     parts = [getattr(module, name, None) for name in ("q_proj", "k_proj", "v_proj", "o_proj")]
     config = getattr(module, "config", None)
     if not all(type(p) is torch.nn.Linear and p.weight.dtype == torch.float32 for p in parts) or config is None:
@@ -260,8 +261,11 @@ def _is_rotary_attention(module) -> bool:
         return False
     # the packed product sums in another order than three products: SmolLM2's outputs (up to 65) then differ
     # by up to 4e-4, a few millionths of their size; what computes something else misses by a good part of it
-    return (isinstance(expected, torch.Tensor) and expected.shape == result.shape
-            and bool((result - expected).abs().max() <= 1e-4 * expected.abs().max()))
+    agrees = (isinstance(expected, torch.Tensor) and expected.shape == result.shape
+              and bool((result - expected).abs().max() <= 1e-4 * expected.abs().max()))
+    if agrees:  # install switches it: the checked copy is the one it multiplies by, not packed a second time
+        module.kvviz_qkv_packed, module.kvviz_qkv_bias = packed, bias
+    return agrees
 
 
 def _is_gated_silu_mlp(module) -> bool:
