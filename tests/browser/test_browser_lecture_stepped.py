@@ -19,7 +19,7 @@ from kvviz.models import load_model
 from kvviz.shapes import format_bytes
 from kvviz.ui.app_server import CHROMIUM, ROOT
 
-from chromium import browser_page, screenshot, wait_idle
+from chromium import browser_page, click_to_next_step, screenshot, wait_idle
 
 pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
                                 reason="Debian's chromium is not installed (.ci/run installs it)")
@@ -87,8 +87,7 @@ def test_prefill_and_decode_stepped_to_its_end_bills_what_it_holds_at_every_step
             assert formula == measured == format_bytes(bills[step]["formula_bytes"]), step  # the engine's bytes
             seen.append(measured)
             if step < last:
-                next_token.click()
-                wait_idle(page, settle=0.2, quiet=0.4, timeout=SLOW_S)
+                click_to_next_step(page, next_token, timeout=SLOW_S)
         page.get_by_text("Done.", exact=False).first.wait_for(timeout=SLOW_S * 1000)
         stepped = time.perf_counter() - started
         no_exceptions(page)

@@ -9,13 +9,13 @@ requests and settings. The screenshot goes to docs/screenshots/paged_sliding_gro
 
 import pytest
 from test_browser import app_url, no_exceptions, pytestmark  # noqa: F401  (fixture, skip rule)
-from test_browser_cache_kinds import settle, start_on_model
+from test_browser_cache_kinds import SLOW_S, settle, start_on_model
 
 from kvviz.lessons.paged_batching.logic import DEFAULT_REQUESTS, PagedLesson, RequestSpec
 from kvviz.models import TINY_GEMMA3, load_model
 from kvviz.ui.app_server import ROOT
 
-from chromium import browser_page
+from chromium import browser_page, click_to_next_step
 
 BLOCK_SIZE, NUM_BLOCKS, PREFIX = 8, 40, True  # the page's defaults (lessons/paged_batching.py)
 STEPS = 12  # after Start's step 0: the first request's 25-token prompt is already past the 16-token window
@@ -73,8 +73,7 @@ def test_sliding_group_table_stays_flat_while_the_full_one_grows(app_url, presen
         drawn = []
         for step in range(STEPS + 1):
             if step:
-                page.get_by_role("button", name="Step", exact=True).click()
-                settle(page)
+                click_to_next_step(page, page.get_by_role("button", name="Step", exact=True), timeout=SLOW_S)
             no_exceptions(page)
             figure = page.evaluate(GROUP_TABLES_JS, TITLE)
             assert figure, f"no '{TITLE}' chart at step {step}"

@@ -18,7 +18,7 @@ from test_browser_stage import SHOTS, SLOW_S, SMALLEST_FONT_JS, press, replay
 
 from kvviz.ui.app_server import CHROMIUM, ROOT
 
-from chromium import browser_page, wait_idle
+from chromium import browser_page, click_to_next_step, wait_idle
 
 pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
                                 reason="Debian's chromium is not installed (.ci/run installs it)")
@@ -33,8 +33,7 @@ def start_and_step(page, url, lesson, steps, presenter):
     wait_idle(page, timeout=SLOW_S)
     press(page, "Start")
     for _ in range(steps):
-        page.get_by_role("button", name="Step", exact=True).click()
-        wait_idle(page, timeout=SLOW_S)
+        click_to_next_step(page, page.get_by_role("button", name="Step", exact=True), timeout=SLOW_S)
 
 
 def open_stage(page, url, lesson, steps, presenter, shown, settle_s, parts):

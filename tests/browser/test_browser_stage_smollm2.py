@@ -15,7 +15,7 @@ from test_browser import app_url, no_exceptions  # noqa: F401  (fixture)
 from kvviz.hub.fetch import fetched_folder
 from kvviz.ui.app_server import CHROMIUM, ROOT
 
-from chromium import SCREENSHOTS, browser_page, wait_idle
+from chromium import SCREENSHOTS, browser_page, click_to_next_step, wait_idle
 
 pytestmark = [
     pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
@@ -44,8 +44,8 @@ def test_the_stage_holds_smollm2_on_one_screen(app_url, presenter):  # noqa: F81
         page.get_by_text("Chat: apply the model's chat template", exact=False).click()
         wait_idle(page, timeout=SLOW_S)
         press(page, "Prefill")
-        for _ in range(NEXT_TOKENS):
-            press(page, "Next token", exact=False)  # its name carries an arrow
+        for _ in range(NEXT_TOKENS):  # the button's name carries an arrow
+            click_to_next_step(page, page.get_by_role("button", name="Next token").first, timeout=SLOW_S)
         page.locator("[data-testid='stage-step']").get_by_text(f"Step {NEXT_TOKENS} of", exact=False).wait_for()
         no_exceptions(page)
         time.sleep(0.6)  # the new column's slide-in

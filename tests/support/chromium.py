@@ -11,6 +11,7 @@ browser, is kvviz.ui.app_server's (scripts/ use it too); import those names from
 from __future__ import annotations
 
 import contextlib
+import re
 import time
 from pathlib import Path
 
@@ -83,8 +84,28 @@ def wait_idle(page, settle: float = 0.1, quiet: float = 0.3, timeout: float = 12
                 return
         else:
             quiet_since = None
-        time.sleep(0.1)
+        time.sleep(min(0.1, quiet / 3))
     raise TimeoutError(f"the app kept running for {timeout:.0f} s")
+
+
+def wait_drawn(page, shown, quiet: float = 0.15, timeout: float = 120.0) -> None:
+    """After an action whose run draws `shown` (a locator only that run can match, such as the stage's
+    "step 5 of 47"): wait until it is on the page, then until the app is idle for `quiet` s. Where the
+    result is known this replaces wait_idle's settle and most of its quiet, which cover a send that has
+    not left yet (a click's rerun leaves up to 0.3 s after the click returns) and are pure waiting at
+    every step of a stepped lesson; the short quiet still covers a run that asks for another."""
+    page.evaluate(SENDS_JS)
+    shown.first.wait_for(timeout=timeout * 1000)
+    wait_idle(page, settle=0.0, quiet=quiet, timeout=timeout)
+
+
+def click_to_next_step(page, control, timeout: float = 120.0) -> None:
+    """Click `control` (a Step or Next token button) and wait until the stage's caption shows the next
+    step ("Step 4 of 8" after "Step 3 of 8", "Pass 2 of 6" after "Pass 1 of 6") and the app is idle."""
+    caption = page.locator("[data-testid='stage-step']")
+    step = int(re.search(r"(\d+) of \d+", caption.first.inner_text()).group(1))
+    control.click()
+    wait_drawn(page, caption.filter(has_text=re.compile(rf"\b{step + 1} of \d+")), timeout=timeout)
 
 
 def screenshot(page, name: str) -> Path:
