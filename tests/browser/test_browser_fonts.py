@@ -22,7 +22,7 @@ from test_browser_stage import SHOTS, SLOW_S, press
 from kvviz.lessons.prefill_decode.state import VIEWS
 from kvviz.ui.app_server import CHROMIUM, ROOT
 
-from chromium import browser_page, wait_idle
+from chromium import browser_page, click_to_next_step, wait_idle
 
 pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
                                 reason="Debian's chromium is not installed (.ci/run installs it)")
@@ -190,8 +190,7 @@ def test_prefill_and_decode_text_is_legible_in_every_view(app_url, presenter):  
     with browser_page(1280, 720) as page:
         survey = started(page, app_url, "prefill_decode", "Prefill", presenter)
         for _ in range(3):
-            page.get_by_role("button", name=re.compile("^Next token")).click()
-            wait_idle(page, timeout=SLOW_S)
+            click_to_next_step(page, page.get_by_role("button", name=re.compile("^Next token")), timeout=SLOW_S)
         page.locator("[data-testid='stage-step']").get_by_text(re.compile(r"^Step 3 of \d+$")).wait_for()
         survey.first_screen()
         views = page.locator("[data-testid='stMain'] [role='radiogroup']")
@@ -205,8 +204,7 @@ def test_paged_cache_text_is_legible_in_the_run_and_each_tab(app_url, presenter)
     with browser_page(1280, 720) as page:
         survey = started(page, app_url, "paged_batching", "Start", presenter)
         for _ in range(8):  # R4 arrives at step 8: shared prefix blocks, several events
-            page.get_by_role("button", name="Step", exact=True).click()
-            wait_idle(page, timeout=SLOW_S)
+            click_to_next_step(page, page.get_by_role("button", name="Step", exact=True), timeout=SLOW_S)
         page.locator("[data-testid='stage-step']").get_by_text("Step 8 of 8").wait_for()
         no_exceptions(page)
         survey.first_screen()
