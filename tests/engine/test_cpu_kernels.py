@@ -258,6 +258,8 @@ def test_linears_are_packed_where_they_fit_and_a_copied_model_packs_again(monkey
     Engine(model, num_blocks=8)
     assert getattr(model.lm_head, "kvviz_packed", None) is None
     assert "quarter of the free memory" in model.kvviz_why_not_packed
+    norms = [m for m in model.modules() if type(m).__name__ == "LlamaRMSNorm"]
+    assert len(norms) == 3 and all(vars(m)["forward"].__func__ is packed_layers.fused_rms_norm for m in norms)
     monkeypatch.undo()
     Engine(model, num_blocks=8)
     assert model.lm_head.kvviz_packed is not None and model.model.layers[0].mlp.kvviz_gate_up_packed is not None

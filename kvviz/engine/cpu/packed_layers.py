@@ -82,16 +82,22 @@ class Packed:
 
 
 def install(model: torch.nn.Module) -> list[str]:
-    """Pack the model's float32 linears, gated MLPs and attention projections where the copies fit, and
-    switch them and its RMSNorms; returns the switched modules' names (none when the model is not on the
-    CPU, or when model.kvviz_why_not_packed says why). Idempotent, and packs again after a deepcopy."""
+    """Switch the model's RMSNorms to the compiled kernel, and pack its float32 linears, gated MLPs and
+    attention projections where the copies fit and switch those; returns the switched modules' names
+    (none when the model is not on the CPU; only the norms when model.kvviz_why_not_packed says why the
+    rest keep their own). Idempotent, and packs again after a deepcopy."""
     if next(model.parameters()).device.type != "cpu":
         return []
+    with torch.inference_mode():
+        norms = {name: m for name, m in model.named_modules() if _is_rms_norm(m)}  # no copies: always switched
+    for module in norms.values():
+        if "forward" not in vars(module):
+            module.forward = types.MethodType(fused_rms_norm, module)
     linears = {name: m for name, m in model.named_modules()
                if type(m) is torch.nn.Linear and m.weight.dtype == torch.float32}
     model.kvviz_why_not_packed = why_not_packed(linears.values())
     if model.kvviz_why_not_packed is not None:
-        return []
+        return sorted(norms)
     try:
         with torch.inference_mode():
             mlps = {name: m for name, m in model.named_modules() if _is_gated_silu_mlp(m)}
@@ -117,17 +123,13 @@ def install(model: torch.nn.Module) -> list[str]:
                     module.kvviz_packed = Packed.of(module.weight)
                 if "forward" not in vars(module):
                     module.forward = types.MethodType(packed_linear, module)
-            norms = {name: m for name, m in model.named_modules() if _is_rms_norm(m)}
-            for module in norms.values():
-                if "forward" not in vars(module):
-                    module.forward = types.MethodType(fused_rms_norm, module)
     except (RuntimeError, AttributeError) as error:  # an op this build lacks
         for module in model.modules():
             for name in ("kvviz_packed", "kvviz_gate_up_packed", "kvviz_qkv_packed"):
                 if hasattr(module, name):
                     setattr(module, name, None)  # the switched forwards then run the plain product
         model.kvviz_why_not_packed = f"oneDNN could not pack the linear weights ({error}); linear layers keep MKL's product."
-        return []
+        return sorted(norms)
     return sorted(linears) + sorted(mlps) + sorted(attentions) + sorted(norms)
 
 
