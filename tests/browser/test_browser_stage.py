@@ -88,6 +88,11 @@ def test_the_stage_fits_one_screen_lights_a_token_everywhere_and_is_legible(app_
         time.sleep(0.6)  # the new column's slide-in
         SHOTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(SHOTS / f"stage_{'presenter' if presenter else 'normal'}_1280x720.png"))
+        slide = page.locator(".kvviz-stage .slide").first  # the new column's cells
+        assert slide.evaluate("e => getComputedStyle(e).animationName") == "slide-in"
+        page.emulate_media(reduced_motion="reduce")  # a viewer whose system asks for less motion: none
+        assert slide.evaluate("e => getComputedStyle(e).animationName") == "none"
+        page.emulate_media(reduced_motion="no-preference")
 
         sentence = page.locator("[data-testid='stAlertContentSuccess']").first.bounding_box()
         chips = page.locator(".kvviz-stage .chips").bounding_box()
