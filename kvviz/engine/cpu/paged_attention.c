@@ -5,9 +5,12 @@
  * key a query may see is already in a block. One work item is one query token and a run of its
  * query heads, all of them when they fit (MAX_HEADS): each row of keys and values is then read
  * from memory once, whole and in order, for every head, including the G = H / KVH query heads
- * that share one KV head (GQA; MQA is KVH = 1). Softmax runs online over
- * spans of up to SPAN keys (running maximum, running sum, rescaled accumulator), as
- * FlashAttention and vLLM's kernels do, so no whole row of scores is ever held.
+ * that share one KV head (GQA; MQA is KVH = 1). Every cache line of the rows a few keys ahead is
+ * asked for before it is needed (PREFETCH): with only each row's first line asked for, decode
+ * attention on SmolLM2 (rows of 768 bytes, 12 lines) read the cache at half the memory's speed.
+ * The weighted sum of values runs one query head at a time, its accumulator held in registers.
+ * Softmax runs online over spans of up to SPAN keys (running maximum, running sum, rescaled
+ * accumulator), as FlashAttention and vLLM's kernels do, so no whole row of scores is ever held.
  *
  * An 8-bit cache (EngineConfig.kv_cache_dtype "int8" or "fp8") is read in place too: each row of
  * codes is turned back into float32 (code x its scale) as attention reads it, into a row-sized
@@ -32,9 +35,14 @@
 
 #include "exp_nonpositive.h"
 
+/* a * b + c in one rounding (FMA) where the CPU has it: the weighted sums run on it. The other kernels
+ * (layer_ops.c) keep separate roundings, to match PyTorch's ops bit for bit. */
+#pragma GCC optimize("fp-contract=fast")
+
 #define SPAN 128      /* keys scored before one softmax update */
 #define MAX_HEADS 64  /* query heads one work item holds on the stack */
 #define PREFETCH 4    /* rows ahead to ask the memory for */
+#define CACHE_LINE 64 /* bytes the memory sends at a time */
 
 /* Eight floats in one vector register (AVX) or two (SSE); GCC and clang lower it for the target.
  * aligned(4): loads from any float address. */
@@ -119,7 +127,11 @@ static inline __attribute__((always_inline)) void attend_item(
             rows[t] = (const char *)key_cache + slots[t] * row_bytes;
         }
         for (int t = 0; t < count; t++) {  /* scores: each key row is read once for all heads */
-            if (t + PREFETCH < count) __builtin_prefetch(rows[t + PREFETCH]);
+            if (t + PREFETCH < count)  /* the key row ahead, and its value row, which the weighted sum reads */
+                for (long line = 0; line < row_bytes; line += CACHE_LINE) {  /* a prefetch asks for one line */
+                    __builtin_prefetch(rows[t + PREFETCH] + line);
+                    __builtin_prefetch(rows[t + PREFETCH] + value_offset + line);
+                }
             const float *keys = read_row(kind, head_dim, rows[t], key_scales, slots[t], num_kv_heads, kv_heads,
                                          scratch);
             for (int h = 0; h < heads; h++) {
@@ -145,13 +157,25 @@ static inline __attribute__((always_inline)) void attend_item(
             running_max[h] = span_max;
             for (int i = 0; i < width; i++) acc[h][i] *= rescale;
         }
-        for (int t = 0; t < count; t++) {  /* weighted values: each value row is read once */
-            if (t + PREFETCH < count) __builtin_prefetch(rows[t + PREFETCH] + value_offset);
-            const float *values = read_row(kind, head_dim, rows[t] + value_offset, value_scales, slots[t],
-                                           num_kv_heads, kv_heads, scratch);
+        if (kind == CACHE_FLOAT32) {  /* weighted values, one head at a time, its accumulator in registers */
             for (int h = 0; h < heads; h++) {
-                const vec8 *value = (const vec8 *)(values + (h + skew) / group * head_dim);
-                for (int i = 0; i < width; i++) acc[h][i] += score[h][t] * value[i];
+                const long head_offset = value_offset + (long)((h + skew) / group) * head_dim * sizeof(float);
+                vec8 sum[width];
+                for (int i = 0; i < width; i++) sum[i] = acc[h][i];
+                for (int t = 0; t < count; t++) {  /* the span's value rows: in cache since the scores */
+                    const vec8 *value = (const vec8 *)(rows[t] + head_offset);
+                    for (int i = 0; i < width; i++) sum[i] += score[h][t] * value[i];
+                }
+                for (int i = 0; i < width; i++) acc[h][i] = sum[i];
+            }
+        } else {  /* an 8-bit cache: each value row decoded once, for every head */
+            for (int t = 0; t < count; t++) {
+                const float *values = read_row(kind, head_dim, rows[t] + value_offset, value_scales, slots[t],
+                                               num_kv_heads, kv_heads, scratch);
+                for (int h = 0; h < heads; h++) {
+                    const vec8 *value = (const vec8 *)(values + (h + skew) / group * head_dim);
+                    for (int i = 0; i < width; i++) acc[h][i] += score[h][t] * value[i];
+                }
             }
         }
     }
