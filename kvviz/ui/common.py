@@ -98,12 +98,20 @@ def page_sampling(setting, prefix: str, sampling: SamplingParams) -> SamplingPar
 
 
 def show_code(*objects, caption: str = "") -> None:
-    """The real source of the engine code that just ran."""
-    with st.expander("Show the code"):
+    """The real source of the engine code that just ran, drawn only while its expander is open: the
+    browser highlights every line of it again at each rerun (a stepped lesson's every click)."""
+    with st.expander("Show the code", key=code_key(objects[0]), on_change="rerun") as shown:
+        if not shown.open:
+            return
         if caption:
             st.caption(caption)
         for obj in objects:
             st.code(inspect.getsource(obj), language="python")
+
+
+def code_key(first) -> str:
+    """The session state key of the "Show the code" expander whose first object is `first` (True: open)."""
+    return "show_code:" + first.__qualname__
 
 
 def keep_settings(keys) -> None:

@@ -63,6 +63,12 @@ def test_prefill_and_decode_lesson(app_url, page):
     page.get_by_text("Decode step 3").first.wait_for()
     no_exceptions(page)
     screenshot(page, "prefill_decode")
+    code = page.locator("[data-testid='stCode']")
+    assert code.count() == 0  # "Show the code" is drawn only while open, not at every step
+    page.get_by_text("Show the code", exact=True).click()
+    code.filter(has_text="def step(").first.wait_for()
+    wait_idle(page)
+    assert code.filter(has_text="def _sample(").count() == 1  # the engine's own source
     for tab in ("Keys and values", "Attention", "Work saved", "Memory bill"):
         page.get_by_text(tab, exact=True).first.click()
         wait_idle(page)

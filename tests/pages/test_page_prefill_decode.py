@@ -3,10 +3,12 @@
 import numpy as np
 import pytest
 
+from kvviz.engine.engine import Engine
 from kvviz.lessons.prefill_decode.file import export_lesson, import_lesson
 from kvviz.lessons.prefill_decode.logic import Lesson, LessonSettings, lesson_sampling
 from kvviz.lessons.prefill_decode.state import DEFAULTS
 from kvviz.shapes import format_bytes
+from kvviz.ui.common import code_key
 
 from conftest import button, open_lesson
 
@@ -30,7 +32,10 @@ def test_prefill_then_three_decode_steps(app):
         assert lesson.trace(step).keys.shape[1] == prompt_tokens + step
         assert len(state.block_table) == -(-state.num_computed_tokens // 16)
     assert any("Decode step 3" in m.value for m in app.success)
-    shown = "\n".join(code.value for code in app.code)  # "Show the code": the step is the loop, a call a stage
+    assert not app.code  # "Show the code" is closed: its source is not drawn at every step
+    app.session_state[code_key(Engine.step)] = True  # a learner opens it
+    app.run()
+    shown = "\n".join(code.value for code in app.code)  # the step is the loop, a call a stage
     assert all(call in shown for call in ("def step(", "self.scheduler.schedule()", "run_forward(", "self._sample(",
                                           "step_record(", "def _sample(", "sample(last_logits"))
     # the work table: one token per decode step with the cache, all of them without
