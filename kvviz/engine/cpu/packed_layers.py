@@ -1,15 +1,15 @@
 """Faster linear layers and norms for the engine's CPU float32 steps: weights laid out once for the
 product, and RMSNorm in one compiled pass.
 
-Each float32 nn.Linear keeps two more copies of its weight W (out, in), made once: W reordered into
-oneDNN's blocked layout (torch.ops.mkldnn, the layout vLLM's CPU backend multiplies with too), and
-W^T stored row by row, which MKL multiplies without transposing. Inside the engine's forward pass a
-small product (rows x out x in up to SMALL_PRODUCT_MACS) takes W^T, a large one oneDNN's copy:
-oneDNN spends about 20 us setting up each call, which a one-token step of a 576-wide layer
-pays 30 times a layer. A gated MLP (Llama, Qwen, Mistral, OLMo) packs its gate and up projections
-as one weight, so both come out of one product, and applies silu(gate) * up in one compiled pass
-(layer_ops.c); an attention with rotary embeddings (Llama, Qwen2) packs q, k and v the same way and
-rotates its query and key heads in one compiled pass, in place (seven PyTorch ops a layer before):
+Each float32 nn.Linear keeps a copy of its weight W (out, in), made once: W^T stored row by row,
+which MKL multiplies without transposing. A wide weight (WIDE times as many outputs as inputs: a
+gated MLP's gate-up, the head) keeps a second, W reordered into oneDNN's blocked layout
+(torch.ops.mkldnn, the layout vLLM's CPU backend multiplies with too), and multiplies 2 to 256 rows
+(ONEDNN_ROWS) on it; every other product runs on W^T. A gated MLP (Llama, Qwen, Mistral, OLMo) packs
+its gate and up projections as one weight, so both come out of one product, and applies silu(gate)
+* up in one compiled pass (layer_ops.c); an attention with rotary embeddings (Llama, Qwen2) packs q,
+k and v the same way and rotates its query and key heads in one compiled pass, in place (seven
+PyTorch ops a layer before):
 
     linear(x)     ->  x @ W^T + b                                       on W^T or the packed W
     mlp(x)        ->  down_proj(silu_and_mul(x @ [W_gate; W_up]^T))     on the two copies of [W_gate; W_up]
@@ -22,16 +22,18 @@ An RMSNorm (a module with a float32 `weight` and a `variance_epsilon`, as transf
 Qwen, Mistral and others write it) is switched only where the kernel gives what its own forward
 gives on a random input; one that scales by (1 + weight), as Gemma's does, keeps its own.
 
-Measured on a 2-core Xeon (AVX-512), medians of 7 interleaved rounds, SmolLM2's shapes: at 48 rows
-W^T took 0.54 of oneDNN's time for 576x576 and 0.47 for 192x576, 1.13 for the 3072x576 gate-up and
-1.30 for the 49152x576 head; at one row 0.31-0.80 for every shape; from 512 rows the two tie. Against
-MKL's plain product on W itself (F.linear) both took 0.34-0.64 of its time.
+Measured on a 2-core Xeon (AVX-512), SmolLM2's shapes, weights cold as in a step (30 copies in
+turn), medians of 5 rounds, oneDNN's time over W^T's: at one row 1.3-1.7 for every shape (oneDNN
+spends about 20 us setting up a call); q/k/v, o and down 1.01-1.44 at every row count from 2 to
+2,048; gate-up 0.83-0.98 from 2 to 256 rows and 1.16 at 512; the head 0.75-0.97 from 2 to 512 rows
+and 1.05 at 2,048. Against MKL's plain product on W itself (F.linear), W^T took 0.36-0.94 of its
+time from 4 rows up.
 
 Everything is decided once, when an engine installs into the model: which modules qualify (by
 what they compute, checked on a random input, not by their class name), and whether the copies fit
-(they cost twice the linear weights' memory, so they are made only when that is under a quarter of
-the free memory). The verdict is kept on the model (`kvviz_why_not_packed`). At each call a switched
-module asks one question, kvviz.engine.step_context.in_engine_step(): outside the engine's steps
+(they cost at most twice the linear weights' memory, so they are made only when that is under a
+quarter of the free memory). The verdict is kept on the model (`kvviz_why_not_packed`). At each call
+a switched module asks one question, kvviz.engine.step_context.in_engine_step(): outside the engine's steps
 (model.generate in another session, a lesson's no-cache twin) it runs exactly its own forward.
 """
 
@@ -51,7 +53,8 @@ from kvviz.engine.step_context import in_engine_step
 
 CHECK_ROWS = 3  # rows of the random input each gated MLP and norm is checked on
 PACK_MEMORY_FRACTION = 0.25  # the copies of the linear weights may take this much of free memory
-SMALL_PRODUCT_MACS = 40_000_000  # rows x out x in up to this: W^T (MKL); past it oneDNN's packed W
+WIDE = 4  # a weight with at least WIDE times as many outputs as inputs is wide (a gated MLP's gate-up, the head)
+ONEDNN_ROWS = range(2, 257)  # a wide weight multiplies this many rows on oneDNN's copy; all else on W^T
 
 
 class Packed:
@@ -61,7 +64,7 @@ class Packed:
     __slots__ = ("weight", "transposed")
 
     def __init__(self, weight: torch.Tensor, transposed: torch.Tensor):
-        self.weight = weight  # opaque mkldnn tensor
+        self.weight = weight  # opaque mkldnn tensor, or None
         self.transposed = transposed  # (in, out), contiguous
 
     def __deepcopy__(self, memo):
@@ -69,13 +72,14 @@ class Packed:
 
     @classmethod
     def of(cls, weight: torch.Tensor) -> "Packed":
-        """weight: (out, in) float32 -> its copies."""
+        """weight: (out, in) float32 -> its copies: W^T, and oneDNN's only for a wide weight."""
         weight = weight.detach()
-        return cls(torch.ops.mkldnn._reorder_linear_weight(weight, None), weight.t().contiguous())
+        wide = weight.shape[0] >= WIDE * weight.shape[1]
+        return cls(torch.ops.mkldnn._reorder_linear_weight(weight, None) if wide else None, weight.t().contiguous())
 
     def product(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         """x: (..., in) -> (..., out): x @ W^T + b, on the copy that is faster for this many rows."""
-        if x.numel() * self.transposed.shape[1] > SMALL_PRODUCT_MACS:
+        if self.weight is not None and x.numel() // self.transposed.shape[0] in ONEDNN_ROWS:
             return torch.ops.mkldnn._linear_pointwise(x, self.weight, bias, "none", [], "")
         out = torch.matmul(x, self.transposed)
         return out if bias is None else out.add_(bias)
