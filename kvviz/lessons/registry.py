@@ -73,8 +73,9 @@ LECTURE = (
 BY_KEY = {lesson.key: lesson for lesson in LECTURE}
 SHARED_STATES = ("room_view",)  # kvviz.lessons.<name>: a room followed on any engine-driven lesson's page
 # keys of the app itself, which stay when another model loads: the model picker, presenter mode,
-# the Memory bill, the Model lab (it builds its own model) and Putting it together (sizes, not runs)
-APP_INPUTS = ("model_", "presenter", "bill_", "lab_", "together_")
+# the Memory bill, the Model lab (it builds its own model), Putting it together (sizes, not runs) and
+# whether each "Show the code" is open (kvviz.ui.common.code_key)
+APP_INPUTS = ("model_", "presenter", "bill_", "lab_", "together_", "show_code:")
 
 
 def index_of(title: str) -> int | None:
