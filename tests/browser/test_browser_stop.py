@@ -248,6 +248,11 @@ def test_a_long_click_shows_a_running_tab_the_room_can_see(app_url, page, presen
     page.goto(f"{app_url}/prefill_decode?step=120&prompt=ROMEO%3A%0ABut%20soft" + ("&presenter=1" if presenter else ""))
     wait_for_bar(page, r"The link's lesson: step \d+ of 120", timeout=300)
     tab = page.evaluate(BUSY_TAB)
+    for _ in range(20):  # a clean-clone CI once read the script running before the tab's style applied
+        if not tab["running"] or "The server is working" in tab["content"]:
+            break
+        time.sleep(0.1)
+        tab = page.evaluate(BUSY_TAB)
     if tab["running"]:  # the last steps can end before this read (a clean-clone CI saw it): no tab to see then
         assert "The server is working" in tab["content"] and tab["px"] >= (18 if presenter else 16), tab
         time.sleep(0.8)  # past the tab's 0.6 s delay
