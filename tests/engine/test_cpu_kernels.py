@@ -158,8 +158,9 @@ def test_only_linears_gated_silu_mlps_rotary_attentions_and_rms_norms_are_switch
 
 @needs_kernel
 @pytest.mark.parametrize("arch", ["llama", "gemma2"])
-@pytest.mark.parametrize("onednn_rows", [range(0, 10**9), range(0)], ids=["oneDNN", "transposed"])
-def test_switched_modules_give_their_own_results_inside_the_engine(arch, onednn_rows, monkeypatch):
+@pytest.mark.parametrize("small_rows, mkl", [(range(0, 10**9), True), (range(0), True), (range(0), False)],
+                         ids=["panels", "transposed", "oneDNN"])
+def test_switched_modules_give_their_own_results_inside_the_engine(arch, small_rows, mkl, monkeypatch):
     from kvviz.engine.cpu import packed_layers
     from kvviz.engine.step_context import engine_step
 
@@ -167,8 +168,8 @@ def test_switched_modules_give_their_own_results_inside_the_engine(arch, onednn_
 
     if not torch.backends.mkldnn.is_available():
         pytest.skip("no oneDNN here")
-    monkeypatch.setattr(packed_layers, "WIDE", 0)  # which copy multiplies: every weight counts as wide,
-    monkeypatch.setattr(packed_layers, "ONEDNN_ROWS", onednn_rows)  # and takes oneDNN's copy at all rows or none
+    monkeypatch.setattr(packed_layers, "SMALL_ROWS", small_rows)  # which copy multiplies: the panels at every
+    monkeypatch.setattr(packed_layers, "mkl_first", lambda: mkl)  # row count, or W^T, or oneDNN's copy
     model = tiny_model(arch)
     names = packed_layers.install(model)
     assert names
@@ -189,6 +190,25 @@ def test_switched_modules_give_their_own_results_inside_the_engine(arch, onednn_
                     own = type(module).forward(module, x)
             torch.testing.assert_close(packed, own, rtol=1e-4, atol=1e-5)
             assert module.forward.__func__.__module__ == "kvviz.engine.cpu.packed_layers"
+
+
+@needs_kernel
+@pytest.mark.parametrize("rows", [1, 2, 7, 8, 9, 17, 40])
+@pytest.mark.parametrize("out_features, in_features", [(96, 64), (33, 5), (70, 130)])
+def test_small_product_is_the_linear_product_for_any_rows_and_shape(rows, out_features, in_features):
+    """Row counts below, at and past the kernel's block of 8 rows; outputs not a whole number of 32-column
+    panels; a bias; rows that are slices of a wider tensor."""
+    generator = torch.Generator().manual_seed(rows)
+    weight = torch.randn(out_features, in_features, generator=generator)
+    bias = torch.randn(out_features, generator=generator)
+    wide = torch.randn(rows, in_features + 3, generator=generator) * 3
+    x = wide[:, 2:in_features + 2]  # each row contiguous, rows in_features + 3 apart
+    panels = kernel.pack_panels(weight)
+    assert panels.shape == (-(-out_features // 32), in_features, 32)
+    expected = (x.double() @ weight.double().T + bias.double()).float()
+    torch.testing.assert_close(kernel.small_product(x, panels, bias, out_features), expected, rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(kernel.small_product(x.contiguous(), panels, None, out_features), expected - bias,
+                               rtol=1e-5, atol=1e-4)
 
 
 @needs_kernel

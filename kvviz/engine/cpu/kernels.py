@@ -1,5 +1,6 @@
-"""kvviz's compiled CPU kernels: paged attention (paged_attention.c), and the gated activation of
-a packed MLP, RMSNorm, rotary embeddings and the greedy pick (layer_ops.c). Built once with the system's C compiler, loaded with ctypes.
+"""kvviz's compiled CPU kernels: paged attention (paged_attention.c), a linear layer's product for
+a few rows (small_products.c), and the gated activation of a packed MLP, RMSNorm, rotary embeddings
+and the greedy pick (layer_ops.c). Built once with the system's C compiler, loaded with ctypes.
 
     kernels = load()                 # None where they cannot be built (why_not() says why)
     kernels(query, key_cache, value_cache, out, metadata, window, scaling, softcap)  # attention
@@ -9,6 +10,8 @@ a packed MLP, RMSNorm, rotary embeddings and the greedy pick (layer_ops.c). Buil
     kernels.rms_norm(x, weight, eps) # (..., n) -> (..., n)
     kernels.rotary_(qkv, heads, head_dim, cos, sin)  # the first `heads` heads of each row, in place
     kernels.argmax(logits)           # (rows, n) -> (rows,)
+    panels = kernels.pack_panels(weight)                # (out, in) -> the layout small_product reads
+    kernels.small_product(x, panels, bias, out_features)  # (rows, in) -> (rows, out): x W^T + b
 
 Why a kernel: read in place, a request's keys and values go from the cache's blocks straight
 into the dot products. The PyTorch path must first gather every request's blocks into a padded
@@ -38,7 +41,7 @@ from pathlib import Path
 
 import torch
 
-SOURCES = [Path(__file__).with_name("paged_attention.c"), Path(__file__).with_name("layer_ops.c")]
+SOURCES = [Path(__file__).with_name(name) for name in ("paged_attention.c", "layer_ops.c", "small_products.c")]
 HEADERS = [Path(__file__).with_name("exp_nonpositive.h")]  # included by the sources
 FLAGS = ["-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=c11", "-fno-math-errno",
          "-fno-trapping-math"]  # no FP traps: lets the exp and clamp loops vectorise
@@ -52,6 +55,8 @@ class KernelMetadata:
     token_seq: torch.Tensor  # (N,) row of block_tables per query token
     token_pos: torch.Tensor  # (N,) position of each query token in its request
 
+
+PANEL = 32  # small_products.c's PANEL: output columns per panel
 
 # the cache's storage dtype -> paged_attention.c's enum cache_kind
 CACHE_KINDS = {torch.float32: 0, torch.int8: 1, torch.float8_e4m3fn: 2}
@@ -74,6 +79,31 @@ class CpuKernels:
         self.rms_norm_function = bind("kvviz_rms_norm", c_ptr, c_ptr, c_ptr, c_long, c_long, c_float, c_int)
         self.rotary_function = bind("kvviz_rotary", c_ptr, c_long, c_long, c_long, c_long, c_ptr, c_ptr, c_int)
         self.argmax_rows_function = bind("kvviz_argmax_rows", c_ptr, c_long, c_long, c_ptr, c_int)
+        self.pack_panels_function = bind("kvviz_pack_panels", c_ptr, c_ptr, c_long, c_long)
+        self.small_product_function = bind("kvviz_small_product", c_ptr, c_long, c_long, c_ptr, c_ptr, c_ptr,
+                                           c_long, c_long, c_int)
+
+    def pack_panels(self, weight: torch.Tensor) -> torch.Tensor:
+        """weight (out, in) float32 -> its panels, (ceil(out / PANEL), in, PANEL): PANEL output columns side
+        by side for each input, zeros past the last output (small_products.c)."""
+        assert weight.dtype == torch.float32 and weight.dim() == 2
+        weight = weight.detach().contiguous()
+        out_features, in_features = weight.shape
+        panels = weight.new_empty(-(-out_features // PANEL), in_features, PANEL)
+        self.pack_panels_function(weight.data_ptr(), panels.data_ptr(), out_features, in_features)
+        return panels
+
+    def small_product(self, x: torch.Tensor, panels: torch.Tensor, bias: torch.Tensor | None,
+                      out_features: int) -> torch.Tensor:
+        """x (rows, in) float32, each row contiguous; panels from pack_panels; bias (out,) or None ->
+        x W^T + b: (rows, out)."""
+        assert x.dtype == torch.float32 and x.dim() == 2 and x.stride(1) == 1 and x.shape[1] == panels.shape[1]
+        assert bias is None or (bias.dtype == torch.float32 and bias.is_contiguous() and bias.shape == (out_features,))
+        out = x.new_empty(x.shape[0], out_features)
+        self.small_product_function(x.data_ptr(), x.shape[0], x.stride(0), panels.data_ptr(),
+                                    None if bias is None else bias.data_ptr(), out.data_ptr(), out_features,
+                                    x.shape[1], torch.get_num_threads())
+        return out
 
     def silu_and_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
         """gate_up: (..., 2I), each row the gate then the up projection -> silu(gate) * up: (..., I)."""

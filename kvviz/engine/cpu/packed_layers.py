@@ -1,18 +1,20 @@
 """Faster linear layers and norms for the engine's CPU float32 steps: weights laid out once for the
 product, and RMSNorm in one compiled pass.
 
-Each float32 nn.Linear keeps a copy of its weight W (out, in), made once: W^T stored row by row,
-which MKL multiplies without transposing. A wide weight (WIDE times as many outputs as inputs: a
-gated MLP's gate-up, the head) keeps a second, W reordered into oneDNN's blocked layout
-(torch.ops.mkldnn, the layout vLLM's CPU backend multiplies with too), and multiplies 2 to 256 rows
-(ONEDNN_ROWS) on it; every other product runs on W^T. A gated MLP (Llama, Qwen, Mistral, OLMo) packs
+Each float32 nn.Linear keeps two copies of its weight W (out, in), made once, each laid out for its
+product. A product of up to 256 rows (SMALL_ROWS: a decode step's batch) runs on W's panels, PANEL
+outputs side by side per input, which a compiled kernel (small_products.c) reads once, in order, at
+the memory's speed. A product of more rows (a prefill chunk) runs on W^T stored row by row, which MKL
+multiplies without transposing, on a CPU made by Intel; on any other (mkl_first() False: AMD's, where
+MKL does not take its fastest code) on W reordered into oneDNN's blocked layout (torch.ops.mkldnn,
+the layout vLLM's CPU backend multiplies with too). A gated MLP (Llama, Qwen, Mistral, OLMo) packs
 its gate and up projections as one weight, so both come out of one product, and applies silu(gate)
 * up in one compiled pass (layer_ops.c); an attention with rotary embeddings (Llama, Qwen2) packs q,
 k and v the same way and rotates its query and key heads in one compiled pass, in place (seven
 PyTorch ops a layer before):
 
-    linear(x)     ->  x @ W^T + b                                       on W^T or the packed W
-    mlp(x)        ->  down_proj(silu_and_mul(x @ [W_gate; W_up]^T))     on the two copies of [W_gate; W_up]
+    linear(x)     ->  x @ W^T + b                                       on W's panels, W^T or oneDNN's W
+    mlp(x)        ->  down_proj(silu_and_mul(x @ [W_gate; W_up]^T))     on the copies of [W_gate; W_up]
     attention(x)  ->  o_proj(attend(rotary(x @ [W_q; W_k; W_v]^T)))    attend: the model's attention function
     norm(x)       ->  rms_norm(x, weight, eps)                          one pass instead of six ops
 
@@ -22,12 +24,15 @@ An RMSNorm (a module with a float32 `weight` and a `variance_epsilon`, as transf
 Qwen, Mistral and others write it) is switched only where the kernel gives what its own forward
 gives on a random input; one that scales by (1 + weight), as Gemma's does, keeps its own.
 
-Measured on a 2-core Xeon (AVX-512), SmolLM2's shapes, weights cold as in a step (30 copies in
-turn), medians of 5 rounds, oneDNN's time over W^T's: at one row 1.3-1.7 for every shape (oneDNN
-spends about 20 us setting up a call); q/k/v, o and down 1.01-1.44 at every row count from 2 to
-2,048; gate-up 0.83-0.98 from 2 to 256 rows and 1.16 at 512; the head 0.75-0.97 from 2 to 512 rows
-and 1.05 at 2,048. Against MKL's plain product on W itself (F.linear), W^T took 0.36-0.94 of its
-time from 4 rows up.
+Measured on a 2-core AMD EPYC (Zen 4, AVX-512), SmolLM2's shapes, weights cold as in a step (30
+copies of each in turn), a step's products together, medians of 6 rounds: at 1, 2, 8 and 16 rows the
+panels took 13.4, 8.9-13.0, 13.3-15.2 and 21-23 ms, reading 28-33 GB/s (a plain sum of a tensor reads
+31-33 here); oneDNN 19-21, 21-23, 19-24 and 25-28 ms; MKL on W^T 27, 36-49, 47-57 and 57-82 ms. From
+32 to 128 rows the panels took 0.86-0.93 of oneDNN's time; from 256 to 2,048 the two were even
+(0.96-1.04), MKL 1.14-1.27x behind oneDNN; oneDNN's time over W^T's for each shape alone: 0.19-0.97
+at every row count from 1 to 2,048. On a 2-core Xeon (AVX-512, an earlier machine; the panels not measured there) it was the other
+way: oneDNN's over W^T's 1.01-1.44 for q/k/v, o and down at 2 to 2,048 rows, 1.16 for gate-up at
+512, 1.05 for the head at 2,048.
 
 Everything is decided once, when an engine installs into the model: which modules qualify (by
 what they compute, checked on a random input, not by their class name), and whether the copies fit
@@ -39,7 +44,9 @@ a switched module asks one question, kvviz.engine.step_context.in_engine_step():
 
 from __future__ import annotations
 
+import functools
 import types
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -53,35 +60,57 @@ from kvviz.engine.step_context import in_engine_step
 
 CHECK_ROWS = 3  # rows of the random input each gated MLP and norm is checked on
 PACK_MEMORY_FRACTION = 0.25  # the copies of the linear weights may take this much of free memory
-WIDE = 4  # a weight with at least WIDE times as many outputs as inputs is wide (a gated MLP's gate-up, the head)
-ONEDNN_ROWS = range(2, 257)  # a wide weight multiplies this many rows on oneDNN's copy; all else on W^T
+SMALL_ROWS = range(1, 257)  # products of this many rows run on the panels (small_products.c)
+
+
+@functools.cache
+def mkl_first() -> bool:
+    """Whether products of many rows run on W^T with MKL (a CPU made by Intel, or one whose maker cannot
+    be read); False on AMD's, where they run on oneDNN's copy."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("vendor_id"):
+                return line.split(":", 1)[1].strip() != "AuthenticAMD"
+    except OSError:
+        pass
+    return True
 
 
 class Packed:
-    """A weight's two copies, kept beside a module. oneDNN's tensors cannot be deep-copied, so a
-    copied model gets None here and packs again when an engine installs into it."""
+    """A weight's two copies, kept beside a module: its panels, for products of a few rows, and a copy for
+    many rows (W^T, or oneDNN's blocked layout where MKL does not come first). oneDNN's tensors cannot be
+    deep-copied, so a copied model gets None here and packs again when an engine installs into it."""
 
-    __slots__ = ("weight", "transposed")
+    __slots__ = ("panels", "large", "in_features", "out_features")
 
-    def __init__(self, weight: torch.Tensor, transposed: torch.Tensor):
-        self.weight = weight  # opaque mkldnn tensor, or None
-        self.transposed = transposed  # (in, out), contiguous
+    def __init__(self, panels: torch.Tensor | None, large: torch.Tensor, in_features: int, out_features: int):
+        self.panels = panels  # (ceil(out / PANEL), in, PANEL); None without the compiled kernels
+        self.large = large  # W^T (in, out) contiguous, or an opaque mkldnn tensor
+        self.in_features, self.out_features = in_features, out_features
 
     def __deepcopy__(self, memo):
         return None
 
     @classmethod
     def of(cls, weight: torch.Tensor) -> "Packed":
-        """weight: (out, in) float32 -> its copies: W^T, and oneDNN's only for a wide weight."""
+        """weight: (out, in) float32 -> its panels and its copy for many rows."""
         weight = weight.detach()
-        wide = weight.shape[0] >= WIDE * weight.shape[1]
-        return cls(torch.ops.mkldnn._reorder_linear_weight(weight, None) if wide else None, weight.t().contiguous())
+        kernels = cpu_kernels.load()
+        panels = kernels.pack_panels(weight) if kernels is not None else None
+        large = weight.t().contiguous() if mkl_first() else torch.ops.mkldnn._reorder_linear_weight(weight, None)
+        return cls(panels, large, weight.shape[1], weight.shape[0])
 
     def product(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-        """x: (..., in) -> (..., out): x @ W^T + b, on the copy that is faster for this many rows."""
-        if self.weight is not None and x.numel() // self.transposed.shape[0] in ONEDNN_ROWS:
-            return torch.ops.mkldnn._linear_pointwise(x, self.weight, bias, "none", [], "")
-        out = torch.matmul(x, self.transposed)
+        """x: (..., in) -> (..., out): x @ W^T + b, on the copy laid out for this many rows."""
+        rows = x.numel() // self.in_features
+        if self.panels is not None and rows in SMALL_ROWS:
+            flat = x.reshape(rows, self.in_features)
+            out = cpu_kernels.load().small_product(flat if flat.stride(1) == 1 else flat.contiguous(), self.panels,
+                                                   bias, self.out_features)
+            return out.view(*x.shape[:-1], self.out_features)
+        if self.large.is_mkldnn:
+            return torch.ops.mkldnn._linear_pointwise(x, self.large, bias, "none", [], "")
+        out = torch.matmul(x, self.large)
         return out if bias is None else out.add_(bias)
 
 
