@@ -30,9 +30,9 @@ panels took 13.4, 8.9-13.0, 13.3-15.2 and 21-23 ms, reading 28-33 GB/s (a plain 
 31-33 here); oneDNN 19-21, 21-23, 19-24 and 25-28 ms; MKL on W^T 27, 36-49, 47-57 and 57-82 ms. From
 32 to 128 rows the panels took 0.86-0.93 of oneDNN's time; from 256 to 2,048 the two were even
 (0.96-1.04), MKL 1.14-1.27x behind oneDNN; oneDNN's time over W^T's for each shape alone: 0.19-0.97
-at every row count from 1 to 2,048. On a 2-core Xeon (AVX-512, an earlier machine; the panels not measured there) it was the other
-way: oneDNN's over W^T's 1.01-1.44 for q/k/v, o and down at 2 to 2,048 rows, 1.16 for gate-up at
-512, 1.05 for the head at 2,048.
+at every row count from 1 to 2,048. On a 2-core Xeon (AVX-512, an earlier machine, where the panels
+were not measured) it was the other way: oneDNN's over W^T's 1.01-1.44 for q/k/v, o and down at 2
+to 2,048 rows, 1.16 for gate-up at 512, 1.05 for the head at 2,048.
 
 Everything is decided once, when an engine installs into the model: which modules qualify (by
 what they compute, checked on a random input, not by their class name), and whether the copies fit

@@ -9,8 +9,8 @@
  *
  * The weight is laid out once (kvviz_pack_panels) as panels of PANEL output columns: panel p
  * holds, for each input k, the PANEL weights W[p*PANEL + j][k] side by side, so a panel is one
- * contiguous run of memory (K x PANEL floats) and the multiply-adds of one input take one
- * aligned load. Columns past the last output are zeros. Threads share the panels; a thread
+ * contiguous run of memory (K x PANEL floats) and the multiply-adds of one input read one
+ * run of PANEL floats. Columns past the last output are zeros. Threads share the panels; a thread
  * multiplies its panel by ROWS rows at a time, each row's PANEL sums in registers, and the panel
  * stays in the core's cache for the next ROWS rows.
  *
