@@ -9,6 +9,7 @@ import shutil
 import time
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 from test_browser import app_url, no_exceptions  # noqa: F401  (fixture)
 
 
@@ -49,6 +50,15 @@ def replay(page, url, lesson, ready, text):
     page.locator("[data-testid='stFileUploaderDropzoneInput']").set_input_files(files=[{
         "name": "lesson.json", "mimeType": "application/json", "buffer": text.encode()}])
     wait_idle(page, timeout=SLOW_S)
+
+
+def stage_step_after(page, text: str, timeout_s: float) -> int:
+    """The step the stage shows once it shows `text`, or after timeout_s, read from its data-step."""
+    try:
+        page.locator("[data-testid='stage-step']").get_by_text(text).wait_for(timeout=timeout_s * 1000)
+    except PlaywrightTimeoutError:
+        pass
+    return int(page.locator("[data-testid='kvviz-stage']").get_attribute("data-step") or 0)
 
 
 def open_and_step(page, url, presenter):
@@ -155,6 +165,12 @@ def test_a_replayed_lesson_steps_in_the_browser_without_a_rerun_per_step(app_url
         start = time.time()
         for _ in range(47):
             page.keyboard.press("ArrowRight")
+        reached = stage_step_after(page, "Step 47 of 47", timeout_s=30)
+        if reached < 47:  # a busy machine drew the replayed stage once more after it showed (the clean-clone CI at
+            stage.focus()  # b370336 stopped short once): the keys pressed before that went to the old drawing
+            for _ in range(47 - reached):
+                page.keyboard.press("ArrowRight")
+            print(f"the stage was drawn again at step {reached}; pressed on to 47")
         page.locator("[data-testid='stage-step']").get_by_text("Step 47 of 47").wait_for(timeout=60_000)
         stepped_s = time.time() - start  # printed, not asserted: a busy machine draws slower
         assert len(sent) - before == 0, sent[before:]  # 47 steps, not one message to the server yet
