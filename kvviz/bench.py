@@ -20,9 +20,12 @@ The command line (flags, printing) is kvviz.cli.bench; the workloads are kvviz.w
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import statistics
+import subprocess
+import sys
 from dataclasses import dataclass, field
 from time import perf_counter
 
@@ -389,6 +392,23 @@ def bench_kvviz(model, workload, warmup, repeats, settings: dict, name: str = "k
     """kvviz on the workload, Engine(model, **settings); {} is Engine(model) as a user writes it."""
     run_kvviz(model, warmup, **settings)  # first-call costs are nobody's throughput
     return repeated(lambda: run_kvviz(model, workload, name=name, **settings), repeats)
+
+
+BUSY_LOOP = "while True: pass"  # a competitor: one core's worth of work, as another busy program on the server
+
+
+@contextlib.contextmanager
+def busy_processes(count: int):
+    """`count` processes that each keep one core busy (python -c 'while True: pass') while the block runs."""
+    competitors = [subprocess.Popen([sys.executable, "-c", BUSY_LOOP], stdin=subprocess.DEVNULL)
+                   for _ in range(count)]
+    try:
+        yield competitors
+    finally:
+        for competitor in competitors:
+            competitor.kill()
+        for competitor in competitors:
+            competitor.wait()
 
 
 def requests_that_fit(workload: Workload, num_blocks: int) -> int:

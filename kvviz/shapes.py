@@ -210,11 +210,17 @@ def get_preset(name: str) -> ModelShape:
 
 
 def shape_from_pretrained(name_or_path: str) -> ModelShape:
-    """Read the shape of a model in the local Hugging Face cache or a folder; never downloads."""
+    """Read the shape of a model in the local Hugging Face cache or a folder; never downloads, and never
+    runs a folder's own code (trust_remote_code=False: without it transformers asks on the terminal
+    whether to run a config.json's `auto_map` modules, and a typed y ran them)."""
     from transformers import AutoConfig  # lazy: most callers never need transformers
     try:
-        config = AutoConfig.from_pretrained(name_or_path, local_files_only=True)
+        config = AutoConfig.from_pretrained(name_or_path, local_files_only=True, trust_remote_code=False)
     except (OSError, ValueError, KeyError) as error:
+        if "trust_remote_code" in str(error) or "custom code" in str(error):
+            raise ValueError(f"{name_or_path!r} needs its own Python code to describe the model (auto_map), and "
+                             "kvviz never runs a checkpoint's code; use a checkpoint of an architecture "
+                             "transformers knows.") from None
         raise ValueError(f"No readable config for {name_or_path!r} in the local Hugging Face cache or as a "
                          "folder; download it first or pass a folder that holds config.json.") from error
     shape = ModelShape.from_hf_config(config, name=str(name_or_path))
@@ -236,8 +242,17 @@ def _count_checkpoint_params(name_or_path: str) -> int | None:
     files = [name for name in files if name.startswith("model")] or files
     total = 0
     for file_name in files:
-        with open(os.path.join(folder, file_name), "rb") as file:
+        path = os.path.join(folder, file_name)
+        with open(path, "rb") as file:
             header_length = int.from_bytes(file.read(8), "little")  # safetensors: u64 length, then JSON
-            header = json.loads(file.read(header_length))
-        total += sum(math.prod(entry["shape"]) for key, entry in header.items() if key != "__metadata__")
+            if not 2 <= header_length <= min(MAX_SAFETENSORS_HEADER, os.path.getsize(path) - 8):
+                return None  # a damaged or crafted file: the count is only a nicety, never a huge read
+            try:
+                header = json.loads(file.read(header_length))
+                total += sum(math.prod(entry["shape"]) for key, entry in header.items() if key != "__metadata__")
+            except (ValueError, TypeError, KeyError, AttributeError):
+                return None
     return total or None
+
+
+MAX_SAFETENSORS_HEADER = 100 * 2**20  # the safetensors format's own limit on its JSON header

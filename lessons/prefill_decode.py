@@ -104,7 +104,7 @@ stepped.stage(LESSON, stage_data(lesson, step, bool(st.session_state.get("presen
 stepped.look_back(LESSON, step, last_step, "Look back at step (0 = prefill)", disabled=playing,
                   help="Or step in the diagram (its arrows, or ← → when it has the focus). While playing, the "
                        "views follow the newest step.")
-link_note = sync_query_params(lesson.settings.prompt, step)
+link_note = None if room is not None else sync_query_params(lesson.settings.prompt, step)  # a follower keeps the room link
 if link_note:
     st.caption(link_note)
 

@@ -18,6 +18,7 @@ from transformers.utils import logging as hf_logging
 from kvviz.bench import (
     BENCH_SHAPE,
     SystemRun,
+    busy_processes,
     bench_bf16,
     bench_hf,
     bench_kvviz,
@@ -37,6 +38,7 @@ from kvviz.cli.common import check_output_path, write_atomically
 from kvviz.cli.engine_flags import add_engine_arguments, engine_config, given
 from kvviz.engine.cache_setup import available_memory_bytes
 from kvviz.engine.config import DEFAULTS
+from kvviz.engine.cpu.threads import cpu_share
 from kvviz.engine.kv_cache import CacheShape
 from kvviz.models import ModelLoadError, load_model
 from kvviz.vllm.backend import bench_against_vllm, missing_message
@@ -76,6 +78,9 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
         help="also write the results to this JSON file: a new or regular file, replaced whole at the end "
              "(a folder, link, device or pipe is refused before the bench starts)")
     add("--against", choices=("vllm",), default=None, help="also run vLLM on the mixed workload (kvviz/vllm/backend.py)")
+    add("--contend", default="", metavar="N[,N...]",
+        help="also run the mixed workload beside N busy processes (python -c 'while True: pass'), kvviz "
+             "Engine(model) and, with --against vllm, vLLM; a table puts them beside the quiet run")
     add("--vllm-python", default=None, help="vLLM's interpreter (default: $KVVIZ_VLLM_PYTHON or .venv-vllm/bin/python)")
     add_engine_arguments(parser, "The headline row runs Engine(model), every default; any of these given adds a "
                                  "'kvviz tuned' row, and the shared-prefix and tight-pool runs use them too.")
@@ -153,7 +158,10 @@ def run_bench(args: argparse.Namespace) -> int:
               f"{bf16['speedup_over_fp32']:.2f}x fp32; outputs {bf16['outputs_equal_to_fp32']}")
     if args.against == "vllm":  # vLLM on the same weights and prompts, in its own environment
         results["mixed"]["systems"]["vllm"] = bench_against_vllm(model, mixed, runs[0], args.repeats, args.vllm_python)
-    sizes = [int(n) for n in args.pool_sizes.split(",") if n.strip()]
+    if args.contend:
+        results["contended"] = bench_contended(model, mixed, warmup, runs[0], args)
+        print_contended(results)
+    sizes = pool_sizes(args.pool_sizes)
     block_bytes = DEFAULTS.block_size * CacheShape.from_model(model).bytes_per_token
     too_big = [n for n in sizes if n * block_bytes > available_memory_bytes(device) // 2]
     if too_big:
@@ -174,6 +182,49 @@ def run_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def contend_counts(text: str) -> list[int]:
+    """--contend's numbers of busy processes; raises ValueError with the sentence to show."""
+    try:
+        counts = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise ValueError(f"--contend takes numbers of busy processes separated by commas, e.g. 1,2, not {text!r}.") from None
+    if any(not 1 <= count <= MOST_COMPETITORS for count in counts):
+        raise ValueError(f"--contend counts must lie between 1 and {MOST_COMPETITORS} busy processes; give e.g. 1,2.")
+    return counts
+
+
+MOST_COMPETITORS = 16
+
+
+def pool_sizes(text: str) -> list[int]:
+    """--pool-sizes' block counts; raises ValueError with the sentence to show."""
+    try:
+        sizes = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise ValueError(f"--pool-sizes takes block counts separated by commas, e.g. 512,4096, not {text!r}.") from None
+    if any(not 1 <= size <= 2**20 for size in sizes):
+        raise ValueError("--pool-sizes counts must lie between 1 and 1,048,576 blocks; give e.g. 512,4096.")
+    return sizes
+
+
+def bench_contended(model, mixed, warmup, quiet: SystemRun, args) -> list[dict]:
+    """The mixed workload again beside each count of busy processes: kvviz Engine(model), and vLLM with
+    --against vllm; each run's outputs against the quiet kvviz run's."""
+    rows = []
+    for count in contend_counts(args.contend):
+        with busy_processes(count):
+            run = bench_kvviz(model, mixed, warmup, args.repeats, {})
+            row = {"busy_processes": count, "kvviz": {
+                "seconds": run.seconds, "output_tokens_per_s": run.tokens_per_s,
+                "kept": run.tokens_per_s / quiet.tokens_per_s,
+                "outputs_equal": compare_outputs(quiet.outputs, run.outputs).num_equal,
+                "threads": cpu_share.describe()}}  # what the engine chose as the run ended
+            if args.against == "vllm":
+                row["vllm"] = bench_against_vllm(model, mixed, quiet, args.repeats, args.vllm_python, announce=False)
+        rows.append(row)
+    return rows
+
+
 def _check_args(args) -> str | None:
     if min(args.requests, args.min_len, args.min_out, args.repeats, args.hf_batch_size,
            args.prefix_requests, args.prefix_len, args.suffix_len, args.prefix_out) < 1:
@@ -182,6 +233,8 @@ def _check_args(args) -> str | None:
         return "A minimum length is above its maximum; give --min-len <= --max-len and --min-out <= --max-out."
     try:
         engine_config(args).validate()  # the engine flags, before the model loads
+        contend_counts(args.contend)
+        pool_sizes(args.pool_sizes)
     except ValueError as error:
         return str(error)
     return None
@@ -226,6 +279,35 @@ def print_mixed(results: dict, runs: list[SystemRun]) -> None:
         line += (f"; static batches {100 * memory['static_batch_padding_fraction']:.1f}% "
                  "(padding and unrequested tokens)")
     print(line)
+
+
+def print_contended(results: dict) -> None:
+    """Quiet and contended side by side: each system's output tok/s, the share of its quiet speed it
+    kept, and kvviz over vLLM at each count."""
+    systems = results["mixed"]["systems"]
+    quiet_kvviz, quiet_vllm = systems["kvviz"], systems.get("vllm")
+    print(f"\nquiet and beside busy processes (python -c 'while True: pass'), the mixed workload, "
+          f"output tok/s")
+    header = f"{'busy processes':<16}{'kvviz':>10}{'kept':>7}"
+    if quiet_vllm:
+        header += f"{'vLLM':>10}{'kept':>7}{'kvviz/vLLM':>12}"
+    print(header + "   outputs equal to quiet kvviz")
+    rows = [{"busy_processes": 0, "kvviz": {"output_tokens_per_s": quiet_kvviz["output_tokens_per_s"], "kept": 1.0},
+             **({"vllm": quiet_vllm} if quiet_vllm else {})}] + results["contended"]
+    for row in rows:
+        kvviz = row["kvviz"]
+        line = f"{str(row['busy_processes']) + (' (quiet)' if not row['busy_processes'] else ''):<16}" \
+               f"{kvviz['output_tokens_per_s']:>10.1f}{100 * kvviz['kept']:>6.0f}%"
+        equal = [f"kvviz {kvviz['outputs_equal']}/{results['mixed']['requests']}"] if "outputs_equal" in kvviz else ["(reference)"]
+        if "vllm" in row:
+            vllm = row["vllm"]
+            kept = vllm["output_tokens_per_s"] / quiet_vllm["output_tokens_per_s"]
+            ratio = kvviz["output_tokens_per_s"] / vllm["output_tokens_per_s"]
+            line += f"{vllm['output_tokens_per_s']:>10.1f}{100 * kept:>6.0f}%{ratio:>11.2f}x"
+            equal.append(f"vLLM {vllm['outputs_equal']}/{vllm['requests']}")
+        print(line + "   " + ", ".join(equal))
+    for row in results["contended"]:
+        print(f"  beside {row['busy_processes']}: kvviz ran on {row['kvviz']['threads']}")
 
 
 def print_pool_sizes(rows: list[dict]) -> None:

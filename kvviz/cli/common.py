@@ -22,7 +22,9 @@ def check_output_path(path: Path, flag: str = "--out") -> None:
     if path.is_dir() and not path.is_symlink():
         example = "results.json" if flag == "--json" else "outputs.jsonl"
         raise ValueError(f"{flag} {str(path)!r} is a folder; give a file name such as {example}.")
-    _refuse_special(path, flag)
+    status = _refuse_special(path, flag)
+    if status is not None and not os.access(path, os.W_OK):  # renaming over it would replace it anyway
+        raise ValueError(f"{flag} {str(path)!r} is read-only; make it writable or pick another path.")
     if not folder.is_dir():
         raise ValueError(f"There is no folder {str(folder)!r} for {flag}; create it or pick another path.")
     try:

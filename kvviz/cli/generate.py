@@ -60,6 +60,9 @@ def cmd_generate(args) -> int:
     prompts = read_prompts(Path(args.prompts))
     check_output_path(Path(args.out))
     lm = load_model(args.model, device=args.device, dtype=args.dtype)
+    if args.max_tokens > lm.max_context:
+        print(f"note: --max-tokens {args.max_tokens:,} is more than {lm.name}'s {lm.max_context:,}-token context; "
+              "each request stops when its prompt and output fill the context.", file=sys.stderr)
     engine = Engine(lm, config)
     # with --seed, prompt i samples with seed + i*n: reproducible, no two samples alike
     params = [request_sampling(sampling_params(args), i) for i in range(len(prompts))]
@@ -124,7 +127,7 @@ def generate_on_vllm(args, engine_options: dict) -> int:
     python = vllm.require_python(args.vllm_python)
     folder = vllm.model_folder(args.model)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True, trust_remote_code=False)
     except Exception:
         raise ValueError(f"{args.model!r} has no tokenizer kvviz can read, so text prompts cannot become "
                          "token ids; give a model folder that holds its tokenizer files.") from None

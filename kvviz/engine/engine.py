@@ -19,6 +19,7 @@ from kvviz.engine import mla
 from kvviz.engine.batch import build_step_batch
 from kvviz.engine.cache_setup import pick_attention_kernel, set_up_cache
 from kvviz.engine.config import EngineConfig
+from kvviz.engine.cpu.threads import cpu_share
 from kvviz.engine.errors import EngineError, NonFiniteLogits
 from kvviz.engine.fork import fork_samples
 from kvviz.engine.kv_cache import CacheShape, slots_for
@@ -137,6 +138,8 @@ class Engine:
         EngineError.
         """
         start = time.perf_counter()
+        if self.device.type == "cpu":  # on the cores other processes leave free (cpu/threads.py)
+            cpu_share.apply()
         chunks, forward_s, sampled, trace, drafts = [], 0.0, [], None, []
         try:
             if self.config.speculative_tokens:  # prompt lookup proposes drafts for this step to verify

@@ -31,7 +31,8 @@ def _quiet(_line: str) -> None:
 def read_gguf_config(gguf_path: Path):
     """The transformers config a GGUF file describes; one sentence for a file transformers cannot read."""
     try:
-        return AutoConfig.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name, local_files_only=True)
+        return AutoConfig.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name, local_files_only=True,
+                                          trust_remote_code=False)
     except ValueError as error:
         if "not supported" in str(error):  # "GGUF model with architecture X is not supported yet."
             raise FetchError(f"{gguf_path.name!r} holds a model whose architecture transformers cannot read from "
@@ -56,9 +57,10 @@ def convert_gguf(gguf_path: Path, out: Path, report: Report = print) -> dict:
     started = time.perf_counter()
     try:
         gguf_model = AutoModelForCausalLM.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name,
-                                                          dtype=torch.float32, local_files_only=True)
+                                                          dtype=torch.float32, local_files_only=True,
+                                                          trust_remote_code=False)
         tokenizer = AutoTokenizer.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name,
-                                                  local_files_only=True)
+                                                  local_files_only=True, trust_remote_code=False)
     except (ValueError, KeyError, NotImplementedError, RuntimeError) as error:
         raise FetchError(f"transformers could not build a model from {gguf_path.name!r} ({type(error).__name__}: "
                          f"{str(error).splitlines()[0][:100]}); try the model's Hugging Face folder instead.") from None

@@ -21,12 +21,13 @@ from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 
 from kvviz.engine.records import StepRecord
 from kvviz.lessons.registry import BY_KEY
+from kvviz.ui.room_types import MAX_ANSWERS
 
 LESSON_FORMAT = "kvviz-lesson/4"  # 3: the first lesson's settings hold a SamplingParams; 4: room_answers
 READ_FORMATS = ("kvviz-lesson/3", LESSON_FORMAT)  # a /3 file is a /4 file without room_answers
 ROOM_ANSWERS = "room_answers"  # the optional field every lesson's file may hold
 MAX_ROOM_QUESTIONS = 100  # questions in a file's room_answers (a room asks at most 50; a lesson may have had two)
-MAX_ROOM_ANSWERS = 1000  # answers to one question (a room seats 60 students unless KVVIZ_ROOM_STUDENTS says more)
+MAX_ROOM_ANSWERS = MAX_ANSWERS  # answers to one question: what a room keeps, so a room's file always replays
 MAX_LESSON_BYTES = 20 * 2**20  # a 256-token lesson on the bundled model exports to a few MiB
 
 

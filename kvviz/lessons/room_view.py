@@ -3,8 +3,8 @@
 Every engine-driven lesson gives its room a `RoomLesson`: where its run and its step in view live
 in session state, a function that copies the teacher's lesson as a replay at a step, one that
 runs the same settings to that step on the student's own engine (Take over), and the stage's data
-and sentence of a step. A student's page opened with ?room=CODE (and &seat=TOKEN, its seat, added
-on joining: a reload keeps the seat) shows the teacher's lesson as that replay: every view works,
+and sentence of a step. A student's page opened with ?room=CODE (its seat is the session's own, never in the
+link: a link passed on cannot take another student's seat) shows the teacher's lesson as that replay: every view works,
 nothing runs a model, and the student picks views and tabs without moving anyone.
 
 When the teacher steps, the room keeps one payload for every follower (`step_payload`: the stage's
@@ -38,7 +38,7 @@ from kvviz.ui import room_types, room_wake, rooms
 from kvviz.ui.common import drop
 from kvviz.ui.text import plain
 
-KEYS = frozenset({"room_code", "room_seat", "room_query_done", "room_error", "room_state", "room_answer",
+KEYS = frozenset({"room_code", "room_seat", "room_seat_token", "room_query_done", "room_error", "room_state", "room_answer",
                   "room_sent", "room_sent_value", "room_followed_lesson", "room_stage", "room_full", "room_teachers_step",
                   "room_views_step", rooms.SESSION_KEY})
 FALLBACK_S = 10.0  # a follower's stage asks on its own this often, should a wake be lost; it keeps the seat too
@@ -70,23 +70,31 @@ class RoomLesson:
 
 # ---- a student's page ----------------------------------------------------------------------------
 def restore_from_query(kind: RoomLesson) -> None:
-    """A link with ?room=CODE, read once per session: take a seat in that room (the link's &seat=TOKEN
-    after a reload), or say why not. A room of another lesson sends the student to that lesson's page,
-    with the link."""
+    """A link with ?room=CODE, read once per session: take a seat in that room, or say why not. A room
+    of another lesson sends the student to that lesson's page, with the link. The seat is this
+    session's (a reload is a new session: a new seat, the old one freed once idle)."""
     if st.session_state.get("room_query_done") or "room" not in st.query_params:
         return
-    seat = st.query_params.get("seat")
-    seat = seat if room_types.valid_seat(seat) else rooms.new_seat()
+    seat = session_seat()
     room = rooms.take_seat(st.query_params["room"], seat, rooms.session_id(), rooms.client_address())
     if not isinstance(room, str) and room.page != kind.page and room.page in BY_KEY:
-        st.switch_page(BY_KEY[room.page].path, query_params={"room": room.code, "seat": seat})
+        st.switch_page(BY_KEY[room.page].path, query_params={"room": room.code})
     st.session_state["room_query_done"] = True
     if isinstance(room, str):
         st.session_state["room_error"] = room
         return
-    st.query_params["room"], st.query_params["seat"] = room.code, seat  # a reload takes the same seat
+    st.query_params.clear()  # the address is the room's link, whatever the link carried besides
+    st.query_params["room"] = room.code
     st.session_state["room_code"], st.session_state["room_seat"] = room.code, seat
     st.session_state["lesson_query_done"] = True  # the room, not a Prefill and decode link's prompt, sets it
+
+
+def session_seat() -> str:
+    """This session's seat token, made on its first room link and kept while the session lives (across
+    a switch to the room's page), never read from a link."""
+    if not room_types.valid_seat(st.session_state.get("room_seat_token")):
+        st.session_state["room_seat_token"] = rooms.new_seat()
+    return st.session_state["room_seat_token"]
 
 
 def follow_link_elsewhere(page_key: str) -> None:
@@ -97,11 +105,9 @@ def follow_link_elsewhere(page_key: str) -> None:
     if "room" not in st.query_params or st.session_state.get("room_query_done") or \
             (page_key in BY_KEY and BY_KEY[page_key].rooms):
         return
-    seat = st.query_params.get("seat")
-    seat = seat if room_types.valid_seat(seat) else rooms.new_seat()
-    room = rooms.take_seat(st.query_params["room"], seat, rooms.session_id(), rooms.client_address())
+    room = rooms.take_seat(st.query_params["room"], session_seat(), rooms.session_id(), rooms.client_address())
     if not isinstance(room, str) and room.page in BY_KEY:
-        st.switch_page(BY_KEY[room.page].path, query_params={"room": room.code, "seat": seat})
+        st.switch_page(BY_KEY[room.page].path, query_params={"room": room.code})
     st.session_state["room_query_done"] = True
     st.error(room if isinstance(room, str) else f"Room {room.code}'s lesson is not on this server's pages.")
 
@@ -166,8 +172,7 @@ def stop_following(kind: RoomLesson, keep_lesson: bool = False) -> None:
     for key in ("room_code", "room_seat", "room_state", "room_followed_lesson", "room_stage", "room_full",
                 "room_teachers_step", "room_views_step", "room_sent", "room_sent_value", *lesson_keys):
         st.session_state.pop(key, None)
-    for key in ("room", "seat"):  # a reload does not take the seat again
-        st.query_params.pop(key, None)
+    st.query_params.pop("room", None)  # a reload does not join again
 
 
 def catch_up(kind: RoomLesson) -> None:
@@ -319,6 +324,10 @@ def teacher_panel(kind: RoomLesson, lesson, step: int) -> None:
     if room is None and rooms.down():  # stepped.room_panel says so above
         return
     if room is None:
+        lost = rooms.lost_room()
+        if lost:
+            st.warning(f"Room {lost} is gone from the class room server (it restarted without its data, or the "
+                       "room was deleted there); open a new room and give the class its new link.")
         if st.button("Open a room for the class", icon=":material/groups:"):
             try:
                 rooms.open_room(lesson, kind.page, rooms.client_address())

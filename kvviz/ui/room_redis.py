@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import secrets
 import threading
 import time
@@ -36,9 +37,12 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from kvviz.ui import room_wake
-from kvviz.ui.room_types import CODE_LENGTH, CODE_LETTERS, GUESS_WINDOW_S, LESSON_FILES, MAX_QUESTIONS, Room, \
+from kvviz.ui.room_codec import RoomDataError, add_answers, answer_key, decode_payload, decode_questions, room_number, \
+    room_text
+from kvviz.ui.room_types import CODE_LENGTH, CODE_LETTERS, GUESS_WINDOW_S, LESSON_FILES, MAX_ANSWERS, MAX_QUESTIONS, Room, \
     RoomQuestion, lesson_token, setting, valid_seat
 
+log = logging.getLogger(__name__)
 TIMEOUT_S = 1.0  # connect and read: a page waits at most this for a server that went away
 RETRY_S = 3.0  # after a failed call, calls answer "no room" at once for this long
 
@@ -124,8 +128,14 @@ def answering(default):
                 return default
             try:
                 result = method(self, *args)
+            except redis.ResponseError as error:  # the server answered: a key of the wrong type (WRONGTYPE)
+                log.warning("a room's key in Redis is not what kvviz writes (%s)", error)
+                return default
             except redis.RedisError:
                 self.quiet_until, self.failing = time.time() + RETRY_S, True
+                return default
+            except RoomDataError as error:  # a room's keys hold what kvviz never wrote: as if it were gone
+                log.warning("a room in Redis cannot be read (%s)", error)
                 return default
             self.failing = False
             return result
@@ -145,6 +155,7 @@ class RedisStore:
         self.me = secrets.token_hex(6)  # this process, in the changes it tells
         self.mine: dict[str, Mine] = {}  # code -> its teacher here
         self.replays: dict[str, tuple[int, object]] = {}  # code -> (lesson_version, the replay rebuilt here)
+        self.lost: dict[str, str] = {}  # teacher -> the code of their room that vanished from the server
         self.lock = threading.Lock()
         self.quiet_until, self.failing = 0.0, False
         self.scripts = {name: self.redis.register_script(text)
@@ -214,23 +225,30 @@ class RedisStore:
             fields, seats, answers = pipe.execute()
         if not fields:
             with self.lock:
-                self.mine.pop(code, None)
+                mine = self.mine.pop(code, None)
                 self.replays.pop(code, None)
+                if mine is not None:  # not closed here: the server restarted empty, or someone deleted it
+                    self.lost[mine.teacher] = code
             return None
-        questions = [RoomQuestion(**q) for q in json.loads(fields["questions"])]
-        for key, value in answers.items():
-            question_id, seat = json.loads(key)
-            for question in questions:
-                if question.id == question_id:
-                    question.answers[seat] = float(value)
+        try:
+            return self.decode(code, fields, seats, answers)
+        except RoomDataError as error:  # not what kvviz writes: the room is gone for this page, never a traceback
+            log.warning("room %s in Redis cannot be read (%s); treated as closed", code, error)
+            return None
+
+    def decode(self, code: str, fields: dict, seats: list, answers: dict) -> Room:
+        """A Room from its Redis keys, every field checked (kvviz.ui.room_codec); raises RoomDataError."""
+        questions = decode_questions(fields.get("questions"))
+        add_answers(questions, answers)
+        page = room_text(fields, "page")
         mine = self.mine.get(code)
-        room = Room(code, fields["teacher"], mine.teacher_runtime if mine else None, fields["page"],
-                    self.lesson(code, fields["page"], int(fields["lesson_version"]), fields.get("lesson_token")),
-                    step=int(fields["step"]),
-                    progress=int(fields["progress"]), opened=float(fields["opened"]),
-                    touched=float(fields["touched"]), students=dict(seats), questions=questions,
-                    version=int(fields["version"]), client=fields["client"] or None)
-        room.payload = json.loads(fields["payload"]) or {}  # what the teacher's step shows, when the page gives it
+        room = Room(code, room_text(fields, "teacher"), mine.teacher_runtime if mine else None, page,
+                    self.lesson(code, page, room_number(fields, "lesson_version"), fields.get("lesson_token")),
+                    step=room_number(fields, "step"), progress=room_number(fields, "progress"),
+                    opened=room_number(fields, "opened", float), touched=room_number(fields, "touched", float),
+                    students={seat: seen for seat, seen in seats if valid_seat(seat)}, questions=questions,
+                    version=room_number(fields, "version"), client=fields.get("client") or None)
+        room.payload = decode_payload(fields.get("payload"))  # what the teacher's step shows, when the page gives it
         return room
 
     def lesson(self, code: str, page: str, version: int, token: str | None = None):
@@ -266,6 +284,11 @@ class RedisStore:
             pipe.execute()
         with self.lock:
             self.mine.pop(room.code, None)
+
+    def lost_room(self, teacher: str) -> str | None:
+        """The code of this teacher's room that vanished from the server (once), else None."""
+        with self.lock:
+            return self.lost.pop(teacher, None)
 
     def teachers(self, teacher: str) -> list[Room]:
         codes = [code for code, mine in list(self.mine.items()) if mine.teacher == teacher]
@@ -356,7 +379,7 @@ class RedisStore:
     def change_questions(self, room: Room, change) -> str:
         """`change(questions)` on the room's questions, read and written in one transaction."""
         def run(pipe):
-            questions = [RoomQuestion(**q) for q in json.loads(pipe.hget(room_key(room.code), "questions") or "[]")]
+            questions = decode_questions(pipe.hget(room_key(room.code), "questions") or "[]")
             outcome = change(questions)
             if outcome in ("asked", "revealed"):
                 pipe.multi()
@@ -397,14 +420,19 @@ class RedisStore:
         if not valid_seat(seat):
             return "gone"
         def keep(pipe):
-            questions = json.loads(pipe.hget(room_key(room.code), "questions") or "[]")
-            question = next((q for q in questions if q["id"] == question_id), None)
+            questions = decode_questions(pipe.hget(room_key(room.code), "questions") or "[]")
+            question = next((q for q in questions if q.id == question_id), None)
             if question is None:
                 return "gone"
-            if question["answer"] is not None:
+            if question.revealed:
                 return "revealed"
+            field = json.dumps([question_id, seat])
+            if not pipe.hexists(room_key(room.code, "answers"), field) and sum(
+                    (answer_key(key) or ("",))[0] == question_id
+                    for key in pipe.hkeys(room_key(room.code, "answers"))) >= MAX_ANSWERS:
+                return "full"
             pipe.multi()
-            pipe.hset(room_key(room.code, "answers"), json.dumps([question_id, seat]), value)
+            pipe.hset(room_key(room.code, "answers"), field, value)
             return None
         return self.redis.transaction(keep, room_key(room.code), value_from_callable=True)
 

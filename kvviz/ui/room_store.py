@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import threading
 
-from kvviz.ui.room_types import GUESS_WINDOW_S, MAX_QUESTIONS, Room, RoomQuestion
+from kvviz.ui.room_types import GUESS_WINDOW_S, MAX_ANSWERS, MAX_QUESTIONS, Room, RoomQuestion
 
 URL_VARIABLE = "KVVIZ_ROOMS_URL"
 _chosen: dict = {}  # url ("" for memory) -> its store, made once per process
@@ -139,19 +139,25 @@ class MemoryStore:
         return True
 
     def answer(self, room: Room, question_id: str, value: float, seat: str) -> str | None:
-        """None when kept; else "gone" (no such question) or "revealed"."""
+        """None when kept; else "gone" (no such question), "revealed" or "full" (MAX_ANSWERS seats answered)."""
         with self.lock:
             question = room.question(question_id)
             if question is None:
                 return "gone"
             if question.revealed:
                 return "revealed"
+            if seat not in question.answers and len(question.answers) >= MAX_ANSWERS:
+                return "full"
             question.answers[seat] = float(value)
         return None
 
     def questions(self, room: Room) -> list[RoomQuestion]:
         with self.lock:
             return list(room.questions)
+
+    def lost_room(self, teacher: str) -> str | None:
+        """Rooms in this process close only when the teacher or the sweep closes them: none is lost."""
+        return None
 
     def guessed_too_often(self, keys: list[tuple[str, str]], limits: dict, now: float) -> bool:
         with self.lock:

@@ -14,12 +14,15 @@ from dataclasses import dataclass, field
 CODE_LETTERS = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I: read aloud and typed from a projector
 CODE_LENGTH = 6
 MAX_QUESTIONS = 50
+MAX_ANSWERS = 1000  # answers one question keeps (seats come and go; a lesson file holds this many: kvviz.lessons.files)
 MAX_ANSWER = 1e15  # bytes a lesson's cache could hold, with room to spare
 DEFAULTS = {"KVVIZ_MAX_ROOMS": 10, "KVVIZ_ROOMS_PER_CLIENT": 2, "KVVIZ_ROOM_STUDENTS": 60,
             "KVVIZ_SEAT_IDLE_S": 30, "KVVIZ_ROOM_IDLE_S": 3600}
 SEAT_PATTERN = re.compile(r"[A-Za-z0-9_-]{16}")  # secrets.token_urlsafe(12)
-GUESSES = {"session": 5, "address": 30}  # wrong codes each may try in GUESS_WINDOW_S seconds (a class may share
-# one address behind its school's router: its limit is higher, and still far from guessing one of 32**6 codes)
+GUESSES = {"session": 5, "address": 300}  # wrong codes each may try in GUESS_WINDOW_S seconds. A student is a
+# session; a whole class may share one address behind its school's router or a reverse proxy, so an address
+# gets a class's worth of typos (60 students, 5 each): at most 432,000 tries a day, about 1 in 250 of finding
+# one of 10 open rooms among 32**6 codes. A right code for a full room is no wrong code: it counts for neither.
 GUESS_WINDOW_S = 60.0
 LESSON_FILES: dict[str, tuple] = {}  # page -> (export: lesson -> file text, read: file text -> replay), set by
 # each lesson's RoomLesson: a room kept in Redis carries its lesson as that file (kvviz.ui.room_redis)

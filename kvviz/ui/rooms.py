@@ -14,11 +14,11 @@ that every app process serving the class shares (kvviz.ui.room_redis: the lesson
 file, LESSON_FILES, and changes by pub/sub). A room closes when its teacher's session ends, when it has been idle for
 KVVIZ_ROOM_IDLE_S seconds, or when the teacher closes it.
 
-A student holds a seat, not a tab: the seat is a token kept in the page's address (?room=CODE&seat=TOKEN),
-so a reload takes the same seat, and a seat whose page has not asked for news for KVVIZ_SEAT_IDLE_S
-seconds is free again. A wrong code and a full room get the same sentence (a code's existence is not
-told), and a session or an address that tries more than its GUESSES wrong codes in GUESS_WINDOW_S
-seconds waits.
+A student holds a seat: a token the session keeps, never in the page's address, so a link passed on
+cannot take another student's seat; a reload is a new session with a new seat, and a seat whose page
+has not asked for news for KVVIZ_SEAT_IDLE_S seconds is free again. A wrong code and a full room get
+the same sentence (a code's existence is not told); a session or an address that tries more than its
+GUESSES wrong codes in GUESS_WINDOW_S seconds waits, and a full room's refusal counts as no wrong code.
 
 Bounds, each an environment variable: KVVIZ_MAX_ROOMS rooms at once (default 10), KVVIZ_ROOMS_PER_CLIENT
 rooms opened from one address (2), KVVIZ_ROOM_STUDENTS seats a room (60), KVVIZ_SEAT_IDLE_S seconds
@@ -37,7 +37,7 @@ from streamlit.runtime import Runtime
 from streamlit.runtime.scriptrunner_utils.script_run_context import get_script_run_ctx
 
 from kvviz.ui import room_store, room_wake
-from kvviz.ui.room_types import (CODE_LENGTH, CODE_LETTERS, GUESSES, MAX_ANSWER, MAX_QUESTIONS, Room, RoomQuestion,
+from kvviz.ui.room_types import (CODE_LENGTH, CODE_LETTERS, GUESSES, MAX_ANSWER, MAX_ANSWERS, MAX_QUESTIONS, Room, RoomQuestion,
                                  setting)
 
 SESSION_KEY = "room_session"  # this session's name in rooms, in st.session_state
@@ -124,6 +124,11 @@ def teachers_room(page: str) -> Room | None:
     return next((r for r in _store().teachers(session_id()) if r.page == page), None)
 
 
+def lost_room() -> str | None:
+    """The code of this session's room that the room server lost (a restart without its data), told once."""
+    return _store().lost_room(session_id())
+
+
 def normalize(code: str) -> str:
     """The code as rooms keep it: NFKC first, so a phone's fullwidth "ＫＢ７" is "KB7"; ASCII letters and digits only."""
     text = unicodedata.normalize("NFKC", str(code)[:CODE_LENGTH * 8]).upper()
@@ -156,7 +161,8 @@ def take_seat(code: str, seat: str, session: str | None = None, address: str | N
         return room
     if store.down():
         return store.down()
-    store.wrong_guess(keys, now)
+    if room is None:  # a full room's refusal is the same sentence, but no guess: the class waits for a seat
+        store.wrong_guess(keys, now)
     return no_seat(code)
 
 
@@ -218,6 +224,8 @@ def answer(room: Room, question_id: str, value: float, seat: str) -> str | None:
     refused = _store().answer(room, question_id, float(value), seat)
     if refused == "revealed":
         return "The teacher has already revealed this answer."
+    if refused == "full":
+        return f"This question has {MAX_ANSWERS:,} answers, as many as a room keeps; the teacher can reveal it now."
     if refused is not None:
         return "That question is no longer open in this room."
     return None

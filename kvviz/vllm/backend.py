@@ -129,12 +129,12 @@ def check_result(result: dict, model: str) -> dict:
 def eos_token_ids(folder: str) -> list[int]:
     """The ids that end a request, as kvviz's engine reads them (generation config, then config)."""
     try:
-        eos = GenerationConfig.from_pretrained(folder, local_files_only=True).eos_token_id
+        eos = GenerationConfig.from_pretrained(folder, local_files_only=True, trust_remote_code=False).eos_token_id
     except Exception:
         eos = None
     if eos is None:
         try:
-            eos = getattr(AutoConfig.from_pretrained(folder, local_files_only=True).get_text_config(), "eos_token_id", None)
+            eos = getattr(AutoConfig.from_pretrained(folder, local_files_only=True, trust_remote_code=False).get_text_config(), "eos_token_id", None)
         except Exception:  # no readable config: vLLM will say so when it tries to load the model
             eos = None
     return [] if eos is None else [int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos])]
@@ -172,8 +172,9 @@ def run_model_on_vllm(model, prompts: list[list[int]], sampling: list[dict], llm
     return result
 
 
-def bench_against_vllm(model, workload, kvviz_run, repeats: int = 1, python=None) -> dict:
-    """vLLM on the same weights and token-id prompts: greedy, ignore_eos, the model's dtype."""
+def bench_against_vllm(model, workload, kvviz_run, repeats: int = 1, python=None, announce: bool = True) -> dict:
+    """vLLM on the same weights and token-id prompts: greedy, ignore_eos, the model's dtype.
+    announce: print its row of the bench's table (the contended runs print a table of their own)."""
     greedy = [{"max_tokens": n, "temperature": 0.0, "ignore_eos": True} for n in workload.max_tokens]
     result = run_model_on_vllm(model, workload.prompts, greedy, repeats=repeats, warmup=True, python=python)
     outputs = [o["token_ids"][:n] for o, n in zip(result["outputs"], workload.max_tokens)]
@@ -183,6 +184,8 @@ def bench_against_vllm(model, workload, kvviz_run, repeats: int = 1, python=None
              "kvviz_over_vllm": kvviz_run.tokens_per_s / tokens_per_s, "outputs_equal": agreement.num_equal,
              "requests": agreement.num_requests, "vllm_version": result["vllm_version"],
              "num_blocks": result["num_blocks"], "block_size": result["block_size"], "worker_wall_s": result["wall_s"]}
+    if not announce:
+        return entry
     print(f"{'vllm ' + result['vllm_version']:<24}{result['seconds']:>9.2f}{tokens_per_s:>14.1f}"
           f"{entry['kvviz_over_vllm']:>9.2f}x   {agreement.describe()}")
     print(f"  vLLM: its default settings, but dtype {str(next(model.parameters()).dtype).removeprefix('torch.')} "

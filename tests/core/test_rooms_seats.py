@@ -70,6 +70,23 @@ def test_wrong_codes_are_rate_limited_per_session_and_address(room):
     assert rooms.take_seat(room.code, rooms.new_seat(), "a third session", "10.0.0.10") is room
 
 
+def test_a_full_room_refuses_without_locking_its_class_out(room, monkeypatch):
+    """A class behind one address (a school's router, a reverse proxy): 200 tabs on the real link in a
+    full room were refused as full, and counted as wrong codes, so the address stayed locked after seats
+    freed. Now a full room's refusals count for nothing, and a class's typos fit the address's limit."""
+    monkeypatch.setenv("KVVIZ_ROOM_STUDENTS", "2")
+    seated = [rooms.new_seat() for _ in range(2)]
+    for index, seat in enumerate(seated):
+        assert rooms.take_seat(room.code, seat, f"seated {index}", "10.0.0.9") is room
+    for tab in range(200):
+        refused = rooms.take_seat(room.code, rooms.new_seat(), f"tab {tab}", "10.0.0.9")
+        assert isinstance(refused, str) and refused.startswith("No open room has a seat")
+    for student in range(60):  # a class's typos: each student one wrong code
+        assert isinstance(rooms.take_seat("ZZZZZZ", rooms.new_seat(), f"typo {student}", "10.0.0.9"), str)
+    rooms.leave(room, seated[0])
+    assert rooms.take_seat(room.code, rooms.new_seat(), "the next student", "10.0.0.9") is room
+
+
 def test_rooms_are_bounded_per_address(room, monkeypatch):
     monkeypatch.setenv("KVVIZ_ROOMS_PER_CLIENT", "1")
     room.client = "10.0.0.9"

@@ -138,21 +138,23 @@ def test_a_refused_take_over_keeps_the_student_in_the_room_with_one_sentence(tea
     assert pupil.success[0].value.startswith("**Decode step 2.**")
 
 
-def test_a_reload_takes_the_same_seat_and_leave_frees_it(teacher, monkeypatch):
+def test_a_link_never_carries_a_seat_and_leave_frees_it(teacher, monkeypatch):
+    """Issue 51: a link with another student's seat token took that seat and replaced their answer. The seat
+    is the session's own: the address is the room's link alone, and a seat in a link is ignored."""
     monkeypatch.setenv("KVVIZ_ROOM_STUDENTS", "3")
     room = room_of(teacher)
     first = student(room.code)
     seat = first.session_state["room_seat"]
-    assert first.query_params["seat"] == seat  # in the page's address: a reload sends it back
-    reloads = [student(room.code, seat) for _ in range(3)]  # the same student reloading three times
-    assert all(r.session_state["room_seat"] == seat and not r.error for r in reloads)
-    assert list(room.students) == [seat]
-    others = [student(room.code) for _ in range(2)]
+    assert dict(first.query_params) == {"room": room.code}  # no seat, no model, prompt or step
+    copied = student(room.code, seat)  # the first student's seat, pasted into a link
+    assert copied.session_state["room_seat"] != seat and not copied.error
+    assert len(room.students) == 2 and seat in room.students
+    others = [student(room.code)]
     assert all(not o.error for o in others) and len(room.students) == 3
     teacher.run()
     assert any(c.value.startswith("3 of 3 students following") for c in teacher.caption)
     click(others[0], "Leave")
-    assert len(room.students) == 2 and "seat" not in others[0].query_params
+    assert len(room.students) == 2 and "room" not in others[0].query_params
     assert not student(room.code).error  # the seat left is free
 
 

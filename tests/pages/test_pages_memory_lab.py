@@ -7,6 +7,7 @@ import pytest
 import torch
 from streamlit.testing.v1 import AppTest
 
+from kvviz.engine.cpu.threads import CpuShare
 from kvviz.engine.kv_cache import CacheShape, PagedKVCache
 from kvviz.lessons.model_lab import logic as lab
 from kvviz.memory_bill import cache_format, kv_cache_bytes
@@ -261,9 +262,9 @@ def test_overlapping_measurements_give_back_the_threads_they_found():
     """Two sessions measuring at once, the first finishing while the second still measures: the
     second keeps its core free, and the server ends on the threads it had, not one fewer."""
     threads = torch.get_num_threads()
-    torch.set_num_threads(2)
+    share = CpuShare(fixed=2)
     try:
-        first, second = lab.a_core_left_free(), lab.a_core_left_free()
+        first, second = share.capped(1), share.capped(1)
         first.__enter__()
         assert torch.get_num_threads() == 1
         second.__enter__()

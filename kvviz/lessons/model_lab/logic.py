@@ -15,12 +15,10 @@ forward passes, the cache writes and the timings are the engine's own.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 import random
 import statistics
-import threading
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -28,6 +26,7 @@ from transformers import AutoTokenizer
 
 from kvviz.lessons.budget import Work, check_click, forward_flops
 from kvviz.engine.engine import Engine
+from kvviz.engine.cpu.threads import cpu_share
 from kvviz.engine.sampling import SamplingParams
 from kvviz.engine.config import DEFAULTS
 from kvviz.engine.block_pool import blocks_needed
@@ -359,38 +358,13 @@ def measure_decode_times(lm: LoadedModel, contexts: list[int], repeats: int = 3,
     return timings
 
 
-class _CoreLeftFree:
-    """Time on one thread fewer than torch's own (one on a 2-core laptop): a decode step of a small
-    model lasts milliseconds, and when the browser drawing the page takes a core from one of the
+def a_core_left_free():
+    """Time on one thread fewer than the engine's ceiling (one on a 2-core laptop): a decode step of a
+    small model lasts milliseconds, and when the browser drawing the page takes a core from one of the
     threads, every step waits for it. On a 2-core machine, Measure in Chromium gave with-cache medians
-    of 4.1-11.0 ms across the lengths on two threads, 4.7-6.9 ms on one.
-
-    torch's thread count belongs to the whole process, and sessions measure from threads of their
-    own: the first measurement to start lowers it, the last to finish puts back what it found, so
-    two measurements that overlap never leave the server on fewer threads than it had."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._measuring = 0
-        self._threads_before = 0
-
-    @contextlib.contextmanager
-    def __call__(self):
-        with self._lock:
-            if self._measuring == 0:
-                self._threads_before = torch.get_num_threads()
-                torch.set_num_threads(max(1, self._threads_before - 1))
-            self._measuring += 1
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._measuring -= 1
-                if self._measuring == 0:
-                    torch.set_num_threads(self._threads_before)
-
-
-a_core_left_free = _CoreLeftFree()
+    of 4.1-11.0 ms across the lengths on two threads, 4.7-6.9 ms on one. The thread count is the
+    process's share (kvviz.engine.cpu.threads): overlapping measurements each hold their cap until done."""
+    return cpu_share.capped(cpu_share.ceiling - 1)
 
 
 def _one_request_engine(lm: LoadedModel, prompt: list[int], num_decodes: int, use_cache: bool) -> Engine:

@@ -1,0 +1,81 @@
+"""Issue 51 item 6: what a room keeps in Redis, damaged by hand (HSET, DEL, another program), gives no
+traceback: the room reads as gone for its followers, a bad answer is dropped, a teacher whose room vanished
+is told, and a question keeps at most MAX_ANSWERS answers on both stores."""
+
+import json
+
+import pytest
+import redis
+
+from kvviz.ui import rooms, room_types
+from kvviz.ui.room_redis import RedisStore
+from kvviz.ui.room_store import MemoryStore
+
+from redis_server import redis_url  # noqa: F401  (the fixture)
+from test_room_store import FileLesson, opened
+
+
+@pytest.mark.parametrize("field, value", [
+    ("step", "abc"), ("questions", "not json"), ("payload", "{"), ("questions", json.dumps([{"id": 1}])),
+    ("questions", json.dumps([{"id": "q", "text": "t", "unit": "u", "target": "three"}])),
+    ("questions", "[" * 100_000), ("opened", "nan"), ("version", ""), ("payload", "[1, 2]"),
+])
+def test_a_damaged_field_reads_as_a_gone_room_not_a_traceback(redis_url, field, value):  # noqa: F811
+    teacher, follower = RedisStore(redis_url.url), RedisStore(redis_url.url)
+    room = opened(teacher, FileLesson([{"step": 0}]))
+    assert follower.get(room.code) is not None
+    redis.Redis.from_url(redis_url.url).hset(f"kvviz:room:{room.code}", field, value)
+    assert follower.get(room.code) is None and teacher.get(room.code) is None
+    assert follower.down() is None  # the server answers: nothing says it is down
+    seat = rooms.new_seat()
+    assert follower.answer(room, "q", 3.0, seat) in ("gone", None)  # no traceback on the answer's path either
+
+
+def test_a_deleted_teacher_field_and_a_wrong_type_seats_key(redis_url):  # noqa: F811
+    store, raw = RedisStore(redis_url.url), redis.Redis.from_url(redis_url.url)
+    room = opened(store, FileLesson())
+    raw.hdel(f"kvviz:room:{room.code}", "teacher")
+    assert store.get(room.code) is None
+    other = opened(store, FileLesson())
+    raw.delete(f"kvviz:room:{other.code}:seats")
+    raw.set(f"kvviz:room:{other.code}:seats", "not a sorted set")
+    assert store.get(other.code) is None and store.down() is None  # wrong type: the room, not the server
+    assert store.sit(other, rooms.new_seat(), 0.0, 60) is False
+
+
+def test_a_bad_answer_is_dropped_and_the_others_kept(redis_url):  # noqa: F811
+    store, raw = RedisStore(redis_url.url), redis.Redis.from_url(redis_url.url)
+    room = opened(store, FileLesson())
+    assert store.ask(room, room_types.RoomQuestion("q", "How many blocks?", "blocks", 3)) == "asked"
+    seat = rooms.new_seat()
+    assert store.answer(room, "q", 7.0, seat) is None
+    answers = f"kvviz:room:{room.code}:answers"
+    raw.hset(answers, "not json", "1")
+    raw.hset(answers, json.dumps(["q", rooms.new_seat()]), "many")
+    raw.hset(answers, json.dumps([1, 2, 3]), "2")
+    assert store.get(room.code).question("q").answers == {seat: 7.0}
+
+
+def test_a_room_the_server_lost_is_told_to_its_teacher_once(redis_url):  # noqa: F811
+    store = RedisStore(redis_url.url)
+    room = opened(store, FileLesson())
+    redis.Redis.from_url(redis_url.url).flushall()  # a restart without persistence
+    assert store.teachers("teacher") == []
+    assert store.lost_room("teacher") == room.code and store.lost_room("teacher") is None
+
+
+@pytest.mark.parametrize("kind", ["memory", "redis"])
+def test_a_question_keeps_at_most_max_answers(redis_url, kind, monkeypatch):  # noqa: F811
+    """1,010 join-answer-leave cycles gave 1,011 answers, and the teacher's file failed its own replay."""
+    monkeypatch.setattr(room_types, "MAX_ANSWERS", 5)
+    for module in ("kvviz.ui.room_store", "kvviz.ui.room_redis", "kvviz.ui.room_codec"):
+        monkeypatch.setattr(f"{module}.MAX_ANSWERS", 5)
+    store = MemoryStore() if kind == "memory" else RedisStore(redis_url.url)
+    room = opened(store, FileLesson()) if kind == "redis" else room_types.Room("K7QW2M", "t", None, "p", FileLesson())
+    if kind == "memory":
+        store.add(room, 10, 10)
+    store.ask(room, room_types.RoomQuestion("q", "How many blocks?", "blocks", 3))
+    seats = [rooms.new_seat() for _ in range(6)]
+    assert [store.answer(room, "q", 1.0, seat) for seat in seats] == [None] * 5 + ["full"]
+    assert store.answer(room, "q", 2.0, seats[0]) is None  # a student already counted may change their answer
+    assert len(store.get(room.code).question("q").answers) == 5
