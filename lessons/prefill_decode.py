@@ -180,6 +180,8 @@ if view == "Work saved":
     c.metric("Largest logit difference", f"{max(diffs):.2e}" if diffs else "n/a",
              help="Between the cached run and a run that recomputes everything, over all steps so far.")
     st.caption(logit_difference_note(max(diffs) if diffs else None, info["dtype"]))
+    if step >= len(lesson.twin_records) and lesson.twin_note():
+        st.caption(lesson.twin_note())
     st.dataframe(work_table(rows), width="stretch", hide_index=True)
     st.caption("Tokens run are counts: they come out the same on every run and every machine. How long a "
                "step takes is measured in the Model lab, as the median of several warm runs.")

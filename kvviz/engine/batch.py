@@ -13,6 +13,10 @@ from kvviz.engine.kv_cache import slots_for
 from kvviz.engine.runner import AttentionGroup, StepBatch, Trace
 from kvviz.engine.scheduler import ScheduledChunk
 
+# A traced prefill keeps every query's attention row (heads x T x T per layer) only up to this many prompt
+# tokens: SmolLM2 at 1,500 tokens would read back 2.4 GB; longer prompts keep the newest row, as a decode does.
+TRIANGLE_MOST_TOKENS = 128
+
 
 def build_step_batch(chunks: list[ScheduledChunk], cache, block_size: int, device: torch.device,
                      trace_request_id: int | None = None, kernel=None, layer_groups=None) -> StepBatch:
@@ -78,7 +82,8 @@ def _build_view(chunks: list[ScheduledChunk], cache, block_size: int, device: to
                 if chunks[i].request.request_id == trace_request_id:
                     trace = Trace(group=len(groups), row=row, query=chunks[i].num_tokens - 1,
                                   num_keys=chunks[i].end if cache is not None else chunks[i].num_tokens,
-                                  all_queries=cache is not None and chunks[i].start == 0)
+                                  all_queries=cache is not None and chunks[i].start == 0
+                                  and chunks[i].num_tokens <= TRIANGLE_MOST_TOKENS)
         groups.append(attention_group)
 
     return StepBatch(

@@ -79,7 +79,7 @@ class Trace:
     keys: list = field(default_factory=list)  # [layer] (tokens, kv_heads, head_dim)
     values: list = field(default_factory=list)
     attention: list = field(default_factory=list)  # [layer] (heads, tokens)
-    all_queries: bool = False  # a prefill from position 0: keep every query's row, the causal triangle
+    all_queries: bool = False  # a short prefill from position 0: keep every query's row, the causal triangle
     prompt_attention: list = field(default_factory=list)  # [layer] (heads, tokens, tokens)
     latents: list = field(default_factory=list)  # MLA: [layer] (tokens, kv_lora_rank + qk_rope_head_dim), as cached
 

@@ -114,7 +114,7 @@ def damage(lesson, change):
     (lambda d: d["records"][0]["memory"].update(token_bytes=-5), r"records\[0\].memory.token_bytes"),
     (lambda d: d["records"][1].update(sampled=[[0, "x"]]), r"records\[1\].sampled\[0\]\[1\]"),
     (lambda d: d["token_texts"].pop(), "token_texts"),
-    (lambda d: d["twin_records"].pop(), "twin_records"),
+    (lambda d: d["twin_records"].append(d["twin_records"][0]), "twin_records"),  # fewer: a twin that stopped early
     (lambda d: d["records"][1]["requests"][0].update(block_table=[10**12]), r"records\[1\].requests\[0\].block_table"),
     (lambda d: d["records"][0]["requests"][0].update(block_table=[0] * 5000), r"records\[0\].requests\[0\].block_table"),
 ])

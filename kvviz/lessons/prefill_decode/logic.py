@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from kvviz.engine.batch import TRIANGLE_MOST_TOKENS
 from kvviz.engine.engine import Engine
 from kvviz.engine.errors import EngineError
 from kvviz.engine.records import StepRecord
@@ -24,7 +25,13 @@ from kvviz.memory_bill import bill_breakdown
 from kvviz.models import summary_shape
 
 MAX_LESSON_TOKENS = 256  # the longest lesson a page, a link or a file may ask for
-MAX_TRIANGLE_TOKENS = 128  # prompts up to this long keep the prefill's whole attention matrix
+MAX_TRIANGLE_TOKENS = TRIANGLE_MOST_TOKENS  # prompts up to this long keep the prefill's whole attention matrix
+# The no-cache twin runs every token so far again at each step: that is the cost the cache saves, and past
+# this many FLOPs a step (about 0.25 s on a 2-core CPU; SmolLM2 at about 185 tokens, the bundled model at
+# thousands) it would be most of a click. It stops there: the work table counts its tokens from then on,
+# and the logits were compared at every step it ran. (A 1,548-token SmolLM2 lesson spent 4.3-4.9 s a
+# Next token on it.)
+TWIN_MOST_FLOPS = 5e10
 
 
 def lesson_sampling(**changes) -> SamplingParams:
@@ -67,6 +74,7 @@ class Lesson:
     traces: list[StepTrace] = field(default_factory=list)
     engine: Engine | None = None
     twin: Engine | None = None
+    twin_cost: ModelCost | None = None  # the twin's FLOPs per step, to stop it past TWIN_MOST_FLOPS
     tokenizer: object | None = None
     replay: bool = False  # loaded from a file: no model, steps come from the records
     replay_position: int = 0  # in a replay, the last step revealed so far
@@ -97,7 +105,8 @@ class Lesson:
         engine = Engine(lm, block_size=settings.block_size, max_num_seqs=1,
                         num_blocks=blocks_needed(most_tokens, settings.block_size))
         engine.check_request(prompt_ids, settings.sampling)
-        lesson = cls(settings, lm.describe(), engine=engine, twin=twin, tokenizer=lm.tokenizer)
+        lesson = cls(settings, lm.describe(), engine=engine, twin=twin, twin_cost=ModelCost.of(lm.model),
+                     tokenizer=lm.tokenizer)
         lesson.prompt_token_ids = prompt_ids
         lesson.token_texts = [lesson.token_text(t) for t in prompt_ids]
         return lesson
@@ -158,17 +167,30 @@ class Lesson:
             return None
         return self._step()
 
+    def twin_runs_next(self) -> bool:
+        """Whether the no-cache twin runs the next step: while its pass over every token stays cheap."""
+        if self.twin is None or self.twin_cost is None:
+            return False
+        tokens = len(self.prompt_token_ids) + len(self.records)  # what it would run: all of them
+        return self.twin_cost.forward(tokens, 0) <= TWIN_MOST_FLOPS
+
     def _step(self) -> StepRecord:
-        record, twin_record = self.engine.step(), self.twin.step()
-        self.traces.append(self._compact(record.trace, twin_record.trace))
-        record.trace = twin_record.trace = None  # the full read-back grows with every step
+        twin_runs = self.twin_runs_next()
+        if not twin_runs and self.twin is not None:
+            self.twin = None  # stopped for good: its pool and model references go now
+        record = self.engine.step()
+        twin_record = self.twin.step() if twin_runs else None
+        self.traces.append(self._compact(record.trace, twin_record.trace if twin_record else None))
+        record.trace = None  # the full read-back grows with every step
         self.records.append(record)
-        self.twin_records.append(twin_record)
+        if twin_record is not None:
+            twin_record.trace = None
+            self.twin_records.append(twin_record)
         for _, token in record.sampled:
             self.token_texts.append(self.token_text(token))
         return record
 
-    def _compact(self, cached: TraceRecord, fresh: TraceRecord) -> StepTrace:
+    def _compact(self, cached: TraceRecord, fresh: TraceRecord | None) -> StepTrace:
         """Keep only this step's new K/V rows; check the older rows against what was kept."""
         before = self.num_tokens_at(len(self.traces) - 1) if self.traces else 0
         changed = 0
@@ -181,7 +203,7 @@ class Lesson:
                                    np.abs(cached.values[:, :before] - old.values).max(axis=(0, 2, 3)))  # (tokens,)
             changed = int((moved > 0).sum())
         difference = None
-        if cached.logits is not None and fresh.logits is not None:
+        if fresh is not None and cached.logits is not None and fresh.logits is not None:
             difference = float(np.abs(cached.logits - fresh.logits).max())
         triangle = None  # kept for prompts short enough that it stays small (T^2 per head and layer)
         if not before and cached.prompt_attention is not None and cached.keys.shape[1] <= MAX_TRIANGLE_TOKENS:
@@ -189,6 +211,15 @@ class Lesson:
         latents = None if cached.latents is None else cached.latents[:, before:].copy()
         return StepTrace(cached.keys[:, before:].copy(), cached.values[:, before:].copy(),
                          cached.attention.copy(), changed, difference, triangle, latents)
+
+    def twin_note(self) -> str | None:
+        """A sentence when the no-cache twin stopped before the lesson's newest step, else None."""
+        if len(self.twin_records) >= len(self.records) or not self.records:
+            return None
+        ran = len(self.twin_records)
+        return (f"The no-cache twin ran the first {ran} step{'s' if ran != 1 else ''} and compared their logits; "
+                f"from step {ran} on, each of its steps would run all {len(self.prompt_token_ids) + ran:,}+ tokens "
+                "again (the very work the cache saves), so it stopped and the table counts those tokens instead.")
 
     def release(self) -> None:
         """Drop the engines and traces (the session that owned this lesson has ended)."""
@@ -225,13 +256,14 @@ class Lesson:
         return self.traces[step].logit_difference
 
     def work(self) -> list[dict]:
-        """Per step: tokens run through the model, with and without the cache (counts, not times)."""
+        """Per step: tokens run through the model, with and without the cache (counts, not times). Past the
+        twin's last step (TWIN_MOST_FLOPS) "without" counts what it would have run: every token so far."""
         rows, with_total, without_total = [], 0, 0
-        for step, (cached, fresh) in enumerate(zip(self.visible_records, self.twin_records)):
-            with_total += cached.num_tokens_run
-            without_total += fresh.num_tokens_run
-            rows.append({"step": step, "with_cache_tokens": cached.num_tokens_run,
-                         "without_cache_tokens": fresh.num_tokens_run,
+        for step, cached in enumerate(self.visible_records):
+            without = (self.twin_records[step].num_tokens_run if step < len(self.twin_records)
+                       else len(self.prompt_token_ids) + step)
+            with_total, without_total = with_total + cached.num_tokens_run, without_total + without
+            rows.append({"step": step, "with_cache_tokens": cached.num_tokens_run, "without_cache_tokens": without,
                          "with_cache_total": with_total, "without_cache_total": without_total,
                          "max_logit_difference": self.logit_difference(step)})
         return rows
@@ -273,14 +305,20 @@ class Lesson:
 
 def lesson_work(lm, prompt_tokens: int, last_step: int) -> Work:
     """What a lesson runs from its prefill to `last_step` (0: the prefill alone): at each step one
-    engine step of the cached engine (the prompt, then one token after the cache) and one of its
-    no-cache twin, which runs every token so far again, both traced and read back."""
+    engine step of the cached engine (the prompt, then one token after the cache) and, while it stays
+    under TWIN_MOST_FLOPS, one of its no-cache twin, which runs every token so far again; each traced and
+    read back."""
     cost = ModelCost.of(lm.model)
     last_step = min(last_step, max(lm.max_context - prompt_tokens, 0))  # the lesson stops at the context
-    flops = cost.forward(prompt_tokens, 0) * 2  # the prefill, the same on both sides
-    for step in range(1, last_step + 1):
-        flops += cost.forward(1, prompt_tokens + step - 1) + cost.forward(prompt_tokens + step, 0)
-    return Work(flops, steps=2 * (last_step + 1), read_backs=2 * (last_step + 1), step_scale=cost.step_scale)
+    flops, twin_steps = cost.forward(prompt_tokens, 0), 0
+    for step in range(0, last_step + 1):
+        if step:
+            flops += cost.forward(1, prompt_tokens + step - 1)
+        twin = cost.forward(prompt_tokens + step, 0)
+        if twin <= TWIN_MOST_FLOPS and twin_steps == step:  # once stopped, it stays stopped
+            flops, twin_steps = flops + twin, twin_steps + 1
+    steps = last_step + 1 + twin_steps
+    return Work(flops, steps=steps, read_backs=steps, step_scale=cost.step_scale)
 
 
 def furthest_step(lm, prompt_tokens: int, target: int, device) -> int:
