@@ -13,8 +13,8 @@ from pathlib import Path
 import streamlit as st
 
 from kvviz.lessons import navigation, registry, room_view
-from kvviz.ui.common import keep_settings, model_sidebar
-from kvviz.ui.presenter import BUSY_CSS, presenter_mode
+from kvviz.ui.common import keep_settings, model_from_link, model_sidebar
+from kvviz.ui.presenter import ACCESSIBLE_CSS, BUSY_CSS, presenter_mode
 
 # a bundled icon: a :material/...: page icon makes the browser fetch it from a font host
 st.set_page_config(page_title="kvviz · the KV cache, live", layout="wide",
@@ -24,10 +24,12 @@ st.set_page_config(page_title="kvviz · the KV cache, live", layout="wide",
 # results column still shows its unit instead of an ellipsis (presenter mode sets its own size)
 st.html("<style>[data-testid='stMainBlockContainer'] {padding-top: 2.5rem;} "
         "[data-testid='stMetricValue'] {font-size: clamp(1.5rem, 2.2vw, 2.25rem);}</style>")
+st.html(ACCESSIBLE_CSS)
 st.html(BUSY_CSS)
 page = st.navigation(navigation.pages())
 room_view.follow_link_elsewhere(page.url_path or registry.LECTURE[0].key)  # a room link on a page without rooms
 keep_settings(registry.kept_settings())
+model_from_link()  # ?model=NAME alone, on any page
 model_sidebar(on_model_change=registry.reset_lessons)
 presenter_mode(*registry.neighbours(page.title))
 footer = navigation.footer_container()  # drawn at the bottom even when a page stops early

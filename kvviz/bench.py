@@ -181,8 +181,9 @@ def run_hf_generate(model, workload: Workload, batch_size: int = 16) -> SystemRu
         padded_slots += len(prompts) * (width + new_tokens)  # the batch's cache at its end
         useful_slots += sum(len(p) + w for p, w in zip(prompts, wants))
     seconds = perf_counter() - start
-    details = {"batch_size": batch_size, "padding_fraction": 1 - useful_slots / padded_slots}
-    return SystemRun(f"hf generate (bs {batch_size})", outputs, seconds, workload.num_output_tokens,
+    largest = min(batch_size, len(workload.prompts))  # the batches it ran: 4 requests are one batch of 4, not 16
+    details = {"batch_size": largest, "padding_fraction": 1 - useful_slots / padded_slots}
+    return SystemRun(f"hf generate (bs {largest})", outputs, seconds, workload.num_output_tokens,
                      generated, details=details)
 
 

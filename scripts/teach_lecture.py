@@ -5,6 +5,7 @@
     python scripts/teach_lecture.py --pages 2        # only the first two pages of the lecture
     python scripts/teach_lecture.py --model smollm2  # from Prefill and decode on, on SmolLM2 (fetched)
     python scripts/teach_lecture.py --url http://127.0.0.1:8501   # an app that is already running
+    python scripts/teach_lecture.py --contend 1      # beside one busy process, as on a shared server
 
 The script starts the app (kvviz.ui.app_server.running_app) unless --url names one, opens Debian's
 Chromium at a projector's 1280x720 and walks the pages of kvviz.lessons.registry.LECTURE in order,
@@ -51,6 +52,7 @@ from urllib.parse import urlencode
 from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import sync_playwright
 
+from kvviz.bench import busy_processes
 from kvviz.lessons.prefill_decode.state import EXAMPLE_PROMPTS
 from kvviz.lessons.registry import LECTURE
 from kvviz.ui.app_server import BUSY_JS, CHROMIUM, CHROMIUM_ARGS, ROOT, SENDS_JS, running_app
@@ -338,7 +340,7 @@ def table(report: dict) -> str:
     lines.append(f"| **total** | {report['timed_clicks']} timed clicks | **{report['total_s']:.2f}** | | {counts} |")
     start, end = report["load_average_start"], report["load_average_end"]
     mode = (f"Mode: {'presenter' if report['presenter'] else 'normal'}, {VIEWPORT['width']}x{VIEWPORT['height']}, "
-            f"model: {report['model']}; "
+            f"model: {report['model']}; busy processes beside it: {report.get('busy_processes', 0)}; "
             f"{report['pages']} pages in {report['wall_s']:.0f} s wall time.")
     load = (f"Load average (1, 5, 15 min) at start: {start[0]:.2f}, {start[1]:.2f}, {start[2]:.2f}; "
             f"at end: {end[0]:.2f}, {end[1]:.2f}, {end[2]:.2f} ({os.cpu_count()} CPUs).")
@@ -355,27 +357,34 @@ def main() -> int:
                         help=f"only the first N pages of the lecture (1 to {len(LECTURE)})")
     parser.add_argument("--timeout", type=float, default=400.0, help="seconds a click may take before 'timeout'")
     parser.add_argument("--model", help="the model to teach on from Prefill and decode on (a link's model=, e.g. "
-                                        "smollm2); default: the app's own, the bundled model")
+                                        "smollm2); default: the app's own (SmolLM2 once fetched, else bundled)")
+    parser.add_argument("--contend", type=int, default=0, metavar="N",
+                        help="N busy processes (python -c 'while True: pass') run beside the lecture, as other work "
+                             "on a shared classroom server (kvviz.bench.busy_processes)")
     args = parser.parse_args()
+    if not 0 <= args.contend <= 16:
+        parser.error("--contend must be 0 to 16")
     if not 1 <= args.pages <= len(LECTURE):
         parser.error(f"--pages must be 1 to {len(LECTURE)}")
-    out = args.out / ((f"{args.model}_" if args.model else "") + ("presenter" if args.presenter else "normal"))
+    out = args.out / ((f"{args.model}_" if args.model else "") + (f"contend{args.contend}_" if args.contend else "")
+                      + ("presenter" if args.presenter else "normal"))
     out.mkdir(parents=True, exist_ok=True)
     (ROOT / "artifacts").mkdir(exist_ok=True)  # running_app writes the server's log there
 
     rows: list[dict] = []
     load_start, started = os.getloadavg(), time.perf_counter()
     try:
-        if args.url:
-            teach(args.url.rstrip("/"), out, args.presenter, args.pages, args.timeout, rows, args.model)
-        else:
-            with running_app() as url:
-                teach(url, out, args.presenter, args.pages, args.timeout, rows, args.model)
+        with busy_processes(args.contend):
+            if args.url:
+                teach(args.url.rstrip("/"), out, args.presenter, args.pages, args.timeout, rows, args.model)
+            else:
+                with running_app() as url:
+                    teach(url, out, args.presenter, args.pages, args.timeout, rows, args.model)
     finally:  # an interrupted walk still reports what it timed
         timed = [row for row in rows if row["seconds"] is not None]
         report = {
             "url": args.url or "started by the script", "presenter": args.presenter, "viewport": VIEWPORT,
-            "model": args.model or "the app's default",
+            "model": args.model or "the app's default", "busy_processes": args.contend,
             "pages": args.pages, "timeout_s": args.timeout,
             "load_average_start": load_start, "load_average_end": os.getloadavg(),
             "wall_s": round(time.perf_counter() - started, 1),

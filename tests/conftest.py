@@ -11,11 +11,15 @@ LONG_MARKERS = ("browser", "vllm", "slow")  # a file holding such a test starts 
 
 
 def pytest_configure(config):
-    """Under pytest-xdist (scripts/test.sh runs two workers), each worker's torch takes its share of the
+    """Every session opens on the bundled model (KVVIZ_DEFAULT_MODEL) unless a test says otherwise.
+    Under pytest-xdist (scripts/test.sh runs two workers), each worker's torch takes its share of the
     cores, not all of them, and so do the app servers and scripts a test starts (OMP_NUM_THREADS): two
     workers with two threads each on two cores spend their time waiting for each other. Streamlit's scan
     for installed components runs once a session, not once an AppTest (share_component_scan)."""
     share_component_scan()
+    # the tests assert the bundled model's numbers: a session opens on it even where SmolLM2 is fetched
+    # (tests/pages/test_page_default_model.py checks the default itself, with this unset)
+    os.environ.setdefault("KVVIZ_DEFAULT_MODEL", "bundled")
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if workers > 1:
         import torch

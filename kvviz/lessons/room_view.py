@@ -35,7 +35,7 @@ from streamlit.runtime.scriptrunner_utils.script_run_context import get_script_r
 from kvviz.lessons.files import RoomAnswers
 from kvviz.lessons.registry import BY_KEY
 from kvviz.ui import room_types, room_wake, rooms
-from kvviz.ui.common import drop
+from kvviz.ui.common import drop, load_linked_model, session_source
 from kvviz.ui.text import plain
 
 KEYS = frozenset({"room_code", "room_seat", "room_seat_token", "room_query_done", "room_error", "room_state", "room_answer",
@@ -193,6 +193,10 @@ def take_over(kind: RoomLesson, slot) -> None:
     if room is None:
         stop_following(kind)
         return
+    refused = load_linked_model(room.model, "The teacher's model") if room.model else None
+    if refused:  # the student's own copy would run on another model: a different lesson, so none
+        st.session_state["room_error"] = f"Take over needs the teacher's model; you still follow room {room.code}. {refused}"
+        return
     st.session_state.pop(kind.lesson_key, None)  # the replay followed: the student's own run takes its place
     left = []
     kind.take_over(room.lesson, min(room.step, len(room.lesson.records) - 1), slot,
@@ -330,7 +334,8 @@ def teacher_panel(kind: RoomLesson, lesson, step: int) -> None:
                        "room was deleted there); open a new room and give the class its new link.")
         if st.button("Open a room for the class", icon=":material/groups:"):
             try:
-                rooms.open_room(lesson, kind.page, rooms.client_address())
+                rooms.open_room(lesson, kind.page, rooms.client_address(),
+                                session_source())
             except ValueError as error:
                 st.error(str(error))
                 return

@@ -20,6 +20,7 @@ import streamlit as st
 
 from kvviz.engine.errors import EngineError
 from kvviz.lessons import room_view
+from kvviz.lessons.budget import click_seconds
 from kvviz.lessons.room_view import RoomLesson
 from kvviz.lessons.uploads import file_buttons
 from kvviz.ui import live_lessons, room_types, rooms
@@ -54,11 +55,12 @@ class StepKeys:
     # a step just ran: show the newest. No widget owns this key, so a browser message that carries the
     # look-back slider one step behind (Play at "fast") cannot pull the view back.
     stepped = property(lambda self: self.prefix + "stepped")
+    run_to_end = property(lambda self: self.prefix + "run_to_end")  # Run to the end was pressed: the page runs it
 
     def run_keys(self) -> frozenset[str]:
         """What a run leaves: Reset drops it, and so does loading another model."""
         keys = {self.run, self.view, self.slider or self.view, self.error, self.upload + "_error", self.stepped,
-                *self.extra}
+                self.run_to_end, *self.extra}
         keys |= {self.questions} if self.asks else set()
         return frozenset(keys | ({self.playing} if self.plays else set()))
 
@@ -160,19 +162,43 @@ def step(lesson: Stepped, count: int = 1) -> None:
         state[keys.playing] = False
 
 
-def run_steps(lesson: Stepped, count: int, slot, what: str) -> None:
+def run_steps(lesson: Stepped, count: int, slot, what: str, most_seconds: float | None = None) -> None:
     """`count` steps one at a time, a bar with Stop in `slot` (an st.empty()) counting them as `what`;
-    Stop keeps the steps taken (see kvviz.ui.progress)."""
+    Stop keeps the steps taken (see kvviz.ui.progress). With `most_seconds`, it also ends once that much
+    time has passed (the click's budget, measured, so a busy server stops as soon as a quiet one), and the
+    lesson's error line says where and how to go on."""
     if count <= 0:
         return
     bar = StopBar(slot, f"{lesson.keys.prefix}steps_stop", f"{what}: step 0 of {count:,}",
                   "Ends at the step reached; the step buttons go on from there.")
+    started = time.perf_counter()
     for done in range(count):
         run = current(lesson)
         if run is None or lesson.done(run):
             break
+        if most_seconds is not None and time.perf_counter() - started > most_seconds:
+            st.session_state[lesson.keys.error] = (
+                f"Stopped after {done:,} steps and {most_seconds:,.0f} s, this server's budget for one click; "
+                "press Run to the end again to go on.")
+            break
         step(lesson)
-        bar.move((done + 1) / count, f"{what}: step {done + 1:,} of {count:,}")
+        elapsed = time.perf_counter() - started
+        bar.move((done + 1) / count, f"{what}: step {done + 1:,}, {elapsed:,.1f} s so far")
+    slot.empty()
+
+
+def request_run_to_end(lesson: Stepped) -> None:
+    """Run to the end's callback: the page runs the steps in its script (run_to_end), where Stop reaches them."""
+    st.session_state[lesson.keys.run_to_end] = True
+
+
+def run_to_end(lesson: Stepped) -> None:
+    """When Run to the end was pressed: step until the run ends, with a bar and Stop, within the click budget."""
+    if st.session_state.pop(lesson.keys.run_to_end, False) and current(lesson) is not None:
+        run_steps(lesson, RUN_TO_END_STEPS, st.empty(), "Running to the end", click_seconds())
+
+
+RUN_TO_END_STEPS = 500
 
 
 def toggle_play(lesson: Stepped) -> None:
@@ -270,7 +296,7 @@ def toolbar(lesson: Stepped, kind: RoomLesson, run, room, settings: Callable[[],
         buttons = st.columns([1, 1.5, 1, 2.3], vertical_alignment="bottom")
         buttons[0].button("Step", on_click=step, args=(lesson,), width="stretch", key=prefix + "step",
                           disabled=not can_step)
-        buttons[1].button("Run to the end", on_click=step, args=(lesson, 500), width="stretch",
+        buttons[1].button("Run to the end", on_click=request_run_to_end, args=(lesson,), width="stretch",
                           key=prefix + "run", disabled=not can_step)
     buttons[2 if run is not None else 3].button("Reset", on_click=reset_run, args=(lesson,), width="stretch",
                                                 key=prefix + "reset")
@@ -281,6 +307,7 @@ def toolbar(lesson: Stepped, kind: RoomLesson, run, room, settings: Callable[[],
             settings()
             st.button("Start", type="primary", on_click=start, args=(lesson,), width="stretch",
                       key=prefix + "start", help=start_help)
+        run_to_end(lesson)
 
 
 def error(lesson: Stepped) -> None:

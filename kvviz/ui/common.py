@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import os
 from dataclasses import replace
 
 import streamlit as st
@@ -12,7 +13,24 @@ from kvviz.hub.fetch import PACKAGED, fetch_command, fetched_folder
 from kvviz.models import ModelLoadError, allowed_source, load_model
 from kvviz.ui.text import plain
 
-DEFAULT_SOURCE = "bundled"
+DEFAULT_SOURCE = "bundled"  # the offline fallback: in the repository, always there
+DEFAULT_VARIABLE = "KVVIZ_DEFAULT_MODEL"
+
+
+def default_source() -> str:
+    """The model a new session opens on: KVVIZ_DEFAULT_MODEL when set, else SmolLM2 once `kvviz fetch
+    smollm2` made it ready (a real instruct model writes real English), else the bundled model."""
+    chosen = os.environ.get(DEFAULT_VARIABLE, "").strip()
+    if chosen:
+        return chosen
+    return "smollm2" if fetched_folder("smollm2") is not None else DEFAULT_SOURCE
+
+
+def session_source() -> str:
+    """This session's model source, the default fixed on its first read (so a fetch mid-session moves nothing)."""
+    if "model_source" not in st.session_state:
+        st.session_state["model_source"] = default_source()
+    return st.session_state["model_source"]
 
 
 @st.cache_resource(show_spinner="Loading the model…", max_entries=3)
@@ -23,7 +41,7 @@ def shared_model(source: str):
 
 def current_model():
     """The model this session picked (the bundled one until another loads)."""
-    return shared_model(st.session_state.get("model_source", DEFAULT_SOURCE))
+    return shared_model(session_source())
 
 
 def _load_requested_model(on_model_change) -> None:
@@ -40,21 +58,32 @@ def _load_requested_model(on_model_change) -> None:
     on_model_change(st.session_state)
 
 
-def load_linked_model(source: str) -> str | None:
-    """A link's model (?model=...): load it for this session as the sidebar would, under the same
-    KVVIZ_MODELS rules. None when it is loaded (or already was); otherwise the sentence to show,
-    and the session keeps the model it had."""
-    if source == st.session_state.get("model_source", DEFAULT_SOURCE):
+def load_linked_model(source: str, whose: str = "The link's model") -> str | None:
+    """A link's model (?model=...), or a room's on Take over: load it for this session as the sidebar
+    would, under the same KVVIZ_MODELS rules. None when it is loaded (or already was); otherwise the
+    sentence to show, and the session keeps the model it had."""
+    if source == session_source():
         return None
     try:
         wanted = allowed_source(source[:300])  # a link is untrusted: a bounded id, checked like a typed one
         shared_model(wanted)
     except ModelLoadError as error:
-        current = st.session_state.get("model_source", DEFAULT_SOURCE)
-        return (f"The link's model could not be loaded here: {error} The lesson runs on {current} instead, "
-                "so its tokens may differ from the link's.")
+        current = session_source()
+        return (f"{whose} could not be loaded here: {error} The lesson runs on {current} instead, "
+                "so its tokens may differ from the teacher's.")
     st.session_state["model_source"] = wanted
     return None
+
+
+def model_from_link() -> None:
+    """?model=NAME on any page, read once per session: that model loads as the sidebar would load it
+    (KVVIZ_MODELS decides), or the sidebar says in a sentence why not."""
+    if st.session_state.get("model_link_read") or "model" not in st.query_params:
+        return
+    st.session_state["model_link_read"] = True
+    refused = load_linked_model(st.query_params["model"])
+    if refused:
+        st.session_state["model_error"] = refused
 
 
 def model_sidebar(on_model_change) -> None:
@@ -64,12 +93,14 @@ def model_sidebar(on_model_change) -> None:
         st.markdown("### Model")
         st.text_input("bundled, smollm2, tiny-mla, tiny-gemma3, a Hugging Face id (local cache), a folder "
                       "or a .gguf file",
-                      key="model_request", placeholder=st.session_state.get("model_source", DEFAULT_SOURCE),
+                      key="model_request", placeholder=session_source(),
                       on_change=_load_requested_model,
                       args=(on_model_change,))
         st.button("Load model", on_click=_load_requested_model, args=(on_model_change,), width="stretch")
         if "model_error" in st.session_state:
             st.error(plain(st.session_state["model_error"]))  # it quotes what was typed: show it as text
+        if session_source() != DEFAULT_SOURCE:
+            st.caption("Offline fallback: **bundled**, the small Shakespeare model in the repository.")
         for name in (name for name in PACKAGED if fetched_folder(name) is None):  # the app never downloads
             st.caption(f"{PACKAGED[name].title} ({name}): not fetched here; run `{fetch_command(name)}` once.")
         info = current_model().describe()

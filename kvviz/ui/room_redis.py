@@ -200,7 +200,8 @@ class RedisStore:
     def add(self, room: Room, max_rooms: int, per_client: int) -> tuple[str, int] | None:
         idle = setting("KVVIZ_ROOM_IDLE_S")
         client = digest(room.client) if room.client else ""
-        fields = {"page": room.page, "teacher": room.teacher, "client": client, "step": 0, "progress": 0,
+        fields = {"page": room.page, "teacher": room.teacher, "client": client, "model": room.model, "step": 0,
+                  "progress": 0,
                   "payload": "null", "questions": "[]", "opened": room.opened, "touched": room.touched,
                   "version": 0, "lesson_version": 0}
         flat = [str(item) for pair in fields.items() for item in pair]
@@ -247,7 +248,8 @@ class RedisStore:
                     step=room_number(fields, "step"), progress=room_number(fields, "progress"),
                     opened=room_number(fields, "opened", float), touched=room_number(fields, "touched", float),
                     students={seat: seen for seat, seen in seats if valid_seat(seat)}, questions=questions,
-                    version=room_number(fields, "version"), client=fields.get("client") or None)
+                    version=room_number(fields, "version"), client=fields.get("client") or None,
+                    model=fields.get("model") or "")
         room.payload = decode_payload(fields.get("payload"))  # what the teacher's step shows, when the page gives it
         return room
 

@@ -68,6 +68,7 @@ class Room:
     version: int = 0  # grows with every change a student's page must show (not another student's answer)
     payload: dict = field(default_factory=dict)  # the teacher's step as followers draw it (room_view.step_payload), JSON-able
     client: str | None = None  # the opener's address, when the server knows it
+    model: str = ""  # the teacher's model source ("smollm2", a folder, ...): Take over runs on it too
 
     def question(self, question_id: str) -> RoomQuestion | None:
         return next((q for q in self.questions if q.id == question_id), None)

@@ -89,16 +89,16 @@ def _gone(room: Room) -> bool:
     return ended or getattr(room.lesson, "released", False)
 
 
-def open_room(lesson, page: str, client: str | None = None) -> Room:
-    """A new room for this session's lesson (the one it had is closed), opened from `client`'s address;
-    ValueError says why not."""
+def open_room(lesson, page: str, client: str | None = None, model: str = "") -> Room:
+    """A new room for this session's lesson on `model` (its source, for Take over), opened from `client`'s
+    address (the one it had is closed); ValueError says why not."""
     sweep()
     store, teacher = _store(), session_id()
     for room in store.teachers(teacher):
         store.remove(room)
     while True:
         code = "".join(secrets.choice(CODE_LETTERS) for _ in range(CODE_LENGTH))
-        room = Room(code, teacher, runtime_session(), page, lesson, client=client)
+        room = Room(code, teacher, runtime_session(), page, lesson, client=client, model=model)
         refused = store.add(room, setting("KVVIZ_MAX_ROOMS"), setting("KVVIZ_ROOMS_PER_CLIENT"))
         if refused is None:
             return room

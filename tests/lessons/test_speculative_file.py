@@ -62,11 +62,29 @@ def drafted(data: dict) -> dict:
     (lambda d: d["texts"][0].__setitem__(0, ["a"]), r"texts\[0\]\[0\]\[0\]"),
     (lambda d: d.update(records=[]), r"records \(the number of steps\)"),
     (lambda d: d.update(view_step=99), "view_step"),
+    # issue 51: single fields that gave a traceback (StopIteration, MemoryError) or 1.1 GB of memory
+    (lambda d: [c.update(num_drafts=0) for c in drafted(d)["chunks"]], r"records\[\d+\].chunks"),
+    (lambda d: drafted(d)["requests"][0].update(num_computed_tokens=2**53 - 1),
+     r"records\[\d+\].requests\[0\].num_computed_tokens"),
+    (lambda d: d["records"][-1]["requests"][0].update(num_computed_tokens=13_000_000),
+     r"records\[\d+\].requests\[0\].num_computed_tokens"),
 ])
 def test_damaged_files_are_refused_in_one_sentence_naming_the_field(run, change, field):
     with pytest.raises(LessonFileError, match=f"field {field} ") as refused:
         import_speculative(damage(run, change))
     assert one_sentence(str(refused.value)), str(refused.value)
+
+
+def test_the_stage_of_many_passes_is_built_in_one_sweep(run):
+    """A 4,096-pass file cost 59 CPU s: each pass's summary summed every pass before it. The stage now adds one
+    pass to the last; its numbers are still the lesson's own summary at every pass."""
+    from kvviz.lessons.speculative.stage import stage_data
+
+    replay, _ = import_speculative(export_speculative(run, 0).encode())
+    steps = stage_data(replay, 0)["steps"]
+    for step, data in enumerate(steps):
+        whole = replay.summary(step)
+        assert data["summary"] == {key: whole[key] for key in data["summary"]}
 
 
 def test_a_replayed_file_renders_the_same_page_with_no_engine():

@@ -122,6 +122,27 @@ def test_take_over_gives_a_lesson_of_ones_own_at_the_rooms_step(teacher):
     assert len(pupil.session_state["lesson"].records) == 4 and room.step == 2
 
 
+def test_take_over_runs_on_the_teachers_model_not_the_students():
+    """Issue 50: in a SmolLM2 room a student's Take over ran on the bundled model (another tokenizer, other
+    tokens, another bill). The room keeps the teacher's model; Take over loads it for the student."""
+    teacher = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
+    teacher.session_state["model_source"] = "tiny-gemma3"
+    teacher.run()
+    teacher.switch_page("lessons/prefill_decode.py").run()
+    for label in ("Prefill", "Next token", "Open a room for the class"):
+        click(teacher, label)
+    room = room_of(teacher)
+    assert room.model == "tiny-gemma3"
+    pupil = student(room.code)
+    assert "model_source" not in pupil.session_state or pupil.session_state["model_source"] == "bundled"
+    click(pupil, "Take over")
+    lesson = pupil.session_state["lesson"]
+    assert pupil.session_state["model_source"] == "tiny-gemma3" and not pupil.exception
+    assert lesson.model_info == room.lesson.model_info and not lesson.replay
+    assert lesson.prompt_token_ids == room.lesson.prompt_token_ids and len(lesson.records) == 2
+    assert lesson.token_texts == room.lesson.token_texts[:len(lesson.token_texts)]
+
+
 def test_a_refused_take_over_keeps_the_student_in_the_room_with_one_sentence(teacher, monkeypatch):
     room = room_of(teacher)
     pupil = student(room.code)

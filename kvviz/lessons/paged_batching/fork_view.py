@@ -49,7 +49,8 @@ def fork_view() -> None:
         "model once; then the request **forks**: every sample points at the same prompt blocks "
         "(reference count n). A sample that is about to write into a shared, partly filled block "
         "first gets its own copy (**copy-on-write**); full blocks stay shared to the end.")
-    st.text_area("Prompt", DEFAULT_PROMPT, key="fork_prompt", height=90)  # a text area keeps the line break
+    st.session_state.setdefault("fork_prompt", DEFAULT_PROMPT)  # a value= beside a kept key made Streamlit warn
+    st.text_area("Prompt", key="fork_prompt", height=90)  # a text area keeps the line break
     a, b, c = st.columns(3)
     a.slider("Samples (n)", 2, 8, 4, key="fork_n")
     b.slider("Block size (tokens)", 2, 16, 4, key="fork_block_size")

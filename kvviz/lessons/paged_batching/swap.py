@@ -46,17 +46,20 @@ class ModeRun:
 
 
 def run_mode(lm, prompts: list, mode: str, block_size: int, num_blocks: int, max_tokens: int,
-             runs: int = 3, swap_space_blocks: int | None = None) -> ModeRun:
-    """Greedy, so the two modes must agree token for token; raises EngineError."""
+             runs: int = 3, swap_space_blocks: int | None = None, progress=None) -> ModeRun:
+    """Greedy, so the two modes must agree token for token; raises EngineError.
+    progress: optional callable(run index, steps taken), called after every engine step."""
     params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
     seconds = []
-    for _ in range(runs):
+    for run in range(runs):
         engine = Engine(lm, block_size=block_size, num_blocks=num_blocks, preemption_mode=mode,
                         swap_space_blocks=swap_space_blocks, max_num_batched_tokens=256)
         ids = [engine.add_request(p, params) for p in prompts]
         records, start = [], time.perf_counter()
         while engine.has_unfinished():
             records.append(engine.step())
+            if progress is not None:
+                progress(run, len(records))
         seconds.append(time.perf_counter() - start)
     events = [e for r in records for e in r.events]
     return ModeRun(
@@ -69,10 +72,18 @@ def run_mode(lm, prompts: list, mode: str, block_size: int, num_blocks: int, max
 
 
 def compare(lm, prompts: list, block_size: int = 8, num_blocks: int = 12, max_tokens: int = 32,
-            runs: int = 3) -> dict[str, ModeRun]:
+            runs: int = 3, progress=None) -> dict[str, ModeRun]:
+    """Both modes on the same requests and pool. progress: optional callable(fraction, text) after each step."""
     if not prompts:
         raise EngineError("There are no requests to compare; add at least one prompt to the table.")
-    return {mode: run_mode(lm, prompts, mode, block_size, num_blocks, max_tokens, runs) for mode in MODES}
+    results = {}
+    for index, mode in enumerate(MODES):
+        def tell(run: int, steps: int, index=index, mode=mode) -> None:
+            if progress is not None:  # a run's length is not known ahead: each step moves a little less
+                fraction = (index + (run + steps / (steps + 20)) / runs) / len(MODES)
+                progress(fraction, f"{mode}: run {run + 1} of {runs}, step {steps}")
+        results[mode] = run_mode(lm, prompts, mode, block_size, num_blocks, max_tokens, runs, progress=tell)
+    return results
 
 
 def swap_events(run: ModeRun, labels: dict[int, str] | None = None) -> list[dict]:

@@ -12,6 +12,7 @@ from kvviz.lessons.paged_batching.events import event_words
 from kvviz.lessons.paged_batching.state import request_specs
 from kvviz.shapes import format_bytes
 from kvviz.ui.common import current_model, drop, show_code
+from kvviz.ui.progress import StopBar
 
 KEYS = frozenset({"lesson_swap", "swap_error"})
 INPUTS = ("swap_",)
@@ -19,16 +20,24 @@ KEPT = ("swap_num_blocks", "swap_max_tokens", "swap_timed_runs")  # the run's se
 
 
 def _on_compare() -> None:
+    st.session_state["swap_requested"] = True  # the page runs it in its script, where Stop reaches it
+
+
+def _compare() -> None:
+    """Both modes, with a bar and Stop: a pool of 4 blocks and 64 tokens a request ran 75 s under load."""
     state = st.session_state
     state.pop("swap_error", None)
     timed = int(state.get("swap_timed_runs", TIMED_RUNS))
+    slot = st.empty()
+    bar = StopBar(slot, "swap_stop", "Comparing swap and recompute", "Ends the comparison; the last one stays.")
     try:
         state["lesson_swap"] = swap_lesson.compare(
             current_model(), [spec.prompt for spec in request_specs()], block_size=8,
             num_blocks=int(state.get("swap_num_blocks", 12)), max_tokens=int(state.get("swap_max_tokens", 32)),
-            runs=timed + 1 if timed else 1)
+            runs=timed + 1 if timed else 1, progress=bar.move)
     except EngineError as error:
         state["swap_error"] = str(error)
+    slot.empty()
 
 
 TIMED_RUNS = 0  # timing repeats each mode several times: seconds of waiting per run on a small CPU
@@ -53,6 +62,8 @@ def swap_view() -> None:
                    help="0 (default): one run each, not timed, so the comparison comes back at once. "
                         "1-5: a warm-up run, then the median and spread of that many timed runs per mode.")
     st.button("Compare swap and recompute", on_click=_on_compare, type="primary", key="swap_run")
+    if st.session_state.pop("swap_requested", False):
+        _compare()
     if "swap_error" in st.session_state:
         st.error(st.session_state["swap_error"])
     result: dict[str, swap_lesson.ModeRun] | None = st.session_state.get("lesson_swap")

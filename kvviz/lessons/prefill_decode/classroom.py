@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from kvviz.lessons.prefill_decode import predict
-from kvviz.ui.common import drop
+from kvviz.ui.common import drop, session_source
 
 KEYS = frozenset({"lesson_question_kind", "lesson_ask", "lesson_upload"})
 KEY_PREFIXES = ("lesson_guess_",)  # one guess widget per question asked
@@ -22,7 +22,7 @@ def sync_query_params(prompt: str, step: int | None) -> str | None:
             st.query_params.pop(key, None)
         return (f"This prompt is too long for the page's link ({len(prompt):,} characters, at most "
                 f"{MAX_LINK_PROMPT_CHARS:,}); export the lesson to share it.")
-    params = {"model": st.session_state.get("model_source", "bundled"), "prompt": prompt,
+    params = {"model": session_source(), "prompt": prompt,
               "tokens": str(st.session_state.get("lesson_max_tokens", 48))}
     if not st.session_state.get("lesson_greedy", True):
         params |= {"greedy": "0", "temperature": f"{st.session_state['lesson_temperature']:g}",

@@ -16,6 +16,7 @@ from kvviz.engine.engine import Engine
 from kvviz.engine.errors import EngineError
 from kvviz.engine.records import StepRecord
 from kvviz.engine.sampling import SamplingParams
+from kvviz.engine.token_text import piece_text
 from kvviz.engine.block_pool import blocks_needed
 from kvviz.engine.chat import chat_answer, chat_params, chat_prompt
 from kvviz.engine.config import DEFAULTS
@@ -120,7 +121,7 @@ class Lesson:
     def token_text(self, token_id: int) -> str:
         if self.tokenizer is None:
             return f"#{token_id}"
-        return self.tokenizer.decode([token_id])
+        return piece_text(self.tokenizer, token_id)  # a piece of an emoji shows its bytes, not U+FFFD
 
     # ---- stepping ------------------------------------------------------------------------
     @property

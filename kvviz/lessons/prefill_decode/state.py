@@ -7,10 +7,12 @@ another model loads (the inputs too: their defaults and the layer choices fit th
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import streamlit as st
 
+from kvviz.engine.chat import chat_prompt, has_chat_template
 from kvviz.lessons import stepped
 from kvviz.lessons.budget import WorkTooLarge, check_click, click_seconds
 from kvviz.lessons.prefill_decode.logic import (
@@ -44,9 +46,13 @@ DEFAULTS = {"lesson_prompt": EXAMPLE_PROMPTS[0], "lesson_example": EXAMPLE_PROMP
 
 
 def set_defaults() -> None:
-    """Widget values live in session state, so callbacks and links can set them."""
+    """Widget values live in session state, so callbacks and links can set them. Chat starts on for a model
+    with a chat template (SmolLM2-Instruct answers a message; without its template it rambles on)."""
     for key, value in DEFAULTS.items():
         st.session_state.setdefault(key, value)
+    if "lesson_chat_chosen" not in st.session_state:
+        st.session_state["lesson_chat_chosen"] = True
+        st.session_state["lesson_chat"] = has_chat_template(current_model().tokenizer)
 
 
 def setting(key: str):
@@ -57,7 +63,7 @@ def _settings() -> LessonSettings:
     """The page's controls as the lesson's settings: the prompt and a SamplingParams."""
     sampling = lesson_sampling(max_tokens=int(setting("lesson_max_tokens")), seed=int(setting("lesson_seed")))
     return LessonSettings(setting("lesson_prompt"), page_sampling(setting, "lesson_", sampling),
-                          chat=bool(setting("lesson_chat")))
+                          chat=bool(setting("lesson_chat")) and has_chat_template(current_model().tokenizer))
 
 
 def _reveal(run: Lesson, chosen: int) -> None:
@@ -75,7 +81,7 @@ LESSON = stepped.Stepped(
     exportable=lambda run: run.started,
     settings=frozenset(DEFAULTS) | {  # the player, the views' choices and the link's one reading
         "lesson_last_tick", "lesson_ticker_inline", "lesson_query_done", "lesson_link_stop", "lesson_speed",
-        "lesson_view",
+        "lesson_view", "lesson_chat_chosen",
         "lesson_kv_layer", "lesson_kv_head", "lesson_attention_layer", "lesson_stage"})
 KEYS = LESSON.cleared_keys()
 KEPT = ("lesson_kv_layer", "lesson_kv_head", "lesson_attention_layer")  # view choices (registry.kept_settings)
@@ -141,9 +147,14 @@ def restore_from_query() -> None:
     notes = _link_settings(params) + ([plain(model_note)] if model_note else [])  # it quotes the link's model
     if "step" in params:
         try:
-            target = max(0, int(params["step"]))
+            target = int(params["step"][:12])  # longer is past the last step anyway: never parse 4,000 digits
         except ValueError:
             notes.append("The link's step is not a number; showing the lesson from prefill.")
+            target = 0
+        if len(params["step"]) > 12 and target >= 0:
+            target = MAX_LESSON_TOKENS  # said below as past the last step
+        if target < 0:
+            notes.append(f"The link's step {target:,} is before the prefill (step 0); showing the prefill.")
             target = 0
         last = MAX_LESSON_TOKENS - 1  # a lesson of the slider's most tokens ends at this step
         if target > last:
@@ -160,7 +171,15 @@ def _model_and_prompt():
     """The loaded model, its device, and how many tokens the page's prompt is: what an estimate needs."""
     lm = current_model()
     prompt = str(setting("lesson_prompt"))
-    return lm, next(lm.model.parameters()).device, len(lm.tokenizer(prompt)["input_ids"]) if lm.tokenizer else 1
+    device = next(lm.model.parameters()).device
+    if lm.tokenizer is None:
+        return lm, device, 1
+    if _settings().chat:  # the template's tokens are prefilled too: 7 typed tokens were 37 on SmolLM2
+        try:
+            return lm, device, len(chat_prompt(lm.tokenizer, prompt).token_ids)
+        except ValueError:  # the lesson itself will say what is wrong with the message
+            pass
+    return lm, device, len(lm.tokenizer(prompt)["input_ids"])
 
 
 def prefill() -> None:
@@ -214,13 +233,21 @@ def run_to_step(target: int, slot=None, what: str = "the link's lesson", started
         # said if Stop ends this run (the page's next run finds it); taken back below when the run ends
         stopped = st.session_state["lesson_error"] = (f"Stopped before step {target:,}: the lesson shows the step it "
                                                       "reached; press Next token or Play to go on from there.")
+    started_at, budget = time.perf_counter(), click_seconds()
     for done in range(target):  # at most one real step per step asked for
         current = lesson()
         if current is None or current.finished:
             break
+        elapsed = time.perf_counter() - started_at
+        if elapsed > budget:  # measured, not estimated: a busier server than the estimate assumed stops here too
+            note = (f"Stopped at step {done:,} after {elapsed:,.0f} s, the {budget:,.0f} s one click may take on this "
+                    "server (it is busier than the estimate assumed); press Next token or Play to go on from there.")
+            break
         stepped.step(LESSON)
-        if bar is not None:
-            bar.move((done + 1) / target, f"{what[0].upper()}{what[1:]}: step {done + 1:,} of {target:,}")
+        if bar is not None:  # the rest re-estimated from this run's own pace
+            left = (time.perf_counter() - started_at) / (done + 1) * (target - done - 1)
+            bar.move((done + 1) / target, f"{what[0].upper()}{what[1:]}: step {done + 1:,} of {target:,}, "
+                                          f"about {left:,.0f} s left at this server's pace now")
     if stopped is not None and st.session_state.get("lesson_error") == stopped:
         st.session_state.pop("lesson_error")
     if note is not None and "lesson_error" not in st.session_state:

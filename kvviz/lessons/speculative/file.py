@@ -63,8 +63,8 @@ def _build(payload: dict) -> tuple[SpeculativeLesson, int]:
     prompt_ids = typed(bounded_list(payload["prompt_token_ids"], MAX_TOKENS, "prompt_token_ids"), list[int],
                        "prompt_token_ids")
     check_range(len(prompt_ids), 1, MAX_TOKENS, "prompt_token_ids (its length)")
-    records = _records(payload["records"], "records")
-    plain_records = _records(payload["plain_records"], "plain_records")
+    records = _records(payload["records"], "records", len(prompt_ids), 1 + asked["num_speculative"])
+    plain_records = _records(payload["plain_records"], "plain_records", len(prompt_ids), 1)
     texts = {}
     for i, item in enumerate(bounded_list(payload["texts"], MAX_TEXTS, "texts")):
         ids, text = typed(item, tuple[list, str], f"texts[{i}]")
@@ -76,13 +76,23 @@ def _build(payload: dict) -> tuple[SpeculativeLesson, int]:
     return lesson, view_step
 
 
-def _records(value, where: str) -> list[StepRecord]:
-    """One request's steps: at most one draft each (the page reads the first), none accepting more than it proposed."""
+def _records(value, where: str, prompt_tokens: int, most_per_pass: int) -> list[StepRecord]:
+    """One request's steps: at most one draft each (the page reads the first), carried by a chunk that ran
+    drafts, none accepting more than it proposed; its cached tokens the prompt after the first pass, then
+    growing by at most `most_per_pass` a pass (a token and its accepted drafts), so the stage's work is
+    bounded by the file's size (13M tokens in an 87 KB file once took 1.1 GB)."""
     records = step_records(value, MAX_PASSES, where)
+    before = 0
     for i, record in enumerate(records):
         if len(record.drafts) > 1:
             raise FieldError(f"{where}[{i}].drafts", "holds more than the one request's drafts")
         for d, draft in enumerate(record.drafts):
             if draft.num_accepted > len(draft.draft_token_ids):
                 raise FieldError(f"{where}[{i}].drafts[{d}].num_accepted", "is more than the drafts proposed")
+            if draft.draft_token_ids and not any(chunk.num_drafts for chunk in record.chunks):
+                raise FieldError(f"{where}[{i}].chunks", "has no chunk that ran the drafts its pass proposed")
+        for r, request in enumerate(record.requests):
+            low, high = (0, prompt_tokens + most_per_pass) if i == 0 else (before, before + most_per_pass)
+            before = check_range(request.num_computed_tokens, low, high,
+                                 f"{where}[{i}].requests[{r}].num_computed_tokens")
     return records

@@ -111,6 +111,7 @@ function layerStrip(ctx, parent, band, heads) {
 }
 
 const MIN_COLUMN = 6; // px: a position's K and V cells, narrowest
+const NARROW_PX = 600; // px: below this the stage is a phone's, one column
 
 function drawCache(ctx) {
   const { d, step, root, state, grew } = ctx;
@@ -141,9 +142,12 @@ function drawCache(ctx) {
   // ---- the cache, the block table and the pool ----------------------------------------------------
   const weights = attentionOf(step, state.layer, heads);
   const scale = d.presenter ? 1.35 : 1;
-  const width = Math.max(root.clientWidth || 900, 640);
-  const poolWidth = Math.min(330 * scale, width * 0.34);
-  const gridWidth = width - poolWidth - 24;
+  // a phone (a box under 600 px): the cache band takes the whole width and the block table, pool and bill go
+  // under it; its columns are windowed to the newest positions that fit, as on a wide screen
+  const narrow = (root.clientWidth || 900) < NARROW_PX;
+  const width = narrow ? Math.max(root.clientWidth, 260) : Math.max(root.clientWidth || 900, 640);
+  const poolWidth = narrow ? width : Math.min(330 * scale, width * 0.34);
+  const gridWidth = narrow ? width : width - poolWidth - 24;
   const labelWidth = 70 * scale;
   const maxTokens = d.steps[d.steps.length - 1].num_tokens;
   // columns stay readable (MIN_COLUMN px): when more positions are cached than fit, the newest that fit are drawn
@@ -156,7 +160,7 @@ function drawCache(ctx) {
   const attentionHeight = 2 * (d.presenter ? 16 : 12) + 4;
   const labelsHeight = column >= 11 ? 40 * scale : 0; // token texts under their columns, where they fit
   const gridHeight = headerHeight + attentionHeight + band.count * (2 * row + 4) + 8 + labelsHeight;
-  const wrap = html("div", { class: "stagebox" }, root);
+  const wrap = html("div", { class: `stagebox${narrow ? " narrow" : ""}` }, root);
   const svg = el("svg", { width: gridWidth, height: gridHeight, class: "cache", "data-testid": "stage-cache" });
   wrap.appendChild(svg);
   requestAnimationFrame(() => { chips.scrollTop = chips.scrollHeight; }); // laid out now: show the newest tokens

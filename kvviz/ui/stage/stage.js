@@ -68,9 +68,17 @@ export default function (component) {
   if (!root.__keys) { // once per mounted stage: arrow keys step while the stage has the focus
     root.__keys = true;
     root.setAttribute("tabindex", "0");
+    root.setAttribute("role", "group");
+    root.setAttribute("aria-label", "The lesson's stage: ← and → step through it");
     root.addEventListener("keydown", (event) => {
-      if (event.key === "ArrowLeft") { root.__stage.go(root.__stage.step - 1); event.preventDefault(); event.stopPropagation(); }
-      if (event.key === "ArrowRight") { root.__stage.go(root.__stage.step + 1); event.preventDefault(); event.stopPropagation(); }
+      const stage = root.__stage;
+      if (event.key === "ArrowLeft") { stage.go(stage.step - 1); event.preventDefault(); event.stopPropagation(); }
+      if (event.key === "ArrowRight") {
+        // at the newest step, → asks for the next one, as the page's own step button does
+        if (stage.step >= stage.data.steps.length - 1) pageStepButton()?.click();
+        else stage.go(stage.step + 1);
+        event.preventDefault(); event.stopPropagation();
+      }
     });
   }
 
@@ -80,6 +88,9 @@ export default function (component) {
     const previous = state.drawnStep;
     state.drawnStep = state.step;
     root.innerHTML = "";
+    // one sentence a screen reader says at each step: a live region kept across redraws (the same node)
+    state.live = state.live || html("div", { class: "sr-only", "aria-live": "polite", "data-testid": "stage-live" }, null);
+    root.appendChild(state.live);
     root.dataset.step = String(state.step);
     root.classList.toggle("still", previous === state.step); // a redraw of the same step (the server's echo) plays nothing
     let readout = null;
@@ -115,8 +126,18 @@ export default function (component) {
 
     view = step.requests ? drawRequests(ctx) : step.attention ? drawCache(ctx) : drawBlocks(ctx);
     ctx.hover(state.hover);
+    const spoken = `${stepName(d, state.step, last)}. ${step.sentence || ""}`.trim();
+    if (state.live.textContent !== spoken) state.live.textContent = spoken;
   }
 
   draw();
+  // a click that replaced the focused button (Prefill becomes Next token) left the focus on the page's body:
+  // give it to the step button, so the keyboard goes on where the lesson goes on
+  if (document.activeElement === document.body || document.activeElement === null) pageStepButton()?.focus({ preventScroll: true });
   return () => clearTimeout(state.timer);
+}
+
+// the page's own button that takes the lesson's next step (Next token, Step), if it shows one
+function pageStepButton() {
+  return [...document.querySelectorAll("button")].find((b) => /^(Next token|Step)$/.test(b.innerText.trim()) && !b.disabled);
 }
