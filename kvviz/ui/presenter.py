@@ -38,7 +38,8 @@ button:focus-visible, a:focus-visible, input:focus-visible, textarea:focus-visib
 [role="tab"]:focus-visible, [role="slider"]:focus-visible, [role="radio"]:focus-visible,
 [role="checkbox"]:focus-visible, [role="switch"]:focus-visible, [role="combobox"]:focus-visible,
 [tabindex]:focus-visible { outline: 3px solid #1D4ED8 !important; outline-offset: 2px !important; }
-[data-testid="stCaptionContainer"], [data-testid="stCaptionContainer"] * { color: #4B5563; }
+[data-testid="stCaptionContainer"] { opacity: 1 !important; }  /* Streamlit fades captions to 0.6 */
+[data-testid="stCaptionContainer"], [data-testid="stCaptionContainer"] * { color: #4B5563 !important; }
 button[role="tab"] p { color: #374151; }
 button[role="tab"][aria-selected="true"] p { color: #B91C1C; }
 </style>"""

@@ -65,19 +65,27 @@ def test_focus_is_visible_lands_on_next_token_and_the_stage_speaks(app_url):
         wait_idle(page)
         page.get_by_role("button", name="Prefill").click()
         wait_idle(page)
-        focused = page.evaluate("() => document.activeElement && document.activeElement.innerText")
-        assert focused and "Next token" in focused, focused
-        ring = page.evaluate("() => { const s = getComputedStyle(document.activeElement); "
-                             "return [s.outlineStyle, s.outlineWidth, s.outlineColor]; }")
-        assert ring[0] != "none" and float(ring[1].removesuffix("px")) >= 2 and contrast(ring[2]) >= 3, ring
+        page.wait_for_function("() => document.activeElement.tagName === 'BUTTON' && "
+                               "document.activeElement.innerText.includes('Next token')", timeout=10_000)
+        page.keyboard.press("Shift")  # a key: the browser now shows where the focus is, as for a keyboard user
+        page.get_by_role("button", name="Next token").focus()
+        ring = page.evaluate(RING_JS)
+        assert "Next token" in ring[3] and ring[0] != "none" and float(ring[1].removesuffix("px")) >= 2 \
+            and contrast(ring[2]) >= 3, ring
         stage = page.locator(".kvviz-stage").first
         stage.focus()
-        stage_ring = page.evaluate("() => { const s = getComputedStyle(document.activeElement); "
-                                   "return [s.outlineStyle, s.outlineWidth, s.outlineColor]; }")
+        page.keyboard.press("ArrowLeft")  # a key, so the stage's own ring shows as it would for a keyboard user
+        stage_ring = page.evaluate(RING_JS)  # the stage itself: its text starts with its bar's step
         assert stage_ring[0] != "none" and contrast(stage_ring[2]) >= 3, stage_ring
-        live = page.locator(".kvviz-stage [aria-live='polite']").first
-        before = live.inner_text()
-        assert "Step" in before or "step" in before, before
-        page.keyboard.press("ArrowLeft")
-        page.wait_for_function("(old) => document.querySelector(\\".kvviz-stage [aria-live='polite']\\").innerText !== old",
-                               arg=before)
+        live = page.locator("[data-testid='stage-live'][aria-live='polite']")
+        spoken = lambda words, timeout=10_000: live.filter(has_text=words).wait_for(state="attached", timeout=timeout)  # noqa: E731
+        spoken("Prefill")  # step 1 -> 0: the region says the new step
+        page.keyboard.press("ArrowRight")
+        spoken("Step 1 of")
+        page.keyboard.press("ArrowRight")  # at the newest step: -> asks the page for the next token
+        spoken("Step 2 of", 60_000)
+
+
+# the focused element's ring, inside a component's shadow root where the stage lives
+RING_JS = """() => { let e = document.activeElement; while (e.shadowRoot && e.shadowRoot.activeElement) e = e.shadowRoot.activeElement;
+  const s = getComputedStyle(e); return [s.outlineStyle, s.outlineWidth, s.outlineColor, (e.innerText || '').trim()]; }"""

@@ -170,7 +170,8 @@ function drawCache(ctx) {
   el("tspan", { class: "k-word" }, titleText, "K");
   titleText.appendChild(document.createTextNode(" over "));
   el("tspan", { class: "v-word" }, titleText, "V");
-  titleText.appendChild(document.createTextNode(first ? ` for positions ${first}-${step.num_tokens - 1} of ${step.num_tokens}`
+  titleText.appendChild(document.createTextNode(first ? (narrow ? `, ${first}-${step.num_tokens - 1}` // a phone: the short form
+                                                               : ` for positions ${first}-${step.num_tokens - 1} of ${step.num_tokens}`)
                                                 : folded ? " per cached position" : " for every cached position"));
   if (first) el("title", {}, titleText, `The ${first} older positions are cached too; their chips are above`);
   const top = headerHeight;

@@ -131,13 +131,19 @@ export default function (component) {
   }
 
   draw();
-  // a click that replaced the focused button (Prefill becomes Next token) left the focus on the page's body:
-  // give it to the step button, so the keyboard goes on where the lesson goes on
-  if (document.activeElement === document.body || document.activeElement === null) pageStepButton()?.focus({ preventScroll: true });
+  // a click that replaced the focused button (Prefill becomes Next token) leaves the focus on the page's body
+  // once the page has redrawn: give it to the step button, so the keyboard goes on where the lesson goes on
+  for (const wait of [150, 600, 1500]) {
+    setTimeout(() => {
+      if (document.activeElement === document.body || document.activeElement === null) pageStepButton()?.focus({ preventScroll: true });
+    }, wait);
+  }
   return () => clearTimeout(state.timer);
 }
 
 // the page's own button that takes the lesson's next step (Next token, Step), if it shows one
 function pageStepButton() {
-  return [...document.querySelectorAll("button")].find((b) => /^(Next token|Step)$/.test(b.innerText.trim()) && !b.disabled);
+  // its label is one line of its text (an icon's ligature or a shortcut's key may share the button)
+  const labels = ["Next token", "Step"];
+  return [...document.querySelectorAll("button")].find((b) => !b.disabled && b.innerText.split("\n").some((line) => labels.includes(line.trim())));
 }
