@@ -39,6 +39,7 @@ Figures (printed as JSON):
   cpu_ms_per_follower_step_gross   all server CPU during the steps divided by followers x steps
                              (how scripts/load_test.py --room counted its 0.19 s)
   lag_p50_s, lag_p95_s       from the teacher's click to each follower's update arriving
+  teacher_next_token_s       from the teacher's click to the teacher's own page showing the step
   rss_kib_per_follower       the server's resident memory added by the joins, per follower
   idle_cpu_ms_per_follower_s server CPU while the room sat still for --idle seconds, per follower
   load_average               the machine's 1-minute load at the start and at the end
@@ -68,6 +69,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]  # load_test's helpers; the app of this checkout, not an installed one
 from load_test import cpu_seconds, server_cpu_seconds, server_rss_bytes, wait_for_step, wait_idle  # noqa: E402
 
+from kvviz.bench import busy_processes  # noqa: E402
 from kvviz.ui.app_server import CHROMIUM, CHROMIUM_ARGS, running_app  # noqa: E402
 
 PAGE = "prefill_decode"
@@ -357,11 +359,18 @@ def percentile(values: list[float], share: float) -> float:
     return ordered[int(share * (len(ordered) - 1))]
 
 
-async def step_all(teacher, step: int, seated: list[Page], browsers: list, left) -> tuple[list, list, int, str]:
+async def step_all(teacher, step: int, seated: list[Page], browsers: list, left) -> tuple[list, list, int, str, float | None]:
     """The teacher presses Next token; when each follower showed `step`: (websocket lags, browser lags,
-    followers that never did, why the teacher's page did not show it or "")."""
+    followers that never did, why the teacher's page did not show it or "", seconds from the click to the
+    teacher's own page showing it)."""
     clicked = await teacher.next_token(left())
     within = min(left(), STEP_TIMEOUT_S)
+
+    async def teacher_shows() -> float:
+        await teacher.settle(step, within)
+        return time.perf_counter() - clicked
+
+    own = asyncio.create_task(teacher_shows())  # beside the followers: the teacher's wait is a click's time
     shown = await asyncio.gather(*[page.until(lambda page=page: step in page.steps, within, f"step {step}")
                                    for page in seated], return_exceptions=True)
     lags = [page.steps[step] - clicked for page in seated if step in page.steps]
@@ -371,11 +380,10 @@ async def step_all(teacher, step: int, seated: list[Page], browsers: list, left)
         if isinstance(result, Exception) and page.missed is None:
             page.missed = f"step {step}: {result}"[:400]
     try:
-        await teacher.settle(step, min(left(), STEP_TIMEOUT_S))
-        stopped = ""
+        teacher_s, stopped = await own, ""
     except (TimeoutError, ConnectionError) as error:
-        stopped = f"step {step}: {error}"[:400]
-    return lags, browser_lags, sum(isinstance(s, Exception) for s in shown), stopped
+        teacher_s, stopped = None, f"step {step}: {error}"[:400]
+    return lags, browser_lags, sum(isinstance(s, Exception) for s in shown), stopped, teacher_s
 
 
 async def teacher_alone(teacher, port: int, left) -> float:
@@ -392,7 +400,7 @@ async def measure(args) -> dict:
     deadline = time.perf_counter() + args.timeout
     left = lambda: max(1.0, deadline - time.perf_counter())  # noqa: E731
     load_start, client_start = os.getloadavg()[0], cpu_seconds(Path("/proc/self"))
-    with running_app() as url:
+    with running_app() as url, busy_processes(args.contend):
         port = int(url.rsplit(":", 1)[1])
         teacher = WsTeacher() if args.teacher == "ws" else BrowserTeacher()
         code = await teacher.open(url, left())
@@ -410,9 +418,10 @@ async def measure(args) -> dict:
         await asyncio.sleep(args.idle)  # the followers sit in the room; what the server does for them now
         idle_rate = (server_cpu_seconds(port) - cpu_idle_start) / args.idle
         cpu_steps_start, stepping = server_cpu_seconds(port), time.perf_counter()
-        lags, browser_lags, missed, stopped, done = [], [], 0, "", 0
+        lags, browser_lags, missed, stopped, done, teacher_times = [], [], 0, "", 0, []
         for step in range(ALONE_STEPS + 1, ALONE_STEPS + args.steps + 1):
-            more, more_browser, more_missed, stopped = await step_all(teacher, step, seated, browsers, left)
+            more, more_browser, more_missed, stopped, teacher_s = await step_all(teacher, step, seated, browsers, left)
+            teacher_times += [teacher_s] if teacher_s is not None else []
             done += 1
             progress(f"step {step}: {len(more)} followers showed it, the last {max(more, default=0):.1f} s after the click")
             lags, browser_lags, missed = lags + more, browser_lags + more_browser, missed + more_missed
@@ -442,7 +451,9 @@ async def measure(args) -> dict:
         "server_cpu_s_teacher_step_alone": round(alone_cpu, 2),
         "cpu_ms_per_follower_step": round(1000 * followers_cpu / (followers * max(1, done)), 1),
         "cpu_ms_per_follower_step_gross": round(1000 * cpu_steps / (followers * max(1, done)), 1),
-        "steps_done": done, "stopped": stopped,
+        "steps_done": done, "stopped": stopped, "busy_processes": args.contend,
+        "teacher_next_token_s": [round(t, 2) for t in teacher_times],
+        "teacher_next_token_median_s": round(statistics.median(teacher_times), 2) if teacher_times else None,
         "lag_p50_s": round(statistics.median(lags), 2) if lags else None,
         "lag_p95_s": round(percentile(lags, 0.95), 2) if lags else None,
         "lag_max_s": round(max(lags), 2) if lags else None,
@@ -469,10 +480,12 @@ def main() -> int:
     parser.add_argument("--idle", type=float, default=10.0, help="seconds the room sits still for the idle figure")
     parser.add_argument("--timeout", type=float, default=600.0, help="give up after this many seconds")
     parser.add_argument("--json", type=Path, help="also write the report here")
+    parser.add_argument("--contend", type=int, default=0, metavar="N",
+                        help="N busy processes (python -c 'while True: pass') beside the server, as on a shared one")
     args = parser.parse_args()
     if not (1 <= args.followers <= MAX_FOLLOWERS and 1 <= args.steps <= MAX_STEPS and 0 <= args.browsers <= 5
-            and 1 <= args.idle <= 120):
-        parser.error(f"use 1 to {MAX_FOLLOWERS} followers, 1 to {MAX_STEPS} steps, 0 to 5 browsers, 1 to 120 s idle")
+            and 1 <= args.idle <= 120 and 0 <= args.contend <= 16):
+        parser.error(f"use 1 to {MAX_FOLLOWERS} followers, 1 to {MAX_STEPS} steps, 0 to 5 browsers, 1 to 120 s idle, 0 to 16 busy processes")
     report = asyncio.run(asyncio.wait_for(measure(args), args.timeout + 60))
     print(json.dumps(report, indent=2))
     if args.json:
