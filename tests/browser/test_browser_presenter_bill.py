@@ -84,3 +84,27 @@ def test_the_stages_bill_of_blocks_and_slack_is_on_the_first_screen_after_prefil
         on_first_screen(page.locator("[data-testid='stage-pool']"), "the pool")
         no_exceptions(page)
         page.screenshot(path=str(SHOTS / f"stage-bill-{mode}.png"))
+
+
+@MODES
+def test_a_long_prompts_block_table_and_pool_are_windowed_and_the_bill_stays_up(app_url, presenter):  # noqa: F811
+    """Issue 50 item 4: a 1,548-token lesson's 98 block-table entries pushed the pool and the bill 1,800 px down.
+    The table and the pool show the newest entries and blocks, with a count of the rest."""
+    prompt = " ".join(["ROMEO: But soft, what light through yonder window breaks? It is the east."] * 18)  # 412 tokens: 26 blocks
+    with browser_page(WIDTH, HEIGHT) as page:
+        page.set_default_timeout(300_000)
+        page.goto(f"{app_url}/prefill_decode" + ("?presenter=1" if presenter else ""))
+        page.locator("textarea").first.fill(prompt)
+        page.locator("textarea").first.press("Control+Enter")
+        wait_idle(page)
+        page.get_by_role("button", name="Prefill").click()
+        page.locator("[data-testid='stage-bill']").wait_for()
+        wait_idle(page)
+        page.evaluate("() => window.scrollTo(0, 0)")
+        table = page.locator("[data-testid='stage-block-table'] .entry")
+        texts = table.all_inner_texts()
+        assert texts[0].startswith("+") and texts[0].endswith("earlier") and len(texts) == (7 if presenter else 13), texts[:3]
+        assert page.locator("[data-testid='stage-pool'] .block.more").count() >= 1
+        on_first_screen(page.locator("[data-testid='stage-bill-blocks']"), "the stage's blocks held")
+        no_exceptions(page)
+        page.screenshot(path=str(SHOTS / f"stage-long-{'presenter' if presenter else 'normal'}.png"))

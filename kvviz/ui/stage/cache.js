@@ -112,6 +112,8 @@ function layerStrip(ctx, parent, band, heads) {
 
 const MIN_COLUMN = 6; // px: a position's K and V cells, narrowest
 const NARROW_PX = 600; // px: below this the stage is a phone's, one column
+const MOST_ENTRIES = 12; // block-table entries drawn: the newest; a count stands for the rest (half in presenter type)
+const MOST_BLOCKS = 6; // pool blocks drawn: those around the newest held block (half in presenter type)
 
 function drawCache(ctx) {
   const { d, step, root, state, grew } = ctx;
@@ -222,7 +224,13 @@ function drawCache(ctx) {
   side.style.width = `${poolWidth}px`;
   html("div", { class: "title" }, side, `Block table: ${plural(step.block_table.length, "block")} of ${d.block_size} tokens`);
   const table = html("div", { class: "table", "data-testid": "stage-block-table" }, side);
+  // a long prompt's table and pool: the newest entries and blocks, with a count of the rest, so the bill
+  // under them stays on the first screen (98 entries once pushed it 1,800 px down)
+  const mostEntries = d.presenter ? MOST_ENTRIES / 2 : MOST_ENTRIES, mostBlocks = d.presenter ? MOST_BLOCKS / 2 : MOST_BLOCKS;
+  const firstShown = Math.max(0, step.block_table.length - mostEntries);
+  if (firstShown) html("span", { class: "entry more", title: "the older entries are in the table too" }, table, `+${firstShown} earlier`);
   step.block_table.forEach((block, logical) => {
+    if (logical < firstShown) return;
     const entry = html("span", { class: "entry", "data-block": String(block) }, table, `${logical}→${block}`);
     entry.title = `logical block ${logical} (positions ${logical * d.block_size}-${(logical + 1) * d.block_size - 1}) lives in physical block ${block}`;
     hoverable(entry, ctx, { block });
@@ -231,7 +239,12 @@ function drawCache(ctx) {
   html("div", { class: "title" }, side, `The pool: ${d.num_blocks} physical blocks`);
   const pool = html("div", { class: "pool", "data-testid": "stage-pool" }, side);
   const owner = new Map(step.block_table.map((block, logical) => [block, logical]));
-  for (let b = 0; b < d.num_blocks; b++) {
+  // the pool's blocks around the newest held ones (the highest ids: the pool hands them out in order)
+  const newestHeld = step.block_table.length ? Math.max(...step.block_table.slice(firstShown)) : 0;
+  const lastBlock = Math.min(d.num_blocks, Math.max(newestHeld + 1 + 2, mostBlocks));
+  const firstBlock = Math.max(0, lastBlock - mostBlocks);
+  if (firstBlock) html("div", { class: "block more", title: "the pool's other blocks" }, pool, `+${firstBlock}`);
+  for (let b = firstBlock; b < lastBlock; b++) {
     const box = html("div", { class: `block${owner.has(b) ? " held" : ""}`, "data-block": String(b) }, pool);
     html("div", { class: "id" }, box, String(b));
     hoverable(box, ctx, { block: b });
@@ -243,6 +256,7 @@ function drawCache(ctx) {
                      "data-token": filled ? String(position) : "" }, slots);
     }
   }
+  if (lastBlock < d.num_blocks) html("div", { class: "block more", title: "the pool's other blocks" }, pool, `+${d.num_blocks - lastBlock}`);
 
   // ---- the bill, under the pool it counts: beside the diagram, so the first screen holds it ---------
   const bill = html("div", { class: "bill", "data-testid": "stage-bill" }, side);
