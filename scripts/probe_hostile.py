@@ -19,6 +19,8 @@ Cases (the crafted files are built here, the way tests/lessons/test_lesson_file_
   3   a Prefill and decode file with block_size 1024 and 4,096 blocks
   4   a Prefill and decode file with room_answers at their limits (files.MAX_ROOM_QUESTIONS x MAX_ROOM_ANSWERS)
   7   a link to step 255 with a 250-token prompt (bundled model)
+  9   a link whose step is 4,000 nines (issue 51: it once cost 23-126 CPU s)
+  S   a Speculative decoding file whose passes' cached tokens climb to 13,000,000 (issue 51: 1.1 GB once)
   E   Cache strategies' Eviction lab with a 380-token prompt and 128 tokens to generate
 """
 
@@ -28,6 +30,7 @@ import argparse
 import asyncio
 import copy
 import json
+import os
 import re
 import sys
 import tempfile
@@ -122,6 +125,19 @@ def paged_million_blocks(lm) -> str:
     return json.dumps(data)
 
 
+def speculative_13m_tokens(lm) -> str:
+    from kvviz.lessons.speculative.file import export_speculative
+    from kvviz.lessons.speculative.logic import DEFAULT_PROMPT, SpeculativeLesson
+
+    lesson = SpeculativeLesson.start(lm, DEFAULT_PROMPT, 4, 24, 4)
+    while lesson.step():
+        pass
+    data = json.loads(export_speculative(lesson, 0))
+    for index, record in enumerate(data["records"]):  # each pass claims a million more cached tokens
+        record["requests"][0]["num_computed_tokens"] = 1_000_000 * (index + 1)
+    return json.dumps(data)
+
+
 def prefill_data(lm) -> dict:
     from kvviz.lessons.prefill_decode.file import export_lesson
     from kvviz.lessons.prefill_decode.logic import Lesson, LessonSettings, lesson_sampling
@@ -183,7 +199,10 @@ CASES = {  # key: (what, page, its ready button, the crafted file's builder or N
     "4": ("Prefill file, room_answers at the limits", "prefill_decode", "Prefill", prefill_room_answers),
     "7": ("Prefill link, 250-token prompt to step 255", "prefill_decode", "Prefill", None),
     "E": ("Eviction lab, 380 prompt + 128 tokens", "cache_strategies", "Run every strategy", None),
+    "9": ("Prefill link, step of 4,000 nines", "prefill_decode", "Prefill", None),
+    "S": ("Speculative file, 13M cached tokens", "speculative", "Start", speculative_13m_tokens),
 }
+LINKS = ("2", "7", "9")  # a link's case is the page opening
 
 
 async def run_case(key: str, browser, url: str, lm, meter: RssPeak, port: int, timeout: float) -> dict:
@@ -191,7 +210,7 @@ async def run_case(key: str, browser, url: str, lm, meter: RssPeak, port: int, t
     text = build(lm) if build else None
     notes: list[str] = []
     context, page = None, None
-    if key not in ("2", "7"):  # a link's case is the page opening; the others act on an open page
+    if key not in LINKS:  # the others act on an open page
         context, page = await open_page(browser, url, path, ready)
         if text is not None:
             await page.get_by_text("Export or replay a lesson").click()
@@ -222,12 +241,14 @@ async def run_case(key: str, browser, url: str, lm, meter: RssPeak, port: int, t
 
     async def act():
         nonlocal context, page
-        if key in ("2", "7"):
+        if key in LINKS:
             context = await browser.new_context(viewport={"width": 1400, "height": 1000})
             page = await context.new_page()
             page.set_default_timeout(300_000)
             if key == "2":
                 query = {"prompt": "ROMEO:", "step": "0", "view": IMAGE, "tokens": LINK}
+            elif key == "9":
+                query = {"prompt": "ROMEO:", "step": "9" * 4000}
             else:
                 prompt = prompt_of(lm, 250)
                 notes.append(f"{len(lm.tokenizer(prompt)['input_ids'])} prompt tokens")
@@ -244,7 +265,7 @@ async def run_case(key: str, browser, url: str, lm, meter: RssPeak, port: int, t
             await page.get_by_role("button", name="Run the eviction lab").click()
             await asyncio.sleep(1.0)  # the run starts
         await wait_idle(page, timeout)
-        if key in ("2", "7"):
+        if key in LINKS:
             notes.append(f"page shows step {await shown_step(page)}")
         if key == "4" and await page.locator(ERRORS).count() == 0:  # draw the answers' charts, then one more rerun
             await page.get_by_text("The room's answers (").first.click()
@@ -296,6 +317,7 @@ async def settle(port: int, most: float = 60.0, window: float = 0.5) -> None:
 async def probe(keys: list[str], timeout: float) -> list[dict]:
     from playwright.async_api import async_playwright
 
+    os.environ.setdefault("KVVIZ_DEFAULT_MODEL", "bundled")  # the cases are sized on the bundled model
     lm = bundled_model()
     results = []
     with running_app() as url:

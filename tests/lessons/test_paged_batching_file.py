@@ -79,6 +79,7 @@ def first_with_events(data: dict) -> dict:
     (lambda d: d["texts"][0].append([0, ["not", "text"]]), r"texts\[0\]\[\d+\]\[1\]"),
     (lambda d: d.update(view_step=10**6), "view_step"),
     (lambda d: d["records"][0].update(__class__="os.system"), r"records\[0\].__class__"),
+    (lambda d: d["records"][1]["chunks"][0].update(request_id=999), r"records\[1\].chunks\[0\].request_id"),  # issue 51
 ])
 def test_damaged_files_are_refused_in_one_sentence_naming_the_field(run, change, field):
     with pytest.raises(LessonFileError, match=f"field {field} ") as refused:

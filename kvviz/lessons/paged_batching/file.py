@@ -103,6 +103,9 @@ def _check_record(record: StepRecord, where: str, request_ids: set[int], num_blo
             _check_blocks(table, num_blocks, f"{where}.requests[{i}].group_block_tables[{g}]")
         if state.group_block_tables and len(state.group_block_tables) != len(record.layer_groups):
             raise FieldError(f"{where}.requests[{i}].group_block_tables", "does not have one table per layer group")
+    for i, chunk in enumerate(record.chunks):  # a chunk names the request it ran: the page labels it (R1, R2...)
+        if chunk.request_id not in request_ids:
+            raise FieldError(f"{where}.chunks[{i}].request_id", "is not a request of this run")
     for i, event in enumerate(record.events):
         _check_blocks(event.block_ids, num_blocks, f"{where}.events[{i}].block_ids")
     for i, block in enumerate(record.blocks or []):

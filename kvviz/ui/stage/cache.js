@@ -174,7 +174,7 @@ function drawCache(ctx) {
   el("tspan", { class: "v-word" }, titleText, "V");
   titleText.appendChild(document.createTextNode(first ? (narrow ? `, ${first}-${step.num_tokens - 1}` // a phone: the short form
                                                                : ` for positions ${first}-${step.num_tokens - 1} of ${step.num_tokens}`)
-                                                : folded ? " per cached position" : " for every cached position"));
+                                                : narrow ? "" : folded ? " per cached position" : " for every cached position"));
   if (first) el("title", {}, titleText, `The ${first} older positions are cached too; their chips are above`);
   const top = headerHeight;
   // the newest token's attention, as bars above its columns
@@ -241,8 +241,9 @@ function drawCache(ctx) {
   const owner = new Map(step.block_table.map((block, logical) => [block, logical]));
   // the pool's blocks around the newest held ones (the highest ids: the pool hands them out in order)
   const newestHeld = step.block_table.length ? Math.max(...step.block_table.slice(firstShown)) : 0;
-  const lastBlock = Math.min(d.num_blocks, Math.max(newestHeld + 1 + 2, mostBlocks));
-  const firstBlock = Math.max(0, lastBlock - mostBlocks);
+  const windowed = d.num_blocks > 2 * mostBlocks; // a lesson's usual pool (6 blocks) is drawn whole
+  const lastBlock = windowed ? Math.min(d.num_blocks, Math.max(newestHeld + 1 + 2, mostBlocks)) : d.num_blocks;
+  const firstBlock = windowed ? Math.max(0, lastBlock - mostBlocks) : 0;
   if (firstBlock) html("div", { class: "block more", title: "the pool's other blocks" }, pool, `+${firstBlock}`);
   for (let b = firstBlock; b < lastBlock; b++) {
     const box = html("div", { class: `block${owner.has(b) ? " held" : ""}`, "data-block": String(b) }, pool);
