@@ -69,3 +69,19 @@ def test_a_prompt_too_long_for_a_link_stays_out_of_it_with_a_sentence():
     assert short["prompt"] == "ROMEO:" and short["step"] == "3" and short_note is None
     assert "prompt" not in long and "step" not in long  # the old prompt's link does not stand for this lesson
     assert long_note.startswith("This prompt is too long for the page's link (4,001 characters")
+
+
+def test_a_negative_or_enormous_step_in_a_link_gets_a_sentence():
+    """Issue 51 item 9 and 3: step=-5 opened at the prefill without a word; a step of 4,000 nines was parsed
+    whole and its lesson then ran past the click budget."""
+    for step, words, shown in (("-5", "The link's step -5 is before the prefill (step 0); showing the prefill.", 0),
+                               ("9" * 4000, "The link's step (4,000 digits) is past the last step", None)):
+        at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=240)
+        at.query_params.update(prompt="ROMEO:", step=step)
+        at.run()
+        at.switch_page("lessons/prefill_decode.py").run()
+        assert not at.exception
+        message = " ".join(error.value for error in at.error)
+        assert words in message, message
+        if shown is not None:
+            assert at.session_state["lesson_view_step"] == shown

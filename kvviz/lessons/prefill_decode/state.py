@@ -152,7 +152,9 @@ def restore_from_query() -> None:
             notes.append("The link's step is not a number; showing the lesson from prefill.")
             target = 0
         if len(params["step"]) > 12 and target >= 0:
-            target = MAX_LESSON_TOKENS  # said below as past the last step
+            notes.append(f"The link's step ({len(params['step']):,} digits) is past the last step a lesson "
+                         f"reaches; showing step {MAX_LESSON_TOKENS - 1}.")
+            target = MAX_LESSON_TOKENS - 1
         if target < 0:
             notes.append(f"The link's step {target:,} is before the prefill (step 0); showing the prefill.")
             target = 0
