@@ -14,7 +14,7 @@ needs_smollm2 = pytest.mark.skipif(fetched_folder("smollm2") is None,
 
 @needs_smollm2
 def test_a_new_session_opens_on_smollm2_once_fetched_with_chat_on(monkeypatch):
-    monkeypatch.delenv("KVVIZ_DEFAULT_MODEL")
+    monkeypatch.delenv("KVVIZ_DEFAULT_MODEL", raising=False)
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
     at.run()
     at.switch_page("lessons/prefill_decode.py").run()
