@@ -22,6 +22,7 @@ def test_a_new_session_opens_on_smollm2_once_fetched_with_chat_on(monkeypatch):
     assert any(c.value.startswith("**smollm2**") for c in at.sidebar.caption)
     assert any("Offline fallback: **bundled**" in c.value for c in at.sidebar.caption)
     assert at.session_state["lesson_chat"] is True
+    assert at.session_state["lesson_prompt"].startswith("In one sentence")  # a question, not Shakespeare
 
 
 def test_the_operator_picks_the_default_and_a_link_picks_the_model_on_any_page(monkeypatch):

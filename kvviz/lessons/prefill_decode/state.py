@@ -29,11 +29,13 @@ from kvviz.ui.common import current_model, load_linked_model, page_sampling
 from kvviz.ui.progress import StopBar
 from kvviz.ui.text import plain
 
+CHAT_EXAMPLE = "In one sentence: why does a language model keep a cache of keys and values?"  # a chat model's first
 EXAMPLE_PROMPTS = [
     "ROMEO:\nBut soft, what light through yonder window breaks?",
     "JULIET:\n",
     "First Citizen:\nBefore we proceed any further, hear me speak.",
     "KING:\nNow is the winter of our discontent",
+    CHAT_EXAMPLE,
 ]
 
 
@@ -52,7 +54,9 @@ def set_defaults() -> None:
         st.session_state.setdefault(key, value)
     if "lesson_chat_chosen" not in st.session_state:
         st.session_state["lesson_chat_chosen"] = True
-        st.session_state["lesson_chat"] = has_chat_template(current_model().tokenizer)
+        st.session_state["lesson_chat"] = chat = has_chat_template(current_model().tokenizer)
+        if chat and st.session_state["lesson_prompt"] == DEFAULTS["lesson_prompt"]:  # a question, for a chat model
+            st.session_state["lesson_prompt"] = st.session_state["lesson_example"] = CHAT_EXAMPLE
 
 
 def setting(key: str):
