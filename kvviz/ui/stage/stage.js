@@ -130,10 +130,11 @@ export default function (component) {
     if (state.live.textContent !== spoken) state.live.textContent = spoken;
   }
 
+  const firstDraw = state.drawnStep === null; // a new stage: the lesson's first step was just taken (Prefill, Start)
   draw();
   // a click that replaced the focused button (Prefill becomes Next token) leaves the focus on the page's body
   // once the page has redrawn: give it to the step button, so the keyboard goes on where the lesson goes on
-  for (const wait of [150, 600, 1500]) {
+  for (const wait of firstDraw ? [150, 600, 1500] : []) {
     setTimeout(() => {
       if (document.activeElement === document.body || document.activeElement === null) pageStepButton()?.focus({ preventScroll: true });
     }, wait);
