@@ -182,29 +182,26 @@ def run_bench(args: argparse.Namespace) -> int:
     return 0
 
 
-def contend_counts(text: str) -> list[int]:
-    """--contend's numbers of busy processes; raises ValueError with the sentence to show."""
+def whole_numbers(text: str, flag: str, what: str, unit: str, most: int, example: str) -> list[int]:
+    """A flag's comma-separated whole numbers from 1 to `most`; raises ValueError with the sentence to show."""
     try:
-        counts = [int(part) for part in text.split(",") if part.strip()]
+        numbers = [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
-        raise ValueError(f"--contend takes numbers of busy processes separated by commas, e.g. 1,2, not {text!r}.") from None
-    if any(not 1 <= count <= MOST_COMPETITORS for count in counts):
-        raise ValueError(f"--contend counts must lie between 1 and {MOST_COMPETITORS} busy processes; give e.g. 1,2.")
-    return counts
+        raise ValueError(f"{flag} takes {what} separated by commas, e.g. {example}, not {text!r}.") from None
+    if any(not 1 <= number <= most for number in numbers):
+        raise ValueError(f"{flag} counts must lie between 1 and {most:,} {unit}; give e.g. {example}.")
+    return numbers
 
 
 MOST_COMPETITORS = 16
 
 
+def contend_counts(text: str) -> list[int]:
+    return whole_numbers(text, "--contend", "numbers of busy processes", "busy processes", MOST_COMPETITORS, "1,2")
+
+
 def pool_sizes(text: str) -> list[int]:
-    """--pool-sizes' block counts; raises ValueError with the sentence to show."""
-    try:
-        sizes = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise ValueError(f"--pool-sizes takes block counts separated by commas, e.g. 512,4096, not {text!r}.") from None
-    if any(not 1 <= size <= 2**20 for size in sizes):
-        raise ValueError("--pool-sizes counts must lie between 1 and 1,048,576 blocks; give e.g. 512,4096.")
-    return sizes
+    return whole_numbers(text, "--pool-sizes", "block counts", "blocks", 2**20, "512,4096")
 
 
 def bench_contended(model, mixed, warmup, quiet: SystemRun, args) -> list[dict]:
