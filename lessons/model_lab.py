@@ -4,7 +4,7 @@ import dataclasses
 
 import streamlit as st
 
-from kvviz.lessons.budget import WorkTooLarge
+from kvviz.lessons.budget import WorkTooLarge, timed
 from kvviz.engine.errors import EngineError
 from kvviz.lessons.model_lab import figures
 from kvviz.lessons.model_lab import logic as lab
@@ -55,7 +55,8 @@ def _measure(slot) -> None:
         contexts = lab.lab_contexts(lm.max_context)
         result = lab.describe(lm, contexts, lab.LAB_REPEATS)
         st.session_state["lab_measuring"] = (shape, result)  # filled in, round by round
-        lab.measure(lm, contexts, repeats=lab.LAB_REPEATS, progress=progress, result=result)
+        with timed(lab.measurement_work(shape, lab.LAB_REPEATS), next(lm.model.parameters()).device):
+            lab.measure(lm, contexts, repeats=lab.LAB_REPEATS, progress=progress, result=result)
         progress(lab.LAB_REPEATS, lab.LAB_REPEATS, "Measured")  # a run stopped meanwhile ends here, storing nothing
     except (ModelLoadError, EngineError, ValueError) as error:
         st.session_state["lab_error"] = str(error)

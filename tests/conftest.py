@@ -60,6 +60,15 @@ def pytest_collection_modifyitems(items):
     items.sort(key=lambda item: item.path not in long_files)  # stable: a file's tests keep their order
 
 
+@pytest.fixture(autouse=True)
+def a_server_that_has_timed_nothing():
+    """Each test starts where a fresh server does: its estimates at kvviz.lessons.budget.RATES until its
+    own clicks are timed (budget.Pace), so that what a test expects does not hang on the tests before it."""
+    from kvviz.lessons.budget import forget_paces
+
+    forget_paces()
+
+
 @pytest.fixture(scope="session")
 def bundled():
     """The bundled model on the CPU in float32, on any machine: the figures the tests assert (bytes, the

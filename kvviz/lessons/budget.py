@@ -10,16 +10,23 @@ takes: engine steps, each of which also pays a fixed cost outside the model (sch
 the batch, sampling) and, when traced, a read-back of the request's K, V, attention and logits; and
 the model's own passes outside the engine, which pay their FLOPs only. Each device kind turns them
 into seconds with rates measured on the 2-core CPU this was written on (a forward pass of a
-model past a few million parameters ran 40-50 GFLOP/s; a step of the bundled model 25-55 ms):
-a faster machine finishes before the estimate. A click estimated past its budget (CLICK_SECONDS,
+model past a few million parameters ran 40-50 GFLOP/s; a step of the bundled model 25-55 ms), and
+then corrects them by the pace this server measured on its own recent work (Pace, below): a quiet
+fast server's estimates shrink, a busy one's grow. A click estimated past its budget (CLICK_SECONDS,
 or KVVIZ_CLICK_SECONDS on the server) gets one sentence naming what to reduce, and nothing runs.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+
+import numpy as np
 
 import torch
 
@@ -59,23 +66,156 @@ class Work:
     passes: int = 0  # the model's own forward passes, outside an engine
     read_backs: int = 0  # engine steps whose traced request (K, V, attention, logits) is copied out
     step_scale: float = 1.0  # the model's step and read-back cost next to the bundled model's (ModelCost.step_scale)
+    click: str = ""  # which kind of click runs it ("lesson", "strategies", ...): each learns its own Pace
 
     def __add__(self, other: Work) -> Work:
         return Work(self.flops + other.flops, self.steps + other.steps, self.passes + other.passes,
-                    self.read_backs + other.read_backs, max(self.step_scale, other.step_scale))
+                    self.read_backs + other.read_backs, max(self.step_scale, other.step_scale),
+                    self.click or other.click)
 
     def __mul__(self, times: int) -> Work:
         return Work(self.flops * times, self.steps * times, self.passes * times, self.read_backs * times,
-                    self.step_scale)
+                    self.step_scale, self.click)
 
     @property
     def forward_passes(self) -> int:
         return self.steps + self.passes
 
-    def seconds(self, device: torch.device) -> float:
+    def quiet_seconds(self, device: torch.device) -> tuple[float, float]:
+        """Its seconds at RATES, a quiet machine's: (the FLOPs', the steps' and read-backs' fixed costs)."""
         rate = RATES.get(device.type, RATES["cpu"])
         fixed = self.steps * rate.step_s + self.read_backs * rate.read_back_s
-        return self.flops / rate.flops_per_s + fixed * self.step_scale
+        return self.flops / rate.flops_per_s, fixed * self.step_scale
+
+    def seconds(self, device: torch.device) -> float:
+        """Its seconds on this server: the quiet machine's, each part times the pace this server measured."""
+        compute, fixed = self.quiet_seconds(device)
+        compute_factor, fixed_factor = pace(device, self.click).factors()
+        return compute * compute_factor + fixed * fixed_factor
+
+
+class Pace:
+    """How fast this server ran its own recent clicks of one kind next to RATES, learned as it runs them.
+
+    Every click that runs estimated work (a lesson's step, a prefill, a batch, a comparison, a
+    measurement) reports its Work and the seconds it took, to the Pace of its kind (Work.click). A click's time is a sum of two parts
+    whose speeds differ by machine and by load: FLOPs (the matrix products) and a fixed cost per
+    step (Python, scheduling, the read-back). Each report lands in the part that dominated it, the
+    last KEEP of each kept for up to MEMORY_S; the two factors are the ones that make the quiet
+    estimates of those reports nearest their measured seconds (least squares on the logarithm, over
+    a grid from 1/256 to 32). A kind of click not timed yet is estimated at RATES; a part with no report of
+    its own follows the other part, and is never estimated under UNSEEN_LEAST of RATES."""
+
+    KEEP = 16
+    MEMORY_S = 600.0
+    GRID = 2.0 ** np.arange(-8.0, 5.0 + 1e-9, 1 / 8)  # factors from 1/256 to 32, 9% apart
+    LEAST_S = 0.0005  # reports shorter than this are too short to time
+    # A part no report of its own measured is estimated at no less than this share of RATES (nor faster than the
+    # other part): the engine's FLOPs ran 3.7x RATES' on the 2-core CPU RATES come from (SmolLM2's 1,000-token
+    # Prefill, scripts/estimates.py, 2026-12-06), its steps 9-15x.
+    UNSEEN_LEAST = 0.25
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._compute: deque = deque(maxlen=self.KEEP)  # (when, quiet compute s, quiet fixed s, measured s)
+        self._fixed: deque = deque(maxlen=self.KEEP)
+        self._factors: tuple[float, float] | None = (1.0, 1.0)
+
+    def report(self, work: Work, device: torch.device, seconds: float) -> None:
+        """`work` took `seconds` on `device` (wall clock, from start to end)."""
+        compute, fixed = work.quiet_seconds(device)
+        if seconds < self.LEAST_S or compute + fixed <= 0:
+            return
+        with self._lock:
+            (self._compute if compute >= fixed else self._fixed).append((time.monotonic(), compute, fixed, seconds))
+            self._factors = None
+
+    def forget(self) -> None:
+        """Back to RATES: nothing measured."""
+        with self._lock:
+            self._compute.clear()
+            self._fixed.clear()
+            self._factors = (1.0, 1.0)
+
+    @property
+    def reports(self) -> int:
+        with self._lock:
+            return len(self._compute) + len(self._fixed)
+
+    def factors(self) -> tuple[float, float]:
+        """(compute, fixed): what to multiply RATES' two parts by on this server now."""
+        with self._lock:
+            oldest = time.monotonic() - self.MEMORY_S
+            for kept in (self._compute, self._fixed):
+                while kept and kept[0][0] < oldest:
+                    kept.popleft()
+                    self._factors = None
+            if self._factors is None:
+                self._factors = self._fit(list(self._compute), list(self._fixed))
+            return self._factors
+
+    @classmethod
+    def _fit(cls, compute_bound: list, fixed_bound: list) -> tuple[float, float]:
+        seen = compute_bound + fixed_bound
+        if not seen:
+            return 1.0, 1.0
+        quiet = np.array([(compute, fixed) for _, compute, fixed, _ in seen])  # (reports, 2)
+        measured = np.log(np.array([seconds for *_, seconds in seen]))
+        grid = cls.GRID
+        # every pair of factors at once: (compute factor, fixed factor, report)
+        estimates = grid[:, None, None] * quiet[None, None, :, 0] + grid[None, :, None] * quiet[None, None, :, 1]
+        loss = ((np.log(estimates) - measured) ** 2).sum(axis=2)
+        loss += 0.01 * np.log(grid)[:, None] ** 2 + 0.01 * np.log(grid)[None, :] ** 2  # an unseen part stays near 1
+        best = np.unravel_index(int(np.argmin(loss)), loss.shape)
+        compute, fixed = float(grid[best[0]]), float(grid[best[1]])
+        if not compute_bound:
+            compute = max(cls.UNSEEN_LEAST, fixed, compute)
+        if not fixed_bound:
+            fixed = max(cls.UNSEEN_LEAST, compute, fixed)
+        return compute, fixed
+
+    def says(self) -> str:
+        """How the estimates are made now, in a few words for a progress bar."""
+        count = self.reports
+        if not count:
+            return "at a quiet server's pace (this server has not timed a click like it yet)"
+        return f"at this server's pace over its last {count} click{'s' if count > 1 else ''} like it"
+
+
+_PACES: dict[str, Pace] = {}
+_PACES_GUARD = threading.Lock()
+
+
+def pace(device: torch.device, click: str) -> Pace:
+    """This server's Pace for one kind of click on one kind of device: each learns apart, for what RATES
+    count as one step's fixed cost differs by click (an engine step's Python, the eager passes and
+    read-backs of a strategy's run), and by device."""
+    kind = device.type if device.type in RATES else "cpu"
+    with _PACES_GUARD:
+        return _PACES.setdefault((kind, click), Pace())
+
+
+def stopwatch(work: Work, device: torch.device) -> Callable[[], None]:
+    """Started now; calling what it returns reports the seconds since as the time `work` took, to this
+    server's Pace. A click stopped or refused midway never calls it, and reports nothing."""
+    started = time.perf_counter()
+    return lambda: pace(device, work.click).report(work, device, time.perf_counter() - started)
+
+
+def forget_paces() -> None:
+    """Every device's Pace back to RATES, as a fresh server's."""
+    with _PACES_GUARD:
+        paces = list(_PACES.values())
+    for each in paces:
+        each.forget()
+
+
+@contextmanager
+def timed(work: Work, device: torch.device) -> Iterator[None]:
+    """stopwatch around a block: reported when the block ends without raising."""
+    done = stopwatch(work, device)
+    yield
+    done()
 
 
 def forward_flops(multiplied_params: int, per_pair: int, new_tokens: int, cached_tokens: int) -> float:

@@ -89,3 +89,32 @@ def test_focus_is_visible_lands_on_next_token_and_the_stage_speaks(app_url):
 # the focused element's ring, inside a component's shadow root where the stage lives
 RING_JS = """() => { let e = document.activeElement; while (e.shadowRoot && e.shadowRoot.activeElement) e = e.shadowRoot.activeElement;
   const s = getComputedStyle(e); return [s.outlineStyle, s.outlineWidth, s.outlineColor, (e.innerText || '').trim()]; }"""
+
+
+def test_the_keyboard_goes_through_every_token_and_block_of_the_stage(app_url):
+    """↓ and ↑ pin the stage's parts one at a time (the prompt's tokens, then its blocks) and the live region says
+    what each is; Escape lets go."""
+    with browser_page(width=1280, height=720) as page:
+        page.goto(f"{app_url}/prefill_decode")
+        page.locator("h1").first.wait_for()
+        wait_idle(page)
+        page.get_by_role("button", name="Prefill").click()
+        wait_idle(page)
+        stage = page.locator(".kvviz-stage").first
+        stage.wait_for()
+        stage.focus()
+        readout = page.locator("[data-testid='stage-readout']").first
+        idle = readout.inner_text()
+        said = []
+        for _ in range(40):  # past the prompt's tokens into the block table
+            page.keyboard.press("ArrowDown")
+            said.append(page.locator("[data-testid='stage-live']").first.inner_text())
+        assert said[0] != idle and said[-1] == readout.inner_text()
+        assert page.locator(".kvviz-stage .lit").count() > 0  # the part said is lit on the stage too
+        assert any("block" in s.lower() for s in said) and any("token" in s.lower() or "position" in s.lower()
+                                                               for s in said), said
+        assert len(set(said)) > 10, said  # one stop after another, each its own sentence
+        page.keyboard.press("ArrowUp")
+        assert page.locator("[data-testid='stage-live']").first.inner_text() == said[-2]
+        page.keyboard.press("Escape")
+        assert readout.inner_text() == idle and page.locator(".kvviz-stage .lit").count() == 0

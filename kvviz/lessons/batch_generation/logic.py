@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from time import perf_counter
 
 from kvviz import bench
-from kvviz.lessons.budget import ModelCost, Work, check_click, most_that_fits
+from kvviz.lessons.budget import ModelCost, Work, check_click, most_that_fits, stopwatch
 from kvviz.engine.config import EngineConfig
 from kvviz.engine.engine import Engine
 from kvviz.engine.sampling import SamplingParams
@@ -112,7 +112,8 @@ def batch_work(lm, workload: Workload, settings: BatchSettings) -> Work:
     running = max(1, min(settings.engine.max_num_seqs, len(work)))
     steps = max(-(-work.num_output_tokens // running),
                 -(-(work.num_prompt_tokens + work.num_output_tokens) // settings.engine.max_num_batched_tokens))
-    return Work(bench.model_flops(parts.model, work), steps, step_scale=ModelCost.of(parts.model).step_scale)
+    return Work(bench.model_flops(parts.model, work), steps, step_scale=ModelCost.of(parts.model).step_scale,
+                click="batch")
 
 
 def generate_work(model, workload: Workload, batch_size: int) -> Work:
@@ -217,9 +218,10 @@ def run_batch(lm, workload: Workload, settings: BatchSettings | None = None, pro
     if not len(workload):
         raise WorkloadError("There are no prompts to run; upload a file or make a synthetic workload.")
     num_blocks = settings.pool_blocks(lm, workload)
-    check_click(batch_work(lm, workload, settings), next(model_parts(lm).model.parameters()).device,
-                f"This batch of {len(workload)} requests", "ask for fewer prompts or fewer tokens to generate, or "
-                "let more requests run at once")
+    work, device = batch_work(lm, workload, settings), next(model_parts(lm).model.parameters()).device
+    check_click(work, device, f"This batch of {len(workload)} requests", "ask for fewer prompts or fewer tokens to "
+                "generate, or let more requests run at once")
+    timing = stopwatch(work, device)  # reported when every request is done: budget.Pace
     engine = Engine(lm, settings.engine, num_blocks=num_blocks)
     params = [settings.sampling(n, i) for i, n in enumerate(workload.max_tokens)]
     points: list[StepPoint] = []
@@ -243,6 +245,7 @@ def run_batch(lm, workload: Workload, settings: BatchSettings | None = None, pro
 
     outputs = engine.generate(workload.prompts, params, progress=watch)
     seconds = perf_counter() - start
+    timing()
     name = getattr(lm, "name", type(lm).__name__)
     return BatchResult(workload, settings, name, engine.pool.num_blocks, seconds, points, outputs, dict(engine.stats))
 
@@ -372,8 +375,9 @@ def compare_with_transformers(lm, workload: Workload, settings: BatchSettings | 
 
     def work(requests: int, runs: int) -> Work:
         compared = workload.head(requests)
-        return (batch_work(lm, warmup, settings) + generate_work(model, warmup, hf_batch_size)
-                + (batch_work(lm, compared, settings) + generate_work(model, compared, hf_batch_size)) * runs)
+        return replace(batch_work(lm, warmup, settings) + generate_work(model, warmup, hf_batch_size)
+                       + (batch_work(lm, compared, settings) + generate_work(model, compared, hf_batch_size)) * runs,
+                       click="compare")
 
     while True:  # past the budget: the first requests that fit; fewer timed runs (not under two) when two do not
         fits = most_that_fits(lambda requests: work(requests, runs).seconds(device), batch_requests, 2)
@@ -386,6 +390,7 @@ def compare_with_transformers(lm, workload: Workload, settings: BatchSettings | 
         runs = max(1, repeats)  # not even two requests fit: the refusal names the whole comparison
     check_click(work(len(workload), runs), device, f"Comparing {len(workload)} requests {runs} times each way",
                 "compare a smaller batch: run one with fewer prompts or fewer tokens to generate first")
+    timing = stopwatch(work(len(workload), runs), device)  # reported when every run is done: budget.Pace
     twin = generate_twin(model)
     total = 2 + 2 * runs
 
@@ -404,6 +409,7 @@ def compare_with_transformers(lm, workload: Workload, settings: BatchSettings | 
         ours.append(bench.run_kvviz(model, workload, settings.engine, num_blocks=num_blocks))
         about_to(3 + 2 * index, f"Timing transformers generate, run {index + 1} of {runs}")
         theirs.append(bench.run_hf_generate(twin, workload, hf_batch_size))
+    timing()
     kvviz, transformers = (bench.median_run(runs) for runs in (ours, theirs))
     return TransformersComparison(kvviz, transformers, bench.compare_outputs(kvviz.outputs, transformers.outputs),
                                   hf_batch_size, load_before, cut, parts.max_context, batch_requests)

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import streamlit as st
 
-from kvviz.lessons.budget import tokens_that_fit
+from kvviz.engine.model_parts import model_parts
+from kvviz.lessons.budget import pace, timed, tokens_that_fit
 from kvviz.lessons.cache_strategies import eviction_figures as figures
 from kvviz.lessons.cache_strategies import state as cache_strategies_state
 from kvviz.lessons.cache_strategies.figures import divergence_html
-from kvviz.lessons.cache_strategies.logic import eviction_seconds
+from kvviz.lessons.cache_strategies.logic import eviction_seconds, eviction_work
 from kvviz.strategies.eviction import POLICIES, EvictionLab, eviction_lab, eviction_table
 from kvviz.strategies.heavy_hitters import HeavyHitterKV
 from kvviz.strategies.run import tokenize
@@ -47,15 +48,18 @@ def run(slot) -> None:
         st.session_state["eviction_note"] = note
     budget = int(st.session_state.get("eviction_budget", DEFAULTS["eviction_budget"]))
     sinks = int(st.session_state.get("eviction_sinks", DEFAULTS["eviction_sinks"]))
-    bar = estimated_bar(slot, lambda: eviction_seconds(lm, prompt, max_tokens), "eviction_error",
+    model, tokenizer, _ = model_parts(lm)
+    device = next(model.parameters()).device
+    bar = estimated_bar(slot, lambda: eviction_seconds(lm, prompt, max_tokens), pace(device, "eviction").says(), "eviction_error",
                         "eviction_run_stop", "Ends at the next step and keeps the policies measured so far.")
     if bar is None:  # past the budget, or a prompt the model cannot take: one sentence
         return
     runs = []
     st.session_state["eviction_running"] = {"runs": runs, "prompt": prompt, "budget": budget, "sinks": sinks}
     try:
-        lab = eviction_lab(lm, prompt, max_tokens, budget, sinks, runs=runs,
-                           progress=lambda done, total, text: bar.move(done / total, text))
+        with timed(eviction_work(lm, len(tokenize(prompt, tokenizer)), max_tokens), device):
+            lab = eviction_lab(lm, prompt, max_tokens, budget, sinks, runs=runs,
+                               progress=lambda done, total, text: bar.move(done / total, text))
     except ValueError as error:
         st.session_state.pop("eviction_running", None)
         st.session_state["eviction_error"] = str(error)

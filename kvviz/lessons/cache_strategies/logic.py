@@ -27,7 +27,7 @@ import torch
 from kvviz.engine.cache_dtype import measured_bytes_per_token
 from kvviz.engine.kv_cache import SCALE_DTYPE
 from kvviz.engine.model_parts import model_parts
-from kvviz.lessons.budget import ModelCost, Work, check_click
+from kvviz.lessons.budget import ModelCost, Work, check_click, stopwatch
 from kvviz.shapes import ModelShape
 from kvviz.strategies.bill import ByteBill
 from kvviz.strategies.compare import first_difference, kl_divergence
@@ -109,8 +109,8 @@ def run_work(cost: ModelCost, strategy: str, prompt_tokens: int, max_tokens: int
         flops = cost.forward(prompt_tokens, 0) + sum(cost.forward(1, prompt_tokens + step - 1)
                                                      for step in range(1, max_tokens))
     if strategy in ENGINE_STRATEGIES:
-        return Work(flops, steps=max_tokens, read_backs=max_tokens, step_scale=cost.step_scale)
-    return Work(flops, passes=max_tokens)
+        return Work(flops, steps=max_tokens, read_backs=max_tokens, step_scale=cost.step_scale, click="strategies")
+    return Work(flops, passes=max_tokens, click="strategies")
 
 
 def comparison_work(lm, prompt_tokens: int, max_tokens: int, strategies, timing_runs: int = 1) -> Work:
@@ -133,7 +133,7 @@ def eviction_work(lm, prompt_tokens: int, max_tokens: int, policies: int = 3) ->
     cost = ModelCost.of(model_parts(lm).model)
     flops = cost.forward(prompt_tokens, 0) + sum(cost.forward(1, prompt_tokens + step - 1)
                                                  for step in range(1, max_tokens))
-    run = Work(flops, passes=max_tokens, read_backs=max_tokens, step_scale=cost.step_scale)
+    run = Work(flops, passes=max_tokens, read_backs=max_tokens, step_scale=cost.step_scale, click="eviction")
     return run * (1 + 2 * policies)
 
 
@@ -183,6 +183,9 @@ def compare_strategies(lm, prompt: str | list[int], max_tokens: int = 32, strate
     kvviz.lessons.budget.WorkTooLarge (a ValueError) and runs nothing."""
     specs = [StrategySpec.of(s) for s in strategies]
     comparison_seconds(lm, prompt, max_tokens, specs, timing_runs)
+    model, tokenizer, _ = model_parts(lm)
+    timing = stopwatch(comparison_work(lm, len(tokenize(prompt, tokenizer)), max_tokens, specs, timing_runs),
+                       next(model.parameters()).device)  # reported when the whole comparison ran: budget.Pace
     results = [] if results is None else results
     reporters = step_reporters(comparison_runs(specs, timing_runs), max_tokens, progress,
                                lambda: f"{len(results)} of {len(specs)} strategies measured")
@@ -207,6 +210,7 @@ def compare_strategies(lm, prompt: str | list[int], max_tokens: int = 32, strate
         for spec, result in zip(specs, results):
             result.decode_ms.append(mean_decode_ms(run_strategy(lm, full.prompt_token_ids, spec, max_tokens,
                                                                 on_step=next(reporters))))
+    timing()
     return results
 
 

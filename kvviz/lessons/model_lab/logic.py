@@ -225,7 +225,8 @@ def measurement_work(shape: CustomShape, repeats: int = LAB_REPEATS, sample_toke
     per_pair = 4 * shape.num_heads * hd * shape.num_layers
 
     def step(new_tokens: int, cached_tokens: int) -> Work:  # logits of the one sampled row: vocab x d
-        return Work(forward_flops(multiplied, per_pair, new_tokens, cached_tokens) + 2.0 * vocab_size * d, 1)
+        return Work(forward_flops(multiplied, per_pair, new_tokens, cached_tokens) + 2.0 * vocab_size * d, 1,
+                    click="lab")
 
     contexts = lab_contexts(shape.max_context)
     work = Work()
@@ -240,7 +241,7 @@ def measurement_work(shape: CustomShape, repeats: int = LAB_REPEATS, sample_toke
             for index in range(num_decodes):  # a decode step; a fresh uncached engine's pass over the context
                 work += step(1, context - 1 + index) + step(context + index, 0)
             done += num_decodes
-    return work + step(4, 0) + Work(sample_tokens * step(1, 16).flops, sample_tokens - 1)
+    return work + step(4, 0) + Work(sample_tokens * step(1, 16).flops, sample_tokens - 1, click="lab")
 
 
 def build_lab_model(shape: CustomShape, device: str | torch.device | None = None) -> LoadedModel:

@@ -21,7 +21,7 @@ from kvviz.engine.block_pool import blocks_needed
 from kvviz.engine.chat import chat_answer, chat_params, chat_prompt
 from kvviz.engine.config import DEFAULTS
 from kvviz.engine.records import TraceRecord
-from kvviz.lessons.budget import ModelCost, Work, most_that_fits
+from kvviz.lessons.budget import ModelCost, Work, most_that_fits, timed
 from kvviz.memory_bill import bill_breakdown
 from kvviz.models import summary_shape
 
@@ -175,13 +175,26 @@ class Lesson:
         tokens = len(self.prompt_token_ids) + len(self.records)  # what it would run: all of them
         return self.twin_cost.forward(tokens, 0) <= TWIN_MOST_FLOPS
 
+    def step_work(self, twin_runs: bool) -> Work:
+        """The next step's work, as lesson_work counts it: one traced engine step (the prompt, or one token
+        after the cache) and, when `twin_runs`, the twin's traced pass over every token so far."""
+        cost, cached = self.twin_cost, len(self.prompt_token_ids) + len(self.records) - 1
+        if cost is None:
+            return Work(click="lesson")
+        flops = cost.forward(len(self.prompt_token_ids), 0) if not self.records else cost.forward(1, cached)
+        if twin_runs:
+            flops += cost.forward(cached + 1, 0)
+        steps = 1 + twin_runs
+        return Work(flops, steps=steps, read_backs=steps, step_scale=cost.step_scale, click="lesson")
+
     def _step(self) -> StepRecord:
         twin_runs = self.twin_runs_next()
         if not twin_runs and self.twin is not None:
             self.twin = None  # stopped for good: its pool and model references go now
-        record = self.engine.step()
-        twin_record = self.twin.step() if twin_runs else None
-        self.traces.append(self._compact(record.trace, twin_record.trace if twin_record else None))
+        with timed(self.step_work(twin_runs), self.engine.device):  # this server's pace: kvviz.lessons.budget
+            record = self.engine.step()
+            twin_record = self.twin.step() if twin_runs else None
+            self.traces.append(self._compact(record.trace, twin_record.trace if twin_record else None))
         record.trace = None  # the full read-back grows with every step
         self.records.append(record)
         if twin_record is not None:
@@ -319,7 +332,7 @@ def lesson_work(lm, prompt_tokens: int, last_step: int) -> Work:
         if twin <= TWIN_MOST_FLOPS and twin_steps == step:  # once stopped, it stays stopped
             flops, twin_steps = flops + twin, twin_steps + 1
     steps = last_step + 1 + twin_steps
-    return Work(flops, steps=steps, read_backs=steps, step_scale=cost.step_scale)
+    return Work(flops, steps=steps, read_backs=steps, step_scale=cost.step_scale, click="lesson")
 
 
 def furthest_step(lm, prompt_tokens: int, target: int, device) -> int:

@@ -14,7 +14,7 @@ import streamlit as st
 
 from kvviz.engine.chat import chat_prompt, has_chat_template
 from kvviz.lessons import stepped
-from kvviz.lessons.budget import WorkTooLarge, check_click, click_seconds
+from kvviz.lessons.budget import WorkTooLarge, check_click, click_seconds, pace
 from kvviz.lessons.prefill_decode.logic import (
     MAX_LESSON_TOKENS,
     Lesson,
@@ -193,10 +193,13 @@ def prefill() -> None:
     script under a spinner that names the work, its estimate and the seconds so far (shown past 0.5 s: a
     long prompt on a deep model). One forward pass cannot stop midway, so there is no Stop."""
     lm, device, prompt_tokens = _model_and_prompt()
-    seconds = lesson_work(lm, prompt_tokens, 0).seconds(device)
+    work = lesson_work(lm, prompt_tokens, 0)
+    seconds = work.seconds(device)
+    passes = ("twice (with the cache and without)" if work.steps == 2
+              else "once (too long for the no-cache twin to run it again at each step)")
     with st.spinner(f"Prefill: {prompt_tokens:,} prompt tokens through the model's {lm.shape.num_layers} layers "
-                    f"in one pass, twice (with the cache and without); estimated about {seconds:,.1f} s on this "
-                    "server", show_time=True):
+                    f"in one pass, {passes}; estimated about {seconds:,.1f} s on this "
+                    f"server, {pace(device, 'lesson').says()}", show_time=True):
         stepped.start(LESSON)
 
 
@@ -230,8 +233,8 @@ def run_to_step(target: int, slot=None, what: str = "the link's lesson", started
     bar = stopped = None
     if slot is not None and target > 0:
         seconds = lesson_work(lm, prompt_tokens, target).seconds(device)
-        bar = StopBar(slot, "lesson_link_stop", f"Estimated about {seconds:,.0f} s on this server; opening "
-                      f"{what} at step {target:,}", "Ends at the step reached; Next token and Play go on.")
+        bar = StopBar(slot, "lesson_link_stop", f"Estimated about {seconds:,.0f} s on this server, "
+                      f"{pace(device, 'lesson').says()}; opening {what} at step {target:,}", "Ends at the step reached; Next token and Play go on.")
     stepped.start(LESSON)
     if started is not None and lesson() is not None:
         started()
@@ -253,7 +256,7 @@ def run_to_step(target: int, slot=None, what: str = "the link's lesson", started
         if bar is not None:  # the rest re-estimated from this run's own pace
             left = (time.perf_counter() - started_at) / (done + 1) * (target - done - 1)
             bar.move((done + 1) / target, f"{what[0].upper()}{what[1:]}: step {done + 1:,} of {target:,}, "
-                                          f"about {left:,.0f} s left at this server's pace now")
+                                          f"about {left:,.0f} s left at this run's pace", left=False)
     if stopped is not None and st.session_state.get("lesson_error") == stopped:
         st.session_state.pop("lesson_error")
     if note is not None and "lesson_error" not in st.session_state:

@@ -41,8 +41,11 @@ function listed(items) {
   return items.length ? items.join(", ") : "none";
 }
 
-// hovering (or tapping) a node lights `target` everywhere; leaving it lights the pinned one again
+// hovering (or tapping) a node lights `target` everywhere; leaving it lights the pinned one again.
+// Each target is also one stop of the keyboard's path through the stage (↑ and ↓, in drawing order).
 function hoverable(node, ctx, target) {
+  const key = JSON.stringify(target);
+  if (!ctx.targetKeys.has(key)) { ctx.targetKeys.add(key); ctx.targets.push(target); }
   node.onmouseenter = () => ctx.hover(target);
   node.onmouseleave = () => ctx.hover(null);
   node.onclick = () => ctx.hover(target, true);

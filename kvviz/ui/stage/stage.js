@@ -64,14 +64,31 @@ export default function (component) {
     }, REPORT_AFTER_MS);
   };
   state.go = go;
+  // ↓ and ↑: pin the next (or the one before) of the step's tokens, requests and blocks, and say what it is
+  state.visit = (by) => {
+    const stops = state.targets || [];
+    if (!stops.length) return;
+    const at = stops.findIndex((target) => JSON.stringify(target) === JSON.stringify(state.pinned));
+    const next = at < 0 ? (by > 0 ? 0 : stops.length - 1) : (at + by + stops.length) % stops.length;
+    state.pinned = null;
+    state.light(stops[next], true);
+    state.live.textContent = state.readout();
+  };
 
   if (!root.__keys) { // once per mounted stage: arrow keys step while the stage has the focus
     root.__keys = true;
     root.setAttribute("tabindex", "0");
     root.setAttribute("role", "group");
-    root.setAttribute("aria-label", "The lesson's stage: ← and → step through it");
+    root.setAttribute("aria-label", "The lesson's stage: ← and → step through it; ↓ and ↑ go through its tokens, " +
+                      "requests and blocks, each explained; Escape lets go");
     root.addEventListener("keydown", (event) => {
       const stage = root.__stage;
+      if (event.key === "ArrowDown" || event.key === "ArrowUp") {
+        stage.visit(event.key === "ArrowDown" ? 1 : -1); event.preventDefault(); event.stopPropagation();
+      }
+      if (event.key === "Escape" && stage.pinned) {
+        stage.pinned = null; stage.light(null); event.preventDefault(); event.stopPropagation();
+      }
       if (event.key === "ArrowLeft") { stage.go(stage.step - 1); event.preventDefault(); event.stopPropagation(); }
       if (event.key === "ArrowRight") {
         // at the newest step, → asks for the next one, as the page's own step button does
@@ -98,6 +115,7 @@ export default function (component) {
     const ctx = {
       d, step, root, state, grew: previous !== null && state.step === previous + 1,
       redraw: draw,
+      targets: [], targetKeys: new Set(), // what can be lit, in drawing order: the keyboard's stops (dom.js hoverable)
       readoutIn(parent) { readout = html("span", { class: "readout", "data-testid": "stage-readout" }, parent); },
       // light `target` ({token}, {request} or {block}) everywhere; a tap pins it, a second tap unpins it
       hover(target, sticky = false) {
@@ -125,6 +143,9 @@ export default function (component) {
     if (step.sentence) html("div", { class: "sentence", "data-testid": "stage-sentence" }, root, step.sentence);
 
     view = step.requests ? drawRequests(ctx) : step.attention ? drawCache(ctx) : drawBlocks(ctx);
+    state.targets = ctx.targets;
+    state.light = ctx.hover;
+    state.readout = () => (readout ? readout.textContent : "");
     ctx.hover(state.hover);
     const spoken = `${stepName(d, state.step, last)}. ${step.sentence || ""}`.trim();
     if (state.live.textContent !== spoken) state.live.textContent = spoken;
