@@ -181,6 +181,9 @@ PRESETS = {p.name: p for p in (
     # google/gemma-3-27b-it text_config; parameters of the language model (the vision tower adds ~0.4B)
     _preset("gemma-3-27b", 62, 32, 16, 128, 5376, 27_009_346_304, 131072, 262208, True,
             sliding_window=1024, layer_types=_alternating(62, 6)),
+    # google/gemma-3-270m, as `kvviz fetch gemma3` converts it: one KV head, 15 of 18 layers sliding over 512
+    _preset("gemma-3-270m", 18, 4, 1, 256, 640, 268_098_176, 32768, 262144, True,
+            sliding_window=512, layer_types=_alternating(18, 6)),
     # microsoft/Phi-3-mini-128k-instruct: its listed window (262,144) exceeds the context, so all full
     _preset("phi-3-mini", 32, 32, 32, 96, 3072, 3_821_079_552, 131072, 32064, False),
     # deepseek-ai/DeepSeek-V3: 671B is the paper's total (the Hub's 685B adds the MTP module);

@@ -5,8 +5,10 @@ import streamlit as st
 from kvviz import memory_bill, shapes
 from kvviz.lessons.memory_bill import figures
 from kvviz.lessons.memory_bill import logic as bill
+from kvviz.hub.fetch import fetch_command, fetched_folder
+from kvviz.lessons.memory_bill.pair import PAIR, PAIR_TOKENS, measure_pair, pair_work
 from kvviz.memory_bill import ACCELERATORS, GiB
-from kvviz.models import TINY_MLA
+from kvviz.models import TINY_MLA, default_heldout_text
 from kvviz.shapes import MLA, PRESETS, SLIDING, format_bytes
 from kvviz.ui.common import current_model, shared_model
 
@@ -287,3 +289,35 @@ with layers_tab:
     else:
         st.caption("Every layer keeps the same tokens, so every layer costs the same. Pick gemma-2-9b or "
                    "gemma-3-27b to see a hybrid of sliding-window and full-attention layers.")
+
+st.subheader("Two real models, one prompt: SmolLM2 and Gemma 3")
+st.markdown(
+    "Both are small real models, but their caches are built differently. **SmolLM2-135M** shares **3 KV heads** "
+    "among its 9 query heads (GQA) and all 30 of its layers keep every position. **Gemma 3 270M** has twice the "
+    "parameters, yet shares **one KV head among 4 query heads** (MQA), and 15 of its 18 layers keep only a "
+    "**window of the last 512 positions**: past it, each new token costs only its 3 full layers. Run the same "
+    "text through both, cut to 2,000 of each model's tokens, and read what each engine's cache really holds.")
+missing = [name for name in PAIR if fetched_folder(name) is None]
+if missing:
+    st.caption("This needs both models on the server: run " + " and ".join(f"`{fetch_command(name)}`" for name in missing)
+               + " once (the app itself never downloads).")
+else:
+    if st.button(f"Run {PAIR_TOKENS:,} tokens through both", key="bill_pair_run"):
+        lms = [shared_model(name) for name in PAIR]
+        st.session_state.pop("bill_pair_error", None)
+        seconds = pair_work(lms, PAIR_TOKENS).seconds(next(lms[0].model.parameters()).device)
+        with st.spinner(f"Two prefills of {PAIR_TOKENS:,} tokens; estimated about {seconds:,.0f} s on this server",
+                        show_time=True):
+            try:
+                st.session_state["bill_pair"] = measure_pair(lms, default_heldout_text())
+            except ValueError as error:  # WorkTooLarge on a slow server: one sentence
+                st.session_state["bill_pair_error"] = str(error)
+    if st.session_state.get("bill_pair_error"):
+        st.error(st.session_state["bill_pair_error"])
+    rows = st.session_state.get("bill_pair")
+    if rows:
+        st.markdown(bill.pair_table(rows))
+        for row in rows:
+            st.caption(f"**{row.name}**: " + "; ".join(f"{kind.formula.split(' = ')[0]} = {format_bytes(kind.formula_bytes)}"
+                                                       f" by the formula, {format_bytes(kind.held_bytes)} held"
+                                                       for kind in row.kinds) + ".")

