@@ -114,6 +114,9 @@ class LoadedModel:
             "max_context": self.max_context, "v_head_dim": shape.v_head_dim or shape.head_dim,
             # MLA (DeepSeek-V3): the cache keeps a latent and a rotary key per token, not K and V per head
             "kv_lora_rank": shape.kv_lora_rank, "qk_rope_head_dim": shape.qk_rope_head_dim,
+            # sliding-window layers (Gemma 3): which layers slide, and over how many positions
+            "layer_types": list(shape.layer_types) if shape.sliding_window and shape.layer_types else None,
+            "sliding_window": shape.sliding_window,
         }
 
 
@@ -121,7 +124,9 @@ def summary_shape(info: dict) -> ModelShape:
     """The cache's shape back from a `LoadedModel.describe()` summary: for a lesson replayed without a model."""
     return ModelShape(name=info["name"], num_layers=info["layers"], num_kv_heads=info["kv_heads"],
                       head_dim=info["head_dim"], kv_lora_rank=info.get("kv_lora_rank"),
-                      qk_rope_head_dim=info.get("qk_rope_head_dim"))
+                      qk_rope_head_dim=info.get("qk_rope_head_dim"),
+                      layer_types=tuple(info["layer_types"]) if info.get("layer_types") else None,
+                      sliding_window=info.get("sliding_window"))
 
 
 def default_heldout_text() -> str:

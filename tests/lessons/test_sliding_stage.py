@@ -27,3 +27,26 @@ def test_the_stage_and_bill_of_a_sliding_model_past_its_window(bundled):
     plain = Lesson.start(bundled, LessonSettings(prompt="ROMEO:", sampling=lesson_sampling(max_tokens=2)))
     plain.prefill()
     assert stage_data(plain, 0)["windows"] is None and stage_data(plain, 0)["steps"][0]["bill"]["formula"] == []
+
+
+def test_a_file_keeps_the_sliding_layers_and_refuses_bad_ones():
+    import json
+
+    import pytest
+
+    from kvviz.lessons.files import LessonFileError
+    from kvviz.lessons.prefill_decode.file import export_lesson, import_lesson
+
+    lm = load_model(TINY_GEMMA3)
+    lesson = Lesson.start(lm, LessonSettings(prompt="the cache " * 12, sampling=lesson_sampling(max_tokens=2)))
+    lesson.prefill()
+    lesson.next_token()
+    text = export_lesson(lesson)
+    replay = import_lesson(text.encode())
+    assert stage_data(replay, 1)["windows"] == stage_data(lesson, 1)["windows"]
+    assert replay.bill(1, 4) == lesson.bill(1, 4)
+    for bad in ([{"x": 1}] * len(lm.model.config.layer_types), ["full_attention"], ["sliding_attention"] * 999):
+        data = json.loads(text)
+        data["model"]["layer_types"] = bad
+        with pytest.raises(LessonFileError, match="model.layer_types"):
+            import_lesson(json.dumps(data).encode())

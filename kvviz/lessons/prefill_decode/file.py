@@ -151,6 +151,15 @@ def _model(value) -> dict:
             check_range(model[key], 1, MAX_LATENT, f"model.{key}")
     if (model["kv_lora_rank"] is None) != (model["qk_rope_head_dim"] is None):
         raise FieldError("model.kv_lora_rank", "and model.qk_rope_head_dim must be given both or neither")
+    model["sliding_window"] = typed(value.get("sliding_window"), int | None, "model.sliding_window")  # older: none
+    if model["sliding_window"] is not None:
+        check_range(model["sliding_window"], 1, MODEL_LIMITS["max_context"], "model.sliding_window")
+    kinds = typed(value.get("layer_types"), list | None, "model.layer_types")
+    if kinds is not None and (len(kinds) != model["layers"] or model["sliding_window"] is None
+                              or not all(kind in ("full_attention", "sliding_attention") for kind in kinds)):
+        raise FieldError("model.layer_types", f"must name each of the {model['layers']} layers full_attention or "
+                                              "sliding_attention, with model.sliding_window")
+    model["layer_types"] = kinds
     return model
 
 

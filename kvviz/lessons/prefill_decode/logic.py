@@ -24,7 +24,6 @@ from kvviz.engine.records import TraceRecord
 from kvviz.lessons.budget import ModelCost, Work, most_that_fits, timed
 from kvviz.memory_bill import bill_breakdown
 from kvviz.models import summary_shape
-from kvviz.shapes import ModelShape
 
 MAX_LESSON_TOKENS = 256  # the longest lesson a page, a link or a file may ask for
 MAX_TRIANGLE_TOKENS = TRIANGLE_MOST_TOKENS  # prompts up to this long keep the prefill's whole attention matrix
@@ -302,9 +301,7 @@ class Lesson:
         as the engine's MemoryRecord counts them; at the last step, what the request held before its
         blocks went back to the pool ("returned")."""
         record = self.records[step]
-        # the model's own shape (its sliding layers too); a replayed lesson has the summary, not the model
-        shape = (ModelShape.from_hf_config(self.engine.hf_config) if self.engine is not None
-                 else summary_shape(self.model_info))
+        shape = summary_shape(self.model_info)  # a replayed lesson has the summary, not the model
         tokens = self.num_tokens_at(step)
         lines = bill_breakdown(shape, tokens=tokens, batch=1, dtype_bytes=dtype_bytes)
         blocks, cached_tokens, returned = self.held(step)

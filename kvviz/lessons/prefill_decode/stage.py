@@ -43,10 +43,12 @@ def stage_data(lesson, step: int, presenter: bool = False) -> dict:
 
 def layer_windows_of(lesson) -> list[int | None] | None:
     """Each layer's sliding window (None: full attention) where one layer has one: the stage greys the
-    positions a sliding layer has given back. None for a model without, and for a replay (no engine)."""
-    if lesson.engine is None:
-        return None
-    windows = layer_windows(lesson.engine.hf_config)
+    positions a sliding layer has given back. None for a model without (a replay: its file's summary)."""
+    if lesson.engine is not None:
+        windows = layer_windows(lesson.engine.hf_config)
+    else:
+        kinds, window = lesson.model_info.get("layer_types"), lesson.model_info.get("sliding_window")
+        windows = [window if kind == "sliding_attention" else None for kind in kinds or []]
     return windows if any(w is not None for w in windows) else None
 
 
