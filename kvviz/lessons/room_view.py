@@ -30,11 +30,10 @@ import plotly.graph_objects as go
 import qrcode
 import streamlit as st
 from streamlit import config
-from streamlit.runtime.scriptrunner_utils.script_run_context import get_script_run_ctx
 
 from kvviz.lessons.files import RoomAnswers
 from kvviz.lessons.registry import BY_KEY
-from kvviz.ui import room_types, room_wake, rooms
+from kvviz.ui import room_types, room_wake, rooms, streamlit_door
 from kvviz.ui.common import drop, load_linked_model, session_source
 from kvviz.ui.text import plain
 
@@ -252,7 +251,7 @@ def follow_stage(kind: RoomLesson, code: str, data: dict, sentence: str | None, 
     the browser keeps the steps before). `draw(data, sentence, step)` shows them; data may be JSON bytes."""
     room_wake.follow(code)
     state = st.session_state
-    if not get_script_run_ctx().fragment_ids_this_run:  # the whole page runs
+    if streamlit_door.whole_page_runs():
         state.pop("room_full", None)
         state.setdefault("room_stage", {"seen": None}).update(steps=len(data["steps"]), step=data["step"],
                                                                sentence=sentence)

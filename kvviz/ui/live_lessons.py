@@ -16,8 +16,7 @@ import threading
 import time
 import weakref
 
-from streamlit.runtime import Runtime
-from streamlit.runtime.scriptrunner_utils.script_run_context import get_script_run_ctx
+from kvviz.ui import streamlit_door
 
 DEFAULT_MAX_LESSONS = 60
 SWEEP_EVERY_S = 10.0
@@ -34,7 +33,7 @@ def max_lessons() -> int:
 
 
 def _session_ended(session_id: str) -> bool:
-    return Runtime.exists() and not Runtime.instance().is_active_session(session_id)
+    return streamlit_door.session_ended(session_id)
 
 
 def sweep() -> int:
@@ -67,8 +66,7 @@ def _give_back_memory() -> None:
 def admit(lesson) -> str | None:
     """Register this session's new lesson, in place of its earlier one of the same kind; a sentence
     instead when the server's budget is full."""
-    ctx = get_script_run_ctx(suppress_warning=True)
-    key = (ctx.session_id if ctx is not None else "no-session", type(lesson).__name__)
+    key = (streamlit_door.session_id() or "no-session", type(lesson).__name__)
     sweep()
     with _lock:
         others = sum(1 for held in _live if held != key)
@@ -84,7 +82,7 @@ def _start_sweeper() -> None:
     """A background sweep, so a class that leaves frees its memory without anyone pressing a button."""
     global _sweeper
     with _lock:
-        if _sweeper is not None or not Runtime.exists():
+        if _sweeper is not None or not streamlit_door.server_runs():
             return
         _sweeper = threading.Thread(target=_sweep_forever, name="kvviz-lesson-sweeper", daemon=True)
     _sweeper.start()

@@ -12,7 +12,8 @@ import math
 
 import plotly.graph_objects as go
 import streamlit as st
-from streamlit.delta_generator import DeltaGenerator
+
+from kvviz.ui import streamlit_door
 
 CHART_SCALE = 1.45  # plotly font sizes in presenter mode, against the normal ones
 PRESENTER_LEAST_PX, NORMAL_LEAST_PX = 16, 12  # no chart text under this on a 1280x720 projector, per mode
@@ -153,19 +154,14 @@ def scaled_figure(figure: go.Figure, scale: float = CHART_SCALE, least: int = PR
     return figure
 
 
-_plain_plotly_chart = DeltaGenerator.plotly_chart
-
-
-def _legible_plotly_chart(self, figure_or_data, *args, **kwargs):
+def _legible_plotly_chart(plain, self, figure_or_data, *args, **kwargs):
     if isinstance(figure_or_data, go.Figure):
         figure_or_data = (scaled_figure(figure_or_data) if is_on()
                           else scaled_figure(figure_or_data, 1.0, NORMAL_LEAST_PX))
-    return _plain_plotly_chart(self, figure_or_data, *args, **kwargs)
+    return plain(self, figure_or_data, *args, **kwargs)
 
 
 def _install_legible_charts() -> None:
     """Streamlit has no per-session plotly font setting, so every chart passes through `scaled_figure`:
     larger in a session in presenter mode, and in every session with no text under its mode's least size."""
-    if DeltaGenerator.plotly_chart is not _legible_plotly_chart:
-        DeltaGenerator.plotly_chart = _legible_plotly_chart  # st.columns(...)[i].plotly_chart
-        st.plotly_chart = _legible_plotly_chart.__get__(st._main)  # st.plotly_chart was bound at import
+    st.plotly_chart = streamlit_door.wrap_plotly_chart(_legible_plotly_chart, st._main)

@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import threading
 
-from streamlit.proto.ClientState_pb2 import ClientState
-from streamlit.runtime import Runtime
-from streamlit.runtime.scriptrunner_utils.script_run_context import ThreadState, get_script_run_ctx
+from kvviz.ui import streamlit_door
 
 _lock = threading.Lock()
 _followers: dict[str, dict[str, str]] = {}  # room code -> {runtime session id: fragment id}
@@ -24,21 +22,21 @@ _followers: dict[str, dict[str, str]] = {}  # room code -> {runtime session id: 
 
 def follow(code: str) -> None:
     """Called inside the follower's fragment: wake this session's fragment when room `code` changes."""
-    ctx, fragment_id = get_script_run_ctx(), ThreadState.get().fragment_id
-    if ctx is None or not fragment_id:
+    session, fragment_id = streamlit_door.session_id(), streamlit_door.fragment_id()
+    if session is None or not fragment_id:
         return
     with _lock:
         for other, sessions in list(_followers.items()):  # a session follows one room
-            if other != code and sessions.pop(ctx.session_id, None) is not None and not sessions:
+            if other != code and sessions.pop(session, None) is not None and not sessions:
                 del _followers[other]
-        _followers.setdefault(code, {})[ctx.session_id] = fragment_id
+        _followers.setdefault(code, {})[session] = fragment_id
 
 
 def forget() -> None:
     """This session follows no room any more (it left, took over, or its room closed)."""
-    ctx = get_script_run_ctx()
-    if ctx is not None:
-        _drop(ctx.session_id)
+    session = streamlit_door.session_id()
+    if session is not None:
+        _drop(session)
 
 
 def followers(code: str) -> int:
@@ -52,29 +50,15 @@ def changed(code: str, full: bool = False) -> int:
     Safe from any thread; returns how many sessions were asked."""
     with _lock:
         sessions = dict(_followers.get(code, {}))
-    if not sessions or not Runtime.exists():
-        return 0
-    manager = getattr(Runtime.instance(), "_session_mgr", None)  # None under AppTest: no server, no sessions
-    if manager is None:
+    if not sessions or not streamlit_door.server_runs():  # under AppTest: no server, no sessions
         return 0
     asked = 0
     for session_id, fragment_id in sessions.items():
-        info = manager.get_active_session_info(session_id)
-        if info is None:  # the tab closed
+        if streamlit_door.rerun(session_id, "" if full else fragment_id):
+            asked += 1
+        else:  # the tab closed
             _drop(session_id)
-            continue
-        session = info.session
-        session._call_soon_on_event_loop(lambda s=session, f=fragment_id: _rerun(s, "" if full else f))
-        asked += 1
     return asked
-
-
-def _rerun(session, fragment_id: str) -> None:
-    """On the event loop: rerun as the session's browser last asked, only `fragment_id` when one is given."""
-    state = ClientState()
-    state.CopyFrom(session._client_state)  # its page and address; no widget changes
-    state.fragment_id = fragment_id
-    session.request_rerun(state)
 
 
 def _drop(session_id: str) -> None:

@@ -33,10 +33,8 @@ import time
 import unicodedata
 
 import streamlit as st
-from streamlit.runtime import Runtime
-from streamlit.runtime.scriptrunner_utils.script_run_context import get_script_run_ctx
 
-from kvviz.ui import room_store, room_wake
+from kvviz.ui import room_store, room_wake, streamlit_door
 from kvviz.ui.room_types import (CODE_LENGTH, CODE_LETTERS, GUESSES, MAX_ANSWER, MAX_ANSWERS, MAX_QUESTIONS, Room, RoomQuestion,
                                  setting)
 
@@ -62,12 +60,11 @@ def new_seat() -> str:
 
 def runtime_session() -> str | None:
     """Streamlit's id of this session, to learn when it has ended."""
-    ctx = get_script_run_ctx()
-    return ctx.session_id if ctx is not None else None
+    return streamlit_door.session_id()
 
 
 def _session_ended(session: str) -> bool:
-    return Runtime.exists() and not Runtime.instance().is_active_session(session)
+    return streamlit_door.session_ended(session)
 
 
 def _store():
