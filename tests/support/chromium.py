@@ -15,7 +15,8 @@ import re
 import time
 from pathlib import Path
 
-from kvviz.ui.app_server import BUSY_JS, CHROMIUM, CHROMIUM_ARGS, ROOT, SENDS_JS, running_app
+from kvviz.ui.app_server import CHROMIUM, CHROMIUM_ARGS, ROOT, running_app
+from page_idle import BUSY_JS, SENDS_JS
 
 SCREENSHOTS = ROOT / "artifacts" / "screenshots"
 
