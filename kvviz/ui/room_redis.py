@@ -12,7 +12,7 @@ CODE_LENGTH of CODE_LETTERS and a seat a token before either reaches Redis):
 each expiring after KVVIZ_ROOM_IDLE_S without the teacher's page. Counts that bound the server sit
 in sorted sets that hold a digest of each code, never the code (no command lists codes):
 kvviz:rooms (every open room) and kvviz:client:DIGEST (the rooms one address opened); wrong codes
-count in kvviz:guess:KIND:DIGEST for GUESS_WINDOW_S. Lua scripts count and add in one step, so the
+count in kvviz:guesses:KIND:DIGEST (their times) for GUESS_WINDOW_S. Lua scripts count and add in one step, so the
 bounds hold across processes.
 
 The teacher's lesson cannot cross processes as an object: the teacher's process writes its file
@@ -30,13 +30,13 @@ import logging
 import secrets
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from kvviz.ui import room_wake
 from kvviz.ui.room_codec import RoomDataError, add_answers, answer_key, decode_payload, decode_questions, room_number, \
     room_text
 from kvviz.ui.room_types import CODE_LENGTH, CODE_LETTERS, GUESS_WINDOW_S, LESSON_FILES, MAX_ANSWERS, MAX_QUESTIONS, Room, \
@@ -90,10 +90,11 @@ redis.call('ZADD', KEYS[6], 'XX', ARGV[1], ARGV[6])
 return moved
 """
 GUESS = """
-local n = redis.call('INCR', KEYS[1])
-if n == 1 then redis.call('EXPIRE', KEYS[1], ARGV[1]) end
-return n
-"""
+redis.call('ZADD', KEYS[1], ARGV[1], ARGV[3])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. (tonumber(ARGV[1]) - tonumber(ARGV[2])))
+redis.call('EXPIRE', KEYS[1], math.ceil(tonumber(ARGV[2])) + 1)
+return redis.call('ZCARD', KEYS[1])
+"""  # a key's wrong codes: their times (the caller's clock), those older than the window dropped
 
 
 def room_key(code: str, part: str = "") -> str:
@@ -103,6 +104,11 @@ def room_key(code: str, part: str = "") -> str:
 def digest(text: str) -> str:
     """A name kept in a shared count without the name itself (a code, an address)."""
     return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def guess_key(kind: str, name: str) -> str:
+    """The sorted set of one session's or address's wrong codes (by the time each was tried)."""
+    return f"kvviz:guesses:{kind}:{digest(name)}"
 
 
 def valid_code(code: str) -> bool:
@@ -146,10 +152,10 @@ def answering(default):
 class RedisStore:
     """The rooms of every app process pointed at one Redis (kvviz.ui.room_store's methods)."""
 
-    shares_lessons = True
-
-    def __init__(self, url: str):
-        self.url = url
+    def __init__(self, url: str, on_change: Callable[[str, bool], object] | None = None):
+        """on_change(code, full): another process changed room `code` (kvviz.ui.room_store passes
+        kvviz.ui.room_wake.changed, which wakes this process's followers of it)."""
+        self.url, self.on_change = url, on_change
         self.redis = redis.Redis.from_url(url, socket_timeout=TIMEOUT_S, socket_connect_timeout=TIMEOUT_S,
                                           retry=Retry(NoBackoff(), 0), decode_responses=True)
         self.me = secrets.token_hex(6)  # this process, in the changes it tells
@@ -190,8 +196,8 @@ class RedisStore:
                     if message is None:
                         continue
                     code, news = message["channel"].split(":")[2], json.loads(message["data"])
-                    if news.get("by") != self.me:
-                        room_wake.changed(code, bool(news.get("full")))
+                    if news.get("by") != self.me and self.on_change is not None:
+                        self.on_change(code, bool(news.get("full")))
             except (redis.RedisError, ValueError, OSError):
                 time.sleep(1.0)  # the server went away: try again
 
@@ -292,6 +298,11 @@ class RedisStore:
         with self.lock:
             return self.lost.pop(teacher, None)
 
+    @answering([])
+    def codes(self) -> list[str]:
+        """The codes of the rooms this process's teachers opened (the server keeps only digests of all)."""
+        return [code for code in list(self.mine) if self.redis.exists(room_key(code))]
+
     def teachers(self, teacher: str) -> list[Room]:
         codes = [code for code, mine in list(self.mine.items()) if mine.teacher == teacher]
         return [room for room in map(self.get, codes) if room is not None]
@@ -381,6 +392,8 @@ class RedisStore:
     def change_questions(self, room: Room, change) -> str:
         """`change(questions)` on the room's questions, read and written in one transaction."""
         def run(pipe):
+            if not pipe.exists(room_key(room.code)):  # closed meanwhile: nothing is written for it
+                return "gone"
             questions = decode_questions(pipe.hget(room_key(room.code), "questions") or "[]")
             outcome = change(questions)
             if outcome in ("asked", "revealed"):
@@ -448,10 +461,13 @@ class RedisStore:
     def guessed_too_often(self, keys: list[tuple[str, str]], limits: dict, now: float) -> bool:
         if not keys:
             return False
-        counts = self.redis.mget([f"kvviz:guess:{kind}:{digest(name)}" for kind, name in keys])
-        return any(int(count or 0) >= limits[kind] for (kind, _), count in zip(keys, counts))
+        with self.redis.pipeline(transaction=False) as pipe:
+            for kind, name in keys:  # the wrong codes within the window before `now`, as the memory store counts
+                pipe.zcount(guess_key(kind, name), f"({now - GUESS_WINDOW_S}", "+inf")
+            counts = pipe.execute()
+        return any(count >= limits[kind] for (kind, _), count in zip(keys, counts))
 
     @answering(None)
     def wrong_guess(self, keys: list[tuple[str, str]], now: float) -> None:
         for kind, name in keys:
-            self.scripts["guess"](keys=[f"kvviz:guess:{kind}:{digest(name)}"], args=[int(GUESS_WINDOW_S)])
+            self.scripts["guess"](keys=[guess_key(kind, name)], args=[now, GUESS_WINDOW_S, secrets.token_hex(6)])

@@ -4,44 +4,57 @@
 
 rooms.py decides (codes, sentences, bounds read from the environment); a store keeps what it
 decided, and counts what must be counted atomically (rooms open, seats taken, wrong codes). Both
-stores have the same methods. The memory store's rooms are live objects shared by the process's
-sessions; the Redis store's (kvviz.ui.room_redis) are snapshots read from the server, so every app
-process serving a class sees the same rooms.
+stores implement kvviz.ui.room_types.RoomStore alike: `get` gives a snapshot of the room, and a
+change goes through the store's methods, which take the room by its code and bring the snapshot
+they are given up to date. The memory store keeps this process's rooms; the Redis store's
+(kvviz.ui.room_redis) are shared by every app process serving a class. tests/rooms/
+test_store_contract.py runs the same cases on both.
 """
 
 from __future__ import annotations
 
+import copy
 import os
 import threading
 
-from kvviz.ui.room_types import GUESS_WINDOW_S, MAX_ANSWERS, MAX_QUESTIONS, Room, RoomQuestion
+from kvviz.ui import room_wake
+from kvviz.ui.room_types import GUESS_WINDOW_S, MAX_ANSWERS, MAX_QUESTIONS, Room, RoomQuestion, RoomStore
 
 URL_VARIABLE = "KVVIZ_ROOMS_URL"
 _chosen: dict = {}  # url ("" for memory) -> its store, made once per process
 
 
-def store():
-    """The rooms' store for KVVIZ_ROOMS_URL as it is now (memory when unset)."""
+def store() -> RoomStore:
+    """The rooms' store for KVVIZ_ROOMS_URL as it is now (memory when unset). A Redis store's listener hears
+    other processes' changes and wakes this process's followers (kvviz.ui.room_wake.changed)."""
     url = os.environ.get(URL_VARIABLE, "").strip()
     if url not in _chosen:
         if url:
             from kvviz.ui.room_redis import RedisStore  # the redis client only where a server is named
 
-            _chosen[url] = RedisStore(url)
+            _chosen[url] = RedisStore(url, on_change=room_wake.changed)
         else:
             _chosen[url] = MemoryStore()
     return _chosen[url]
 
 
+def snapshot(room: Room) -> Room:
+    """A copy of `room` a page may read and change freely; the lesson stays the teacher's own object."""
+    copied = copy.copy(room)
+    copied.students, copied.payload = dict(room.students), room.payload
+    copied.questions = [copy.copy(q) for q in room.questions]
+    for question in copied.questions:
+        question.answers = dict(question.answers)
+    return copied
+
+
 class MemoryStore:
     """Rooms in one dict behind one lock, shared by this server's sessions; nothing outside the process."""
 
-    shares_lessons = False  # a room holds the teacher's lesson object itself
-
     def __init__(self):
         self.lock = threading.Lock()
-        self.rooms: dict[str, Room] = {}
-        self.wrong_guesses: dict[tuple[str, str], list[float]] = {}  # ("session" or "address", name) -> times
+        self._rooms: dict[str, Room] = {}
+        self._wrong_guesses: dict[tuple[str, str], list[float]] = {}  # ("session" or "address", name) -> times
 
     def down(self) -> str | None:
         return None  # memory always answers
@@ -49,99 +62,128 @@ class MemoryStore:
     def add(self, room: Room, max_rooms: int, per_client: int) -> tuple[str, int] | None:
         """Keep `room` unless a bound refuses it: (the bound's variable, rooms counted), or ("taken", 0)."""
         with self.lock:
-            if room.code in self.rooms:
+            if room.code in self._rooms:
                 return "taken", 0
-            if len(self.rooms) >= max_rooms:
-                return "KVVIZ_MAX_ROOMS", len(self.rooms)
-            mine = sum(r.client == room.client for r in self.rooms.values()) if room.client is not None else 0
+            if len(self._rooms) >= max_rooms:
+                return "KVVIZ_MAX_ROOMS", len(self._rooms)
+            mine = sum(r.client == room.client for r in self._rooms.values()) if room.client is not None else 0
             if mine >= per_client:
                 return "KVVIZ_ROOMS_PER_CLIENT", mine
-            self.rooms[room.code] = room
+            self._rooms[room.code] = snapshot(room)
         return None
 
     def get(self, code: str) -> Room | None:
         with self.lock:
-            return self.rooms.get(code)
+            room = self._rooms.get(code)
+            return snapshot(room) if room is not None else None
+
+    def codes(self) -> list[str]:
+        with self.lock:
+            return list(self._rooms)
 
     def remove(self, room: Room) -> None:
         with self.lock:
-            self.rooms.pop(room.code, None)
+            self._rooms.pop(room.code, None)
 
     def teachers(self, teacher: str) -> list[Room]:
         with self.lock:
-            return [r for r in self.rooms.values() if r.teacher == teacher]
+            return [snapshot(r) for r in self._rooms.values() if r.teacher == teacher]
 
     def sweep(self, now: float, idle: float, gone) -> None:
         """Drop the rooms idle over `idle` seconds and those `gone(room)` says have ended."""
         with self.lock:
-            for code, room in list(self.rooms.items()):
+            for code, room in list(self._rooms.items()):
                 if now - room.touched > idle or gone(room):
-                    del self.rooms[code]
+                    del self._rooms[code]
 
     def sit(self, room: Room, seat: str, now: float, most: int) -> bool:
-        """`seat` held in `room` (again, or a free one among `most`), seen at `now`; False when full."""
+        """`seat` held in `room` (again, or a free one among `most`), seen at `now`; False when full or gone."""
         with self.lock:
-            if seat not in room.students:
-                room.free_idle_seats(now)
-                if len(room.students) >= most:
+            live = self._rooms.get(room.code)
+            if live is None:
+                return False
+            if seat not in live.students:
+                live.free_idle_seats(now)
+                if len(live.students) >= most:
                     return False
+            live.students[seat] = now
             room.students[seat] = now
         return True
 
     def leave(self, room: Room, seat: str) -> None:
         with self.lock:
+            live = self._rooms.get(room.code)
+            if live is not None:
+                live.students.pop(seat, None)
             room.students.pop(seat, None)
 
     def seats(self, room: Room, now: float) -> int:
         with self.lock:
-            room.free_idle_seats(now)
-            return len(room.students)
+            live = self._rooms.get(room.code)
+            if live is None:
+                return 0
+            live.free_idle_seats(now)
+            return len(live.students)
 
     def publish(self, room: Room, step: int, progress: int, now: float) -> bool:
-        """The teacher shows `step`; True when it moved (followers redraw)."""
+        """The teacher shows `step` (and `room.payload`, what followers draw of it); True when it moved."""
         with self.lock:
-            room.touched = now
-            if (room.step, room.progress) == (step, progress):
+            live = self._rooms.get(room.code)
+            if live is None:
                 return False
-            room.step, room.progress = step, progress
-            room.version += 1
+            live.touched, live.payload = now, room.payload
+            room.touched = now
+            if (live.step, live.progress) == (step, progress):
+                return False
+            live.step, live.progress = room.step, room.progress = step, progress
+            live.version += 1
+            room.version = live.version
         return True
 
     def show_lesson(self, room: Room, lesson) -> bool:
         """A new lesson in the room, its questions gone; True when it is new."""
         with self.lock:
-            if room.lesson is lesson:
+            live = self._rooms.get(room.code)
+            if live is None or live.lesson is lesson:
                 return False
-            room.lesson, room.questions = lesson, []
-            room.version += 1
+            live.lesson, live.questions, live.payload = lesson, [], {}
+            live.version += 1
+            room.lesson, room.questions, room.version = lesson, [], live.version
         return True
 
     def ask(self, room: Room, question: RoomQuestion) -> str:
-        """"asked", "known" (the same id before) or "full" (MAX_QUESTIONS)."""
+        """"asked", "known" (the same id before), "full" (MAX_QUESTIONS) or "gone" (no such room)."""
         with self.lock:
-            if room.question(question.id) is not None:
+            live = self._rooms.get(room.code)
+            if live is None:
+                return "gone"
+            if live.question(question.id) is not None:
                 return "known"
-            if len(room.questions) >= MAX_QUESTIONS:
+            if len(live.questions) >= MAX_QUESTIONS:
                 return "full"
-            room.questions.append(question)
-            room.version += 1
+            live.questions.append(copy.copy(question))
+            live.version += 1
+            room.version = live.version
         return "asked"
 
     def reveal(self, room: Room, question_id: str, answer: float, step: int | None) -> bool:
         with self.lock:
-            question = room.question(question_id)
+            live = self._rooms.get(room.code)
+            question = live.question(question_id) if live is not None else None
             if question is None or question.revealed:
                 return False
             question.answer = float(answer)
             if step is not None:
                 question.target = step
-            room.version += 1
+            live.version += 1
+            room.version = live.version
         return True
 
     def answer(self, room: Room, question_id: str, value: float, seat: str) -> str | None:
         """None when kept; else "gone" (no such question), "revealed" or "full" (MAX_ANSWERS seats answered)."""
         with self.lock:
-            question = room.question(question_id)
+            live = self._rooms.get(room.code)
+            question = live.question(question_id) if live is not None else None
             if question is None:
                 return "gone"
             if question.revealed:
@@ -152,8 +194,8 @@ class MemoryStore:
         return None
 
     def questions(self, room: Room) -> list[RoomQuestion]:
-        with self.lock:
-            return list(room.questions)
+        fresh = self.get(room.code)
+        return fresh.questions if fresh is not None else []
 
     def lost_room(self, teacher: str) -> str | None:
         """Rooms in this process close only when the teacher or the sweep closes them: none is lost."""
@@ -161,13 +203,13 @@ class MemoryStore:
 
     def guessed_too_often(self, keys: list[tuple[str, str]], limits: dict, now: float) -> bool:
         with self.lock:
-            for key in list(self.wrong_guesses):
-                self.wrong_guesses[key] = [t for t in self.wrong_guesses[key] if now - t < GUESS_WINDOW_S]
-                if not self.wrong_guesses[key]:
-                    del self.wrong_guesses[key]
-            return any(len(self.wrong_guesses.get(key, ())) >= limits[key[0]] for key in keys)
+            for key in list(self._wrong_guesses):
+                self._wrong_guesses[key] = [t for t in self._wrong_guesses[key] if now - t < GUESS_WINDOW_S]
+                if not self._wrong_guesses[key]:
+                    del self._wrong_guesses[key]
+            return any(len(self._wrong_guesses.get(key, ())) >= limits[key[0]] for key in keys)
 
     def wrong_guess(self, keys: list[tuple[str, str]], now: float) -> None:
         with self.lock:
             for key in keys:
-                self.wrong_guesses.setdefault(key, []).append(now)
+                self._wrong_guesses.setdefault(key, []).append(now)

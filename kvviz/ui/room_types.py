@@ -9,7 +9,9 @@ from __future__ import annotations
 import os
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 CODE_LETTERS = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I: read aloud and typed from a projector
 CODE_LENGTH = 6
@@ -100,3 +102,62 @@ def lesson_token(lesson) -> str:
     lesson its steps belong to. The teacher's process names the object; a replay rebuilt on another
     process from the lesson's file carries the teacher's name as `room_token` (kvviz.ui.room_redis)."""
     return getattr(lesson, "room_token", None) or f"{id(lesson):x}"
+
+
+class RoomStore(Protocol):
+    """Where rooms are kept (kvviz.ui.room_store.MemoryStore, kvviz.ui.room_redis.RedisStore): the same methods,
+    the same answers. `get` and `teachers` give snapshots a page may read and change freely; a change goes
+    through a method, which finds the room by its code and brings the snapshot it was given up to date.
+    A room gone meanwhile: False, None, 0, [] or "gone", never an exception. tests/rooms/test_store_contract.py
+    runs every case on both."""
+
+    def down(self) -> str | None:
+        """None while the store answers; else one sentence saying it does not."""
+
+    def add(self, room: Room, max_rooms: int, per_client: int) -> tuple[str, int] | None:
+        """Keep `room` (None), or the bound that refuses it: (its variable, rooms counted), or ("taken", 0)."""
+
+    def get(self, code: str) -> Room | None: ...
+
+    def codes(self) -> list[str]:
+        """The rooms this process opened that are still open."""
+
+    def remove(self, room: Room) -> None: ...
+
+    def teachers(self, teacher: str) -> list[Room]:
+        """The open rooms of the teacher session `teacher`."""
+
+    def sweep(self, now: float, idle: float, gone: Callable[[Room], bool]) -> None:
+        """Close the rooms `gone(room)` says have ended; those idle over `idle` s close here, or expire on a
+        server that keeps them (Redis) on their own."""
+
+    def sit(self, room: Room, seat: str, now: float, most: int) -> bool:
+        """`seat` held in `room` (again, or one of `most`), seen at `now`; False when full or gone."""
+
+    def leave(self, room: Room, seat: str) -> None: ...
+
+    def seats(self, room: Room, now: float) -> int:
+        """Seats held now, the idle ones freed first."""
+
+    def publish(self, room: Room, step: int, progress: int, now: float) -> bool:
+        """The teacher shows `step` (followers draw `room.payload`); True when it moved."""
+
+    def show_lesson(self, room: Room, lesson) -> bool:
+        """A new lesson in the room, its questions gone; True when it is new."""
+
+    def ask(self, room: Room, question: RoomQuestion) -> str:
+        """"asked", "known" (the same id before), "full" (MAX_QUESTIONS) or "gone"."""
+
+    def reveal(self, room: Room, question_id: str, answer: float, step: int | None) -> bool: ...
+
+    def answer(self, room: Room, question_id: str, value: float, seat: str) -> str | None:
+        """None when kept; else "gone", "revealed" or "full" (MAX_ANSWERS seats answered)."""
+
+    def questions(self, room: Room) -> list[RoomQuestion]: ...
+
+    def lost_room(self, teacher: str) -> str | None:
+        """The code of this teacher's room that vanished from the store (said once), else None."""
+
+    def guessed_too_often(self, keys: list[tuple[str, str]], limits: dict, now: float) -> bool: ...
+
+    def wrong_guess(self, keys: list[tuple[str, str]], now: float) -> None: ...

@@ -19,20 +19,30 @@ def room(monkeypatch):
     monkeypatch.setenv("KVVIZ_ROOM_STUDENTS", "3")
     code = "K7QW2M"
     store = room_store.store()  # the memory store: KVVIZ_ROOMS_URL is unset here
-    store.rooms[code] = room_types.Room(code, "teacher", None, "prefill_decode", Lesson())
-    yield store.rooms[code]
-    store.rooms.clear()
-    store.wrong_guesses.clear()
+    store.add(room_types.Room(code, "teacher", None, "prefill_decode", Lesson(), client="10.0.0.9"), 10, 10)
+    yield store.get(code)
+    for other in filter(None, map(store.get, store.codes())):
+        store.remove(other)
+    room_store._chosen.clear()  # a fresh store (and no wrong codes counted) for the next test
+
+
+def fresh(room):
+    return room_store.store().get(room.code)
+
+
+def seated(found, room) -> bool:
+    """take_seat gave `room` back (a snapshot of it), not a sentence."""
+    return not isinstance(found, str) and found.code == room.code
 
 
 def test_a_reload_takes_the_same_seat(room):
     seat = rooms.new_seat()
     assert room_types.valid_seat(seat) and not room_types.valid_seat("x") and not room_types.valid_seat(None)
     for _ in range(3):  # one student reloading three times
-        assert rooms.take_seat("k7qw 2m", seat) is room
-    assert len(room.students) == 1
+        assert seated(rooms.take_seat("k7qw 2m", seat), room)
+    assert len(fresh(room).students) == 1
     others = [rooms.take_seat(room.code, rooms.new_seat()) for _ in range(2)]
-    assert all(found is room for found in others) and rooms.seats(room) == 3
+    assert all(seated(found, room) for found in others) and rooms.seats(room) == 3
 
 
 def test_a_full_room_and_a_wrong_code_get_the_same_sentence(room):
@@ -49,10 +59,10 @@ def test_a_seat_unseen_for_a_while_is_freed(room, monkeypatch):
     seats = [rooms.new_seat() for _ in range(3)]
     for seat in seats:
         rooms.take_seat(room.code, seat)
-    room.students[seats[0]] = time.time() - 10  # that tab closed ten seconds ago
+    room_store.store().sit(room, seats[0], time.time() - 10, 3)  # that tab was last seen ten seconds ago
     newcomer = rooms.new_seat()
-    assert rooms.take_seat(room.code, newcomer) is room
-    assert seats[0] not in room.students and rooms.seats(room) == 3
+    assert seated(rooms.take_seat(room.code, newcomer), room)
+    assert seats[0] not in fresh(room).students and rooms.seats(room) == 3
     assert not rooms.seen(room, seats[0])  # the closed tab came back to a full room: no seat
     rooms.leave(room, seats[1])
     assert rooms.seen(room, seats[0]) and rooms.seats(room) == 3
@@ -67,7 +77,7 @@ def test_wrong_codes_are_rate_limited_per_session_and_address(room):
         assert isinstance(rooms.take_seat("ZZZZZZ", rooms.new_seat(), f"session {guess}", "10.0.0.9"), str)
     refused = rooms.take_seat(room.code, rooms.new_seat(), "another session", "10.0.0.9")
     assert isinstance(refused, str) and refused.startswith("Too many room codes")
-    assert rooms.take_seat(room.code, rooms.new_seat(), "a third session", "10.0.0.10") is room
+    assert seated(rooms.take_seat(room.code, rooms.new_seat(), "a third session", "10.0.0.10"), room)
 
 
 def test_a_full_room_refuses_without_locking_its_class_out(room, monkeypatch):
@@ -75,21 +85,20 @@ def test_a_full_room_refuses_without_locking_its_class_out(room, monkeypatch):
     full room were refused as full, and counted as wrong codes, so the address stayed locked after seats
     freed. Now a full room's refusals count for nothing, and a class's typos fit the address's limit."""
     monkeypatch.setenv("KVVIZ_ROOM_STUDENTS", "2")
-    seated = [rooms.new_seat() for _ in range(2)]
-    for index, seat in enumerate(seated):
-        assert rooms.take_seat(room.code, seat, f"seated {index}", "10.0.0.9") is room
+    taken = [rooms.new_seat() for _ in range(2)]
+    for index, seat in enumerate(taken):
+        assert seated(rooms.take_seat(room.code, seat, f"seated {index}", "10.0.0.9"), room)
     for tab in range(200):
         refused = rooms.take_seat(room.code, rooms.new_seat(), f"tab {tab}", "10.0.0.9")
         assert isinstance(refused, str) and refused.startswith("No open room has a seat")
     for student in range(60):  # a class's typos: each student one wrong code
         assert isinstance(rooms.take_seat("ZZZZZZ", rooms.new_seat(), f"typo {student}", "10.0.0.9"), str)
-    rooms.leave(room, seated[0])
-    assert rooms.take_seat(room.code, rooms.new_seat(), "the next student", "10.0.0.9") is room
+    rooms.leave(room, taken[0])
+    assert seated(rooms.take_seat(room.code, rooms.new_seat(), "the next student", "10.0.0.9"), room)
 
 
 def test_rooms_are_bounded_per_address(room, monkeypatch):
     monkeypatch.setenv("KVVIZ_ROOMS_PER_CLIENT", "1")
-    room.client = "10.0.0.9"
     st.session_state[rooms.SESSION_KEY] = "a student's tab"
     with pytest.raises(ValueError, match="KVVIZ_ROOMS_PER_CLIENT"):
         rooms.open_room(Lesson(), "prefill_decode", "10.0.0.9")
@@ -100,12 +109,12 @@ def test_an_answer_wakes_no_follower(room):
     rooms.ask(room, "q", "How many blocks?", "blocks", 3)
     seat = rooms.new_seat()
     rooms.take_seat(room.code, seat)
-    version = room.version
+    version = fresh(room).version
     for value in range(25):  # a student changing their answer 25 times
         assert rooms.answer(room, "q", value, seat) is None
-    assert room.version == version and room.question("q").answers == {seat: 24.0}
+    assert fresh(room).version == version and fresh(room).question("q").answers == {seat: 24.0}
     rooms.reveal(room, "q", 24)
-    assert room.version == version + 1  # the reveal wakes them
+    assert fresh(room).version == version + 1  # the reveal wakes them
 
 
 @pytest.mark.parametrize("value, sentence", [(-5.0, "from 0 up"), (float("nan"), "from 0 up"),
@@ -115,7 +124,7 @@ def test_an_answer_out_of_range_gets_the_sentence_that_fits_it(room, value, sent
     seat = rooms.new_seat()
     rooms.take_seat(room.code, seat)
     assert sentence in rooms.answer(room, "q", value, seat)
-    assert rooms.answer(room, "q", 1e15 - 1, seat) is None and room.question("q").answers == {seat: 1e15 - 1}
+    assert rooms.answer(room, "q", 1e15 - 1, seat) is None and fresh(room).question("q").answers == {seat: 1e15 - 1}
 
 
 def test_a_step_keeps_one_payload_for_every_follower_and_a_new_lesson_drops_it(room):

@@ -47,10 +47,9 @@ def wait_for(condition, timeout: float = 5.0) -> bool:
 
 
 def test_a_room_opened_on_one_process_is_followed_on_another(redis_url, monkeypatch):  # noqa: F811
-    calls = []  # what each process's listener passed to room_wake.changed, which still runs
-    real_changed = room_wake.changed
-    monkeypatch.setattr(room_wake, "changed", lambda code, full=False: calls.append((code, full)) or real_changed(code, full))
-    a, b = RedisStore(redis_url.url), RedisStore(redis_url.url)
+    calls = []  # what each process's listener passed on (room_store passes room_wake.changed), which still runs
+    heard = lambda code, full=False: calls.append((code, full)) or room_wake.changed(code, full)  # noqa: E731
+    a, b = RedisStore(redis_url.url, on_change=heard), RedisStore(redis_url.url, on_change=heard)
     lesson = FileLesson([{"step": 0}])
     room = opened(a, lesson)
     assert a.get(room.code).lesson is lesson  # the teacher's own object on the teacher's process
