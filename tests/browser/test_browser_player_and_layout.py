@@ -12,6 +12,7 @@ from test_browser import no_exceptions, prefill_lesson
 from kvviz.ui.app_server import CHROMIUM, ROOT
 
 from chromium import browser_page, shared_app_url, wait_idle
+from room_pages import shown_step
 
 pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
                                 reason="Debian's chromium is not installed (.ci/run installs it)")
@@ -43,14 +44,6 @@ CUT_OFF_JS = """() => {
 def app_url():
     return shared_app_url()
 
-
-def shown_step(page) -> int | None:
-    """The step the lesson's message describes: 0 for prefill, N for 'Decode step N'."""
-    text = page.locator("[data-testid='stAlertContentSuccess']").first.inner_text()
-    if text.startswith("Prefill."):
-        return 0
-    found = re.match(r"Decode step (\d+)", text)
-    return int(found.group(1)) if found else None
 
 
 def view_slider(page):

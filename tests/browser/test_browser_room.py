@@ -16,6 +16,7 @@ from test_browser import app_url, browser  # noqa: F401  (fixtures)
 from kvviz.ui.app_server import CHROMIUM, ROOT
 
 from chromium import wait_idle
+from room_pages import shown_step, wait_for_step
 
 pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
                                 reason="Debian's chromium is not installed (.ci/run installs it)")
@@ -37,13 +38,6 @@ def press(page, name):
     wait_idle(page, timeout=SLOW_S)
 
 
-def shown_step(page) -> int | None:
-    text = page.locator("[data-testid='stAlertContentSuccess']").first.inner_text()
-    if text.startswith("Prefill."):
-        return 0
-    found = re.match(r"Decode step (\d+)", text)
-    return int(found.group(1)) if found else None
-
 
 WATCH_RERUNS = """() => {  // counts the whole page's reruns: each marks the student's banner stale, a fragment's does not
     window.__pageReruns = 0;
@@ -58,16 +52,6 @@ def page_reruns(page) -> int:
     return page.evaluate("() => window.__pageReruns")
 
 
-def wait_for_step(page, step, within_s):
-    deadline = time.time() + within_s
-    while time.time() < deadline:
-        try:
-            if shown_step(page) == step:
-                return time.time()
-        except Exception:  # the page is redrawing
-            pass
-        time.sleep(0.1)
-    raise AssertionError(f"the student still shows step {shown_step(page)}, not {step}, after {within_s} s")
 
 
 def test_five_students_follow_the_teacher_answer_and_take_over(browser, app_url):  # noqa: F811

@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 import time
 
+from playwright.sync_api import expect
+
 from chromium import wait_idle
 
 SLOW_S = 400  # a loaded 2-core machine: the longest a page may take
@@ -42,13 +44,10 @@ def shown_step(page) -> int | None:
 
 
 def wait_for_step(page, step: int, within_s: float) -> float:
-    """When the page showed `step`; AssertionError after `within_s` seconds."""
-    deadline = time.time() + within_s
-    while time.time() < deadline:
-        if shown_step(page) == step:
-            return time.time()
-        time.sleep(0.05)
-    raise AssertionError(f"the page still shows step {shown_step(page)}, not {step}, after {within_s} s")
+    """When the page's sentence named `step` (Playwright's expect on it); AssertionError after `within_s` s."""
+    words = re.compile(r"^Prefill\." if step == 0 else rf"^Decode step {step}\b")
+    expect(page.locator("[data-testid='stAlertContentSuccess']").first).to_have_text(words, timeout=within_s * 1000)
+    return time.time()
 
 
 def open_room(teacher) -> str:
