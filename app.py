@@ -12,7 +12,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from kvviz.lessons import navigation, registry, room_view
+from kvviz.lessons import navigation, registry, room_student
 from kvviz.ui.common import keep_settings, model_from_link, model_sidebar
 from kvviz.ui.presenter import ACCESSIBLE_CSS, BUSY_CSS, presenter_mode
 
@@ -27,7 +27,7 @@ st.html("<style>[data-testid='stMainBlockContainer'] {padding-top: 2.5rem;} "
 st.html(ACCESSIBLE_CSS)
 st.html(BUSY_CSS)
 page = st.navigation(navigation.pages())
-room_view.follow_link_elsewhere(page.url_path or registry.LECTURE[0].key)  # a room link on a page without rooms
+room_student.follow_link_elsewhere(page.url_path or registry.LECTURE[0].key)  # a room link on a page without rooms
 keep_settings(registry.kept_settings())
 model_from_link()  # ?model=NAME alone, on any page
 model_sidebar(on_model_change=registry.reset_lessons)

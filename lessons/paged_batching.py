@@ -6,7 +6,7 @@ import streamlit as st
 from kvviz.engine.block_pool import BlockPool
 from kvviz.engine.kv_manager import KVCacheManager
 from kvviz.engine.scheduler import Scheduler
-from kvviz.lessons import room_view, stepped
+from kvviz.lessons import room_answers, stepped
 from kvviz.lessons.paged_batching import figures
 from kvviz.lessons.paged_batching import state as ps
 from kvviz.lessons.paged_batching.events import event_rows
@@ -92,7 +92,7 @@ if lesson.replay and room is None:
             f"{lesson.block_size}, a pool of {lesson.num_blocks} blocks, prefix caching "
             f"{'on' if lesson.enable_prefix_caching else 'off'}), with no model. Press **Start** to run "
             "the requests under **Requests and settings** on the loaded model instead.")
-    room_view.file_answers(lesson)
+    room_answers.file_answers(lesson)
 
 # the stage: the requests' block tables and the pool, stepped in the browser; the views below follow it
 last = len(lesson.records) - 1

@@ -14,7 +14,7 @@ from kvviz.lessons.prefill_decode.classroom import predict_panel, sync_query_par
 from kvviz.lessons.prefill_decode.explain import bill_note, logit_difference_note, work_table
 from kvviz.lessons.prefill_decode.explain_views import inside_attention, memory_bound
 from kvviz.lessons.prefill_decode.logic import per_token_formula, steps_text
-from kvviz.lessons import room_view, stepped
+from kvviz.lessons import room_answers, room_student, stepped
 from kvviz.lessons.prefill_decode.room import ROOM
 from kvviz.lessons.prefill_decode.stage import stage_data
 from kvviz.shapes import format_bytes
@@ -23,7 +23,7 @@ from kvviz.ui.text import plain
 
 LESSON, KEYS = ls.LESSON, ls.LESSON.keys
 ls.set_defaults()
-room_view.restore_from_query(ROOM)  # ?room=CODE: follow a teacher's lesson (a room's lesson reads no link)
+room_student.restore_from_query(ROOM)  # ?room=CODE: follow a teacher's lesson (a room's lesson reads no link)
 ls.restore_from_query()
 room = stepped.open_page(ROOM)  # None unless this session follows a room
 lesson = ls.lesson()
@@ -59,7 +59,7 @@ def prompt_and_settings() -> None:
 
 
 if room is not None:  # a student: the teacher moves the lesson
-    room_view.student_bar(ROOM, room)
+    room_student.student_bar(ROOM, room)
 elif lesson is None:
     prompt_and_settings()
     buttons = st.columns([1.5, 1, 1.5, 1, 2.5], vertical_alignment="bottom")
@@ -93,7 +93,7 @@ last_step = len(lesson.visible_records) - 1
 if lesson.replay and room is None:
     st.caption(f"Replaying a recorded lesson ({plain(lesson.model_info['name'])}, {steps_text(len(lesson.records))}): "
                "every view is drawn from the file; no model runs. Step with the stage's arrows or Next token.")
-    room_view.file_answers(lesson)
+    room_answers.file_answers(lesson)
 step = stepped.step_in_view(LESSON, ROOM, lesson, room, playing)  # a teacher's room follows it
 record, info = lesson.records[step], lesson.model_info
 num_tokens = lesson.num_tokens_at(step)

@@ -6,7 +6,7 @@ import streamlit as st
 from kvviz.engine.engine import Engine
 from kvviz.engine.kv_manager import KVCacheManager
 from kvviz.engine.speculative import accept, propose_drafts
-from kvviz.lessons import room_view, stepped
+from kvviz.lessons import room_answers, stepped
 from kvviz.lessons.speculative import figures
 from kvviz.lessons.speculative import state as ss
 from kvviz.lessons.speculative.logic import DEFAULT_PROMPT
@@ -64,7 +64,7 @@ if lesson.replay and room is None:
     st.info(f"Replaying a recorded run ({plain(lesson.model_name)}, {len(lesson.records)} passes with drafts, "
             f"k = {asked['num_speculative']}, block size {asked['block_size']}), with no model. Press **Start** "
             "to run the prompt under **Prompt and settings** on the loaded model instead.")
-    room_view.file_answers(lesson)
+    room_answers.file_answers(lesson)
 
 # the stage: the request's blocks, each pass's drafts filling slots and the rejected ones emptying again
 last = len(lesson.records) - 1

@@ -19,7 +19,7 @@ from typing import Any
 import streamlit as st
 
 from kvviz.engine.errors import EngineError
-from kvviz.lessons import room_view
+from kvviz.lessons import room_student, room_teacher
 from kvviz.lessons.budget import click_seconds
 from kvviz.lessons.room_view import RoomLesson
 from kvviz.lessons.uploads import file_buttons
@@ -261,8 +261,8 @@ def reset(lesson: Stepped, state) -> None:
 # ---- the page's shared parts -----------------------------------------------------------------------
 def open_page(kind: RoomLesson) -> room_types.Room | None:
     """Read a ?room=CODE link once; the room this session follows here (None when on its own)."""
-    room_view.restore_from_query(kind)
-    room = room_view.followed_room(kind)
+    room_student.restore_from_query(kind)
+    room = room_student.followed_room(kind)
     if "room_error" in st.session_state:
         st.error(st.session_state.pop("room_error"))
     return room
@@ -290,7 +290,7 @@ def toolbar(lesson: Stepped, kind: RoomLesson, run, room, settings: Callable[[],
         buttons[1].button("Step", width="stretch", key=prefix + "step", disabled=True)
         buttons[2].button("Run to the end", width="stretch", key=prefix + "run", disabled=True)
     elif room is not None:  # a student: the teacher moves the run
-        room_view.student_bar(kind, room)
+        room_student.student_bar(kind, room)
         return
     else:  # one toolbar row: the stage below gets the screen
         buttons = st.columns([1, 1.5, 1, 2.3], vertical_alignment="bottom")
@@ -362,15 +362,15 @@ def step_in_view(lesson: Stepped, kind: RoomLesson, run, room, playing: bool = F
     shown = last if playing or st.session_state.pop(lesson.keys.stepped, False) else min(int(chosen), last)
     st.session_state[lesson.keys.view] = shown
     if room is None and not run.replay:
-        room_view.publish(kind, run, shown)  # followers move while this page draws
+        room_teacher.publish(kind, run, shown)  # followers move while this page draws
     return shown
 
 
 def stage(lesson: Stepped, data: dict, kind: RoomLesson | None = None, room=None, sentence: str | None = None) -> None:
     """The stage component under its sentence (when the page has one): it steps in the browser and tells the
-    server (stage_step). A follower's moves with the teacher's steps on its own (room_view.follow_stage)."""
+    server (stage_step). A follower's moves with the teacher's steps on its own (room_student.follow_stage)."""
     if room is not None:
-        room_view.follow_stage(kind, room.code, data, sentence, partial(followers_stage, lesson))
+        room_student.follow_stage(kind, room.code, data, sentence, partial(followers_stage, lesson))
         return
     if sentence:
         st.success(sentence)
@@ -381,7 +381,7 @@ def followers_stage(lesson: Stepped, data: dict | bytes, sentence: str | None, s
     if sentence:
         st.success(sentence)
     show_stage(data, key=lesson.keys.stage, on_step=partial(follower_stage_step, lesson), step=step,
-               on_lost=room_view.stage_lost)
+               on_lost=room_student.stage_lost)
 
 
 def follower_stage_step(lesson: Stepped) -> None:
@@ -414,5 +414,5 @@ def room_panel(kind: RoomLesson, run, shown: int, room) -> None:
     elif room is None and not run.replay:
         with st.expander("Show this lesson to the class (a room)", icon=":material/groups:",
                          expanded=rooms.teachers_room(kind.page) is not None):
-            room_view.teacher_panel(kind, run, shown)
+            room_teacher.teacher_panel(kind, run, shown)
 

@@ -97,7 +97,7 @@ def test_room_answers_at_their_limits_read_in_seconds(files):
 def test_the_answers_chart_has_a_bar_per_answer_or_per_distance_and_room_for_its_labels():
     """The teacher's chart at the reveal (issue 33 item 7): a few distinct answers get a bar each, green where
     right; a room of 60 different guesses is counted by how far each is from the engine's answer."""
-    from kvviz.lessons.room_view import ANSWER_BARS, answer_rows, answers_chart
+    from kvviz.lessons.room_answers import ANSWER_BARS, answer_rows, answers_chart
 
     rows = answer_rows(9.0, [4.0, 9.0, 9.0], exact=True)  # a block id: right only when exact
     assert rows == [("4", 1, False), ("9", 2, True)]

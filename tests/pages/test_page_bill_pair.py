@@ -3,7 +3,6 @@ beside the formula: Gemma 3's one KV head and 512-token window against SmolLM2's
 Skipped where the two models are not fetched (scripts/test.sh fetches both)."""
 
 import pytest
-from streamlit.testing.v1 import AppTest
 
 from kvviz.hub.fetch import fetched_folder
 from kvviz.lessons.memory_bill.pair import PAIR

@@ -9,7 +9,7 @@ import qrcode
 from PIL import Image
 from streamlit.testing.v1 import AppTest
 
-from kvviz.lessons import room_view
+from kvviz.lessons import room_address
 from kvviz.lessons.prefill_decode.stage import stage_data
 from kvviz.ui import live_lessons, room_store, room_types, rooms
 
@@ -216,7 +216,7 @@ def test_the_teachers_panel_draws_the_rooms_qr_code_and_a_link_students_can_reac
     images = teacher.get("image")
     assert len(images) == 1 and images[0].value[0].endswith(".png")  # qr_png's bytes, kept lossless
     link = next(c.value for c in teacher.code if "?room=" in c.value)
-    detected = room_view.lan_address()
+    detected = room_address.lan_address()
     if detected is not None:
         assert link.startswith(f"http://{detected}:8501/prefill_decode?room=")
         assert not teacher.warning
@@ -226,12 +226,12 @@ def test_the_teachers_panel_draws_the_rooms_qr_code_and_a_link_students_can_reac
 
 def test_the_rooms_link_is_the_configured_address_else_the_detected_one(monkeypatch):
     monkeypatch.setenv("KVVIZ_PUBLIC_URL", "http://class.example:8080/kv/")
-    assert room_view.room_address("prefill_decode") == ("http://class.example:8080/kv", None)
+    assert room_address.room_address("prefill_decode") == ("http://class.example:8080/kv", None)
     monkeypatch.setenv("KVVIZ_PUBLIC_URL", "10.0.0.5:8501")
-    assert room_view.room_address("prefill_decode") == ("http://10.0.0.5:8501", None)
+    assert room_address.room_address("prefill_decode") == ("http://10.0.0.5:8501", None)
     monkeypatch.delenv("KVVIZ_PUBLIC_URL")
-    detected = room_view.lan_address()
-    base, warning = room_view.room_address("prefill_decode")
+    detected = room_address.lan_address()
+    base, warning = room_address.room_address("prefill_decode")
     if detected is not None:
         assert (base, warning) == (f"http://{detected}:8501", None)
     else:
@@ -240,7 +240,7 @@ def test_the_rooms_link_is_the_configured_address_else_the_detected_one(monkeypa
 
 def test_the_qr_code_is_a_png_of_a_qr_codes_size():
     link = "http://10.0.0.5:8501/prefill_decode?room=ABCD"
-    image = Image.open(io.BytesIO(room_view.qr_png(link)))
+    image = Image.open(io.BytesIO(room_address.qr_png(link)))
     modules = qrcode.QRCode(border=2)
     modules.add_data(link)
     modules.make(fit=True)

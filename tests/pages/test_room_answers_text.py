@@ -7,15 +7,15 @@ HOST = "kvviz.invalid"
 
 
 def replayed_answers():
-    """The panel of a replayed file's room answers (room_view.file_answers), one row revealed, one not
+    """The panel of a replayed file's room answers (room_answers.file_answers), one row revealed, one not
     (AppTest runs this function's source alone, so its names are imported and spelled inside it)."""
     from types import SimpleNamespace
 
-    from kvviz.lessons import room_view
+    from kvviz.lessons import room_answers
     from kvviz.lessons.files import RoomAnswers
 
     crafted = "![p](http://kvviz.invalid/x.png) [Log in again](http://kvviz.invalid/login) www.kvviz.invalid"
-    room_view.file_answers(SimpleNamespace(room_answers=[
+    room_answers.file_answers(SimpleNamespace(room_answers=[
         RoomAnswers("K7QW2M", crafted, crafted, 3, 9.0, [4.0, 9.0]),
         RoomAnswers(crafted[:12], crafted, "bytes", 6, None, [1000.0])]))
 
@@ -34,10 +34,10 @@ def many_answers():
     """A file's 100 questions, each revealed: the panel draws one (AppTest runs this source alone)."""
     from types import SimpleNamespace
 
-    from kvviz.lessons import room_view
+    from kvviz.lessons import room_answers
     from kvviz.lessons.files import RoomAnswers
 
-    room_view.file_answers(SimpleNamespace(room_answers=[
+    room_answers.file_answers(SimpleNamespace(room_answers=[
         RoomAnswers("K7QW2M", f"Question {i}?", "bytes", i, 9.0, [float(a) for a in range(60)]) for i in range(100)]))
 
 
@@ -53,10 +53,10 @@ def test_a_file_of_many_questions_draws_one_chart_at_a_time():
 def unit_answers():
     from types import SimpleNamespace
 
-    from kvviz.lessons import room_view
+    from kvviz.lessons import room_answers
     from kvviz.lessons.files import RoomAnswers
 
-    room_view.file_answers(SimpleNamespace(room_answers=[RoomAnswers("K7QW2M", "How many?", "KV_bytes (x)", 3, 9.0,
+    room_answers.file_answers(SimpleNamespace(room_answers=[RoomAnswers("K7QW2M", "How many?", "KV_bytes (x)", 3, 9.0,
                                                                      [4.0, 9.0])]))
 
 

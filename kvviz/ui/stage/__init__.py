@@ -18,7 +18,7 @@ The data, which a lesson builds from its engine records. Every lesson sends:
     steps           per step: what it shows, below; each may carry
         sentence    what happened, in one sentence or two
 
-A room's follower gets the teacher's new step alone (kvviz.lessons.room_view.step_payload): JSON
+A room's follower gets the teacher's new step alone (kvviz.lessons.room_student.step_payload): JSON
 bytes with `steps_from` N, whose `steps` are the steps from N on; the browser keeps the steps before
 and the other fields it lacks (presenter), and draws the whole; a browser that lacks those steps
 (the whole data was replaced by a newer run's before it drew) says so ("lost").
