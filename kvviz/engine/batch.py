@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from kvviz.engine.block_pool import blocks_needed
-from kvviz.engine.cpu.kernels import KernelMetadata
+from kvviz.engine.fast_path import KernelMetadata
 from kvviz.engine.kv_cache import slots_for
 from kvviz.engine.runner import AttentionGroup, StepBatch, Trace
 from kvviz.engine.scheduler import ScheduledChunk

@@ -18,7 +18,7 @@ import torch
 
 from kvviz.engine.block_pool import BLOCK_BOOKKEEPING_BYTES, BlockPool, blocks_needed
 from kvviz.engine.config import MAX_NUM_BLOCKS, EngineConfig
-from kvviz.engine.cpu import kernels as cpu_kernels
+from kvviz.engine import fast_path
 from kvviz.engine.errors import EngineError
 from kvviz.engine.kv_cache import CacheShape, PagedKVCache
 from kvviz.engine.kv_manager import KVCacheManager
@@ -127,13 +127,5 @@ def available_memory_bytes(device: torch.device) -> int:
 
 def pick_attention_kernel(config: EngineConfig, shape: CacheShape, cache: PagedKVCache | None,
                           device: torch.device):
-    """The compiled paged-attention kernel (engine/cpu/kernels.py) where it applies: a KV
-    cache of a float32 model on the CPU, stored in float32, int8 or fp8 (the kernel decodes
-    8-bit rows as it reads them, with their per-row scales: not "fp8_per_tensor"), head size a
-    multiple of 8, K and V per head (not MLA's latent rows, engine/mla.py). Elsewhere, None:
-    gather + SDPA."""
-    if (config.attention != "auto" or cache is None or device.type != "cpu"
-            or shape.dtype != torch.float32 or shape.storage_dtype not in cpu_kernels.CACHE_KINDS
-            or (shape.quantized and not shape.row_scales) or shape.head_dim % 8 or shape.latent):
-        return None
-    return cpu_kernels.load()
+    """The compiled paged-attention kernel where it applies, else None: gather + SDPA (engine/fast_path.py)."""
+    return fast_path.attention_kernel(config, shape, cache, device)

@@ -25,7 +25,7 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-from kvviz.engine.cpu import packed_layers
+from kvviz.engine import fast_path
 from kvviz.engine.step_context import engine_step, in_engine_step
 
 ATTENTION_NAME = "kvviz_paged"
@@ -228,7 +228,7 @@ def install(model: torch.nn.Module) -> None:
     AttentionMaskInterface.register(ATTENTION_NAME, _no_dense_mask)
     if getattr(model.config, "_attn_implementation", None) != ATTENTION_NAME:
         model.set_attn_implementation(ATTENTION_NAME)
-    packed_layers.install(model)
+    fast_path.prepare(model)
 
 
 @torch.inference_mode()

@@ -8,7 +8,7 @@ from numbers import Integral, Real
 
 import torch
 
-from kvviz.engine.cpu import kernels as cpu_kernels
+from kvviz.engine import fast_path
 
 # far below this, logits / temperature overflow float32; 0 means greedy (vLLM cuts at 1e-5 too)
 MIN_TEMPERATURE = 1e-5
@@ -90,8 +90,7 @@ def sample(logits: torch.Tensor, params: list[SamplingParams],
     Greedy rows share one argmax (compiled on the CPU in float32: PyTorch's takes about ten times
     its max there); the others are sampled row by row with their own generator.
     """
-    kernels = cpu_kernels.load() if logits.device.type == "cpu" and logits.dtype == torch.float32 else None
-    tokens = (kernels.argmax(logits) if kernels is not None else logits.argmax(dim=-1)).tolist()  # (R,)
+    tokens = fast_path.argmax(logits).tolist()  # (R,)
     for row, (param, generator) in enumerate(zip(params, generators)):
         if param.temperature == 0:
             continue

@@ -56,3 +56,18 @@ def test_outside_a_server_the_door_says_so_and_asks_nothing():
     assert not streamlit_door.server_runs() and streamlit_door.session_id() is None
     assert not streamlit_door.session_ended("no-such-session") and not streamlit_door.rerun("no-such-session", "")
     assert streamlit_door.whole_page_runs() and streamlit_door.fragment_id() is None
+
+
+def test_the_engines_teaching_modules_reach_the_cpu_fast_path_only_through_its_seam():
+    """Issue 53: the compiled kernels and packed layers (engine/cpu/) are chosen in engine/fast_path.py alone."""
+    fast = ("kvviz.engine.cpu.kernels", "kvviz.engine.cpu.packed_layers")
+    reaching = []
+    for path in (ROOT / "kvviz" / "engine").glob("*.py"):
+        if path.name == "fast_path.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (
+                    (node.module or "").startswith(fast)
+                    or (node.module == "kvviz.engine.cpu" and {a.name for a in node.names} & {"kernels", "packed_layers"})):
+                reaching.append(f"{path.name}: {node.module}")
+    assert not reaching, reaching
