@@ -44,14 +44,21 @@ class RoomLesson:
     questions: Callable = lambda lesson: []  # (teacher's lesson) -> list[room_types.RoomQuestion] asked on the page
     progress: Callable = lambda lesson: 0  # (lesson) -> a number that grows when followers must redraw the same step
     error_key: str = ""  # session-state key of the lesson's refusal (what Take over says when refused)
-    export: Callable | None = None  # (lesson) -> its lesson file's text: a room in Redis carries the lesson so
-    read: Callable | None = None  # (file text) -> a replay of it (raises LessonFileError)
+    files: object | None = None  # the lesson's kvviz.lessons.stepped.Stepped, whose files a room in Redis carries
     stage: Callable | None = None  # (lesson, step, presenter) -> the stage's data (kvviz.ui.stage)
     sentence: Callable = lambda lesson, step: None  # (lesson, step) -> the line over the stage, when the page has one
 
+    def export_file(self, lesson) -> str:
+        """The teacher's lesson as its lesson file's text, as a room in Redis carries it."""
+        return self.files.export(lesson, 0)
+
+    def read_file(self, text):
+        """A replay of a lesson file's text (raises LessonFileError)."""
+        return self.files.read_file(text)[0]
+
     def __post_init__(self):
-        if self.export is not None and self.read is not None:
-            room_types.LESSON_FILES[self.page] = (self.export, self.read)
+        if self.files is not None:  # a room kept in Redis carries this page's lessons as files (kvviz.ui.room_redis)
+            room_types.LESSON_FILES[self.page] = (self.export_file, self.read_file)
 
 
 def reset(state) -> None:

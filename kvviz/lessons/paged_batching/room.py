@@ -52,4 +52,4 @@ def questions(lesson: PagedLesson) -> list[RoomQuestion]:
 
 ROOM = RoomLesson("paged_batching", ps.LESSON.keys.run, ps.LESSON.keys.view, follower, take_over, questions,
                   error_key=ps.LESSON.keys.error, stage=stage_data,
-                  export=lambda run: ps.LESSON.export(run, 0), read=lambda text: ps.LESSON.read_file(text)[0])
+                  files=ps.LESSON)

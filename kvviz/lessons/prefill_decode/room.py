@@ -54,4 +54,4 @@ def questions(lesson: Lesson) -> list[RoomQuestion]:
 
 ROOM = RoomLesson("prefill_decode", "lesson", "lesson_view_step", follower, take_over, questions,
                   error_key="lesson_error", stage=stage_data, sentence=ls.step_sentence,
-                  export=lambda run: ls.LESSON.export(run, 0), read=lambda text: ls.LESSON.read_file(text)[0])
+                  files=ls.LESSON)

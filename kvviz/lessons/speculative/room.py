@@ -45,4 +45,4 @@ def progress(lesson: SpeculativeLesson) -> int:
 
 ROOM = RoomLesson("speculative", ss.LESSON.keys.run, ss.LESSON.keys.view, follower, take_over, progress=progress,
                   error_key=ss.LESSON.keys.error, stage=stage_data,
-                  export=lambda run: ss.LESSON.export(run, 0), read=lambda text: ss.LESSON.read_file(text)[0])
+                  files=ss.LESSON)
