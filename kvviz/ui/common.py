@@ -91,7 +91,7 @@ def model_sidebar(on_model_change) -> None:
     (app.py passes kvviz.lessons.registry.reset_lessons: lessons belong to the model they ran on)."""
     with st.sidebar:
         st.markdown("### Model")
-        st.text_input("bundled, smollm2, tiny-mla, tiny-gemma3, a Hugging Face id (local cache), a folder "
+        st.text_input("bundled, smollm2, gemma3, tiny-mla, tiny-gemma3, a Hugging Face id (local cache), a folder "
                       "or a .gguf file",
                       key="model_request", placeholder=session_source(),
                       on_change=_load_requested_model,
