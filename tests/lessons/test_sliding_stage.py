@@ -19,6 +19,9 @@ def test_the_stage_and_bill_of_a_sliding_model_past_its_window(bundled):
     assert data["windows"] == [window if kind == "sliding_attention" else None for kind in kinds]
     bill = data["steps"][1]["bill"]
     assert len(bill["formula"]) == 2 and "(window)" in bill["formula"][1]
+    # the blocks held, split as the stage says them: the full layers' table (the one drawn) and the sliding layers'
+    full, sliding = bill["group_blocks"]
+    assert full + sliding == bill["blocks"] and full == len(data["steps"][1]["block_table"]) and sliding < full
     tokens = data["steps"][1]["num_tokens"]
     every_position = tokens * bill["bytes_per_token"]
     assert tokens > window and bill["token_bytes"] < every_position

@@ -308,15 +308,16 @@ class Lesson:
         per_token = record.memory.bytes_per_token
         block_bytes = len(blocks) * self.settings.block_size * per_token
         token_bytes, slack_slots = cached_tokens * per_token, len(blocks) * self.settings.block_size - cached_tokens
-        tables = record.requests[0].group_block_tables
+        tables, group_blocks = record.requests[0].group_block_tables, []
         if len(tables) > 1 and not returned:  # sliding layers: each group's blocks, as the engine measured them
+            group_blocks = [sum(block is not None for block in table) for table in tables]
             blocks = [block for table in tables for block in table if block is not None]
             block_bytes, token_bytes = record.memory.used_block_bytes, record.memory.token_bytes
         return {"tokens": tokens, "formula": [line.formula for line in lines],
                 "formula_bytes": sum(line.num_bytes for line in lines),
                 "token_bytes": token_bytes, "blocks": len(blocks), "block_bytes": block_bytes,
                 "slack_slots": slack_slots,
-                "slack_bytes": block_bytes - token_bytes, "returned": returned,
+                "slack_bytes": block_bytes - token_bytes, "returned": returned, "group_blocks": group_blocks,
                 "pool_bytes": record.memory.allocated_bytes, "bytes_per_token": per_token,
                 "stores": ("one latent row (latent + RoPE key) for each layer" if shape.kv_lora_rank is not None
                            else "K and V for each layer and KV head")}

@@ -84,7 +84,7 @@ def _step(lesson, step: int) -> dict:
             "attention": np.rint(attention * 255).clip(0, 255).astype(int).tolist(),
             "block_table": blocks,
             "bill": {"formula_bytes": bill["formula_bytes"], "token_bytes": bill["token_bytes"],
-                     "blocks": bill["blocks"], "block_bytes": bill["block_bytes"], "slack_bytes": bill["slack_bytes"],
+                     "blocks": bill["blocks"], "group_blocks": bill["group_blocks"], "block_bytes": bill["block_bytes"], "slack_bytes": bill["slack_bytes"],
                      "bytes_per_token": bill["bytes_per_token"], "note": note,
                      "formula": bill["formula"] if len(bill["formula"]) > 1 else []}}  # one line per kind of layer
 

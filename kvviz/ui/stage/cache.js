@@ -280,7 +280,9 @@ function drawCache(ctx) {
   // ---- the bill, under the pool it counts: beside the diagram, so the first screen holds it ---------
   const bill = html("div", { class: "bill", "data-testid": "stage-bill" }, side);
   const b = step.bill;  // the short figures first: in presenter type the formula wraps onto several lines
-  html("span", { "data-testid": "stage-bill-blocks" }, bill, `${plural(b.blocks, "block")} held, ${formatBytes(b.block_bytes)}`);
+  // a model with sliding layers holds two tables: the full layers' (drawn above) and the sliding layers'
+  const split = b.group_blocks && b.group_blocks.length > 1 ? ` (${b.group_blocks[0]} full-layer, ${b.group_blocks[1]} sliding)` : "";
+  html("span", { "data-testid": "stage-bill-blocks" }, bill, `${plural(b.blocks, "block")}${split} held, ${formatBytes(b.block_bytes)}`);
   html("span", { "data-testid": "stage-bill-slack" }, bill, `slack ${formatBytes(b.slack_bytes)}`);
   html("span", {}, bill, `measured ${formatBytes(b.token_bytes)}`);
   if (b.formula.length > 1) { // layers of two kinds (full and sliding): a line for each, as the bill splits them
