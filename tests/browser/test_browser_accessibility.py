@@ -58,13 +58,18 @@ def contrast(rgb_a: str, rgb_b: str = "rgb(255, 255, 255)") -> float:
     return (light + 0.05) / (dark + 0.05)
 
 
+def prefilled(page, app_url) -> None:
+    """Prefill and decode opened and its Prefill pressed, the page idle again."""
+    page.goto(f"{app_url}/prefill_decode")
+    page.locator("h1").first.wait_for()
+    wait_idle(page)
+    page.get_by_role("button", name="Prefill").click()
+    wait_idle(page)
+
+
 def test_focus_is_visible_lands_on_next_token_and_the_stage_speaks(app_url):
     with browser_page(width=1280, height=720) as page:
-        page.goto(f"{app_url}/prefill_decode")
-        page.locator("h1").first.wait_for()
-        wait_idle(page)
-        page.get_by_role("button", name="Prefill").click()
-        wait_idle(page)
+        prefilled(page, app_url)
         page.wait_for_function("() => document.activeElement.tagName === 'BUTTON' && "
                                "document.activeElement.innerText.includes('Next token')", timeout=10_000)
         page.keyboard.press("Shift")  # a key: the browser now shows where the focus is, as for a keyboard user
@@ -95,11 +100,7 @@ def test_the_keyboard_goes_through_every_token_and_block_of_the_stage(app_url):
     """↓ and ↑ pin the stage's parts one at a time (the prompt's tokens, then its blocks) and the live region says
     what each is; Escape lets go."""
     with browser_page(width=1280, height=720) as page:
-        page.goto(f"{app_url}/prefill_decode")
-        page.locator("h1").first.wait_for()
-        wait_idle(page)
-        page.get_by_role("button", name="Prefill").click()
-        wait_idle(page)
+        prefilled(page, app_url)
         stage = page.locator(".kvviz-stage").first
         stage.wait_for()
         stage.focus()

@@ -2,6 +2,12 @@
 positions a sliding layer gave back and say how many it holds), and the bill has a line per kind of layer,
 its bytes measured from the engine's groups (which hold far less than every layer keeping every position)."""
 
+import json
+
+import pytest
+
+from kvviz.lessons.files import LessonFileError
+from kvviz.lessons.prefill_decode.file import export_lesson, import_lesson
 from kvviz.lessons.prefill_decode.logic import Lesson, LessonSettings, lesson_sampling
 from kvviz.lessons.prefill_decode.stage import stage_data
 from kvviz.models import TINY_GEMMA3, load_model
@@ -33,13 +39,6 @@ def test_the_stage_and_bill_of_a_sliding_model_past_its_window(bundled):
 
 
 def test_a_file_keeps_the_sliding_layers_and_refuses_bad_ones():
-    import json
-
-    import pytest
-
-    from kvviz.lessons.files import LessonFileError
-    from kvviz.lessons.prefill_decode.file import export_lesson, import_lesson
-
     lm = load_model(TINY_GEMMA3)
     lesson = Lesson.start(lm, LessonSettings(prompt="the cache " * 12, sampling=lesson_sampling(max_tokens=2)))
     lesson.prefill()

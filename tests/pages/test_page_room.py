@@ -11,8 +11,9 @@ from streamlit.testing.v1 import AppTest
 
 from kvviz.lessons import room_address
 from kvviz.lessons.prefill_decode.stage import stage_data
-from kvviz.ui import live_lessons, room_store, room_types, rooms
+from kvviz.ui import live_lessons, room_store, rooms
 
+from open_room import room_of
 from conftest import ROOT, open_lesson
 
 
@@ -41,25 +42,6 @@ def teacher():
     store = room_store.store()
     for room in filter(None, map(store.get, store.codes())):
         rooms.close_room(room)
-
-
-def room_of(at) -> room_types.Room:
-    code = next(m.value for m in at.markdown if m.value.startswith("### Room")).split("**")[1]
-    return OpenRoom(code)
-
-
-class OpenRoom:
-    """A room as the store keeps it now: each attribute read afresh (a store's `get` gives a snapshot), and
-    an empty room once it has closed."""
-
-    def __init__(self, code: str):
-        self.code = code
-
-    def __getattr__(self, name):
-        kept = rooms.find(self.code)
-        if kept is None:
-            return {"students": {}, "lesson": None, "payload": {}, "open_question": None}[name]
-        return getattr(kept, name)
 
 
 def test_students_follow_the_teachers_step_without_a_model_and_choose_their_own_view(teacher):

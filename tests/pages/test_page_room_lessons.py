@@ -7,8 +7,9 @@ import json
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from kvviz.ui import room_store, room_types, rooms
+from kvviz.ui import room_store, rooms
 
+from open_room import room_of
 from conftest import ROOT, one_sentence, open_lesson
 
 PAGED, SPECULATIVE = "lessons/paged_batching.py", "lessons/speculative.py"
@@ -26,25 +27,6 @@ def student(code: str, path: str) -> AppTest:
     at.switch_page(path).run()
     assert not at.exception
     return at
-
-
-def room_of(at) -> room_types.Room:
-    code = next(m.value for m in at.markdown if m.value.startswith("### Room")).split("**")[1]
-    return OpenRoom(code)
-
-
-class OpenRoom:
-    """A room as the store keeps it now: each attribute read afresh (a store's `get` gives a snapshot), and
-    an empty room once it has closed."""
-
-    def __init__(self, code: str):
-        self.code = code
-
-    def __getattr__(self, name):
-        kept = rooms.find(self.code)
-        if kept is None:
-            return {"students": {}, "lesson": None, "payload": {}, "open_question": None}[name]
-        return getattr(kept, name)
 
 
 def numbers(at) -> dict[str, tuple[str, str]]:

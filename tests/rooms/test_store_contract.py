@@ -10,6 +10,7 @@ from kvviz.ui import room_types
 from kvviz.ui.room_redis import RedisStore
 from kvviz.ui.room_store import MemoryStore
 from kvviz.ui.room_types import MAX_QUESTIONS, Room, RoomQuestion, RoomStore
+from kvviz.ui.rooms import new_seat
 
 from redis_server import REDIS_SERVER, running_redis
 
@@ -39,8 +40,6 @@ def opened(store: RoomStore, code: str = "K7QW2M", teacher: str = "teacher", cli
 
 
 def seat() -> str:
-    from kvviz.ui.rooms import new_seat
-
     return new_seat()
 
 
