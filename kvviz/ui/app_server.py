@@ -32,8 +32,9 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def running_app(timeout: float = 90.0):
-    """Yield the base URL of a freshly started app; stop it afterwards."""
+def running_app(timeout: float = 90.0, env: dict[str, str] | None = None):
+    """Yield the base URL of a freshly started app, its server's environment this process's with `env`
+    over it; stop it afterwards."""
     port = free_port()
     log = open(ROOT / "artifacts" / f"streamlit-{port}.log", "w") if (ROOT / "artifacts").is_dir() \
         else subprocess.DEVNULL
@@ -41,7 +42,7 @@ def running_app(timeout: float = 90.0):
         [sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"), "--server.port", str(port),
          "--server.address", "127.0.0.1", "--server.headless", "true",
          "--server.fileWatcherType", "none"],
-        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.time() + timeout

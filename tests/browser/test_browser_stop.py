@@ -59,6 +59,8 @@ def wait_for_bar(page, pattern: str, timeout: float = 180.0, seen: bool = False)
         texts += [bars.nth(i).inner_text() for i in range(bars.count())]
         if any(re.search(pattern, text) for text in texts):
             return
+        errors = page.locator("[data-testid='stAlertContentError']")
+        assert errors.count() == 0, f"the page said {errors.first.inner_text()!r} where a bar should say {pattern!r}"
         time.sleep(0.1)
     raise TimeoutError(f"no progress bar said {pattern!r} within {timeout:.0f} s")
 
