@@ -2,6 +2,8 @@
 
     python scripts/estimates.py                          # the bundled model, a quiet machine
     python scripts/estimates.py --model smollm2 --contend 1
+    python scripts/estimates.py --calibrate bundled.json; python scripts/estimates.py --model smollm2 --calibrate smollm2.json
+    python scripts/estimates.py --fit bundled.json smollm2.json       # kvviz.lessons.budget.QUIET_PACE
 
 One process plays a teacher's session on one model, calling the functions each page's click runs (no
 browser), in this order: Prefill and eight Next tokens; a link to step 40; Prefill of a 1,000-token
@@ -9,14 +11,17 @@ prompt (496 on the bundled model) and three Next tokens; Cache strategies' Run e
 generation's Run and Run both and compare; Model lab's Measure; and a second link to step 40. Before
 each click it prints the estimate at the quiet machine's RATES and the one the server would show now
 (kvviz.lessons.budget.Pace, learned from the clicks before it), then the measured seconds and
-measured / estimate. --contend N runs N busy processes beside it (kvviz.bench.busy_processes). Not
-part of CI; docs/benchmarks.md has its tables.
+measured / estimate. --contend N runs N busy processes beside it (kvviz.bench.busy_processes).
+--calibrate FILE keeps every click's quiet parts and measured seconds in FILE; --fit FILE... fits each
+kind's quiet pace to them all (kvviz.lessons.budget.fit_pace) and prints QUIET_PACE. Not part of CI;
+docs/benchmarks.md has its tables.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import statistics
 import time
 from dataclasses import replace
@@ -40,6 +45,7 @@ from kvviz.strategies.run import tokenize
 from kvviz.workloads import synthetic_workload
 
 CPU = torch.device("cpu")
+TIMED: list[tuple[budget.Work, float]] = []  # each row's work and measured seconds, for --calibrate
 
 
 def row(name: str, work: budget.Work, click) -> tuple[str, float, float, float]:
@@ -48,6 +54,7 @@ def row(name: str, work: budget.Work, click) -> tuple[str, float, float, float]:
     started = time.perf_counter()
     click()
     measured = time.perf_counter() - started
+    TIMED.append((work, measured))
     print(f"| {name} | {quiet:,.2f} | {estimate:,.2f} | {measured:,.2f} | {measured / estimate:,.2f} |", flush=True)
     return name, quiet, estimate, measured
 
@@ -120,13 +127,32 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="bundled")
     parser.add_argument("--contend", type=int, default=0, help="busy processes beside it")
+    parser.add_argument("--calibrate", type=Path, help="keep the session's timed clicks in this JSON file")
+    parser.add_argument("--fit", type=Path, nargs="+", help="print QUIET_PACE fitted to these --calibrate files")
     args = parser.parse_args()
+    if args.fit:
+        reports: dict[str, list] = {}
+        for path in args.fit:
+            for click, kept in json.loads(path.read_text()).items():
+                reports.setdefault(click, []).extend(kept)
+        print("QUIET_PACE = {" + ", ".join(
+            f'("cpu", "{click}"): ({compute:.3g}, {fixed:.3g})'
+            for click, (compute, fixed) in ((click, budget.fit_pace(kept)) for click, kept in sorted(reports.items())))
+            + "}")
+        return
+    if args.calibrate:
+        budget.QUIET_PACE.clear()  # each kind's reports are fitted from RATES
     lm = load_model(args.model)
     print(f"{Path(__file__).name}: {args.model}, {args.contend} busy process(es) beside it\n")
     print("| click | at RATES (s) | estimated now (s) | measured (s) | measured / estimated |")
     print("|---|---:|---:|---:|---:|")
     with busy_processes(args.contend) if args.contend else contextlib.nullcontext():
         rows = teacher(lm)
+    if args.calibrate:
+        clicks: dict[str, list] = {}
+        for work, measured in TIMED:
+            clicks.setdefault(work.click, []).append((*work.quiet_seconds(CPU), measured))
+        args.calibrate.write_text(json.dumps(clicks))
     ratios = [measured / estimate for _, _, estimate, measured in rows]
     quiet = [measured / q for _, q, _, measured in rows]
     within = sum(1 / 1.5 <= r <= 1.5 for r in ratios)

@@ -43,7 +43,7 @@ class StopBar:
 
 
 def estimated_bar(slot, estimate, how: str, error_key: str, stop_key: str, stop_help: str) -> StopBar | None:
-    """The bar of a click whose work is estimated before it starts (`how`: kvviz.lessons.budget.Pace.says):
+    """The bar of a click whose work is estimated before it starts (`how`: kvviz.lessons.budget.says):
     estimate() gives its seconds, or raises
     ValueError (kvviz.lessons.budget.WorkTooLarge past the budget) whose sentence goes under error_key, and
     then no bar is drawn (None) and nothing should run."""

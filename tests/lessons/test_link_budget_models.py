@@ -12,29 +12,28 @@ from kvviz.models import load_model
 from kvviz.workloads import synthetic_workload
 
 CPU = torch.device("cpu")
-# CPU seconds measured on the 2-core machine (issue 35): a 250-token prompt linked to step 255 ran to the
-# furthest step the old estimate allowed
-MEASURED = {"bundled": (132, 28.8), "tiny-gemma3": (130, 33.5), "tiny-mla": (141, 38.2)}
+MODELS = ("bundled", "tiny-gemma3", "tiny-mla")
+# measured against these estimates on the 2-core AMD EPYC, quiet (2026-12-06): a 250-token prompt to step 100
+# ran 0.72-0.89 of its estimate on each (docs/benchmarks.md); tests here assert how the estimate behaves
 
 
 @pytest.fixture(scope="module")
 def models():
-    return {name: load_model(name) for name in MEASURED}
+    return {name: load_model(name) for name in MODELS}
 
 
-@pytest.mark.parametrize("name", sorted(MEASURED))
-def test_the_estimate_is_at_least_the_measured_run(models, name):
-    step, seconds = MEASURED[name]
-    assert lesson_work(models[name], 250, step).seconds(CPU) >= seconds
+@pytest.mark.parametrize("name", MODELS)
+def test_a_link_stops_at_the_last_step_its_estimate_fits(models, name, monkeypatch):
+    lm = models[name]
+    monkeypatch.setenv("KVVIZ_CLICK_SECONDS", f"{lesson_work(lm, 250, 100).seconds(CPU) * 1.0001}")
+    assert furthest_step(lm, 250, 255, CPU) == 100
+    assert lesson_work(lm, 250, 101).seconds(CPU) > click_seconds()
 
 
-@pytest.mark.parametrize("name", sorted(MEASURED))
-def test_a_link_stops_where_the_measured_runs_fit_the_budget(models, name):
-    step, seconds = MEASURED[name]
-    reachable = furthest_step(models[name], 250, 255, CPU)
-    assert reachable >= 0
-    # the measured run's seconds per step at most, times the reachable steps, within the budget
-    assert seconds * (reachable + 1) / (step + 1) <= click_seconds()
+def test_a_deeper_models_link_stops_sooner_on_the_same_budget(models, monkeypatch):
+    monkeypatch.setenv("KVVIZ_CLICK_SECONDS", f"{lesson_work(models['bundled'], 250, 100).seconds(CPU)}")
+    reached = {name: furthest_step(lm, 250, 255, CPU) for name, lm in models.items()}
+    assert reached["bundled"] == 100 and 0 <= reached["tiny-mla"] < 100 and 0 <= reached["tiny-gemma3"] < 100
 
 
 def test_the_step_cost_grows_with_the_layers_and_their_kind(models):

@@ -3,6 +3,7 @@
 Model lab's clicks. Past the budget the link opens the lesson at the furthest step the budget allows
 and says so, a prefill alone past it is refused, and the button runs nothing and keeps the results."""
 
+import re
 import time
 
 import torch
@@ -40,34 +41,42 @@ def prompt_tokens(lm, prompt: str) -> int:
 
 
 # ---- (a) a link to Prefill and decode ------------------------------------------------------------
-def test_the_link_at_the_last_step_is_estimated_past_the_budget(bundled):
-    """The README's case, 250 prompt tokens to step 255, ran 46-72 s: the estimate says more than 30 s."""
-    seconds = lesson_work(bundled, 250, 255).seconds(CPU)
-    assert 40 < seconds < 90
-    assert furthest_step(bundled, 250, 255, CPU) < 255
+def test_the_furthest_step_of_a_link_is_the_last_whose_estimate_fits(bundled, monkeypatch):
+    """The README's case, 250 prompt tokens to step 255: with a budget of half its estimate the link reaches
+    the last step estimated within it, and the estimate grows with the step and with the prompt."""
+    whole = lesson_work(bundled, 250, 255).seconds(CPU)
+    assert lesson_work(bundled, 250, 100).seconds(CPU) < whole and lesson_work(bundled, 100, 255).seconds(CPU) < whole
+    monkeypatch.setenv("KVVIZ_CLICK_SECONDS", f"{whole / 2}")
+    reachable = furthest_step(bundled, 250, 255, CPU)
+    assert 0 < reachable < 255
+    assert lesson_work(bundled, 250, reachable).seconds(CPU) <= whole / 2 < lesson_work(bundled, 250, reachable + 1).seconds(CPU)
 
 
 def test_a_link_past_the_budget_opens_the_furthest_step_it_allows(bundled, monkeypatch):
     monkeypatch.setenv("KVVIZ_CLICK_SECONDS", "2")
-    tokens = prompt_tokens(bundled, EXAMPLE_PROMPTS[0])
-    reachable = furthest_step(bundled, tokens, 255, CPU)
-    assert 0 < reachable < 40
     started = time.perf_counter()
     at = open_link(255)
     assert time.perf_counter() - started < 60  # under load: the estimate's 2 s, with a page drawn
-    lesson = at.session_state["lesson"]
-    assert len(lesson.records) - 1 == reachable  # stopped there, not at 255
     assert len(at.error) == 1
     message = shown(at.error[0])
     assert one_sentence(message)
-    assert message.startswith("Step 255 would take about") and "more than the 2 s one click may take" in message
-    assert f"so the lesson stops at step {reachable}; press Next token or Play to go on from there." in message
+    # the furthest step the estimate allows, at the pace the server had then; or, where the run went slower
+    # than that pace (a test beside it), the step it reached when the budget's seconds ran out
+    estimated = re.fullmatch(r"Step 255 would take about [\d.,]+ s on this server, more than the 2 s one click may "
+                             r"take, so the lesson stops at step (\d+); press Next token or Play to go on from there\.",
+                             message)
+    ran_out = re.fullmatch(r"Stopped at step (\d+) after 2 s, the 2 s one click may take on this server \(it is "
+                           r"busier than the estimate assumed\); press Next token or Play to go on from there\.", message)
+    assert estimated or ran_out, message
+    reachable = int((estimated or ran_out).group(1))
+    assert 0 < reachable < 255
+    assert len(at.session_state["lesson"].records) - 1 == reachable  # stopped there, not at 255
     button(at, "Next token").click().run()  # and the lesson goes on from there
     assert len(at.session_state["lesson"].records) - 1 == reachable + 1
 
 
 def test_a_link_whose_prefill_alone_is_past_the_budget_runs_nothing(monkeypatch):
-    monkeypatch.setitem(budget.RATES, "cpu", Rate(1e6, 0.05, 0.025))  # a server a million times slower
+    monkeypatch.setitem(budget.RATES, "cpu", Rate(1e6, 0.05, 0.025, 1.5e-4))  # a server a million times slower
     at = open_link(10)
     assert "lesson" not in at.session_state
     assert len(at.error) == 1

@@ -13,7 +13,7 @@ from __future__ import annotations
 import streamlit as st
 
 from kvviz.engine.model_parts import model_parts
-from kvviz.lessons.budget import pace, timed, tokens_that_fit
+from kvviz.lessons.budget import says, timed, tokens_that_fit
 from kvviz.lessons.cache_strategies import eviction_figures as figures
 from kvviz.lessons.cache_strategies import state as cache_strategies_state
 from kvviz.lessons.cache_strategies.figures import divergence_html
@@ -50,7 +50,7 @@ def run(slot) -> None:
     sinks = int(st.session_state.get("eviction_sinks", DEFAULTS["eviction_sinks"]))
     model, tokenizer, _ = model_parts(lm)
     device = next(model.parameters()).device
-    bar = estimated_bar(slot, lambda: eviction_seconds(lm, prompt, max_tokens), pace(device, "eviction").says(), "eviction_error",
+    bar = estimated_bar(slot, lambda: eviction_seconds(lm, prompt, max_tokens), says(device, "eviction"), "eviction_error",
                         "eviction_run_stop", "Ends at the next step and keeps the policies measured so far.")
     if bar is None:  # past the budget, or a prompt the model cannot take: one sentence
         return

@@ -109,7 +109,9 @@ def run_work(cost: ModelCost, strategy: str, prompt_tokens: int, max_tokens: int
         flops = cost.forward(prompt_tokens, 0) + sum(cost.forward(1, prompt_tokens + step - 1)
                                                      for step in range(1, max_tokens))
     if strategy in ENGINE_STRATEGIES:
-        return Work(flops, steps=max_tokens, read_backs=max_tokens, step_scale=cost.step_scale, click="strategies")
+        positions = sum(prompt_tokens + step for step in range(max_tokens))  # the context each step reads back
+        return Work(flops, steps=max_tokens, read_backs=max_tokens, read_back_tokens=positions,
+                    step_scale=cost.step_scale, click="strategies")
     return Work(flops, passes=max_tokens, click="strategies")
 
 
@@ -133,7 +135,9 @@ def eviction_work(lm, prompt_tokens: int, max_tokens: int, policies: int = 3) ->
     cost = ModelCost.of(model_parts(lm).model)
     flops = cost.forward(prompt_tokens, 0) + sum(cost.forward(1, prompt_tokens + step - 1)
                                                  for step in range(1, max_tokens))
-    run = Work(flops, passes=max_tokens, read_backs=max_tokens, step_scale=cost.step_scale, click="eviction")
+    positions = sum(prompt_tokens + step for step in range(max_tokens))  # the retention rows grow with the context
+    run = Work(flops, passes=max_tokens, read_backs=max_tokens, read_back_tokens=positions, step_scale=cost.step_scale,
+               click="eviction")
     return run * (1 + 2 * policies)
 
 

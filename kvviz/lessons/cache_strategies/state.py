@@ -27,7 +27,7 @@ from kvviz.lessons.cache_strategies.logic import (
     eight_bit_rows,
     lesson_specs,
 )
-from kvviz.lessons.budget import pace, tokens_that_fit
+from kvviz.lessons.budget import says, tokens_that_fit
 from kvviz.ui.common import current_model, drop
 from kvviz.ui.progress import estimated_bar
 
@@ -85,7 +85,7 @@ def run(slot) -> None:
     if note:
         st.session_state["strategies_note"] = note
     bar = estimated_bar(slot, lambda: comparison_seconds(lm, prompt, settings["max_tokens"], specs, TIMING_RUNS),
-                        pace(next(lm.model.parameters()).device, "strategies").says(),
+                        says(next(lm.model.parameters()).device, "strategies"),
                         "strategies_error", "strategies_run_stop",
                         "Ends at the next step and keeps the strategies measured so far.")
     if bar is None:  # past the budget, or a prompt the model cannot take: one sentence

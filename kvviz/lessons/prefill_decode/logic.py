@@ -185,7 +185,8 @@ class Lesson:
         if twin_runs:
             flops += cost.forward(cached + 1, 0)
         steps = 1 + twin_runs
-        return Work(flops, steps=steps, read_backs=steps, step_scale=cost.step_scale, click="lesson")
+        return Work(flops, steps=steps, read_backs=steps, read_back_tokens=steps * (cached + 1),
+                    step_scale=cost.step_scale, click="lesson")
 
     def _step(self) -> StepRecord:
         twin_runs = self.twin_runs_next()
@@ -330,15 +331,17 @@ def lesson_work(lm, prompt_tokens: int, last_step: int) -> Work:
     read back."""
     cost = ModelCost.of(lm.model)
     last_step = min(last_step, max(lm.max_context - prompt_tokens, 0))  # the lesson stops at the context
-    flops, twin_steps = cost.forward(prompt_tokens, 0), 0
+    flops, twin_steps, positions = cost.forward(prompt_tokens, 0), 0, 0
     for step in range(0, last_step + 1):
         if step:
             flops += cost.forward(1, prompt_tokens + step - 1)
+        positions += prompt_tokens + step  # the context each traced step reads back
         twin = cost.forward(prompt_tokens + step, 0)
         if twin <= TWIN_MOST_FLOPS and twin_steps == step:  # once stopped, it stays stopped
-            flops, twin_steps = flops + twin, twin_steps + 1
+            flops, twin_steps, positions = flops + twin, twin_steps + 1, positions + prompt_tokens + step
     steps = last_step + 1 + twin_steps
-    return Work(flops, steps=steps, read_backs=steps, step_scale=cost.step_scale, click="lesson")
+    return Work(flops, steps=steps, read_backs=steps, read_back_tokens=positions, step_scale=cost.step_scale,
+                click="lesson")
 
 
 def furthest_step(lm, prompt_tokens: int, target: int, device) -> int:

@@ -14,7 +14,7 @@ import streamlit as st
 
 from kvviz.engine.chat import chat_prompt, has_chat_template
 from kvviz.lessons import stepped
-from kvviz.lessons.budget import WorkTooLarge, check_click, click_seconds, pace
+from kvviz.lessons.budget import WorkTooLarge, check_click, click_seconds, says
 from kvviz.lessons.prefill_decode.logic import (
     MAX_LESSON_TOKENS,
     Lesson,
@@ -199,7 +199,7 @@ def prefill() -> None:
               else "once (too long for the no-cache twin to run it again at each step)")
     with st.spinner(f"Prefill: {prompt_tokens:,} prompt tokens through the model's {lm.shape.num_layers} layers "
                     f"in one pass, {passes}; estimated about {seconds:,.1f} s on this "
-                    f"server, {pace(device, 'lesson').says()}", show_time=True):
+                    f"server, {says(device, 'lesson')}", show_time=True):
         stepped.start(LESSON)
 
 
@@ -234,7 +234,7 @@ def run_to_step(target: int, slot=None, what: str = "the link's lesson", started
     if slot is not None and target > 0:
         seconds = lesson_work(lm, prompt_tokens, target).seconds(device)
         bar = StopBar(slot, "lesson_link_stop", f"Estimated about {seconds:,.0f} s on this server, "
-                      f"{pace(device, 'lesson').says()}; opening {what} at step {target:,}", "Ends at the step reached; Next token and Play go on.")
+                      f"{says(device, 'lesson')}; opening {what} at step {target:,}", "Ends at the step reached; Next token and Play go on.")
     stepped.start(LESSON)
     if started is not None and lesson() is not None:
         started()
