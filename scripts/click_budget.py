@@ -70,7 +70,7 @@ def case_lesson_file(lm):
     run.next_token()
     data = json.loads(export_lesson(run))
     layers, prompt = 128, 4094
-    data["model"].update(layers=layers, heads=1, kv_heads=1, head_dim=1, max_context=2 * prompt)
+    data["model"].update(layers=layers, heads=1, kv_heads=1, head_dim=1, v_head_dim=1, max_context=2 * prompt)
     sampled = len(data["token_texts"]) - len(data["prompt_token_ids"])
     data["prompt_token_ids"], data["token_texts"] = [1] * prompt, ["a"] * (prompt + sampled)
     for step, trace in enumerate(data["traces"]):
@@ -94,11 +94,17 @@ def case_lesson_file(lm):
 
 
 def case_model_lab(lm):
-    """Model lab's Measure on the shape estimated nearest under the budget (16 layers, hidden 448, 512 tokens)."""
+    """Model lab's Measure on the widest 16-layer shape estimated under the budget, to 512 tokens."""
+    import torch
+
+    from kvviz.lessons.budget import click_seconds
     from kvviz.lessons.model_lab import logic as lab
     from kvviz.models import CustomShape
 
-    shape = CustomShape(num_layers=16, hidden_size=448, max_context=512)
+    shape = next(shape for hidden in range(2048, 63, -64)
+                 if lab.measurement_work(shape := CustomShape(num_layers=16, hidden_size=hidden, max_context=512),
+                                         lab.LAB_REPEATS).seconds(torch.device("cpu")) <= click_seconds())
+    print(f"Model lab: 16 layers, hidden {shape.hidden_size}", file=sys.stderr)
 
     def click():
         model = lab.build_lab_model(shape)
