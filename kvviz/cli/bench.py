@@ -283,8 +283,8 @@ def print_contended(results: dict) -> None:
     kept, and kvviz over vLLM at each count."""
     systems = results["mixed"]["systems"]
     quiet_kvviz, quiet_vllm = systems["kvviz"], systems.get("vllm")
-    print(f"\nquiet and beside busy processes (python -c 'while True: pass'), the mixed workload, "
-          f"output tok/s")
+    print("\nquiet and beside busy processes (python -c 'while True: pass'), the mixed workload, "
+          "output tok/s")
     header = f"{'busy processes':<16}{'kvviz':>10}{'kept':>7}"
     if quiet_vllm:
         header += f"{'vLLM':>10}{'kept':>7}{'kvviz/vLLM':>12}"
