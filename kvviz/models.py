@@ -35,7 +35,7 @@ from transformers import (
 )
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
-from kvviz.engine.cache_setup import available_memory_bytes
+from kvviz.engine.device_memory import available_memory_bytes
 from kvviz.hub.cache import FetchError
 from kvviz.hub.fetch import PACKAGED, fetch_command, fetched_folder
 from kvviz.hub.gguf import converted_gguf

@@ -36,7 +36,7 @@ from kvviz.bench import (
 )
 from kvviz.cli.common import check_output_path, write_atomically
 from kvviz.cli.engine_flags import add_engine_arguments, engine_config, given
-from kvviz.engine.cache_setup import available_memory_bytes
+from kvviz.engine.device_memory import available_memory_bytes
 from kvviz.engine.config import DEFAULTS
 from kvviz.engine.cpu.threads import cpu_share
 from kvviz.engine.kv_cache import CacheShape

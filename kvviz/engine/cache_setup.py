@@ -11,13 +11,13 @@ before a byte is allocated, so a pool too large is refused in a sentence, not by
 
 from __future__ import annotations
 
-import os
 from typing import NamedTuple
 
 import torch
 
 from kvviz.engine.block_pool import BLOCK_BOOKKEEPING_BYTES, BlockPool, blocks_needed
 from kvviz.engine.config import MAX_NUM_BLOCKS, EngineConfig
+from kvviz.engine.device_memory import available_memory_bytes
 from kvviz.engine import fast_path
 from kvviz.engine.errors import EngineError
 from kvviz.engine.kv_cache import CacheShape, PagedKVCache
@@ -108,21 +108,6 @@ def check_fits(what: str, num_bytes: int, device: torch.device, knobs: str, memo
         raise EngineError(f"{what} would take {format_bytes(num_bytes)}, but memory_fraction "
                           f"{memory_fraction:g} of the {format_bytes(free)} free on {device.type} "
                           f"is {format_bytes(allowed)}; lower {knobs}.")
-
-
-def available_memory_bytes(device: torch.device) -> int:
-    """Memory free for new tensors on `device`: free GPU memory, or the host's available RAM."""
-    if device.type == "cuda":
-        free, _total = torch.cuda.mem_get_info(device)
-        return free
-    try:
-        with open("/proc/meminfo") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
 
 
 def pick_attention_kernel(config: EngineConfig, shape: CacheShape, cache: PagedKVCache | None,

@@ -15,7 +15,7 @@ needs_kernel = pytest.mark.skipif(kernel is None, reason=f"no compiled kernel he
 def reference(query, key_cache, value_cache, tables, token_seq, token_pos, window, scale, softcap):
     """Plain attention, one token at a time, over keys read through the block table."""
     num_tokens, num_heads, head_dim = query.shape
-    block_size, num_kv_heads = key_cache.shape[1], key_cache.shape[2]
+    num_kv_heads = key_cache.shape[2]
     group = num_heads // num_kv_heads
     out = torch.empty_like(query)
     for n in range(num_tokens):

@@ -7,7 +7,7 @@ import torch
 from kvviz import Engine, EngineError, SamplingParams
 from kvviz.engine.cache_dtype import cache_dtype_quality, measured_bytes_per_token
 from kvviz.engine.block_pool import BLOCK_BOOKKEEPING_BYTES
-from kvviz.engine.cache_setup import available_memory_bytes
+from kvviz.engine.device_memory import available_memory_bytes
 from kvviz.engine.kv_cache import CacheShape, PagedKVCache
 from kvviz.engine.swap import SwapSpace
 from kvviz.shapes import PRESETS

@@ -54,7 +54,7 @@ import torch.nn.functional as F
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.models.llama.modeling_llama import eager_attention_forward
 
-from kvviz.engine.cache_setup import available_memory_bytes
+from kvviz.engine.device_memory import available_memory_bytes
 from kvviz.engine.cpu import kernels as cpu_kernels
 from kvviz.engine.step_context import in_engine_step
 

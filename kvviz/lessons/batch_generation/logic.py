@@ -26,7 +26,7 @@ from kvviz.engine.config import EngineConfig
 from kvviz.engine.engine import Engine
 from kvviz.engine.sampling import SamplingParams
 from kvviz.engine.block_pool import BLOCK_BOOKKEEPING_BYTES
-from kvviz.engine.cache_setup import available_memory_bytes
+from kvviz.engine.device_memory import available_memory_bytes
 from kvviz.engine.kv_cache import CacheShape
 from kvviz.engine.model_parts import model_parts
 from kvviz.shapes import format_bytes
