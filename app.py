@@ -5,14 +5,14 @@
 The lessons live in lessons/, not pages/: Streamlit treats a pages/ folder as an old-style
 multipage app, and a fresh server opened at a lesson's own address would then run that file
 bare, without this entry point's navigation, sidebar and page config. The list of pages, in
-lecture order, is kvviz.lessons.registry.LECTURE: the home page and the Previous / Next links read it too.
+lecture order, is kvviz.lessons.catalog.LECTURE: the home page and the Previous / Next links read it too.
 """
 
 from pathlib import Path
 
 import streamlit as st
 
-from kvviz.lessons import navigation, registry, room_student
+from kvviz.lessons import catalog, navigation, registry, room_student
 from kvviz.ui.common import keep_settings, model_from_link, model_sidebar
 from kvviz.ui.presenter import ACCESSIBLE_CSS, BUSY_CSS, presenter_mode
 
@@ -27,11 +27,11 @@ st.html("<style>[data-testid='stMainBlockContainer'] {padding-top: 2.5rem;} "
 st.html(ACCESSIBLE_CSS)
 st.html(BUSY_CSS)
 page = st.navigation(navigation.pages())
-room_student.follow_link_elsewhere(page.url_path or registry.LECTURE[0].key)  # a room link on a page without rooms
+room_student.follow_link_elsewhere(page.url_path or catalog.LECTURE[0].key)  # a room link on a page without rooms
 keep_settings(registry.kept_settings())
 model_from_link()  # ?model=NAME alone, on any page
 model_sidebar(on_model_change=registry.reset_lessons)
-presenter_mode(*registry.neighbours(page.title))
+presenter_mode(*catalog.neighbours(page.title))
 footer = navigation.footer_container()  # drawn at the bottom even when a page stops early
 with footer:
     navigation.previous_next(page.title)

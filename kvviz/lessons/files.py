@@ -20,7 +20,7 @@ import typing
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 
 from kvviz.engine.records import StepRecord
-from kvviz.lessons.registry import BY_KEY
+from kvviz.lessons.catalog import BY_KEY
 from kvviz.ui.room_types import MAX_ANSWERS
 
 LESSON_FORMAT = "kvviz-lesson/4"  # 3: the first lesson's settings hold a SamplingParams; 4: room_answers
@@ -36,7 +36,7 @@ class LessonFileError(ValueError):
 
 
 def read_lesson_file(data: bytes | str, lesson: str) -> dict:
-    """The file's JSON object, once its size, its format and its lesson (the key of a registry line
+    """The file's JSON object, once its size, its format and its lesson (the key of a catalog line
     that replays files) are right."""
     if len(data) > MAX_LESSON_BYTES:
         raise LessonFileError(f"The file is {len(data) / 2**20:.1f} MiB, over the "

@@ -1,6 +1,6 @@
 """The lecture's path on screen: st.navigation's pages, Previous / Next links, the home page's list.
 
-All of it reads kvviz.lessons.registry.LECTURE, so the sidebar, the links and the home page can
+All of it reads kvviz.lessons.catalog.LECTURE, so the sidebar, the links and the home page can
 never disagree about the order of the lessons.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from kvviz.lessons.registry import BY_KEY, LECTURE, index_of, neighbours
+from kvviz.lessons.catalog import BY_KEY, LECTURE, index_of, neighbours
 
 
 def pages() -> list:

@@ -1,101 +1,46 @@
-"""The one list of lessons: navigation, the home page, model-change resets and lesson files read it.
+"""Which modules own each lesson's session state: a model change, Reset and the session-key checks read it.
 
-Adding a lesson means a folder kvviz/lessons/<key>/, a page script lessons/<key>.py, one line
-below, and its tests. Each line names the lesson's page, its title and summary, about how long
-it takes in class, the modules that own its st.session_state keys, and whether it exports lesson
-files (whose `lesson` field is the key).
+Adding a lesson means a folder kvviz/lessons/<key>/, a page script lessons/<key>.py, its line in
+kvviz/lessons/catalog.py, its state modules below (when it keeps a run), and its tests.
 
-The session-state modules are named, not imported: this list sits below the lessons, because
-their file checks read it (kvviz/lessons/files.py), and each state module imports the lesson's
-logic. A state module declares KEYS (what a run leaves behind), optionally KEY_PREFIXES (keys
-made on the fly, one per question asked), INPUTS (prefixes of widget keys that stay when
-another model loads) and KEPT (widget keys whose values outlive a visit to another page), and a
-reset(state) that clears exactly its keys. A stepped lesson's state module declares its keys
-once, in its LESSON (kvviz.lessons.stepped.Stepped), and derives KEYS and reset from it. SHARED_STATES names the
-modules beside the lesson folders that own keys several lesson pages make (a room's).
+A state module declares KEYS (what a run leaves behind), optionally KEY_PREFIXES (keys made on the
+fly, one per question asked), INPUTS (prefixes of widget keys that stay when another model loads) and
+KEPT (widget keys whose values outlive a visit to another page), and a reset(state) that clears exactly
+its keys. A stepped lesson's state module declares its keys once, in its LESSON
+(kvviz.lessons.stepped.Stepped), and derives KEYS and reset from it. This module sits above the
+lessons and imports them; the lessons read the catalog, never this.
 """
 
 from __future__ import annotations
 
-import importlib
-from dataclasses import dataclass
+from types import ModuleType
 
+from kvviz.lessons import room_view
+from kvviz.lessons.batch_generation import state as batch_generation
+from kvviz.lessons.cache_strategies import eviction_view, state as cache_strategies
+from kvviz.lessons.catalog import LECTURE
+from kvviz.lessons.paged_batching import fork_view, state as paged_batching, swap_view
+from kvviz.lessons.prefill_decode import classroom, explain_views, state as prefill_decode
+from kvviz.lessons.speculative import state as speculative
 
-@dataclass(frozen=True)
-class Lesson:
-    key: str  # its folder under kvviz/lessons/, its page script's stem, a lesson file's `lesson` field
-    title: str
-    icon: str
-    summary: str  # one line for the home page
-    minutes: int  # about how long it takes in class
-    states: tuple[str, ...] = ()  # modules owning its session-state keys, under kvviz.lessons.<key>
-    replays: bool = False  # exports and replays lesson files
-    rooms: bool = False  # a teacher can open a room on it; its page reads a room link itself
-
-    @property
-    def path(self) -> str:
-        """The page script, as st.Page and st.page_link take it."""
-        return f"lessons/{self.key}.py"
-
-
-# The article's arc first (prefill and decode, the bill, paging, strategies, putting it together), each
-# lesson after the ones whose words it uses; Speculative decoding goes beyond the article, and the
-# sources close the list. A word used before its lesson links forward (navigation.taught_later).
-LECTURE = (
-    Lesson("home", "What kvviz teaches", ":material/school:",
-           "The idea in one paragraph and the path through the lessons.", 2),
-    Lesson("prefill_decode", "Prefill and decode", ":material/play_circle:",
-           "A real model fills its cache with the prompt, then adds one token per step; where K, V and Q "
-           "come from, the causal triangle, and why decode is memory-bound.", 15,
-           ("state", "explain_views", "classroom"), replays=True, rooms=True),
-    Lesson("memory_bill", "Memory bill", ":material/calculate:",
-           "What the cache weighs, what fits on a GPU, and what GQA, MQA, MLA, sliding windows and "
-           "tensor parallelism change.", 8),
-    Lesson("model_lab", "Model lab", ":material/science:",
-           "Build a model of any size and time a decode step against context, cache on and off.", 5),
-    Lesson("paged_batching", "Paged cache and batching", ":material/grid_view:",
-           "Blocks, block tables and prefix sharing: how several requests share one pool without waste.", 8,
-           ("state", "fork_view", "swap_view"), replays=True, rooms=True),
-    Lesson("batch_generation", "Batch generation", ":material/dynamic_feed:",
-           "Many prompts through the same engine with continuous batching, and its throughput.", 5, ("state",)),
-    Lesson("cache_strategies", "Cache strategies", ":material/compare_arrows:",
-           "Dynamic, static, sliding-window and quantized caches side by side: bytes, time and output.", 6,
-           ("state", "eviction_view"), replays=True),
-    Lesson("putting_it_together", "Putting it together", ":material/checklist:",
-           "Which cache and which strategy for a script, a chat server and a long-context job, with this "
-           "model's bill.", 3),
-    Lesson("speculative", "Speculative decoding", ":material/fast_forward:",
-           "Beyond the article: guess the next tokens from earlier text, check them all in one forward pass, "
-           "and roll back the cache slots of the wrong guesses.", 6, ("state",), replays=True, rooms=True),
-    Lesson("sources", "Where this comes from", ":material/menu_book:",
-           "The papers and code each lesson rests on, with links.", 2),
-)
-BY_KEY = {lesson.key: lesson for lesson in LECTURE}
-SHARED_STATES = ("room_view",)  # kvviz.lessons.<name>: a room followed on any engine-driven lesson's page
+# each lesson's modules that own its session-state keys, by its catalog key
+STATES: dict[str, tuple[ModuleType, ...]] = {
+    "prefill_decode": (prefill_decode, explain_views, classroom),
+    "paged_batching": (paged_batching, fork_view, swap_view),
+    "batch_generation": (batch_generation,),
+    "cache_strategies": (cache_strategies, eviction_view),
+    "speculative": (speculative,),
+}
+SHARED_STATES = (room_view,)  # a room followed on any engine-driven lesson's page
 # keys of the app itself, which stay when another model loads: the model picker, presenter mode,
 # the Memory bill, the Model lab (it builds its own model), Putting it together (sizes, not runs) and
 # whether each "Show the code" is open (kvviz.ui.common.code_key)
 APP_INPUTS = ("model_", "presenter", "bill_", "lab_", "together_", "show_code:")
 
 
-def index_of(title: str) -> int | None:
-    """Index in LECTURE of the page with this title (None if it is not a lesson)."""
-    return next((i for i, lesson in enumerate(LECTURE) if lesson.title == title), None)
-
-
-def neighbours(title: str) -> tuple[Lesson | None, Lesson | None]:
-    """The lessons before and after the page called `title` (None at either end, or off the list)."""
-    index = index_of(title)
-    if index is None:
-        return None, None
-    return (LECTURE[index - 1] if index > 0 else None), (LECTURE[index + 1] if index + 1 < len(LECTURE) else None)
-
-
-def state_modules() -> list:
+def state_modules() -> list[ModuleType]:
     """Every lesson's session-state modules, in lecture order, then the shared ones."""
-    return [importlib.import_module(f"kvviz.lessons.{lesson.key}.{name}")
-            for lesson in LECTURE for name in lesson.states] + [
-        importlib.import_module(f"kvviz.lessons.{name}") for name in SHARED_STATES]
+    return [module for lesson in LECTURE for module in STATES.get(lesson.key, ())] + list(SHARED_STATES)
 
 
 def kept_settings() -> list[str]:

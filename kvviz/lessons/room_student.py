@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import streamlit as st
 
-from kvviz.lessons.registry import BY_KEY
+from kvviz.lessons.catalog import BY_KEY
 from kvviz.lessons.room_view import CAUGHT_UP, FALLBACK_S, RoomLesson
 from kvviz.ui import room_types, room_wake, rooms, streamlit_door
 from kvviz.ui.common import load_linked_model

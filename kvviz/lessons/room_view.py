@@ -35,7 +35,7 @@ CAUGHT_UP = "The stage moves with the teacher; the views below stay where they a
 class RoomLesson:
     """What a lesson page gives its room."""
 
-    page: str  # the lesson's key in the registry: its page's URL path
+    page: str  # the lesson's key in the catalog: its page's URL path
     lesson_key: str  # session-state key of the lesson object
     step_key: str  # session-state key of the step in view (an index into its records)
     follower: Callable  # (teacher's lesson, step) -> a replay of it at that step, sharing no list with it

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kvviz.lessons.registry import LECTURE
+from kvviz.lessons.catalog import LECTURE
 from kvviz.ui.app_server import CHROMIUM, ROOT
 
 from chromium import browser_page, wait_idle

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from kvviz.lessons.registry import LECTURE
+from kvviz.lessons.catalog import LECTURE
 from kvviz.ui.app_server import CHROMIUM, ROOT
 
 from chromium import browser_page, shared_app_url, wait_idle

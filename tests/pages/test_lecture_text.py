@@ -4,7 +4,7 @@ import re
 from pathlib import Path
 
 from kvviz.lessons.cache_strategies import logic as strategies
-from kvviz.lessons.registry import BY_KEY, LECTURE
+from kvviz.lessons.catalog import BY_KEY, LECTURE
 from kvviz.lessons.sources.logic import SOURCES
 
 from conftest import ROOT, open_lesson
@@ -38,7 +38,7 @@ def test_the_articles_arc_comes_first_and_each_lesson_after_the_ones_it_builds_o
 
 def test_the_readme_lists_the_lecture_in_its_order():
     """Every lesson of the article's arc, in lecture order, and no title that is not a lesson: a lesson added
-    later needs no README line to pass (the home page lists them all, from the registry)."""
+    later needs no README line to pass (the home page lists them all, from the catalog)."""
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     section = text[text.index("## The lessons"):text.index("## Command line")]
     listed = re.findall(r"^\d+\. \*\*(.+?)\*\*", section, flags=re.MULTILINE)

@@ -1,9 +1,11 @@
 """Every session key has one owner, and loading another model clears exactly the lessons' runs."""
 
+from pathlib import Path
+
 import pytest
 
 from kvviz.lessons import registry
-from kvviz.lessons.registry import LECTURE
+from kvviz.lessons.catalog import BY_KEY, LECTURE
 
 from conftest import open_lesson
 
@@ -115,3 +117,13 @@ def test_the_reset_button_clears_its_lessons_run(path, module):
     assert all(registry.cleared(key, module) for key in run_keys)  # a model change clears the run too
     click(at, "Reset")
     assert not run_keys & session_keys(at)
+
+
+def test_every_lesson_folders_state_is_listed_under_its_catalog_key():
+    """kvviz.lessons.registry imports the modules that own session keys; a lesson folder whose state module it
+    does not list would keep its run across a model change."""
+    lessons = Path(registry.__file__).parent
+    folders = {path.parent.name for path in lessons.glob("*/state.py")}
+    assert folders == set(registry.STATES) and set(registry.STATES) <= set(BY_KEY)
+    for key, modules in registry.STATES.items():
+        assert all(module.__name__.startswith(f"kvviz.lessons.{key}.") for module in modules), key

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvviz.lessons.registry import BY_KEY
+from kvviz.lessons.catalog import BY_KEY
 
-# the lessons' titles, as the registry spells them
+# the lessons' titles, as the catalog spells them
 PREFILL, BILL, LAB, PAGED, STRATEGIES, BATCH, TOGETHER, SPECULATIVE = (BY_KEY[key].title for key in (
     "prefill_decode", "memory_bill", "model_lab", "paged_batching", "cache_strategies", "batch_generation",
     "putting_it_together", "speculative"))
