@@ -14,6 +14,7 @@ import streamlit as st
 
 from kvviz.lessons import catalog, navigation, registry, room_student
 from kvviz.ui.common import keep_settings, model_from_link, model_sidebar
+from kvviz.ui.room_store import serve_lesson_files
 from kvviz.ui.presenter import ACCESSIBLE_CSS, BUSY_CSS, presenter_mode
 
 # a bundled icon: a :material/...: page icon makes the browser fetch it from a font host
@@ -26,6 +27,7 @@ st.html("<style>[data-testid='stMainBlockContainer'] {padding-top: 2.5rem;} "
         "[data-testid='stMetricValue'] {font-size: clamp(1.5rem, 2.2vw, 2.25rem);}</style>")
 st.html(ACCESSIBLE_CSS)
 st.html(BUSY_CSS)
+serve_lesson_files(registry.lesson_files)  # a room kept in Redis carries its lesson as a file
 page = st.navigation(navigation.pages())
 room_student.follow_link_elsewhere(page.url_path or catalog.LECTURE[0].key)  # a room link on a page without rooms
 keep_settings(registry.kept_settings())

@@ -19,9 +19,10 @@ from kvviz.lessons import room_view
 from kvviz.lessons.batch_generation import state as batch_generation
 from kvviz.lessons.cache_strategies import eviction_view, state as cache_strategies
 from kvviz.lessons.catalog import LECTURE
-from kvviz.lessons.paged_batching import fork_view, state as paged_batching, swap_view
-from kvviz.lessons.prefill_decode import classroom, explain_views, state as prefill_decode
-from kvviz.lessons.speculative import state as speculative
+from kvviz.lessons.paged_batching import fork_view, room as paged_room, state as paged_batching, swap_view
+from kvviz.lessons.prefill_decode import classroom, explain_views, room as prefill_room, state as prefill_decode
+from kvviz.lessons.room_view import RoomLesson
+from kvviz.lessons.speculative import room as speculative_room, state as speculative
 
 # each lesson's modules that own its session-state keys, by its catalog key
 STATES: dict[str, tuple[ModuleType, ...]] = {
@@ -31,7 +32,8 @@ STATES: dict[str, tuple[ModuleType, ...]] = {
     "cache_strategies": (cache_strategies, eviction_view),
     "speculative": (speculative,),
 }
-SHARED_STATES = (room_view,)  # a room followed on any engine-driven lesson's page
+SHARED_STATES = (room_view,)
+ROOMS: tuple[RoomLesson, ...] = (prefill_room.ROOM, paged_room.ROOM, speculative_room.ROOM)  # lessons a room can follow  # a room followed on any engine-driven lesson's page
 # keys of the app itself, which stay when another model loads: the model picker, presenter mode,
 # the Memory bill, the Model lab (it builds its own model), Putting it together (sizes, not runs) and
 # whether each "Show the code" is open (kvviz.ui.common.code_key)
@@ -41,6 +43,13 @@ APP_INPUTS = ("model_", "presenter", "bill_", "lab_", "together_", "show_code:")
 def state_modules() -> list[ModuleType]:
     """Every lesson's session-state modules, in lecture order, then the shared ones."""
     return [module for lesson in LECTURE for module in STATES.get(lesson.key, ())] + list(SHARED_STATES)
+
+
+def lesson_files(page: str):
+    """(export, read) of the lesson files a room kept in Redis carries for `page`, or None (app.py serves it
+    to kvviz.ui.room_store)."""
+    room = next((room for room in ROOMS if room.page == page and room.files is not None), None)
+    return (room.export_file, room.read_file) if room is not None else None
 
 
 def kept_settings() -> list[str]:

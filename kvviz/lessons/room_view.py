@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kvviz.ui import room_types, rooms
+from kvviz.ui import rooms
 from kvviz.ui.common import drop
 
 KEYS = frozenset({"room_code", "room_seat", "room_seat_token", "room_query_done", "room_error", "room_state", "room_answer",
@@ -55,10 +55,6 @@ class RoomLesson:
     def read_file(self, text):
         """A replay of a lesson file's text (raises LessonFileError)."""
         return self.files.read_file(text)[0]
-
-    def __post_init__(self):
-        if self.files is not None:  # a room kept in Redis carries this page's lessons as files (kvviz.ui.room_redis)
-            room_types.LESSON_FILES[self.page] = (self.export_file, self.read_file)
 
 
 def reset(state) -> None:

@@ -39,8 +39,8 @@ from redis.retry import Retry
 
 from kvviz.ui.room_codec import RoomDataError, add_answers, answer_key, decode_payload, decode_questions, room_number, \
     room_text
-from kvviz.ui.room_types import CODE_LENGTH, CODE_LETTERS, GUESS_WINDOW_S, LESSON_FILES, MAX_ANSWERS, MAX_QUESTIONS, Room, \
-    RoomQuestion, lesson_token, setting, valid_seat
+from kvviz.ui.room_types import CODE_LENGTH, CODE_LETTERS, GUESS_WINDOW_S, MAX_ANSWERS, MAX_QUESTIONS, LessonFiles, \
+    Room, RoomQuestion, lesson_token, setting, valid_seat
 
 log = logging.getLogger(__name__)
 TIMEOUT_S = 1.0  # connect and read: a page waits at most this for a server that went away
@@ -152,10 +152,14 @@ def answering(default):
 class RedisStore:
     """The rooms of every app process pointed at one Redis (kvviz.ui.room_store's methods)."""
 
-    def __init__(self, url: str, on_change: Callable[[str, bool], object] | None = None):
+    def __init__(self, url: str, on_change: Callable[[str, bool], object] | None = None,
+                 lesson_files: LessonFiles | None = None):
         """on_change(code, full): another process changed room `code` (kvviz.ui.room_store passes
-        kvviz.ui.room_wake.changed, which wakes this process's followers of it)."""
+        kvviz.ui.room_wake.changed, which wakes this process's followers of it). lesson_files(page): how a
+        page's lesson is written to its file and read back (kvviz.ui.room_store passes the lessons' own,
+        kvviz.lessons.registry.lesson_files); without it a room carries no lesson."""
         self.url, self.on_change = url, on_change
+        self.lesson_files: LessonFiles = lesson_files or (lambda page: None)
         self.redis = redis.Redis.from_url(url, socket_timeout=TIMEOUT_S, socket_connect_timeout=TIMEOUT_S,
                                           retry=Retry(NoBackoff(), 0), decode_responses=True)
         self.me = secrets.token_hex(6)  # this process, in the changes it tells
@@ -268,7 +272,7 @@ class RedisStore:
         cached = self.replays.get(code)
         if cached is not None and cached[0] == version:
             return cached[1]
-        text, read = self.redis.get(room_key(code, "lesson")), LESSON_FILES.get(page, (None, None))[1]
+        text, read = self.redis.get(room_key(code, "lesson")), (self.lesson_files(page) or (None, None))[1]
         if text is None or read is None:
             return None
         try:
@@ -357,7 +361,7 @@ class RedisStore:
     def share(self, code: str, lesson, progress: int, new: bool = False) -> bool:
         """Write the lesson's file when it is new to the room or has grown since; True when written."""
         mine = self.mine.get(code)
-        export = LESSON_FILES.get(mine.page, (None,))[0] if mine else None
+        export = (self.lesson_files(mine.page) or (None,))[0] if mine else None
         records = getattr(lesson, "records", None)
         if mine is None or export is None or not records:
             return False

@@ -18,10 +18,22 @@ import os
 import threading
 
 from kvviz.ui import room_wake
-from kvviz.ui.room_types import GUESS_WINDOW_S, MAX_ANSWERS, MAX_QUESTIONS, Room, RoomQuestion, RoomStore
+from kvviz.ui.room_types import GUESS_WINDOW_S, MAX_ANSWERS, MAX_QUESTIONS, LessonFiles, Room, RoomQuestion, RoomStore
 
 URL_VARIABLE = "KVVIZ_ROOMS_URL"
 _chosen: dict = {}  # url ("" for memory) -> its store, made once per process
+_lesson_files: list[LessonFiles] = []  # what app.py serves (serve_lesson_files): a Redis store writes lessons by it
+
+
+def serve_lesson_files(lesson_files: LessonFiles) -> None:
+    """How each page's lesson is written to a file and read back, for rooms kept in Redis: app.py passes
+    kvviz.lessons.registry.lesson_files (the UI imports no lesson)."""
+    _lesson_files[:] = [lesson_files]
+
+
+def lesson_files(page: str):
+    """The served (export, read) of `page`'s lessons, or None."""
+    return _lesson_files[0](page) if _lesson_files else None
 
 
 def store() -> RoomStore:
@@ -32,7 +44,7 @@ def store() -> RoomStore:
         if url:
             from kvviz.ui.room_redis import RedisStore  # the redis client only where a server is named
 
-            _chosen[url] = RedisStore(url, on_change=room_wake.changed)
+            _chosen[url] = RedisStore(url, on_change=room_wake.changed, lesson_files=lesson_files)
         else:
             _chosen[url] = MemoryStore()
     return _chosen[url]

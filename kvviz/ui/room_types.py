@@ -26,8 +26,9 @@ GUESSES = {"session": 5, "address": 300}  # wrong codes each may try in GUESS_WI
 # gets a class's worth of typos (60 students, 5 each): at most 432,000 tries a day, about 1 in 250 of finding
 # one of 10 open rooms among 32**6 codes. A right code for a full room is no wrong code: it counts for neither.
 GUESS_WINDOW_S = 60.0
-LESSON_FILES: dict[str, tuple] = {}  # page -> (export: lesson -> file text, read: file text -> replay), set by
-# each lesson's RoomLesson: a room kept in Redis carries its lesson as that file (kvviz.ui.room_redis)
+# page -> (export: lesson -> file text, read: file text -> replay), or None for a page whose lessons a room kept
+# in Redis cannot carry: a room there carries its lesson as that file (kvviz.ui.room_redis)
+LessonFiles = Callable[[str], "tuple[Callable, Callable] | None"]
 
 
 def setting(name: str) -> int:

@@ -11,7 +11,7 @@ see, as a replay: no model runs for them), the step the teacher shows, the quest
 asked and one answer per seat per question (the data and its bounds: kvviz.ui.room_types). Where rooms live is kvviz.ui.room_store's: one dict behind
 one lock, shared by the server's sessions, or, with KVVIZ_ROOMS_URL=redis://HOST:PORT, a Redis server
 that every app process serving the class shares (kvviz.ui.room_redis: the lesson travels as its lesson
-file, LESSON_FILES, and changes by pub/sub). A room closes when its teacher's session ends, when it has been idle for
+file, written and read as app.py serves them (room_store.serve_lesson_files), and changes by pub/sub). A room closes when its teacher's session ends, when it has been idle for
 KVVIZ_ROOM_IDLE_S seconds, or when the teacher closes it.
 
 A student holds a seat: a token the session keeps, never in the page's address, so a link passed on

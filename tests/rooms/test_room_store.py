@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 import redis
 import streamlit as st
 
+from kvviz.lessons import registry
+from kvviz.lessons.catalog import LECTURE
 from kvviz.ui import room_store, room_types, room_wake, rooms
 from kvviz.ui.room_redis import RedisStore
 
@@ -25,8 +27,11 @@ class FileLesson:
     released: bool = False
 
 
-room_types.LESSON_FILES[PAGE] = (lambda lesson: json.dumps({"records": lesson.records}),
-                            lambda text: FileLesson(json.loads(text)["records"]))
+def lesson_files(page: str):
+    """The test page's lesson file: its records as JSON (the app serves kvviz.lessons.registry.lesson_files)."""
+    if page != PAGE:
+        return None
+    return (lambda lesson: json.dumps({"records": lesson.records}), lambda text: FileLesson(json.loads(text)["records"]))
 
 
 def opened(store: RedisStore, lesson, teacher: str = "teacher", client: str | None = None) -> room_types.Room:
@@ -49,7 +54,7 @@ def wait_for(condition, timeout: float = 5.0) -> bool:
 def test_a_room_opened_on_one_process_is_followed_on_another(redis_url, monkeypatch):  # noqa: F811
     calls = []  # what each process's listener passed on (room_store passes room_wake.changed), which still runs
     heard = lambda code, full=False: calls.append((code, full)) or room_wake.changed(code, full)  # noqa: E731
-    a, b = RedisStore(redis_url.url, on_change=heard), RedisStore(redis_url.url, on_change=heard)
+    a, b = RedisStore(redis_url.url, on_change=heard, lesson_files=lesson_files), RedisStore(redis_url.url, on_change=heard, lesson_files=lesson_files)
     lesson = FileLesson([{"step": 0}])
     room = opened(a, lesson)
     assert a.get(room.code).lesson is lesson  # the teacher's own object on the teacher's process
@@ -73,7 +78,7 @@ def test_a_room_opened_on_one_process_is_followed_on_another(redis_url, monkeypa
 
 
 def test_questions_and_answers_cross_processes(redis_url):  # noqa: F811
-    a, b = RedisStore(redis_url.url), RedisStore(redis_url.url)
+    a, b = RedisStore(redis_url.url, lesson_files=lesson_files), RedisStore(redis_url.url, lesson_files=lesson_files)
     room = opened(a, FileLesson([{}]))
     assert a.ask(room, room_types.RoomQuestion("q", "How many blocks?", "blocks", 3)) == "asked"
     assert a.ask(room, room_types.RoomQuestion("q", "again", "blocks", 3)) == "known"
@@ -93,7 +98,7 @@ def test_questions_and_answers_cross_processes(redis_url):  # noqa: F811
 
 
 def test_bounds_hold_across_processes(redis_url, monkeypatch):  # noqa: F811
-    a, b = RedisStore(redis_url.url), RedisStore(redis_url.url)
+    a, b = RedisStore(redis_url.url, lesson_files=lesson_files), RedisStore(redis_url.url, lesson_files=lesson_files)
     first = opened(a, FileLesson([{}]), client="10.0.0.9")
     room = room_types.Room("ABCDEF", "t2", None, PAGE, FileLesson([{}]), client="10.0.0.9")
     assert b.add(room, 10, 1) == ("KVVIZ_ROOMS_PER_CLIENT", 1)  # the address opened one on the other process
@@ -111,7 +116,7 @@ def test_bounds_hold_across_processes(redis_url, monkeypatch):  # noqa: F811
 
 
 def test_wrong_codes_count_across_processes_and_codes_are_never_listed(redis_url):  # noqa: F811
-    a, b = RedisStore(redis_url.url), RedisStore(redis_url.url)
+    a, b = RedisStore(redis_url.url, lesson_files=lesson_files), RedisStore(redis_url.url, lesson_files=lesson_files)
     room = opened(a, FileLesson([{}]), client="10.0.0.9")
     keys = [("session", "s1"), ("address", "10.0.0.7")]
     for store in (a, b, a, b, a):
@@ -130,6 +135,7 @@ def test_wrong_codes_count_across_processes_and_codes_are_never_listed(redis_url
 
 
 def test_the_rooms_functions_use_redis_when_the_variable_names_it(redis_url):  # noqa: F811
+    room_store.serve_lesson_files(lesson_files)  # as app.py serves the lessons' own
     st.session_state[rooms.SESSION_KEY] = "a teacher's tab"
     assert isinstance(room_store.store(), RedisStore)
     room = rooms.open_room(FileLesson([{}]), PAGE, "10.0.0.20")
@@ -144,7 +150,7 @@ def test_the_rooms_functions_use_redis_when_the_variable_names_it(redis_url):  #
 
 
 def test_a_server_that_went_away_answers_no_room_in_bounded_time(redis_url):  # noqa: F811
-    a = RedisStore(redis_url.url)
+    a = RedisStore(redis_url.url, lesson_files=lesson_files)
     room = opened(a, FileLesson([{}]))
     assert a.down() is None
     redis_url.stop()
@@ -155,3 +161,14 @@ def test_a_server_that_went_away_answers_no_room_in_bounded_time(redis_url):  # 
     assert time.time() - start < 3.0
     assert a.down() == (f"The class room server at {redis_url.url.split('//')[1].join(['redis://', ''])} does "
                         "not answer; the lesson goes on without a room.")
+
+
+def test_every_lesson_a_room_can_follow_has_its_files_served():
+    """app.py serves kvviz.lessons.registry.lesson_files to the Redis store: each lesson a room can follow
+    writes and reads its own lesson file, and a page without rooms has none."""
+    for lesson in LECTURE:
+        files = registry.lesson_files(lesson.key)
+        assert (files is not None) == lesson.rooms, lesson.key
+        if files is not None:
+            export, read = files
+            assert callable(export) and callable(read)

@@ -15,7 +15,7 @@ from kvviz.ui.rooms import new_seat
 from redis_server import REDIS_SERVER, running_redis
 
 PAGE = "contract_test"
-room_types.LESSON_FILES.setdefault(PAGE, (lambda lesson: "{}", lambda text: Lesson()))
+
 
 
 class Lesson:
@@ -30,7 +30,7 @@ def store(request) -> RoomStore:
     if not REDIS_SERVER.exists():
         pytest.skip("redis-server is not installed (/usr/bin/redis-server; scripts/test.sh installs it)")
     with running_redis() as server:
-        yield RedisStore(server.url)
+        yield RedisStore(server.url, lesson_files=lambda page: (lambda lesson: "{}", lambda text: Lesson()))
 
 
 def opened(store: RoomStore, code: str = "K7QW2M", teacher: str = "teacher", client: str | None = None) -> Room:
