@@ -12,7 +12,6 @@ a picture of each chart go to artifacts/fonts/; the first screen in presenter mo
 import json
 import re
 import shutil
-import time
 
 import pytest
 from test_browser import app_url, no_exceptions  # noqa: F401  (fixture)
@@ -22,7 +21,7 @@ from test_browser_stage import SHOTS, SLOW_S, press
 from kvviz.lessons.prefill_decode.state import VIEWS
 from kvviz.ui.app_server import CHROMIUM, ROOT
 
-from chromium import browser_page, click_to_next_step, wait_idle
+from chromium import browser_page, click_to_next_step, still, wait_idle
 
 pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
                                 reason="Debian's chromium is not installed (.ci/run installs it)")
@@ -113,7 +112,7 @@ class Survey:
         MEASURED.mkdir(parents=True, exist_ok=True)
         self.page.evaluate("() => document.activeElement?.blur()")  # no tooltip or focus ring left open
         self.page.mouse.move(1279, 719)
-        time.sleep(0.3)
+        still(self.page)  # a tooltip's fade
         texts = self.page.evaluate(TEXTS_JS)
         assert texts, f"no text found at {where}"
         least = SIZES[self.mode]
@@ -151,7 +150,7 @@ class Survey:
         """The first screen in presenter mode, kept in docs/screenshots/ for people to look at."""
         if self.mode == "presenter":
             self.page.evaluate("() => document.querySelector('[data-testid=\"stMain\"]').scrollTo(0, 0)")
-            time.sleep(1.5)  # the stage's animations end
+            still(self.page)  # the stage's animations end
             SHOTS.mkdir(parents=True, exist_ok=True)
             self.page.screenshot(path=str(SHOTS / f"legible_{self.lesson}_presenter_1280x720.png"))
 

@@ -17,7 +17,7 @@ from kvviz.lessons.prefill_decode.state import PAGE_SAMPLING
 from kvviz.shapes import format_bytes
 from kvviz.ui.app_server import CHROMIUM, ROOT
 
-from chromium import browser_page, wait_idle
+from chromium import browser_page, still, wait_idle
 
 pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
                                 reason="Debian's chromium is not installed (.ci/run installs it)")
@@ -95,7 +95,7 @@ def test_the_stage_fits_one_screen_lights_a_token_everywhere_and_is_legible(app_
     with browser_page(1280, 720) as page:
         open_and_step(page, app_url, presenter)
         no_exceptions(page)
-        time.sleep(0.6)  # the new column's slide-in
+        still(page)  # the new column's slide-in
         SHOTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(SHOTS / f"stage_{'presenter' if presenter else 'normal'}_1280x720.png"))
         slide = page.locator(".kvviz-stage .slide").first  # the new column's cells
@@ -197,7 +197,7 @@ def test_a_long_lesson_keeps_its_diagram_on_the_first_screen_with_readable_colum
         page.goto(f"{app_url}/prefill_decode?{urlencode(query)}")
         page.locator("[data-testid='stage-cache']").wait_for(timeout=SLOW_S * 1000)
         wait_idle(page, timeout=SLOW_S)
-        time.sleep(0.6)
+        still(page)
         no_exceptions(page)
         page.screenshot(path=str(SHOTS / f"stage_long_{'presenter' if presenter else 'normal'}_1280x720.png"))
         chips = page.locator("[data-testid='stage-chips']")

@@ -10,7 +10,6 @@ Screenshots go to docs/screenshots/ (kept in the repository, for people to look 
 
 import re
 import shutil
-import time
 
 import pytest
 from test_browser import app_url, no_exceptions  # noqa: F401  (fixture)
@@ -18,7 +17,7 @@ from test_browser_stage import SHOTS, SLOW_S, SMALLEST_FONT_JS, press, replay
 
 from kvviz.ui.app_server import CHROMIUM, ROOT
 
-from chromium import browser_page, click_to_next_step, wait_idle
+from chromium import browser_page, click_to_next_step, still, wait_idle
 
 pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
                                 reason="Debian's chromium is not installed (.ci/run installs it)")
@@ -36,13 +35,13 @@ def start_and_step(page, url, lesson, steps, presenter):
         click_to_next_step(page, page.get_by_role("button", name="Step", exact=True), timeout=SLOW_S)
 
 
-def open_stage(page, url, lesson, steps, presenter, shown, settle_s, parts):
+def open_stage(page, url, lesson, steps, presenter, shown, parts):
     """Start and step the lesson until the stage shows `shown`; keep a screenshot; check that the
     stage's `parts` are on the first screen and its smallest type; the stage's locator."""
     start_and_step(page, url, lesson, steps, presenter)
     page.locator("[data-testid='stage-step']").get_by_text(shown).wait_for()
     no_exceptions(page)
-    time.sleep(settle_s)  # the animations end
+    still(page)  # the animations end
     SHOTS.mkdir(parents=True, exist_ok=True)
     mode = "presenter" if presenter else "normal"
     page.screenshot(path=str(SHOTS / f"stage_{lesson.split('_')[0]}_{mode}_1280x720.png"))
@@ -90,7 +89,7 @@ def test_paged_stage_fits_lights_a_request_and_a_block_and_shows_the_records(app
                                                                             paged_run):
     with browser_page(1280, 720) as page:
         open_stage(page, app_url, "paged_batching", PAGED_STEPS, presenter, f"Step {PAGED_STEPS} of {PAGED_STEPS}",
-                   1.3, ["[data-testid='stage-sentence']", "[data-testid='stage-requests']",
+                   ["[data-testid='stage-sentence']", "[data-testid='stage-requests']",
                          "[data-testid='stage-pool']", "[data-testid='stage-summary']"])
 
         # the numbers are the engine's: each request's block table, the shared blocks' reference counts
@@ -153,7 +152,7 @@ def test_a_replayed_paged_run_shows_a_preemption_as_blocks_given_back(app_url, t
             page.keyboard.press("ArrowRight")
         page.locator("[data-testid='stage-step']").get_by_text(f"Step {preempted_at} of").wait_for(timeout=DRAWN_MS)
         assert sent == []  # stepping is the browser's own
-        time.sleep(1.3)
+        still(page)
         page.screenshot(path=str(SHOTS / "stage_paged_preemption_normal_1280x720.png"))
         assert "preempted" in page.locator("[data-testid='stage-sentence']").inner_text()
         row = page.locator(f".rrow[data-request='{victim.request_id}']")
@@ -186,7 +185,7 @@ def test_the_fork_tabs_stage_splits_a_shared_block_at_copy_on_write(app_url):  #
         stage = page.locator("[data-testid='kvviz-stage']").last
         stage.locator("[data-testid='stage-forward']").click()  # step 1, in the browser
         stage.locator("[data-testid='stage-step']").get_by_text("Step 1 of").wait_for(timeout=DRAWN_MS)
-        time.sleep(1.2)  # the copies split off the shared block
+        still(page)  # the copies split off the shared block
         page.screenshot(path=str(SHOTS / "stage_paged_fork_copy_on_write_normal_1280x720.png"))
         copied = stage.locator(".rentry.copied").evaluate_all(
             "entries => entries.map(e => [Number(e.dataset.request), e.querySelector('.num').textContent, "
@@ -204,7 +203,7 @@ def test_speculative_stage_fits_fills_and_empties_draft_slots_as_the_records_say
                                                                                 speculative_run):
     with browser_page(1280, 720) as page:
         stage = open_stage(page, app_url, "speculative", SPEC_STEPS, presenter,
-                           f"Pass {SPEC_STEPS + 1} of {SPEC_STEPS + 1}", 1.8,  # the rolled-back slots empty
+                           f"Pass {SPEC_STEPS + 1} of {SPEC_STEPS + 1}",  # its end: the rolled-back slots empty
                            ["[data-testid='stage-sentence']", "[data-testid='stage-drafts']",
                             "[data-testid='stage-blocks']", "[data-testid='stage-summary']"])
         cut = page.locator(".tslot").evaluate_all(

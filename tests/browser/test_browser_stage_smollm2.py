@@ -6,7 +6,6 @@ Skipped where SmolLM2 is not fetched (`kvviz fetch smollm2`). Screenshots go to 
 """
 
 import shutil
-import time
 from urllib.parse import quote
 
 import pytest
@@ -15,7 +14,7 @@ from test_browser import app_url, no_exceptions  # noqa: F401  (fixture)
 from kvviz.hub.fetch import fetched_folder
 from kvviz.ui.app_server import CHROMIUM, ROOT
 
-from chromium import SCREENSHOTS, browser_page, click_to_next_step, wait_idle
+from chromium import SCREENSHOTS, browser_page, click_to_next_step, still, wait_idle
 
 pytestmark = [
     pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
@@ -48,7 +47,7 @@ def test_the_stage_holds_smollm2_on_one_screen(app_url, presenter):  # noqa: F81
             click_to_next_step(page, page.get_by_role("button", name="Next token").first, timeout=SLOW_S)
         page.locator("[data-testid='stage-step']").get_by_text(f"Step {NEXT_TOKENS} of", exact=False).wait_for()
         no_exceptions(page)
-        time.sleep(0.6)  # the new column's slide-in
+        still(page)  # the new column's slide-in
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(SCREENSHOTS / f"stage_smollm2_{'presenter' if presenter else 'normal'}_1280x720.png"))
 

@@ -117,6 +117,22 @@ def click_to_next_step(page, control, timeout: float = 120.0) -> None:
     wait_drawn(page, caption.filter(has_text=re.compile(rf"\b{step + 1} of \d+")), timeout=timeout)
 
 
+# Whether a finite animation still runs: the stage's slide-ins, give-backs, splits and roll-backs
+# (kvviz/ui/stage/stage.css, 0.42-1.6 s), inside the stage component's shadow root, which the document's own
+# getAnimations() does not see. Streamlit's spinners and skeletons loop forever and do not count.
+MOVING_JS = """() => [document, ...[...document.querySelectorAll('*')].filter(e => e.shadowRoot).map(e => e.shadowRoot)]
+    .some(root => root.getAnimations().some(a => a.playState === 'running'
+        && a.effect && isFinite(a.effect.getComputedTiming().endTime)))"""
+NEXT_FRAMES_JS = "() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))"
+
+
+def still(page, timeout: float = 10.0) -> None:
+    """Wait until the page's animations that end have ended (before a screenshot, or reading what a
+    moving part shows); the two frames first let a render just made start its own."""
+    page.evaluate(NEXT_FRAMES_JS)
+    page.wait_for_function(f"() => !({MOVING_JS})()", timeout=timeout * 1000)
+
+
 def screenshot(page, name: str) -> Path:
     """A screenshot of the whole app, taller than the window, for people to look at."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
