@@ -13,7 +13,6 @@ from kvviz.lessons.paged_batching.events import event_rows
 from kvviz.lessons.paged_batching.fork_view import fork_view
 from kvviz.lessons.paged_batching.logic import waste_text
 from kvviz.lessons.paged_batching.paging_note import paging_explained
-from kvviz.lessons.paged_batching.room import ROOM
 from kvviz.lessons.paged_batching.stage import stage_data
 from kvviz.lessons.paged_batching.swap_view import swap_view
 from kvviz.lessons.prefill_decode import predict
@@ -22,7 +21,7 @@ from kvviz.ui.common import show_code
 from kvviz.ui.text import plain
 
 LESSON = ps.LESSON
-room = stepped.open_page(ROOM)  # ?room=CODE: follow a teacher's run; None unless this session follows a room
+room = stepped.open_page(LESSON)  # ?room=CODE: follow a teacher's run; None unless this session follows a room
 lesson = ps.paged()
 presenter = bool(st.session_state.get("presenter"))
 
@@ -77,7 +76,7 @@ stepped.header("Paged cache and batching", lesson)
 if lesson is None:
     introduction()
     paging_explained()
-stepped.toolbar(LESSON, ROOM, lesson, room, requests_and_settings, "Requests and settings",
+stepped.toolbar(LESSON, lesson, room, requests_and_settings, "Requests and settings",
                 can_step=lesson is not None and lesson.can_step, start_help="A new run of these requests from step 0.",
                 popover_css="<style>[data-testid='stPopoverBody'] {width: min(760px, 90vw);}</style>")  # the table
 stepped.error(LESSON)
@@ -96,8 +95,8 @@ if lesson.replay and room is None:
 
 # the stage: the requests' block tables and the pool, stepped in the browser; the views below follow it
 last = len(lesson.records) - 1
-step = stepped.step_in_view(LESSON, ROOM, lesson, room)
-stepped.stage(LESSON, stage_data(lesson, step, presenter), ROOM, room)  # a follower's moves with the teacher
+step = stepped.step_in_view(LESSON, lesson, room)
+stepped.stage(LESSON, stage_data(lesson, step, presenter), room)  # a follower's moves with the teacher
 stepped.look_back(LESSON, step, last, "Look back at step",
                   help="Or step in the diagram (its arrows, or ← → when it has the focus).")
 stepped.files_expander(LESSON)
@@ -183,7 +182,7 @@ if room is None:  # a student answers the room's questions in the bar at the top
     with st.expander("Predict, then reveal: which block comes next?",
                      expanded=bool(st.session_state.get("paged_questions"))):
         predict_then_reveal()
-stepped.room_panel(ROOM, lesson, step, room)  # after the questions: one committed this run reaches the room
+stepped.room_panel(LESSON, lesson, step, room)  # after the questions: one committed this run reaches the room
 
 show_code(Scheduler.schedule, KVCacheManager.allocate_slots, BlockPool.find_cached_prefix, BlockPool.allocate,
           BlockPool.free, caption="The scheduler that chose this step's tokens, the KV manager that found "

@@ -15,7 +15,6 @@ from kvviz.lessons.prefill_decode.explain import bill_note, logit_difference_not
 from kvviz.lessons.prefill_decode.explain_views import inside_attention, memory_bound
 from kvviz.lessons.prefill_decode.logic import per_token_formula, steps_text
 from kvviz.lessons import room_answers, room_student, stepped
-from kvviz.lessons.prefill_decode.room import ROOM
 from kvviz.lessons.prefill_decode.stage import stage_data
 from kvviz.shapes import format_bytes
 from kvviz.ui.common import current_model, show_code
@@ -23,9 +22,9 @@ from kvviz.ui.text import plain
 
 LESSON, KEYS = ls.LESSON, ls.LESSON.keys
 ls.set_defaults()
-room_student.restore_from_query(ROOM)  # ?room=CODE: follow a teacher's lesson (a room's lesson reads no link)
+room_student.restore_from_query(LESSON)  # ?room=CODE: follow a teacher's lesson (a room's lesson reads no link)
 ls.restore_from_query()
-room = stepped.open_page(ROOM)  # None unless this session follows a room
+room = stepped.open_page(LESSON)  # None unless this session follows a room
 lesson = ls.lesson()
 stepped.header("Prefill and decode", lesson)
 if lesson is not None:  # the stage needs the height
@@ -59,7 +58,7 @@ def prompt_and_settings() -> None:
 
 
 if room is not None:  # a student: the teacher moves the lesson
-    room_student.student_bar(ROOM, room)
+    room_student.student_bar(LESSON, room)
 elif lesson is None:
     prompt_and_settings()
     buttons = st.columns([1.5, 1, 1.5, 1, 2.5], vertical_alignment="bottom")
@@ -94,12 +93,12 @@ if lesson.replay and room is None:
     st.caption(f"Replaying a recorded lesson ({plain(lesson.model_info['name'])}, {steps_text(len(lesson.records))}): "
                "every view is drawn from the file; no model runs. Step with the stage's arrows or Next token.")
     room_answers.file_answers(lesson)
-step = stepped.step_in_view(LESSON, ROOM, lesson, room, playing)  # a teacher's room follows it
+step = stepped.step_in_view(LESSON, lesson, room, playing)  # a teacher's room follows it
 record, info = lesson.records[step], lesson.model_info
 num_tokens = lesson.num_tokens_at(step)
 entered = lesson.entered_step(step)
 
-stepped.stage(LESSON, stage_data(lesson, step, bool(st.session_state.get("presenter"))), ROOM, room,
+stepped.stage(LESSON, stage_data(lesson, step, bool(st.session_state.get("presenter"))), room,
               ls.step_sentence(lesson, step))  # a follower's moves with the teacher's steps
 stepped.look_back(LESSON, step, last_step, "Look back at step (0 = prefill)", disabled=playing,
                   help="Or step in the diagram (its arrows, or ← → when it has the focus). While playing, the "
@@ -209,7 +208,7 @@ if room is None:  # a student answers the room's questions in the bar at the top
     with st.expander("Predict, then reveal", expanded=bool(st.session_state.get("lesson_questions"))):
         predict_panel(lesson)
         taught_later("paged_batching", "Blocks, which the second question asks about")
-stepped.room_panel(ROOM, lesson, step, room)  # after the questions: one asked this run reaches the room
+stepped.room_panel(LESSON, lesson, step, room)  # after the questions: one asked this run reaches the room
 
 attention_code = mla_attention if info.get("kv_lora_rank") else paged_attention  # MLA: its own attention forward
 show_code(Engine.step, Engine._sample, Scheduler.schedule, attention_code,

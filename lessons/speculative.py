@@ -10,13 +10,12 @@ from kvviz.lessons import room_answers, stepped
 from kvviz.lessons.speculative import figures
 from kvviz.lessons.speculative import state as ss
 from kvviz.lessons.speculative.logic import DEFAULT_PROMPT
-from kvviz.lessons.speculative.room import ROOM
 from kvviz.lessons.speculative.stage import stage_data
 from kvviz.ui.common import show_code
 from kvviz.ui.text import plain
 
 LESSON = ss.LESSON
-room = stepped.open_page(ROOM)  # ?room=CODE: follow a teacher's run; None unless this session follows a room
+room = stepped.open_page(LESSON)  # ?room=CODE: follow a teacher's run; None unless this session follows a room
 lesson = ss.lesson()
 presenter = bool(st.session_state.get("presenter"))
 
@@ -49,7 +48,7 @@ def prompt_and_settings() -> None:
 stepped.header("Speculative decoding", lesson)
 if lesson is None:
     introduction()
-stepped.toolbar(LESSON, ROOM, lesson, room, prompt_and_settings, "Prompt and settings",
+stepped.toolbar(LESSON, lesson, room, prompt_and_settings, "Prompt and settings",
                 can_step=lesson is not None and not (lesson.replay or lesson.finished),  # a replay takes no steps
                 start_help="A new run of this prompt from the prefill.")
 stepped.error(LESSON)
@@ -68,8 +67,8 @@ if lesson.replay and room is None:
 
 # the stage: the request's blocks, each pass's drafts filling slots and the rejected ones emptying again
 last = len(lesson.records) - 1
-step = stepped.step_in_view(LESSON, ROOM, lesson, room)
-stepped.stage(LESSON, stage_data(lesson, step, presenter), ROOM, room)  # a follower's moves with the teacher
+step = stepped.step_in_view(LESSON, lesson, room)
+stepped.stage(LESSON, stage_data(lesson, step, presenter), room)  # a follower's moves with the teacher
 stepped.look_back(LESSON, step, last, "Look back at forward pass", base=1,
                   help="Passes are counted from 1: pass 1 is the prefill. Or step in the diagram (its arrows, "
                        "or ← → when it has the focus).")
@@ -137,6 +136,6 @@ texts = pd.DataFrame([
 ]).set_index("decoding")
 st.table(texts)
 
-stepped.room_panel(ROOM, lesson, step, room)
+stepped.room_panel(LESSON, lesson, step, room)
 show_code(propose_drafts, accept, Engine._roll_back, KVCacheManager.truncate,
           caption="Prompt lookup, greedy verification, and the rollback of the rejected drafts' cache slots.")

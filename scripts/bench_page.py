@@ -35,7 +35,7 @@ def main() -> None:
         times.append(time.perf_counter() - start)
     assert not at.exception, at.exception
     times.sort()
-    lesson = at.session_state["lesson"]
+    lesson = at.session_state["lesson_run"]
     print(f"prompt tokens {len(lesson.prompt_token_ids)}, steps {args.steps}")
     print(f"prefill: {prefill:.3f} s")
     print(f"next token: median {statistics.median(times):.3f} s, p95 {times[int(0.95 * (len(times) - 1))]:.3f} s, "

@@ -1,7 +1,9 @@
-"""Which modules own each lesson's session state: a model change, Reset and the session-key checks read it.
+"""Which modules own each lesson's session state, and the stepped lessons: a model change, Reset, rooms and
+the session-key checks read it.
 
 Adding a lesson means a folder kvviz/lessons/<key>/, a page script lessons/<key>.py, its line in
-kvviz/lessons/catalog.py, its state modules below (when it keeps a run), and its tests.
+kvviz/lessons/catalog.py, its state modules below (when it keeps a run), its Stepped in STEPPED (when it
+is stepped a run at a time), and its tests (docs/design.md, "Adding a lesson").
 
 A state module declares KEYS (what a run leaves behind), optionally KEY_PREFIXES (keys made on the
 fly, one per question asked), INPUTS (prefixes of widget keys that stay when another model loads) and
@@ -19,10 +21,10 @@ from kvviz.lessons import room_view
 from kvviz.lessons.batch_generation import state as batch_generation
 from kvviz.lessons.cache_strategies import eviction_view, state as cache_strategies
 from kvviz.lessons.catalog import LECTURE
-from kvviz.lessons.paged_batching import fork_view, room as paged_room, state as paged_batching, swap_view
-from kvviz.lessons.prefill_decode import classroom, explain_views, room as prefill_room, state as prefill_decode
-from kvviz.lessons.room_view import RoomLesson
-from kvviz.lessons.speculative import room as speculative_room, state as speculative
+from kvviz.lessons.paged_batching import fork_view, state as paged_batching, swap_view
+from kvviz.lessons.prefill_decode import classroom, explain_views, state as prefill_decode
+from kvviz.lessons.speculative import state as speculative
+from kvviz.lessons.stepped import Stepped
 
 # each lesson's modules that own its session-state keys, by its catalog key
 STATES: dict[str, tuple[ModuleType, ...]] = {
@@ -33,7 +35,8 @@ STATES: dict[str, tuple[ModuleType, ...]] = {
     "speculative": (speculative,),
 }
 SHARED_STATES = (room_view,)
-ROOMS: tuple[RoomLesson, ...] = (prefill_room.ROOM, paged_room.ROOM, speculative_room.ROOM)  # lessons a room can follow  # a room followed on any engine-driven lesson's page
+STEPPED: tuple[Stepped, ...] = (prefill_decode.LESSON, paged_batching.LESSON, speculative.LESSON)  # stepped lessons
+ROOMS = tuple(lesson for lesson in STEPPED if lesson.room is not None)  # the lessons a room can follow
 # keys of the app itself, which stay when another model loads: the model picker, presenter mode,
 # the Memory bill, the Model lab (it builds its own model), Putting it together (sizes, not runs) and
 # whether each "Show the code" is open (kvviz.ui.common.code_key)
@@ -48,8 +51,8 @@ def state_modules() -> list[ModuleType]:
 def lesson_files(page: str):
     """(export, read) of the lesson files a room kept in Redis carries for `page`, or None (app.py serves it
     to kvviz.ui.room_store)."""
-    room = next((room for room in ROOMS if room.page == page and room.files is not None), None)
-    return (room.export_file, room.read_file) if room is not None else None
+    lesson = next((lesson for lesson in ROOMS if lesson.page == page), None)
+    return (lesson.room_file, lesson.from_room_file) if lesson is not None else None
 
 
 def kept_settings() -> list[str]:

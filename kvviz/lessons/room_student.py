@@ -6,17 +6,21 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import streamlit as st
 
 from kvviz.lessons.catalog import BY_KEY
-from kvviz.lessons.room_view import CAUGHT_UP, FALLBACK_S, RoomLesson
+from kvviz.lessons.room_view import CAUGHT_UP, FALLBACK_S
 from kvviz.ui import room_types, room_wake, rooms, streamlit_door
 from kvviz.ui.common import load_linked_model
 
+if TYPE_CHECKING:  # kvviz.lessons.stepped imports this module
+    from kvviz.lessons.stepped import Stepped
+
 
 # ---- a student's page ----------------------------------------------------------------------------
-def restore_from_query(kind: RoomLesson) -> None:
+def restore_from_query(lesson: Stepped) -> None:
     """A link with ?room=CODE, read once per session: take a seat in that room, or say why not. A room
     of another lesson sends the student to that lesson's page, with the link. The seat is this
     session's (a reload is a new session: a new seat, the old one freed once idle)."""
@@ -24,7 +28,7 @@ def restore_from_query(kind: RoomLesson) -> None:
         return
     seat = session_seat()
     room = rooms.take_seat(st.query_params["room"], seat, rooms.session_id(), rooms.client_address())
-    if not isinstance(room, str) and room.page != kind.page and room.page in BY_KEY:
+    if not isinstance(room, str) and room.page != lesson.page and room.page in BY_KEY:
         st.switch_page(BY_KEY[room.page].path, query_params={"room": room.code})
     st.session_state["room_query_done"] = True
     if isinstance(room, str):
@@ -59,7 +63,7 @@ def follow_link_elsewhere(page_key: str) -> None:
     st.error(room if isinstance(room, str) else f"Room {room.code}'s lesson is not on this server's pages.")
 
 
-def followed_room(kind: RoomLesson) -> room_types.Room | None:
+def followed_room(lesson: Stepped) -> room_types.Room | None:
     """The room of this page's lesson that this session follows, its lesson refreshed to the teacher's
     step; None when it follows none here (a closed room leaves a sentence and no lesson). The views
     start at the teacher's step (on joining, and with each new lesson); then they stay on the student's."""
@@ -67,34 +71,34 @@ def followed_room(kind: RoomLesson) -> room_types.Room | None:
     if code is None:
         return None
     room = rooms.find(code)
-    if room is not None and room.page != kind.page:  # the student looks at another lesson: their own
+    if room is not None and room.page != lesson.page:  # the student looks at another lesson: their own
         room_wake.forget()
         return None
     if room is None and rooms.down():  # the rooms' server went away: the replay stays, at its step
-        copy, held = st.session_state.get(kind.lesson_key), st.session_state.get("room_stage", {}).get("step")
+        copy, held = st.session_state.get(lesson.keys.run), st.session_state.get("room_stage", {}).get("step")
         if copy is not None and held is not None and \
-                st.session_state.get(kind.step_key) == st.session_state.get("room_views_step"):  # views not moved
-            st.session_state[kind.step_key] = min(held, len(copy.records) - 1)  # the step the stage last showed
-        stop_following(kind, keep_lesson=True)
+                st.session_state.get(lesson.keys.view) == st.session_state.get("room_views_step"):  # views not moved
+            st.session_state[lesson.keys.view] = min(held, len(copy.records) - 1)  # the step the stage last showed
+        stop_following(lesson, keep_lesson=True)
         st.session_state["room_error"] = (f"The class room server does not answer, so room {code} cannot be "
                                           "followed; the lesson stays at its step, and you can go on on your own.")
         return None
     if room is None or getattr(room.lesson, "released", False) or not getattr(room.lesson, "records", None):
-        stop_following(kind)
+        stop_following(lesson)
         st.session_state["room_error"] = f"Room {code} has closed; you can run the lesson on your own here."
         return None
     if not rooms.seen(room, st.session_state.get("room_seat", "")) and not rooms.down():
-        stop_following(kind)
+        stop_following(lesson)
         st.session_state["room_error"] = (f"Room {code} gave your seat to another student while your page was "
                                           "away; you can run the lesson on your own here.")
         return None
     st.session_state["room_state"] = page_state(room)
     st.session_state["room_stage"] = {"seen": room.payload.get("stage")}  # read before the step: never newer
     step = st.session_state["room_teachers_step"] = teachers_step(room)
-    st.session_state[kind.lesson_key] = kind.follower(room.lesson, step)
-    own = st.session_state.get(kind.step_key) != st.session_state.get("room_views_step")  # the student moved them
+    st.session_state[lesson.keys.run] = lesson.room.follower(room.lesson, step)
+    own = st.session_state.get(lesson.keys.view) != st.session_state.get("room_views_step")  # the student moved them
     if st.session_state.get("room_followed_lesson") != room_types.lesson_token(room.lesson) or not own:
-        st.session_state[kind.step_key] = st.session_state["room_views_step"] = step
+        st.session_state[lesson.keys.view] = st.session_state["room_views_step"] = step
         st.session_state["room_followed_lesson"] = room_types.lesson_token(room.lesson)
     return room
 
@@ -108,29 +112,29 @@ def page_state(room: room_types.Room) -> tuple:
     return room_types.lesson_token(room.lesson), len(room.questions), sum(q.revealed for q in room.questions)
 
 
-def stop_following(kind: RoomLesson, keep_lesson: bool = False) -> None:
+def stop_following(lesson: Stepped, keep_lesson: bool = False) -> None:
     """Leave the room; its replay goes too, unless the student took it over (`keep_lesson`)."""
     code = st.session_state.get("room_code")
     room = rooms.find(code) if code else None
     if room is not None:
         rooms.leave(room, st.session_state.get("room_seat", ""))
     room_wake.forget()
-    lesson_keys = () if keep_lesson else (kind.lesson_key, kind.step_key)
+    lesson_keys = () if keep_lesson else (lesson.keys.run, lesson.keys.view)
     for key in ("room_code", "room_seat", "room_state", "room_followed_lesson", "room_stage", "room_full",
                 "room_teachers_step", "room_views_step", "room_sent", "room_sent_value", *lesson_keys):
         st.session_state.pop(key, None)
     st.query_params.pop("room", None)  # a reload does not join again
 
 
-def catch_up(kind: RoomLesson) -> None:
+def catch_up(lesson: Stepped) -> None:
     """The views below go to the teacher's step (the whole page reruns)."""
     room = rooms.find(st.session_state.get("room_code", ""))
     if room is not None:
-        st.session_state[kind.step_key] = st.session_state["room_views_step"] = teachers_step(room)
+        st.session_state[lesson.keys.view] = st.session_state["room_views_step"] = teachers_step(room)
     st.session_state["room_full"] = True
 
 
-def take_over(kind: RoomLesson, slot) -> None:
+def take_over(lesson: Stepped, slot) -> None:
     """The room's lesson at the room's step, run on this session's own engine, in the page's script: a bar
     with Stop in `slot` counts the steps. The student leaves the room once the first step ran, so Stop
     keeps the lesson at the step reached. Refused (the server's live lessons are at their limit, the
@@ -138,33 +142,33 @@ def take_over(kind: RoomLesson, slot) -> None:
     code = st.session_state.get("room_code", "")
     room = rooms.find(code)
     if room is None:
-        stop_following(kind)
+        stop_following(lesson)
         return
     refused = load_linked_model(room.model, "The teacher's model") if room.model else None
     if refused:  # the student's own copy would run on another model: a different lesson, so none
         st.session_state["room_error"] = f"Take over needs the teacher's model; you still follow room {room.code}. {refused}"
         return
-    st.session_state.pop(kind.lesson_key, None)  # the replay followed: the student's own run takes its place
+    st.session_state.pop(lesson.keys.run, None)  # the replay followed: the student's own run takes its place
     left = []
-    kind.take_over(room.lesson, min(room.step, len(room.lesson.records) - 1), slot,
-                   lambda: left.append(stop_following(kind, keep_lesson=True)))
+    lesson.room.take_over(lesson, room.lesson, min(room.step, len(room.lesson.records) - 1), slot,
+                          lambda: left.append(stop_following(lesson, keep_lesson=True)))
     slot.empty()
     if not left:
-        reason = st.session_state.pop(kind.error_key, "") if kind.error_key else ""
+        reason = st.session_state.pop(lesson.keys.error, "")
         st.session_state["room_error"] = (f"Take over could not start a lesson of your own, so you still follow "
                                           f"room {room.code}: {reason or 'try again in a while.'}")
 
 
-def student_bar(kind: RoomLesson, room: room_types.Room) -> None:
+def student_bar(lesson: Stepped, room: room_types.Room) -> None:
     """The banner, Take over and Leave, and the room's open question (the page ends with `follow`)."""
     a, b, c = st.columns([4, 1, 1], vertical_alignment="center")
     a.info(f"**Following room {room.code}.** The teacher moves the lesson; pick any view below, it moves only "
            "your screen.", icon=":material/groups:")
     taking = b.button("Take over", width="stretch",
                       help="Copy the lesson at this step into a lesson of your own, and go on alone.")
-    c.button("Leave", on_click=stop_following, args=(kind,), width="stretch")
+    c.button("Leave", on_click=stop_following, args=(lesson,), width="stretch")
     if taking:  # run here, not in a callback, so that its bar and Stop show while it runs
-        take_over(kind, st.empty())
+        take_over(lesson, st.empty())
         st.rerun()
     question = room.open_question
     if question is not None:
@@ -193,7 +197,7 @@ def student_bar(kind: RoomLesson, room: room_types.Room) -> None:
 
 
 @st.fragment(run_every=FALLBACK_S)
-def follow_stage(kind: RoomLesson, code: str, data: dict, sentence: str | None, draw: Callable) -> None:
+def follow_stage(lesson: Stepped, code: str, data: dict, sentence: str | None, draw: Callable) -> None:
     """A follower's stage and its sentence: drawn with the page (`data`, at the views' step), then alone
     each time kvviz.ui.room_wake wakes this fragment, from the room's payload (every follower shares it;
     the browser keeps the steps before). `draw(data, sentence, step)` shows them; data may be JSON bytes."""
@@ -204,7 +208,7 @@ def follow_stage(kind: RoomLesson, code: str, data: dict, sentence: str | None, 
         state.setdefault("room_stage", {"seen": None}).update(steps=len(data["steps"]), step=data["step"],
                                                                sentence=sentence)
         draw(data, sentence, data["step"])
-        _catch_up_bar(kind, st.session_state.get("room_teachers_step", data["step"]))
+        _catch_up_bar(lesson, st.session_state.get("room_teachers_step", data["step"]))
         return
     room = rooms.find(code)
     if (state.pop("room_full", False) or room is None or not rooms.seen(room, state.get("room_seat", ""))
@@ -216,7 +220,7 @@ def follow_stage(kind: RoomLesson, code: str, data: dict, sentence: str | None, 
             st.rerun(scope="app")  # a wake was lost: this browser lacks steps the payload builds on
         held.update(steps=payload["step"] + 1, step=payload["step"], sentence=payload["sentence"],
                     seen=payload["stage"], drawn=payload["stage"])
-        state[kind.lesson_key] = kind.follower(room.lesson, teachers_step(room))  # lists copied, no record: the
+        state[lesson.keys.run] = lesson.room.follower(room.lesson, teachers_step(room))  # lists copied, no record: the
         # copy the student keeps should the room go, and what Catch up shows
         stage = payload["stage"]
     else:  # nothing new (the fallback's beat): the same picture, the browser's step kept. The last payload
@@ -224,7 +228,7 @@ def follow_stage(kind: RoomLesson, code: str, data: dict, sentence: str | None, 
         # that sent it stopped), it still has the steps that payload builds on
         stage = held.get("drawn") or json.dumps({"steps_from": held["steps"], "steps": [], "step": held["step"]})
     draw(stage.encode(), held["sentence"], held["step"])
-    _catch_up_bar(kind, teachers_step(room))
+    _catch_up_bar(lesson, teachers_step(room))
 
 
 def stage_lost() -> None:
@@ -232,25 +236,25 @@ def stage_lost() -> None:
     st.session_state["room_full"] = True
 
 
-def _catch_up_bar(kind: RoomLesson, teachers: int) -> None:
+def _catch_up_bar(lesson: Stepped, teachers: int) -> None:
     """One caption and Catch up, while the views below show another step than the teacher's."""
-    if st.session_state.get(kind.step_key, teachers) != teachers:
+    if st.session_state.get(lesson.keys.view, teachers) != teachers:
         left, right = st.columns([5, 1], vertical_alignment="center")
         left.caption(CAUGHT_UP)
-        right.button("Catch up", on_click=catch_up, args=(kind,), width="stretch", key="room_catch_up",
+        right.button("Catch up", on_click=catch_up, args=(lesson,), width="stretch", key="room_catch_up",
                      help="Show the teacher's step in the views below too.")
 
 
-def step_payload(kind: RoomLesson, lesson, step: int, before: dict) -> dict:
+def step_payload(lesson: Stepped, run, step: int, before: dict) -> dict:
     """The teacher's `step` as every follower draws it, built once: the stage's data for the steps that
     moved since the payload `before` (just this step when the teacher looked back or the lesson is new),
-    as JSON text, and the step's sentence. Not the lesson again: each follower's browser holds the
+    as JSON text, and the step's sentence. Not the run again: each follower's browser holds the
     steps before. Plain JSON-able values, so that it can travel between processes."""
-    replay = kind.follower(lesson, step)
-    data = kind.stage(replay, step, False)
-    token = room_types.lesson_token(lesson)
+    replay = lesson.room.follower(run, step)
+    data = lesson.room.stage(replay, step, False)
+    token = room_types.lesson_token(run)
     first = min(before["step"] + 1, step) if before.get("lesson") == token else step
     data.pop("presenter", None)  # each follower's own (the browser keeps it)
     data["steps_from"], data["steps"] = first, data["steps"][first:]
-    return {"lesson": token, "step": step, "progress": kind.progress(lesson), "steps_from": first,
-            "sentence": kind.sentence(replay, step), "stage": json.dumps(data, separators=(",", ":"))}
+    return {"lesson": token, "step": step, "progress": lesson.room.progress(run), "steps_from": first,
+            "sentence": lesson.room.sentence(replay, step), "stage": json.dumps(data, separators=(",", ":"))}

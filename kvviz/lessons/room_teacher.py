@@ -4,6 +4,7 @@ questions sent to the room and revealed (kvviz.lessons.room_view says how a room
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 import streamlit as st
 
@@ -11,27 +12,29 @@ from kvviz.lessons.files import RoomAnswers
 from kvviz.lessons.room_address import qr_png, room_address
 from kvviz.lessons.room_answers import results
 from kvviz.lessons.room_student import step_payload
-from kvviz.lessons.room_view import RoomLesson
 from kvviz.ui import room_types, rooms
 from kvviz.ui.common import session_source
 
+if TYPE_CHECKING:  # kvviz.lessons.stepped imports this module
+    from kvviz.lessons.stepped import Stepped
+
 
 # ---- the teacher's panel ------------------------------------------------------------------------
-def publish(kind: RoomLesson, lesson, step: int) -> None:
+def publish(lesson: Stepped, run, step: int) -> None:
     """The teacher's page knows its step: the room hears of it now, before the rest of the page draws,
     with the payload its followers draw (built only when the step moved)."""
-    room = rooms.teachers_room(kind.page)
+    room = rooms.teachers_room(lesson.page)
     if room is None:
         return
-    rooms.show_lesson(room, lesson)
-    progress = kind.progress(lesson)
+    rooms.show_lesson(room, run)
+    progress = lesson.room.progress(run)
     if (room.step, room.progress) != (step, progress) or not room.payload:
-        rooms.publish(room, step, progress, step_payload(kind, lesson, step, room.payload))
+        rooms.publish(room, step, progress, step_payload(lesson, run, step, room.payload))
 
 
-def teacher_panel(kind: RoomLesson, lesson, step: int) -> None:
+def teacher_panel(lesson: Stepped, run, step: int) -> None:
     """Open or close the room, its code, link and QR code, who follows, and the questions' answers."""
-    room = rooms.teachers_room(kind.page)
+    room = rooms.teachers_room(lesson.page)
     if room is None and rooms.down():  # stepped.room_panel says so above
         return
     if room is None:
@@ -41,7 +44,7 @@ def teacher_panel(kind: RoomLesson, lesson, step: int) -> None:
                        "room was deleted there); open a new room and give the class its new link.")
         if st.button("Open a room for the class", icon=":material/groups:"):
             try:
-                rooms.open_room(lesson, kind.page, rooms.client_address(),
+                rooms.open_room(run, lesson.page, rooms.client_address(),
                                 session_source())
             except ValueError as error:
                 st.error(str(error))
@@ -50,11 +53,11 @@ def teacher_panel(kind: RoomLesson, lesson, step: int) -> None:
         st.caption("Students who open the room's link see this lesson, step by step, on their own screens, "
                    "and answer your predict-then-reveal questions there.")
         return
-    publish(kind, lesson, step)  # a new run (Prefill or Start again): the room shows it
-    _sync_questions(room, kind.questions(lesson))
-    keep_answers(lesson, room)
-    base, warning = room_address(kind.page)
-    link = f"{base}/{kind.page}?room={room.code}"
+    publish(lesson, run, step)  # a new run (Prefill or Start again): the room shows it
+    _sync_questions(room, lesson.room.questions(run))
+    keep_answers(run, room)
+    base, warning = room_address(lesson.page)
+    link = f"{base}/{lesson.page}?room={room.code}"
     left, right = st.columns([1, 3])
     left.image(qr_png(link), width=160, output_format="PNG")  # a PNG: st.html's sanitizer strips an inline SVG
     with right:

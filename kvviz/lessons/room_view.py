@@ -1,9 +1,9 @@
 """A lesson in a room (kvviz.ui.rooms): the teacher's panel, and the students who follow.
 
-Every engine-driven lesson gives its room a `RoomLesson`: where its run and its step in view live
-in session state, a function that copies the teacher's lesson as a replay at a step, one that
-runs the same settings to that step on the student's own engine (Take over), and the stage's data
-and sentence of a step. A student's page opened with ?room=CODE (its seat is the session's own, never in the
+Every engine-driven lesson's Stepped (kvviz.lessons.stepped) carries a `RoomPart`: a function that
+copies the teacher's run as a replay at a step, one that runs the same settings to that step on the
+student's own engine (Take over), and the stage's data and sentence of a step; where its run and its
+step in view live in session state, its page and its lesson files are the Stepped's. A student's page opened with ?room=CODE (its seat is the session's own, never in the
 link: a link passed on cannot take another student's seat) shows the teacher's lesson as that replay: every view works,
 nothing runs a model, and the student picks views and tabs without moving anyone.
 
@@ -32,29 +32,17 @@ CAUGHT_UP = "The stage moves with the teacher; the views below stay where they a
 
 
 @dataclass(frozen=True)
-class RoomLesson:
-    """What a lesson page gives its room."""
+class RoomPart:
+    """What a stepped lesson (kvviz.lessons.stepped.Stepped, its `room`) adds so that a room can follow it.
+    Its keys, page and lesson files are the Stepped's own."""
 
-    page: str  # the lesson's key in the catalog: its page's URL path
-    lesson_key: str  # session-state key of the lesson object
-    step_key: str  # session-state key of the step in view (an index into its records)
-    follower: Callable  # (teacher's lesson, step) -> a replay of it at that step, sharing no list with it
-    take_over: Callable  # (teacher's lesson, step, slot, started) -> None: the same settings run to that step,
-    # this session's own, a bar with Stop in slot (an st.empty()); started() once its first step ran
-    questions: Callable = lambda lesson: []  # (teacher's lesson) -> list[room_types.RoomQuestion] asked on the page
-    progress: Callable = lambda lesson: 0  # (lesson) -> a number that grows when followers must redraw the same step
-    error_key: str = ""  # session-state key of the lesson's refusal (what Take over says when refused)
-    files: object | None = None  # the lesson's kvviz.lessons.stepped.Stepped, whose files a room in Redis carries
-    stage: Callable | None = None  # (lesson, step, presenter) -> the stage's data (kvviz.ui.stage)
-    sentence: Callable = lambda lesson, step: None  # (lesson, step) -> the line over the stage, when the page has one
-
-    def export_file(self, lesson) -> str:
-        """The teacher's lesson as its lesson file's text, as a room in Redis carries it."""
-        return self.files.export(lesson, 0)
-
-    def read_file(self, text):
-        """A replay of a lesson file's text (raises LessonFileError)."""
-        return self.files.read_file(text)[0]
+    follower: Callable  # (teacher's run, step) -> a replay of it at that step, sharing no list with it
+    take_over: Callable  # (lesson: Stepped, teacher's run, step, slot, started) -> None: the same settings run to
+    # that step, this session's own, a bar with Stop in slot (an st.empty()); started() once its first step ran
+    stage: Callable  # (run, step, presenter) -> the stage's data (kvviz.ui.stage)
+    questions: Callable = lambda run: []  # (teacher's run) -> list[room_types.RoomQuestion] asked on the page
+    progress: Callable = lambda run: 0  # (run) -> a number that grows when followers must redraw the same step
+    sentence: Callable = lambda run, step: None  # (run, step) -> the line over the stage, when the page has one
 
 
 def reset(state) -> None:

@@ -1,9 +1,10 @@
 """One stepped lesson: a run taken a step at a time, its stage, its files, its room and its toolbar.
 
-Prefill and decode, Paged cache and batching and Speculative decoding each declare a `Stepped`
-(their state module's LESSON): its session keys, named once in `StepKeys`, how a run starts and
-steps, and how its lesson files are written and read. The callbacks and the page parts below
-serve all three; a page keeps its layout and what only its lesson shows.
+Prefill and decode, Paged cache and batching and Speculative decoding each declare one `Stepped`
+(their state module's LESSON): its page, its session keys, named once in `StepKeys`, how a run starts
+and steps, how its lesson files are written and read, and how a room follows it (its `RoomPart`).
+The callbacks and the page parts below serve all three; a page keeps its layout and what only its
+lesson shows.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import streamlit as st
 from kvviz.engine.errors import EngineError
 from kvviz.lessons import room_student, room_teacher
 from kvviz.lessons.budget import click_seconds
-from kvviz.lessons.room_view import RoomLesson
+from kvviz.lessons.room_view import RoomPart
 from kvviz.lessons.uploads import file_buttons
 from kvviz.ui import live_lessons, room_types, rooms
 from kvviz.ui.common import bound_export, drop, show_file_settings
@@ -35,8 +36,7 @@ PLAY_DELAYS = {"slow": 1.5, "normal": 0.7, "fast": 0.25}  # seconds between Play
 class StepKeys:
     """A stepped lesson's session-state keys. Those a run leaves go with Reset and with a model change."""
 
-    prefix: str  # its widgets' keys start with it: "lesson_", "paged_", "spec_"
-    run: str  # the lesson object
+    prefix: str  # every key below starts with it: "lesson_", "paged_", "spec_"
     view: str  # the index of the step in view
     slider: str = ""  # the look-back slider, when it is not the view itself (one counting from 1)
     asks: bool = False  # a predict-then-reveal list under prefix + "questions"
@@ -44,6 +44,7 @@ class StepKeys:
     extra: tuple[str, ...] = ()  # other keys a run leaves behind
 
     # the keys named after the prefix
+    run = property(lambda self: self.prefix + "run")  # the run: the lesson object
     error = property(lambda self: self.prefix + "error")  # the last refusal's one sentence
     stage = property(lambda self: self.prefix + "stage")  # the stage component
     upload = property(lambda self: self.prefix + "upload")  # the lesson-file uploader (and upload + "_error")
@@ -67,9 +68,10 @@ class StepKeys:
 
 @dataclass(frozen=True)
 class Stepped:
-    """What one stepped lesson gives the controller."""
+    """What one stepped lesson gives the controller, its room and the registry."""
 
     keys: StepKeys
+    page: str  # its key in the catalog (kvviz.lessons.catalog): its page's URL path, a room's page
     new: Callable[[], Any]  # a run from the page's settings, not stepped yet (raises EngineError)
     step: Callable[[Any], Any]  # (run) -> falsy when it had no step left to take (raises EngineError)
     file_name: str  # what Export names the lesson file
@@ -83,6 +85,15 @@ class Stepped:
     reveal: Callable[[Any, int], None] = lambda run, step: None  # a replay stepped by hand shows up to `step`
     exportable: Callable[[Any], bool] = lambda run: True
     settings: frozenset[str] = field(default_factory=frozenset)  # inputs a model change clears, Reset keeps
+    room: RoomPart | None = None  # how a room follows it (kvviz.lessons.room_view)
+
+    def room_file(self, run) -> str:
+        """The teacher's run as its lesson file's text, as a room in Redis carries it."""
+        return self.export(run, 0)
+
+    def from_room_file(self, text):
+        """A replay of a lesson file's text that a room carried (raises LessonFileError)."""
+        return self.read_file(text)[0]
 
     def cleared_keys(self) -> frozenset[str]:
         """Every key a model change clears: the run's and the settings that fit one model."""
@@ -259,10 +270,10 @@ def reset(lesson: Stepped, state) -> None:
 
 
 # ---- the page's shared parts -----------------------------------------------------------------------
-def open_page(kind: RoomLesson) -> room_types.Room | None:
+def open_page(lesson: Stepped) -> room_types.Room | None:
     """Read a ?room=CODE link once; the room this session follows here (None when on its own)."""
-    room_student.restore_from_query(kind)
-    room = room_student.followed_room(kind)
+    room_student.restore_from_query(lesson)
+    room = room_student.followed_room(lesson)
     if "room_error" in st.session_state:
         st.error(st.session_state.pop("room_error"))
     return room
@@ -277,7 +288,7 @@ def header(title: str, run) -> None:
         st.subheader(title, anchor=False)
 
 
-def toolbar(lesson: Stepped, kind: RoomLesson, run, room, settings: Callable[[], None], settings_label: str,
+def toolbar(lesson: Stepped, run, room, settings: Callable[[], None], settings_label: str,
             can_step: bool, start_help: str, popover_css: str = "") -> None:
     """Start, Step, Run to the end, Reset, and the settings: in full before a run, in a popover during one.
     A student's bar instead while following a room."""
@@ -288,16 +299,16 @@ def toolbar(lesson: Stepped, kind: RoomLesson, run, room, settings: Callable[[],
         buttons[0].button("Start", type="primary", on_click=start, args=(lesson,), width="stretch",
                           key=prefix + "start")
         buttons[1].button("Step", width="stretch", key=prefix + "step", disabled=True)
-        buttons[2].button("Run to the end", width="stretch", key=prefix + "run", disabled=True)
+        buttons[2].button("Run to the end", width="stretch", key=prefix + "to_end", disabled=True)
     elif room is not None:  # a student: the teacher moves the run
-        room_student.student_bar(kind, room)
+        room_student.student_bar(lesson, room)
         return
     else:  # one toolbar row: the stage below gets the screen
         buttons = st.columns([1, 1.5, 1, 2.3], vertical_alignment="bottom")
         buttons[0].button("Step", on_click=step, args=(lesson,), width="stretch", key=prefix + "step",
                           disabled=not can_step)
         buttons[1].button("Run to the end", on_click=request_run_to_end, args=(lesson,), width="stretch",
-                          key=prefix + "run", disabled=not can_step)
+                          key=prefix + "to_end", disabled=not can_step)
     buttons[2 if run is not None else 3].button("Reset", on_click=reset_run, args=(lesson,), width="stretch",
                                                 key=prefix + "reset")
     if run is not None:
@@ -351,7 +362,7 @@ def files_expander(lesson: Stepped) -> None:
         files(lesson)
 
 
-def step_in_view(lesson: Stepped, kind: RoomLesson, run, room, playing: bool = False) -> int:
+def step_in_view(lesson: Stepped, run, room, playing: bool = False) -> int:
     """The step the views show: the newest while playing, else the one chosen; a teacher's room follows it.
 
     Written back before the slider is drawn: the slider's maximum grows with every step, which gives
@@ -362,15 +373,15 @@ def step_in_view(lesson: Stepped, kind: RoomLesson, run, room, playing: bool = F
     shown = last if playing or st.session_state.pop(lesson.keys.stepped, False) else min(int(chosen), last)
     st.session_state[lesson.keys.view] = shown
     if room is None and not run.replay:
-        room_teacher.publish(kind, run, shown)  # followers move while this page draws
+        room_teacher.publish(lesson, run, shown)  # followers move while this page draws
     return shown
 
 
-def stage(lesson: Stepped, data: dict, kind: RoomLesson | None = None, room=None, sentence: str | None = None) -> None:
+def stage(lesson: Stepped, data: dict, room=None, sentence: str | None = None) -> None:
     """The stage component under its sentence (when the page has one): it steps in the browser and tells the
     server (stage_step). A follower's moves with the teacher's steps on its own (room_student.follow_stage)."""
     if room is not None:
-        room_student.follow_stage(kind, room.code, data, sentence, partial(followers_stage, lesson))
+        room_student.follow_stage(lesson, room.code, data, sentence, partial(followers_stage, lesson))
         return
     if sentence:
         st.success(sentence)
@@ -407,12 +418,12 @@ def look_back(lesson: Stepped, shown: int, last: int, label: str, help: str, bas
         st.slider(label, base, last + base, key=keys.view, help=help, disabled=disabled)
 
 
-def room_panel(kind: RoomLesson, run, shown: int, room) -> None:
+def room_panel(lesson: Stepped, run, shown: int, room) -> None:
     """A teacher's room, after the questions (a question asked this run reaches the room)."""
-    if room is None and not run.replay and rooms.down() and rooms.teachers_room(kind.page) is None:
+    if room is None and not run.replay and rooms.down() and rooms.teachers_room(lesson.page) is None:
         st.warning(rooms.down(), icon=":material/wifi_off:")  # no room while its server does not answer
     elif room is None and not run.replay:
         with st.expander("Show this lesson to the class (a room)", icon=":material/groups:",
-                         expanded=rooms.teachers_room(kind.page) is not None):
-            room_teacher.teacher_panel(kind, run, shown)
+                         expanded=rooms.teachers_room(lesson.page) is not None):
+            room_teacher.teacher_panel(lesson, run, shown)
 

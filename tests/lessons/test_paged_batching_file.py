@@ -112,7 +112,7 @@ def test_a_replayed_file_renders_the_same_page_with_no_engine():
     live.slider(key="paged_num_blocks").set_value(12).run()
     click(live, "Start")
     click(live, "Run to the end")
-    lesson = live.session_state["lesson_paged"]
+    lesson = live.session_state["paged_run"]
     last = len(lesson.records) - 1
     preempted = next(s for s in range(last + 1) if lesson.num_preemptions(s))
     metrics = {m.label: m.value for m in live.metric}
@@ -120,7 +120,7 @@ def test_a_replayed_file_renders_the_same_page_with_no_engine():
 
     replay, _ = import_paged(export_paged(lesson, last))
     played = open_lesson("lessons/paged_batching.py")
-    played.session_state["lesson_paged"] = replay
+    played.session_state["paged_run"] = replay
     played.session_state["paged_view_step"] = last
     played.run()
     assert not played.exception and "Replaying a recorded run" in played.info[0].value

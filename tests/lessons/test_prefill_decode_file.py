@@ -161,9 +161,9 @@ def test_a_link_reopens_the_same_prompt_and_step():
         second.query_params[key] = value[0] if isinstance(value, list) else value
     second.run()
     second.switch_page("lessons/prefill_decode.py").run()
-    lesson = second.session_state["lesson"]
+    lesson = second.session_state["lesson_run"]
     assert lesson.settings.prompt == "JULIET:\nAy me" and len(lesson.records) == 3
-    assert [r.sampled for r in lesson.records] == [r.sampled for r in first.session_state["lesson"].records]
+    assert [r.sampled for r in lesson.records] == [r.sampled for r in first.session_state["lesson_run"].records]
 
 
 def test_two_sessions_do_not_see_each_other():
@@ -173,7 +173,7 @@ def test_two_sessions_do_not_see_each_other():
     for at in (one, two):
         next(b for b in at.button if b.label == "Prefill").click().run()
     next(b for b in one.button if b.label == "Next token").click().run()
-    a, b = one.session_state["lesson"], two.session_state["lesson"]
+    a, b = one.session_state["lesson_run"], two.session_state["lesson_run"]
     assert a is not b and a.engine is not b.engine
     assert len(a.records) == 2 and len(b.records) == 1
     assert a.prompt_token_ids != b.prompt_token_ids
@@ -216,7 +216,7 @@ def test_a_link_step_is_clamped_and_costs_bounded_steps(bundled, step):
     """Issue 16 item 1: ?step=100000000 used to call Next token 10^8 times and lift max_tokens past the slider."""
     at = open_link({"prompt": long_prompt(bundled, 500), "step": step})
     assert not at.exception  # no StreamlitValueAboveMaxError from the slider
-    lesson = at.session_state["lesson"]
+    lesson = at.session_state["lesson_run"]
     assert at.session_state["lesson_max_tokens"] <= at.slider(key="lesson_max_tokens").max
     assert lesson.finished and lesson.records[-1].requests[0].finish_reason == "context_full"
     assert lesson.engine.step_index == len(lesson.records) <= 256  # steps really run by the engine
@@ -225,7 +225,7 @@ def test_a_link_step_is_clamped_and_costs_bounded_steps(bundled, step):
 
 def test_a_link_step_that_is_not_a_number_keeps_its_message():
     at = open_link({"prompt": "JULIET:\nAy me", "step": "abc"})
-    assert not at.exception and len(at.session_state["lesson"].records) == 1
+    assert not at.exception and len(at.session_state["lesson_run"].records) == 1
     assert [e.value for e in at.error] == ["The link's step is not a number; showing the lesson from prefill."]
 
 

@@ -91,15 +91,15 @@ def test_a_replayed_file_renders_the_same_page_with_no_engine():
     live = open_lesson("lessons/speculative.py")
     live.slider(key="spec_max_tokens").set_value(16).run()
     live.button(key="spec_start").click().run()
-    live.button(key="spec_run").click().run()
-    lesson = live.session_state["lesson_speculative"]
+    live.button(key="spec_to_end").click().run()
+    lesson = live.session_state["spec_run"]
     replay, _ = import_speculative(export_speculative(lesson, 0))
     played = open_lesson("lessons/speculative.py")
-    played.session_state["lesson_speculative"] = replay
+    played.session_state["spec_run"] = replay
     played.session_state["spec_view"] = len(replay.records) - 1
     played.run()
     assert not played.exception and "Replaying a recorded run" in played.info[0].value
-    assert played.button(key="spec_step").disabled and played.button(key="spec_run").disabled
+    assert played.button(key="spec_step").disabled and played.button(key="spec_to_end").disabled
     for step in range(len(lesson.records)):
         live.slider(key="spec_view_step").set_value(step + 1).run()  # the slider counts passes from 1
         played.slider(key="spec_view_step").set_value(step + 1).run()

@@ -80,7 +80,7 @@ def chart_specs(at) -> list[dict]:
 
 def test_prefill_attention_is_the_causal_triangle_and_matches_decode_rows(lesson_app, bundled):
     at = lesson_app
-    lesson = at.session_state["lesson"]
+    lesson = at.session_state["lesson_run"]
     prompt = len(lesson.prompt_token_ids)
     triangle = lesson.traces[0].prompt_attention  # (layers, heads, T, T)
     assert triangle.shape[-2:] == (prompt, prompt)
@@ -103,7 +103,7 @@ def test_inside_attention_draws_token_text_on_the_axes(lesson_app, bundled):
     at = lesson_app
     at.radio(key="lesson_view").set_value("Inside attention").run()
     assert not at.exception
-    lesson = at.session_state["lesson"]
+    lesson = at.session_state["lesson_run"]
     ids = lesson.prompt_token_ids + [t for r in lesson.records[:3] for _, t in r.sampled]
     from kvviz.lessons.prefill_decode.explain_figures import token_label
     pieces = [token_label(bundled.tokenizer.decode([i])) for i in ids]
@@ -126,7 +126,7 @@ def test_bytes_read_is_weights_plus_the_bill_for_the_context(lesson_app, bundled
     at = lesson_app
     at.radio(key="lesson_view").set_value("Why decode is memory-bound").run()
     assert not at.exception
-    lesson = at.session_state["lesson"]
+    lesson = at.session_state["lesson_run"]
     info = lesson.model_info
     from kvviz.lessons.prefill_decode.explain_views import lesson_shape
     context = lesson.num_tokens_at(3)

@@ -39,13 +39,13 @@ def test_the_paged_page_replays_a_tiny_model_with_the_same_numbers(source):
     button(live, "Start").click().run()
     button(live, "Run to the end").click().run()
     assert not live.exception and live.session_state["model_source"] == source
-    lesson = live.session_state["lesson_paged"]
+    lesson = live.session_state["paged_run"]
     last = len(lesson.records) - 1
     groups = [g.name for g in lesson.records[0].layer_groups]
     assert groups == (["full", "sliding"] if source == TINY_GEMMA3 else [])
     replay, _ = import_paged(export_paged(lesson, last).encode())
     played = open_lesson("lessons/paged_batching.py")
-    played.session_state["lesson_paged"] = replay
+    played.session_state["paged_run"] = replay
     played.session_state["paged_view_step"] = last
     played.run()
     assert not played.exception and "Replaying a recorded run" in played.info[0].value
@@ -73,7 +73,7 @@ def test_the_prefill_page_replays_a_tiny_model_with_the_same_numbers(source):
         screens = {}
         for view in VIEWS:
             at = open_lesson("lessons/prefill_decode.py")
-            at.session_state["lesson"] = shown
+            at.session_state["lesson_run"] = shown
             at.session_state["lesson_view"] = view
             at.session_state["lesson_view_step"] = len(shown.records) - 1
             at.run()

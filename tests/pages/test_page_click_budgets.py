@@ -62,7 +62,7 @@ def test_a_link_past_the_budget_opens_the_furthest_step_it_allows(bundled, monke
     assert one_sentence(message)
     # the furthest step the estimate allows, at the pace the server had then; or, where the run went slower
     # than that pace (a test beside it), the step it reached when the budget's seconds ran out
-    estimated = re.fullmatch(r"Step 255 would take about [\d.,]+ s on this server, more than the 2 s one click may "
+    estimated = re.fullmatch(r"Step 255 would take about [\d.,]+ s to reach on this server, more than the 2 s one click may "
                              r"take, so the lesson stops at step (\d+); press Next token or Play to go on from there\.",
                              message)
     ran_out = re.fullmatch(r"Stopped at step (\d+) after 2 s, the 2 s one click may take on this server \(it is "
@@ -70,15 +70,15 @@ def test_a_link_past_the_budget_opens_the_furthest_step_it_allows(bundled, monke
     assert estimated or ran_out, message
     reachable = int((estimated or ran_out).group(1))
     assert 0 < reachable < 255
-    assert len(at.session_state["lesson"].records) - 1 == reachable  # stopped there, not at 255
+    assert len(at.session_state["lesson_run"].records) - 1 == reachable  # stopped there, not at 255
     button(at, "Next token").click().run()  # and the lesson goes on from there
-    assert len(at.session_state["lesson"].records) - 1 == reachable + 1
+    assert len(at.session_state["lesson_run"].records) - 1 == reachable + 1
 
 
 def test_a_link_whose_prefill_alone_is_past_the_budget_runs_nothing(monkeypatch):
     monkeypatch.setitem(budget.RATES, "cpu", Rate(1e6, 0.05, 0.025, 1.5e-4))  # a server a million times slower
     at = open_link(10)
-    assert "lesson" not in at.session_state
+    assert "lesson_run" not in at.session_state
     assert len(at.error) == 1
     message = shown(at.error[0])
     assert one_sentence(message) and message.startswith("This lesson's prefill would run about")
@@ -90,7 +90,7 @@ def test_a_link_within_the_budget_reaches_its_step(bundled):
     last = LESSON_DEFAULTS["lesson_max_tokens"] - 1
     assert furthest_step(bundled, prompt_tokens(bundled, EXAMPLE_PROMPTS[0]), last, CPU) == last
     at = open_link(last)
-    assert len(at.session_state["lesson"].records) - 1 == last
+    assert len(at.session_state["lesson_run"].records) - 1 == last
     assert not at.error
 
 

@@ -20,7 +20,7 @@ def test_a_link_reopens_its_lesson_on_the_model_it_names():
     at = open_link({"model": "tiny-mla", "prompt": "ROMEO:", "tokens": "6", "step": "2"})
     assert not at.exception and not at.error
     assert at.session_state["model_source"] == "tiny-mla"
-    lesson = at.session_state["lesson"]
+    lesson = at.session_state["lesson_run"]
     assert lesson.model_info["name"].startswith("tiny") and lesson.model_info.get("kv_lora_rank")
     assert at.session_state["lesson_view_step"] == 2
     assert dict(at.query_params)["model"] == "tiny-mla"  # the page writes back what it ran
@@ -32,5 +32,5 @@ def test_a_link_to_a_model_this_server_cannot_load_says_so_and_runs_on_its_own()
     message = at.error[0].value
     assert "The link's model could not be loaded here" in message and "runs on bundled instead" in message
     assert at.session_state.get("model_source", "bundled") == "bundled"
-    assert at.session_state["lesson"].model_info["name"] != "tiny-mla"
+    assert at.session_state["lesson_run"].model_info["name"] != "tiny-mla"
     assert at.session_state["lesson_view_step"] == 1  # the rest of the link still opens

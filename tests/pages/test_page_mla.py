@@ -15,7 +15,7 @@ def test_the_prefill_lesson_shows_an_mla_models_latent_rows():
     assert any("MLA latent 128 + RoPE key 16" in c.value for c in at.sidebar.caption)
     button(at, "Prefill").click().run()
     button(at, "Next token").click().run()
-    lesson = at.session_state["lesson"]
+    lesson = at.session_state["lesson_run"]
     assert lesson.trace(1).latents.shape[2] == 128 + 16
     at.radio(key="lesson_view").set_value("Cache per layer").run()
     per_token = format_bytes(lesson.records[1].memory.bytes_per_token)  # 4 layers × 144 values × 4 bytes
@@ -52,7 +52,7 @@ def test_every_view_of_an_mla_lesson_counts_the_same_latent_rows():
     button(at, "Prefill").click().run()
     for _ in range(5):
         button(at, "Next token").click().run()
-    lesson, step = at.session_state["lesson"], at.session_state["lesson_view_step"]
+    lesson, step = at.session_state["lesson_run"], at.session_state["lesson_view_step"]
     bill = lesson.bill(step, 4)
     whole = format_bytes(bill["token_bytes"])
     assert bill["formula_bytes"] == bill["token_bytes"] == lesson.num_tokens_at(step) * 4 * 144 * 4

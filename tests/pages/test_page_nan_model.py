@@ -44,13 +44,13 @@ def test_a_model_with_nan_weights_gets_a_sentence_on_prefill(nan_folder, monkeyp
     assert not at.exception, at.exception
     errors = [e.value for e in at.error]
     assert len(errors) == 1 and "are NaN" in errors[0], errors
-    assert "lesson" not in at.session_state  # no half-made lesson to step on
+    assert "lesson_run" not in at.session_state  # no half-made lesson to step on
     button(at, "Prefill").click().run()  # pressed again: the same sentence, still no traceback
     assert not at.exception and [e.value for e in at.error] == errors
 
 
-@pytest.mark.parametrize("path, start, key", [("lessons/paged_batching.py", "Start", "lesson_paged"),
-                                              ("lessons/speculative.py", "Start", "lesson_speculative")])
+@pytest.mark.parametrize("path, start, key", [("lessons/paged_batching.py", "Start", "paged_run"),
+                                              ("lessons/speculative.py", "Start", "spec_run")])
 def test_the_paged_and_speculative_pages_say_so_too(nan_folder, monkeypatch, path, start, key):
     monkeypatch.setenv("KVVIZ_MODELS", "bundled,folders")
     at = open_lesson(path)

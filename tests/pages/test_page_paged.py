@@ -19,7 +19,7 @@ def test_steps_keep_tables_and_pool_consistent(app):
     for _ in range(9):
         click(app, "Step")
     assert not app.exception
-    lesson = app.session_state["lesson_paged"]
+    lesson = app.session_state["paged_run"]
     block_size = lesson.engine.block_size
     for step, record in enumerate(lesson.records):
         used = set()
@@ -42,7 +42,7 @@ def test_a_small_pool_preempts_and_still_finishes(app):
     app.slider(key="paged_num_blocks").set_value(12).run()
     click(app, "Start")
     click(app, "Run to the end")
-    lesson = app.session_state["lesson_paged"]
+    lesson = app.session_state["paged_run"]
     assert lesson.finished and not app.exception
     assert lesson.engine.scheduler.num_preemptions > 0
     kinds = {e.kind for r in lesson.records for e in r.events}
@@ -59,8 +59,8 @@ def test_a_small_pool_preempts_and_still_finishes(app):
 
 def test_a_pool_too_small_for_any_request_says_so(app):
     click(app, "Start")
-    before = app.session_state["lesson_paged"]
+    before = app.session_state["paged_run"]
     app.slider(key="paged_num_blocks").set_value(2).run()
     click(app, "Start")
     assert "pool has only 2" in app.error[0].value
-    assert app.session_state["lesson_paged"] is before and not app.exception
+    assert app.session_state["paged_run"] is before and not app.exception

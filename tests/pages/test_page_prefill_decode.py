@@ -20,7 +20,7 @@ def app():
 
 def test_prefill_then_three_decode_steps(app):
     button(app, "Prefill").click().run()
-    lesson = app.session_state["lesson"]
+    lesson = app.session_state["lesson_run"]
     prompt_tokens = len(lesson.prompt_token_ids)
     for _ in range(3):
         button(app, "Next token").click().run()
@@ -58,14 +58,14 @@ def test_step_slider_and_inspectors_redraw_from_records(app):
     app.radio(key="lesson_view").set_value("Attention").run()
     app.selectbox(key="lesson_attention_layer").set_value(3).run()
     assert not app.exception
-    lesson = app.session_state["lesson"]
+    lesson = app.session_state["lesson_run"]
     assert np.allclose(lesson.trace(2).attention.sum(-1), 1.0, atol=1e-4)
 
 
 def test_memory_bill_matches_the_measured_bytes(app):
     button(app, "Prefill").click().run()
     button(app, "Next token").click().run()
-    lesson = app.session_state["lesson"]
+    lesson = app.session_state["lesson_run"]
     app.radio(key="lesson_view").set_value("Memory bill").run()
     bill = lesson.bill(1, lesson.model_info["dtype_bytes"])
     assert bill["formula_bytes"] == bill["token_bytes"]  # formula == bytes holding tokens
@@ -78,15 +78,15 @@ def test_memory_bill_matches_the_measured_bytes(app):
 
 def test_bad_prompts_show_one_sentence_and_keep_the_lesson(app):
     button(app, "Prefill").click().run()
-    before = app.session_state["lesson"]
+    before = app.session_state["lesson_run"]
     app.text_area(key="lesson_prompt").set_value("   ").run()
     button(app, "Prefill").click().run()
     assert [e.value for e in app.error] == ["The prompt is empty; type some text to start from."]
-    assert app.session_state["lesson"] is before
+    assert app.session_state["lesson_run"] is before
     app.text_area(key="lesson_prompt").set_value("word " * 600).run()
     button(app, "Prefill").click().run()
     assert "shorten the prompt" in app.error[0].value
-    assert app.session_state["lesson"] is before and not app.exception
+    assert app.session_state["lesson_run"] is before and not app.exception
 
 
 def test_play_runs_steps_until_paused(app):
@@ -94,7 +94,7 @@ def test_play_runs_steps_until_paused(app):
     button(app, "Prefill").click().run()
     button(app, "Play").click().run()
     assert app.session_state["lesson_playing"]
-    lesson = app.session_state["lesson"]
+    lesson = app.session_state["lesson_run"]
     while not lesson.finished:
         button(app, "Next token").click().run()
     assert len(lesson.records) == 3 and not app.session_state["lesson_playing"]
@@ -103,7 +103,7 @@ def test_play_runs_steps_until_paused(app):
 def show_lesson(lesson, view: str):
     """A fresh page session showing `lesson` (live or replayed) at its last step, in `view`."""
     at = open_lesson("lessons/prefill_decode.py")
-    at.session_state["lesson"] = lesson
+    at.session_state["lesson_run"] = lesson
     at.session_state["lesson_view"] = view
     at.session_state["lesson_view_step"] = len(lesson.records) - 1
     at.run()

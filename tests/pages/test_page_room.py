@@ -51,7 +51,7 @@ def test_students_follow_the_teachers_step_without_a_model_and_choose_their_own_
     pupils = [student(room.code) for _ in range(3)]
     for pupil in pupils:
         assert not pupil.exception and not pupil.error
-        lesson = pupil.session_state["lesson"]
+        lesson = pupil.session_state["lesson_run"]
         assert lesson.engine is None and lesson.replay and len(lesson.records) == 3  # a replay of the teacher's steps
         assert pupil.success[0].value.startswith("**Decode step 2.**")
         assert not any(b.label == "Next token" for b in pupil.button)  # only the teacher moves it
@@ -71,7 +71,7 @@ def test_students_follow_the_teachers_step_without_a_model_and_choose_their_own_
     pupils[0].slider(key="lesson_view_step").set_value(1).run()  # a student looks back: that step stays theirs
     click(teacher, "Next token")
     pupils[0].run()
-    assert pupils[0].session_state["lesson_view_step"] == 1 and len(pupils[0].session_state["lesson"].records) == 5
+    assert pupils[0].session_state["lesson_view_step"] == 1 and len(pupils[0].session_state["lesson_run"].records) == 5
     assert any("stay where they are until you press" in c.value for c in pupils[0].caption)
     click(pupils[0], "Catch up")
     assert pupils[0].success[0].value.startswith("**Decode step 4.**")
@@ -112,12 +112,12 @@ def test_take_over_gives_a_lesson_of_ones_own_at_the_rooms_step(teacher):
     pupil = student(room.code)
     teacher_texts = room.lesson.token_texts[:room.lesson.num_tokens_at(2) + 1]
     click(pupil, "Take over")
-    lesson = pupil.session_state["lesson"]
+    lesson = pupil.session_state["lesson_run"]
     assert lesson.engine is not None and not lesson.replay and len(lesson.records) == 3
     assert lesson.token_texts[:len(teacher_texts)] == teacher_texts
     assert pupil.session_state.get("room_code") is None and len(room.students) == 0
     click(pupil, "Next token")  # it runs on its own now; the teacher's lesson did not move
-    assert len(pupil.session_state["lesson"].records) == 4 and room.step == 2
+    assert len(pupil.session_state["lesson_run"].records) == 4 and room.step == 2
 
 
 def test_take_over_runs_on_the_teachers_model_not_the_students():
@@ -134,7 +134,7 @@ def test_take_over_runs_on_the_teachers_model_not_the_students():
     pupil = student(room.code)
     assert "model_source" not in pupil.session_state or pupil.session_state["model_source"] == "bundled"
     click(pupil, "Take over")
-    lesson = pupil.session_state["lesson"]
+    lesson = pupil.session_state["lesson_run"]
     assert pupil.session_state["model_source"] == "tiny-gemma3" and not pupil.exception
     assert lesson.model_info == room.lesson.model_info and not lesson.replay
     assert lesson.prompt_token_ids == room.lesson.prompt_token_ids and len(lesson.records) == 2
@@ -152,7 +152,7 @@ def test_a_refused_take_over_keeps_the_student_in_the_room_with_one_sentence(tea
     refusal = pupil.error[0].value
     assert f"you still follow room {room.code}" in refusal and "live lessons" in refusal
     assert pupil.session_state["room_code"] == room.code and len(room.students) == 1
-    lesson = pupil.session_state["lesson"]
+    lesson = pupil.session_state["lesson_run"]
     assert lesson.replay and len(lesson.records) == 3  # the room's replay, at the teacher's step
     assert pupil.success[0].value.startswith("**Decode step 2.**")
 
@@ -189,7 +189,7 @@ def test_a_full_server_refuses_another_room_in_one_sentence(teacher, monkeypatch
     click(other, "Prefill")
     click(other, "Open a room for the class")
     assert "already has 1 open rooms, its limit (KVVIZ_MAX_ROOMS)" in other.error[0].value
-    assert not other.exception and other.session_state["lesson"] is not None
+    assert not other.exception and other.session_state["lesson_run"] is not None
 
 
 def test_the_teachers_panel_draws_the_rooms_qr_code_and_a_link_students_can_reach(teacher):

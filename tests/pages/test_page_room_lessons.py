@@ -68,7 +68,7 @@ def test_paged_students_follow_the_teachers_step_and_numbers_and_move_nobody(pag
     assert any(code.value.endswith(f"/paged_batching?room={room.code}") for code in teacher.code)
     pupils = [student(room.code, PAGED) for _ in range(2)]
     for pupil in pupils:
-        lesson = pupil.session_state["lesson_paged"]
+        lesson = pupil.session_state["paged_run"]
         assert lesson.engine is None and len(lesson.records) == 3  # a replay of the teacher's steps: no model
         assert numbers(pupil) == numbers(teacher) and len(numbers(pupil)) == 5
         assert not any(b.label in ("Step", "Run to the end", "Commit") for b in pupil.button)  # only the teacher steps
@@ -85,7 +85,7 @@ def test_paged_students_follow_the_teachers_step_and_numbers_and_move_nobody(pag
     assert stage["steps"][0]["sentence"] and payload["sentence"] is None  # the stage says this lesson's sentence
     for pupil, shown in zip(pupils, (0, 3)):
         pupil.run()  # the page's rerun: the views follow, but for the student who looked back
-        assert len(pupil.session_state["lesson_paged"].records) == 4
+        assert len(pupil.session_state["paged_run"].records) == 4
         assert pupil.session_state["paged_view_step"] == shown
     click(pupils[0], "Catch up")
     for pupil in pupils:
@@ -93,7 +93,7 @@ def test_paged_students_follow_the_teachers_step_and_numbers_and_move_nobody(pag
     rooms.close_room(room)  # the teacher closed it: one sentence, and the student's page runs on its own
     pupils[0].run()
     assert pupils[0].error[0].value == f"Room {room.code} has closed; you can run the lesson on your own here."
-    assert one_sentence(pupils[0].error[0].value) and pupils[0].session_state.get("lesson_paged") is None
+    assert one_sentence(pupils[0].error[0].value) and pupils[0].session_state.get("paged_run") is None
     assert any(b.label == "Start" for b in pupils[0].button)
 
 
@@ -105,7 +105,7 @@ def test_a_paged_question_goes_through_the_room_and_is_revealed_exactly(paged_te
     question = room.open_question
     assert question is not None and "Which physical block id" in question.text and question.exact
     pupils = [student(room.code, PAGED) for _ in range(2)]
-    free = teacher.session_state["lesson_paged"]
+    free = teacher.session_state["paged_run"]
     for pupil, guess in zip(pupils, (0, 39)):
         assert pupil.number_input(key="room_answer").label == "Your answer (block id)"
         pupil.number_input(key="room_answer").set_value(guess)
@@ -126,7 +126,7 @@ def test_a_paged_question_goes_through_the_room_and_is_revealed_exactly(paged_te
     pupils[1].run()
     assert any(f"The engine's answer is **{question.answer:,.0f} block id**" in c.value and "you said 39" in c.value
                for c in pupils[1].caption)
-    answers = teacher.session_state["lesson_paged"].room_answers  # kept with the lesson, for its file
+    answers = teacher.session_state["paged_run"].room_answers  # kept with the lesson, for its file
     assert [(a.room, a.engine, a.answers, a.exact) for a in answers] == [
         (room.code, question.answer, [0.0, 39.0], True)]
 
@@ -136,14 +136,14 @@ def test_a_paged_student_takes_over_at_the_rooms_step(paged_teacher):
     pupil = student(room.code, PAGED)
     teachers = room.lesson
     click(pupil, "Take over")
-    lesson = pupil.session_state["lesson_paged"]
+    lesson = pupil.session_state["paged_run"]
     assert lesson.engine is not None and lesson is not teachers and len(lesson.records) == 3
     assert [r.block_table for s in lesson.records for r in s.requests] == [
         r.block_table for s in teachers.records for r in s.requests]  # the same steps, run again
     assert pupil.session_state.get("room_code") is None and not room.students
     assert numbers(pupil) == numbers(paged_teacher) and not pupil.warning
     click(pupil, "Step")  # its own now; the teacher's run did not move
-    assert len(pupil.session_state["lesson_paged"].records) == 4 and len(teachers.records) == 3 and room.step == 2
+    assert len(pupil.session_state["paged_run"].records) == 4 and len(teachers.records) == 3 and room.step == 2
 
 
 def test_speculative_students_follow_to_the_end_and_take_over(speculative_teacher):
@@ -151,7 +151,7 @@ def test_speculative_students_follow_to_the_end_and_take_over(speculative_teache
     room = room_of(teacher)
     assert room.page == "speculative" and room.step == 1
     pupil = student(room.code, SPECULATIVE)
-    assert pupil.session_state["lesson_speculative"].engine is None
+    assert pupil.session_state["spec_run"].engine is None
     assert numbers(pupil) == numbers(teacher) and "Forward passes" in numbers(pupil)
     assert not any(b.label in ("Step", "Run to the end") for b in pupil.button)
     click(teacher, "Run to the end")  # plain decoding goes on after the drafts' run: followers see it too
@@ -160,7 +160,7 @@ def test_speculative_students_follow_to_the_end_and_take_over(speculative_teache
     finished = [s.value for s in teacher.success if s.value.startswith("Both finished")]
     assert finished and [s.value for s in pupil.success if s.value.startswith("Both finished")] == finished
     click(pupil, "Take over")
-    own = pupil.session_state["lesson_speculative"]
+    own = pupil.session_state["spec_run"]
     assert own.engine is not None and len(own.records) == len(room.lesson.records)
     assert own.output(len(own.records) - 1) == room.lesson.output(len(room.lesson.records) - 1)
     assert numbers(pupil)["Forward passes"] == numbers(teacher)["Forward passes"]
@@ -170,7 +170,7 @@ def test_a_room_link_on_another_lessons_page_goes_to_the_rooms_page(paged_teache
     room = room_of(paged_teacher)
     pupil = student(room.code, "lessons/prefill_decode.py")  # the link's path was edited: the wrong lesson
     assert pupil.session_state.get("room_code") == room.code
-    assert pupil.session_state["lesson_paged"].engine is None and pupil.session_state.get("lesson") is None
+    assert pupil.session_state["paged_run"].engine is None and pupil.session_state.get("lesson_run") is None
     assert any(f"Following room {room.code}" in i.value for i in pupil.info)
 
 
@@ -180,7 +180,7 @@ def test_a_room_link_on_a_page_without_rooms_goes_to_the_rooms_lesson(paged_teac
     pupil = student(room.code, path)  # the link's path was edited to a page no room runs on
     assert pupil.session_state.get("room_code") == room.code and room.students
     assert any(f"Following room {room.code}" in i.value for i in pupil.info)
-    assert pupil.session_state["lesson_paged"].engine is None  # the room's copy, not a run of its own
+    assert pupil.session_state["paged_run"].engine is None  # the room's copy, not a run of its own
     assert pupil.query_params["room"] == room.code and len(room.students) == 1  # one seat, kept on reload
 
 

@@ -12,7 +12,7 @@ def test_the_paged_lesson_draws_both_groups_of_tiny_gemma3():
     button(at, "Start").click().run()
     button(at, "Run to the end").click().run()
     assert not at.exception
-    lesson = at.session_state["lesson_paged"]
+    lesson = at.session_state["paged_run"]
     record = lesson.records[-1]
     assert [group.name for group in record.layer_groups] == ["full", "sliding"]
     # the step where the most blocks were held: the sliding group holds fewer than the full one

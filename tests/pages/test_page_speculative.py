@@ -21,7 +21,7 @@ def test_steps_show_the_records_numbers(app):
     for _ in range(6):
         click(app, "spec_step")
     assert not app.exception
-    lesson = app.session_state["lesson_speculative"]
+    lesson = app.session_state["spec_run"]
     step = len(lesson.records) - 1
     assert step == 6 and len(lesson.plain_records) == 7  # one pass of each engine per press
     rows = lesson.draft_steps()
@@ -55,8 +55,8 @@ def test_steps_show_the_records_numbers(app):
 def test_run_to_the_end_compares_forward_passes(app):
     app.slider(key="spec_max_tokens").set_value(24).run()
     click(app, "spec_start")
-    click(app, "spec_run")
-    lesson = app.session_state["lesson_speculative"]
+    click(app, "spec_to_end")
+    lesson = app.session_state["spec_run"]
     assert lesson.finished and not app.exception
     assert len(lesson.plain_records) == 24  # plain decoding: one token per pass
     assert len(lesson.records) < 24
@@ -74,4 +74,4 @@ def test_an_empty_prompt_is_refused_in_one_sentence(app):
     app.text_area(key="spec_prompt").set_value("   ").run()
     click(app, "spec_start")
     assert "The prompt is empty" in app.error[0].value
-    assert "lesson_speculative" not in app.session_state and not app.exception
+    assert "spec_run" not in app.session_state and not app.exception

@@ -16,7 +16,7 @@ def test_paged_waste_counts_a_shared_prefix_block_once():
     click(at, "Start")
     click(at, "Step")
     click(at, "Step")
-    lesson = at.session_state["lesson_paged"]
+    lesson = at.session_state["paged_run"]
     record, block_size = lesson.records[-1], lesson.engine.block_size
     running = [r for r in record.requests if r.status == "running" and r.num_computed_tokens]
     tables = [r.block_table for r in running]
@@ -60,7 +60,7 @@ def test_work_saved_plots_token_counts_on_titled_nonnegative_axes():
     click(at, "Next token")
     click(at, "Next token")
     at.radio(key="lesson_view").set_value("Work saved").run()
-    rows = at.session_state["lesson"].work()
+    rows = at.session_state["lesson_run"].work()
     spec = figure(at)
     layout = spec["layout"]
     assert "tokens" in layout["yaxis"]["title"]["text"] and "tokens" in layout["yaxis2"]["title"]["text"]
@@ -161,7 +161,7 @@ def test_a_prompt_that_fills_the_context_says_why_it_stopped(bundled):
     prompt = bundled.tokenizer.decode(ids[:bundled.max_context - room])
     at.text_area(key="lesson_prompt").set_value(prompt).run()
     click(at, "Prefill")
-    lesson = at.session_state["lesson"]
+    lesson = at.session_state["lesson_run"]
     while not lesson.finished:
         click(at, "Next token")
     generated = len(lesson.token_texts) - len(lesson.prompt_token_ids)
@@ -184,7 +184,7 @@ def test_play_shows_the_newest_step_and_pause_keeps_it():
     at.slider(key="lesson_view_step").set_value(2).run()
     assert at.success[0].value.startswith("**Decode step 2.**")
     click(at, "Play")  # the ticker steps in the browser; here the press alone must show the newest step
-    lesson = at.session_state["lesson"]
+    lesson = at.session_state["lesson_run"]
     newest = len(lesson.records) - 1
     assert at.slider(key="lesson_view_step").value == newest and at.slider(key="lesson_view_step").disabled
     assert at.success[0].value.startswith(f"**Decode step {newest}.**")
@@ -202,7 +202,7 @@ def test_pause_pressed_while_a_played_step_is_undrawn_shows_the_newest_step():
     for _ in range(3):
         click(at, "Next token")
     click(at, "Play")
-    lesson = at.session_state["lesson"]
+    lesson = at.session_state["lesson_run"]
     shown = at.slider(key="lesson_view_step").value
     lesson.next_token()  # the ticker's step, whose page run the Pause press cut short
     newest = len(lesson.visible_records) - 1
@@ -229,13 +229,13 @@ def test_a_sampled_lesson_reopens_from_its_link_with_the_same_tokens_step_and_vi
     at.radio(key="lesson_view").set_value("Work saved").run()
     link = dict(at.query_params)
     assert link["greedy"] == "0" and link["seed"] == "7" and link["tokens"] == "9" and link["step"] == "4"
-    texts = at.session_state["lesson"].token_texts
+    texts = at.session_state["lesson_run"].token_texts
 
     again = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
     again.query_params.update(link)
     again.run()
     again.switch_page("lessons/prefill_decode.py").run()
-    lesson = again.session_state["lesson"]
+    lesson = again.session_state["lesson_run"]
     assert again.session_state["lesson_view_step"] == 4
     assert lesson.token_texts == texts  # same sampled text, not a greedy one
     assert lesson.settings.sampling.temperature == 1.5 and lesson.settings.sampling.max_tokens == 9
@@ -272,7 +272,7 @@ def test_play_that_ends_the_lesson_shows_done_though_the_browser_sends_the_slide
     for _ in range(2):
         click(at, "Next token")
     click(at, "Play")
-    lesson = at.session_state["lesson"]
+    lesson = at.session_state["lesson_run"]
     shown = at.slider(key="lesson_view_step").value
     lesson.next_token()  # the last tick, in the ticker fragment
     assert lesson.finished and len(lesson.records) - 1 == shown + 1

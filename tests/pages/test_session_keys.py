@@ -76,7 +76,7 @@ def test_loading_a_model_leaves_no_paged_key_behind():
     click(at, "Start")
     click(at, "Step")
     before = session_keys(at)
-    assert {"lesson_paged", "paged_view_step", "paged_questions"} <= before
+    assert {"paged_run", "paged_view_step", "paged_questions"} <= before
     load_model_again(at)
     after = session_keys(at)
     assert not {key for key in after if cleared_by_someone(key)}
@@ -88,12 +88,12 @@ def test_loading_a_model_reruns_the_linked_prefill_lesson_on_it():
     at = open_lesson("lessons/prefill_decode.py")
     click(at, "Prefill")
     click(at, "Next token")
-    old = at.session_state["lesson"]
+    old = at.session_state["lesson_run"]
     before = session_keys(at)
     load_model_again(at)
     # every lesson key went; the page read its link again (?prompt=...&step=1) and ran it anew
-    assert at.session_state["lesson"] is not old
-    assert len(at.session_state["lesson"].records) == len(old.records)
+    assert at.session_state["lesson_run"] is not old
+    assert len(at.session_state["lesson_run"].records) == len(old.records)
     assert {key for key in before if not cleared_by_someone(key)} <= session_keys(at)
 
 
@@ -127,3 +127,35 @@ def test_every_lesson_folders_state_is_listed_under_its_catalog_key():
     assert folders == set(registry.STATES) and set(registry.STATES) <= set(BY_KEY)
     for key, modules in registry.STATES.items():
         assert all(module.__name__.startswith(f"kvviz.lessons.{key}.") for module in modules), key
+
+
+def test_each_stepped_lesson_is_one_object_with_one_key_prefix_and_its_room():
+    """A stepped lesson is its Stepped: its page, every key its run and settings leave (one prefix), and the room
+    part a room follows it by; the registry's rooms are exactly the catalog's lessons that open rooms."""
+    assert {lesson.page for lesson in registry.STEPPED} == {path.split("/")[1][:-3] for path, _ in STEPPED}
+    for lesson in registry.STEPPED:
+        assert lesson is registry.STATES[lesson.page][0].LESSON
+        assert all(key.startswith(lesson.keys.prefix) for key in lesson.cleared_keys()), lesson.page
+        assert (lesson.room is not None) == BY_KEY[lesson.page].rooms, lesson.page
+    assert [lesson.page for lesson in registry.ROOMS] == [lesson.key for lesson in LECTURE if lesson.rooms]
+
+
+@pytest.mark.parametrize("lesson", registry.ROOMS, ids=[lesson.page for lesson in registry.ROOMS])
+def test_a_rooms_lesson_file_round_trips_through_its_lesson(lesson):
+    """What a room in Redis carries: the teacher's run as its file's text, read back as a replay at the same step."""
+    at = open_lesson(BY_KEY[lesson.page].path)
+    for label in RUN_BUTTONS:
+        if any(b.label == label and not b.disabled for b in at.button):
+            click(at, label)
+    run = at.session_state[lesson.keys.run]
+    export, read = registry.lesson_files(lesson.page)
+    replay = read(export(run))
+    assert replay is not run and replay.replay
+    assert len(replay.records) == len(run.records) > 1
+
+
+def test_the_design_pages_worked_example_is_the_lessons_code():
+    """docs/design.md shows Speculative decoding's LESSON as the worked example of a stepped lesson: word for word."""
+    code = (Path(registry.__file__).parent / "speculative" / "state.py").read_text()
+    example = code[code.index("LESSON = stepped.Stepped("):code.index("KEYS = LESSON.cleared_keys()")]
+    assert example in (Path(registry.__file__).parents[2] / "docs" / "design.md").read_text()

@@ -8,11 +8,8 @@ from dataclasses import replace
 import streamlit as st
 
 from kvviz.lessons import stepped
-from kvviz.lessons.paged_batching import state as ps
 from kvviz.lessons.paged_batching.logic import PagedLesson
-from kvviz.lessons.paged_batching.stage import stage_data
 from kvviz.lessons.prefill_decode import predict
-from kvviz.lessons.room_view import RoomLesson
 from kvviz.ui.room_types import RoomQuestion
 
 
@@ -25,7 +22,7 @@ def follower(teacher: PagedLesson, step: int) -> PagedLesson:
                    stage_steps=list(teacher.stage_steps[:step + 1]), room_answers=[])
 
 
-def take_over(teacher: PagedLesson, step: int, slot, started: Callable) -> None:
+def take_over(lesson: stepped.Stepped, teacher: PagedLesson, step: int, slot, started: Callable) -> None:
     """The teacher's requests and pool run to `step` on this session's own engine (greedy: the same steps),
     counted by a bar with Stop in `slot`; `started()` once the first step ran."""
     st.session_state.update({
@@ -33,10 +30,10 @@ def take_over(teacher: PagedLesson, step: int, slot, started: Callable) -> None:
                                   "max tokens": spec.max_tokens} for spec in teacher.specs],
         "paged_block_size": teacher.block_size, "paged_num_blocks": teacher.num_blocks,
         "paged_prefix": teacher.enable_prefix_caching})
-    stepped.start(ps.LESSON)  # the first step
-    if ps.paged() is not None:
+    stepped.start(lesson)  # the first step
+    if stepped.current(lesson) is not None:
         started()
-        stepped.run_steps(ps.LESSON, step, slot, "Your own copy of the lesson")
+        stepped.run_steps(lesson, step, slot, "Your own copy of the lesson")
 
 
 def questions(lesson: PagedLesson) -> list[RoomQuestion]:
@@ -48,8 +45,3 @@ def questions(lesson: PagedLesson) -> list[RoomQuestion]:
                                   question.answered_at if question.revealed else question.asked_at + 1,
                                   exact=True, answer=question.answer))
     return asked
-
-
-ROOM = RoomLesson("paged_batching", ps.LESSON.keys.run, ps.LESSON.keys.view, follower, take_over, questions,
-                  error_key=ps.LESSON.keys.error, stage=stage_data,
-                  files=ps.LESSON)

@@ -5,8 +5,11 @@ from __future__ import annotations
 import streamlit as st
 
 from kvviz.lessons import stepped
+from kvviz.lessons.paged_batching import room
 from kvviz.lessons.paged_batching.file import export_paged, import_paged
 from kvviz.lessons.paged_batching.logic import DEFAULT_REQUESTS, PagedLesson, RequestSpec
+from kvviz.lessons.paged_batching.stage import stage_data
+from kvviz.lessons.room_view import RoomPart
 from kvviz.ui.common import current_model
 
 INPUTS = ("paged_",)  # the other paged_* widgets (the uploader too) stay when another model loads
@@ -39,10 +42,11 @@ def _file_settings(run: PagedLesson) -> dict:
 
 
 LESSON = stepped.Stepped(
-    stepped.StepKeys("paged_", run="lesson_paged", view="paged_view_step", asks=True,
-                     extra=("paged_question_request",)),
+    stepped.StepKeys("paged_", view="paged_view_step", asks=True,
+                     extra=("paged_question_request",)), page="paged_batching",
     new=_new, step=lambda run: run.step() is not None, file_name="kvviz-paged-batching.json", export=export_paged,
-    read_file=import_paged, file_settings=_file_settings)
+    read_file=import_paged, file_settings=_file_settings,
+    room=RoomPart(room.follower, room.take_over, stage_data, questions=room.questions))
 KEYS = LESSON.cleared_keys()  # reset() drops them when another model loads
 
 

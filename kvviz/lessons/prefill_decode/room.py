@@ -1,17 +1,14 @@
-"""Prefill and decode in a room (kvviz.lessons.room_view): the copy a student follows, and Take over."""
+"""Prefill and decode in a room (kvviz.lessons.room_view): the copy a student follows and the questions it sees
+(Take over is the state module's take_over: it runs the lesson as the page does)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import replace
 
 import streamlit as st
 
 from kvviz.lessons.prefill_decode import predict
-from kvviz.lessons.prefill_decode import state as ls
 from kvviz.lessons.prefill_decode.logic import Lesson
-from kvviz.lessons.prefill_decode.stage import stage_data
-from kvviz.lessons.room_view import RoomLesson
 from kvviz.ui.room_types import RoomQuestion
 
 
@@ -28,20 +25,6 @@ def follower(teacher: Lesson, step: int) -> Lesson:
                    done_at_copy=teacher.finished and step == len(teacher.records) - 1)
 
 
-def take_over(teacher: Lesson, step: int, slot, started: Callable) -> None:
-    """The teacher's prompt and sampling run to `step` on this session's own engine, counted by a bar
-    with Stop in `slot`; `started()` once the prefill ran."""
-    sampling = teacher.settings.sampling
-    st.session_state.update({
-        "lesson_prompt": teacher.settings.prompt, "lesson_max_tokens": sampling.max_tokens,
-        "lesson_greedy": sampling.temperature == 0, "lesson_seed": sampling.seed or 0})
-    if sampling.temperature:
-        st.session_state.update({"lesson_temperature": sampling.temperature, "lesson_top_k": sampling.top_k,
-                                 "lesson_top_p": sampling.top_p})
-    ls.on_prompt_edit()
-    ls.run_to_step(step, slot, "your own copy of the lesson", started)
-
-
 def questions(lesson: Lesson) -> list[RoomQuestion]:
     """The predict-then-reveal questions the teacher asked, answered once the lesson reached their step."""
     asked = []
@@ -50,8 +33,3 @@ def questions(lesson: Lesson) -> list[RoomQuestion]:
         asked.append(RoomQuestion(f"{question.asked_at}_{question.kind}", question.text, question.unit,
                                   question.target, answer=question.answer))
     return asked
-
-
-ROOM = RoomLesson("prefill_decode", "lesson", "lesson_view_step", follower, take_over, questions,
-                  error_key="lesson_error", stage=stage_data, sentence=ls.step_sentence,
-                  files=ls.LESSON)

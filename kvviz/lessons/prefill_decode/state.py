@@ -24,7 +24,10 @@ from kvviz.lessons.prefill_decode.logic import (
     lesson_work,
     steps_text,
 )
+from kvviz.lessons.prefill_decode import room
 from kvviz.lessons.prefill_decode.file import export_lesson, import_lesson
+from kvviz.lessons.prefill_decode.stage import stage_data
+from kvviz.lessons.room_view import RoomPart
 from kvviz.ui.common import current_model, load_linked_model, page_sampling
 from kvviz.ui.progress import StopBar
 from kvviz.ui.text import plain
@@ -74,21 +77,6 @@ def _reveal(run: Lesson, chosen: int) -> None:
     """A replay stepped by hand shows the steps up to the one chosen."""
     if run.replay:
         run.replay_position = max(run.replay_position, min(chosen, len(run.records) - 1))
-
-
-LESSON = stepped.Stepped(
-    stepped.StepKeys("lesson_", run="lesson", view="lesson_view_step", asks=True, plays=True),
-    new=lambda: Lesson.start(current_model(), _settings()), first=Lesson.prefill, step=Lesson.next_token,
-    file_name="kvviz-lesson.json", export=lambda run, step: export_lesson(run),
-    read_file=lambda data: (import_lesson(data), 0), admit=True,
-    last=lambda run: len(run.visible_records) - 1, done=lambda run: run.finished, reveal=_reveal,
-    exportable=lambda run: run.started,
-    settings=frozenset(DEFAULTS) | {  # the player, the views' choices and the link's one reading
-        "lesson_last_tick", "lesson_ticker_inline", "lesson_query_done", "lesson_link_stop", "lesson_speed",
-        "lesson_view", "lesson_chat_chosen",
-        "lesson_kv_layer", "lesson_kv_head", "lesson_attention_layer", "lesson_stage"})
-KEYS = LESSON.cleared_keys()
-KEPT = ("lesson_kv_layer", "lesson_kv_head", "lesson_attention_layer")  # view choices (registry.kept_settings)
 
 
 def lesson() -> Lesson | None:
@@ -302,3 +290,33 @@ def stop_note(lesson: Lesson) -> str | None:
     return (f"It stopped after {generated} of the {asked} tokens asked for: the prompt's "
             f"{len(lesson.prompt_token_ids)} tokens and the generated ones filled the model's context of "
             f"{context} tokens. Use a shorter prompt to generate more.")
+
+
+def take_over(lesson: stepped.Stepped, teacher: Lesson, step: int, slot, started: Callable) -> None:
+    """Take over in a room: the teacher's prompt and sampling run to `step` on this session's own engine,
+    counted by a bar with Stop in `slot`; `started()` once the prefill ran."""
+    sampling = teacher.settings.sampling
+    st.session_state.update({
+        "lesson_prompt": teacher.settings.prompt, "lesson_max_tokens": sampling.max_tokens,
+        "lesson_greedy": sampling.temperature == 0, "lesson_seed": sampling.seed or 0})
+    if sampling.temperature:
+        st.session_state.update({"lesson_temperature": sampling.temperature, "lesson_top_k": sampling.top_k,
+                                 "lesson_top_p": sampling.top_p})
+    on_prompt_edit()
+    run_to_step(step, slot, "your own copy of the lesson", started)
+
+
+LESSON = stepped.Stepped(
+    stepped.StepKeys("lesson_", view="lesson_view_step", asks=True, plays=True), page="prefill_decode",
+    new=lambda: Lesson.start(current_model(), _settings()), first=Lesson.prefill, step=Lesson.next_token,
+    file_name="kvviz-lesson.json", export=lambda run, step: export_lesson(run),
+    read_file=lambda data: (import_lesson(data), 0), admit=True,
+    last=lambda run: len(run.visible_records) - 1, done=lambda run: run.finished, reveal=_reveal,
+    exportable=lambda run: run.started,
+    settings=frozenset(DEFAULTS) | {  # the player, the views' choices and the link's one reading
+        "lesson_last_tick", "lesson_ticker_inline", "lesson_query_done", "lesson_link_stop", "lesson_speed",
+        "lesson_view", "lesson_chat_chosen",
+        "lesson_kv_layer", "lesson_kv_head", "lesson_attention_layer", "lesson_stage"},
+    room=RoomPart(room.follower, take_over, stage_data, questions=room.questions, sentence=step_sentence))
+KEYS = LESSON.cleared_keys()
+KEPT = ("lesson_kv_layer", "lesson_kv_head", "lesson_attention_layer")  # view choices (registry.kept_settings)

@@ -8,10 +8,7 @@ from dataclasses import replace
 import streamlit as st
 
 from kvviz.lessons import stepped
-from kvviz.lessons.room_view import RoomLesson
-from kvviz.lessons.speculative import state as ss
 from kvviz.lessons.speculative.logic import SpeculativeLesson
-from kvviz.lessons.speculative.stage import stage_data
 
 
 def follower(teacher: SpeculativeLesson, step: int) -> SpeculativeLesson:
@@ -26,23 +23,18 @@ def follower(teacher: SpeculativeLesson, step: int) -> SpeculativeLesson:
                    stage_steps=list(teacher.stage_steps[:step + 1]), room_answers=[])
 
 
-def take_over(teacher: SpeculativeLesson, step: int, slot, started: Callable) -> None:
+def take_over(lesson: stepped.Stepped, teacher: SpeculativeLesson, step: int, slot, started: Callable) -> None:
     """The teacher's prompt and settings run to pass `step` on this session's own engines (greedy: the same
     passes), counted by a bar with Stop in `slot`; `started()` once the prefill pass ran."""
     asked = teacher.settings
     st.session_state.update({"spec_prompt": asked["prompt"], "spec_k": asked["num_speculative"],
                              "spec_max_tokens": asked["max_tokens"], "spec_block_size": asked["block_size"]})
-    stepped.start(ss.LESSON)  # the prefill pass
-    if ss.lesson() is not None:
+    stepped.start(lesson)  # the prefill pass
+    if stepped.current(lesson) is not None:
         started()
-        stepped.run_steps(ss.LESSON, step, slot, "Your own copy of the lesson")
+        stepped.run_steps(lesson, step, slot, "Your own copy of the lesson")
 
 
 def progress(lesson: SpeculativeLesson) -> int:
     """Plain decoding's passes: they go on at the same newest pass once the drafts' run is done."""
     return len(lesson.plain_records)
-
-
-ROOM = RoomLesson("speculative", ss.LESSON.keys.run, ss.LESSON.keys.view, follower, take_over, progress=progress,
-                  error_key=ss.LESSON.keys.error, stage=stage_data,
-                  files=ss.LESSON)

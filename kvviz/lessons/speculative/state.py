@@ -7,9 +7,12 @@ import html
 import streamlit as st
 
 from kvviz.lessons import stepped
+from kvviz.lessons.room_view import RoomPart
+from kvviz.lessons.speculative import room
 from kvviz.lessons.speculative.figures import ACCEPTED, MODEL, REJECTED
 from kvviz.lessons.speculative.file import export_speculative, import_speculative
 from kvviz.lessons.speculative.logic import DEFAULT_PROMPT, DraftStep, SpeculativeLesson
+from kvviz.lessons.speculative.stage import stage_data
 from kvviz.ui.common import current_model
 
 DRAFTS, MAX_TOKENS, BLOCK_SIZES = (1, 8), (8, 128), (2, 16)  # what the sliders offer
@@ -37,9 +40,10 @@ def _file_settings(run: SpeculativeLesson) -> dict:
 
 # the slider counts passes from 1 and has a key of its own; "spec_view" is the index of the pass's record
 LESSON = stepped.Stepped(
-    stepped.StepKeys("spec_", run="lesson_speculative", view="spec_view", slider="spec_view_step"),
+    stepped.StepKeys("spec_", view="spec_view", slider="spec_view_step"), page="speculative",
     new=_new, step=SpeculativeLesson.step, file_name="kvviz-speculative.json", export=export_speculative,
-    read_file=import_speculative, file_settings=_file_settings, admit=True)
+    read_file=import_speculative, file_settings=_file_settings, admit=True,
+    room=RoomPart(room.follower, room.take_over, stage_data, progress=room.progress))
 KEYS = LESSON.cleared_keys()  # reset() drops them when another model loads
 
 
