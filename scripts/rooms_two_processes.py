@@ -27,7 +27,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "support")]  # this checkout's k
 
 from chromium import shared_browser, wait_idle  # noqa: E402
 from redis_server import running_redis  # noqa: E402
-from room_pages import new_page, open_room, press, start_lesson, wait_for_step  # noqa: E402
+from room_pages import click_at, new_page, open_room, start_lesson, wait_for_step  # noqa: E402
 
 from kvviz.ui.app_server import running_app  # noqa: E402
 
@@ -78,7 +78,7 @@ def main() -> None:
         load = os.getloadavg()[0]
         for step in range(2, args.steps + 2):
             wait_idle(teacher)
-            clicked = press(teacher, "Next token")
+            clicked = click_at(teacher, "Next token")
             for where, page in followers:
                 page.wait_for_function(f"() => (window.__kvvizSteps || {{}})['{step}'] !== undefined",
                                        timeout=120_000)

@@ -6,7 +6,7 @@ import pytest
 
 from kvviz.ui.app_server import CHROMIUM, ROOT
 
-from chromium import browser_page, screenshot, shared_app_url, shared_browser, wait_idle
+from chromium import browser_page, click_to_next_step, screenshot, shared_app_url, shared_browser, wait_drawn, wait_idle
 
 pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
                                 reason="Debian's chromium is not installed (.ci/run installs it)")
@@ -42,7 +42,7 @@ def prefill_lesson(page, app_url):
     page.get_by_role("button", name="Prefill").wait_for()
     wait_idle(page)
     page.get_by_role("button", name="Prefill").click()
-    wait_idle(page)
+    wait_drawn(page, page.locator("[data-testid='stage-step']"))  # the stage shows once the prefill ran
 
 
 def test_home_page(app_url, page):
@@ -58,8 +58,7 @@ def test_prefill_and_decode_lesson(app_url, page):
     prefill_lesson(page, app_url)
     page.get_by_text("Prefill.", exact=False).first.wait_for()
     for _ in range(3):
-        page.get_by_role("button", name="Next token").click()
-        wait_idle(page)
+        click_to_next_step(page, page.get_by_role("button", name="Next token"))
     page.get_by_text("Decode step 3").first.wait_for()
     no_exceptions(page)
     screenshot(page, "prefill_decode")

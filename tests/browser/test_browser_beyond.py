@@ -23,7 +23,7 @@ from kvviz.models import load_model
 from kvviz.shapes import format_bytes
 from kvviz.ui.app_server import CHROMIUM, ROOT
 
-from chromium import browser_page, wait_idle
+from chromium import browser_page, press, wait_idle
 
 pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
                                 reason="Debian's chromium is not installed (.ci/run installs it)")
@@ -55,11 +55,6 @@ def metric(page, label):
     return box.locator("[data-testid='stMetricValue']").inner_text().strip()
 
 
-def press(page, name, settle=0.5):
-    page.get_by_role("button", name=name, exact=True).click()
-    wait_idle(page, settle=settle, timeout=400)
-
-
 def test_speculative_page_stepped_and_run_matches_the_engine(app_url, lm):
     expected = SpeculativeLesson.start(lm, SPEC_PROMPT, 5, 48, 4)  # the page's defaults, but k = 5
     while expected.step():
@@ -72,15 +67,15 @@ def test_speculative_page_stepped_and_run_matches_the_engine(app_url, lm):
         k.focus()
         k.press("ArrowRight")  # 4 -> 5
         wait_idle(page)
-        press(page, "Start")
+        press(page, "Start", settle=0.5)
         for _ in range(3):
-            press(page, "Step")
+            press(page, "Step", settle=0.5)
         early = expected.summary(3)
         assert metric(page, "Forward passes") == "4"
         assert metric(page, "Tokens generated") == str(early["tokens"])
         assert metric(page, "Tokens per pass") == f"{early['tokens_per_pass']:.2f}"
         check(page, "speculative-step3")
-        press(page, "Run to the end")
+        press(page, "Run to the end", settle=0.5)
         last = len(expected.records) - 1
         final = expected.summary(last)
         assert metric(page, "Forward passes") == str(len(expected.records))
@@ -101,7 +96,7 @@ def test_speculative_page_stepped_and_run_matches_the_engine(app_url, lm):
         shown = page.locator("[data-testid='stSlider']").filter(has_text="Draft tokens per step").inner_text()
         assert shown.split()[5] == "5", "the setting the run was made with, not the default"  # "Draft … (k) 5 1 8"
         page.keyboard.press("Escape")
-        press(page, "Reset")
+        press(page, "Reset", settle=0.5)
         assert page.locator("[data-testid='stMetric']").count() == 0
         no_exceptions(page)
 
@@ -115,7 +110,7 @@ def test_paged_fork_and_swap_tabs_match_the_engine(app_url, lm):
         page.get_by_role("tab", name=FORK_TAB).wait_for(timeout=180_000)
         wait_idle(page)
         page.get_by_role("tab", name=FORK_TAB).click()
-        press(page, "Fork")
+        press(page, "Fork", settle=0.5)
         step = page.locator("[data-testid='stSlider']").filter(has_text="Step").get_by_role("slider")
         for at in (0, 1, len(run.records) - 1):  # the fork, the copies, the end
             step.focus()

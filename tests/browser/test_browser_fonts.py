@@ -16,12 +16,12 @@ import shutil
 import pytest
 from test_browser import app_url, no_exceptions  # noqa: F401  (fixture)
 from test_browser_presenter import CUT_TEXT_JS
-from test_browser_stage import SHOTS, SLOW_S, press
+from test_browser_stage import SHOTS
 
 from kvviz.lessons.prefill_decode.state import VIEWS
 from kvviz.ui.app_server import CHROMIUM, ROOT
 
-from chromium import browser_page, click_to_next_step, still, wait_idle
+from chromium import SLOW_S, browser_page, click_to_next_step, press, still, wait_idle
 
 pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
                                 reason="Debian's chromium is not installed (.ci/run installs it)")
@@ -180,7 +180,7 @@ def started(page, url, lesson, first_button, presenter) -> Survey:
     page.get_by_role("button", name=first_button, exact=True).wait_for()
     wait_idle(page, timeout=SLOW_S)
     survey.measure(f"before {first_button}")
-    press(page, first_button)
+    press(page, first_button, exact=False)
     return survey
 
 

@@ -18,21 +18,15 @@ from kvviz.models import load_model
 from kvviz.shapes import format_bytes
 from kvviz.ui.app_server import CHROMIUM, ROOT
 
-from chromium import browser_page, wait_idle
+from chromium import SLOW_S, browser_page, press, wait_idle
 
 pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
                                 reason="Debian's chromium is not installed (.ci/run installs it)")
-SLOW_S = 400
 
 
 def metric(page, label):
     box = page.locator("[data-testid='stMetric']").filter(has=page.get_by_text(label, exact=True))
     return box.locator("[data-testid='stMetricValue']").first.inner_text().strip()
-
-
-def press(page, name):
-    page.get_by_role("button", name=name, exact=True).first.click()
-    wait_idle(page, timeout=SLOW_S)
 
 
 def test_prefill_and_decode_at_its_last_step_bills_what_it_held(app_url):  # noqa: F811

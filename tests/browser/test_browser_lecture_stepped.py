@@ -19,11 +19,10 @@ from kvviz.models import load_model
 from kvviz.shapes import format_bytes
 from kvviz.ui.app_server import CHROMIUM, ROOT
 
-from chromium import browser_page, click_to_next_step, screenshot, wait_idle
+from chromium import SLOW_S, browser_page, click_to_next_step, press, screenshot, wait_idle
 
 pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
                                 reason="Debian's chromium is not installed (.ci/run installs it)")
-SLOW_S = 400
 ROWS = """(root) => [...root.querySelectorAll('tr')].map(tr => [...tr.querySelectorAll('th, td')]
     .map(c => c.innerText.trim()))"""
 
@@ -36,11 +35,6 @@ def metric(page, label):
 def metric_delta(page, label):
     box = page.locator("[data-testid='stMetric']").filter(has=page.get_by_text(label, exact=True))
     return box.locator("[data-testid='stMetricDelta']").first.inner_text().strip()
-
-
-def press(page, name):
-    page.get_by_role("button", name=name, exact=True).first.click()
-    wait_idle(page, timeout=SLOW_S)
 
 
 def cut_metrics(page) -> list[str]:

@@ -8,11 +8,11 @@ import shutil
 
 import pytest
 from test_browser import app_url, browser  # noqa: F401  (fixtures)
-from test_browser_room import new_page, press
+from test_browser_room import new_page
 
 from kvviz.ui.app_server import CHROMIUM, ROOT
 
-from chromium import wait_idle
+from chromium import press, wait_idle
 
 pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
                                 reason="Debian's chromium is not installed (.ci/run installs it)")
@@ -37,11 +37,11 @@ def test_a_follower_and_a_student_who_took_over_see_the_whole_stage_on_a_phone(b
     teacher_context, teacher = new_page(browser, f"{app_url}/prefill_decode")
     student_context = None
     try:
-        press(teacher, "Prefill")
+        press(teacher, "Prefill", exact=False)
         for _ in range(3):
-            press(teacher, "Next token")
+            press(teacher, "Next token", exact=False)
         teacher.get_by_text("Show this lesson to the class").click()
-        press(teacher, "Open a room for the class")
+        press(teacher, "Open a room for the class", exact=False)
         link = teacher.locator("[data-testid='stCode']").filter(has_text="?room=").first.inner_text().strip()
         code = link.rsplit("=", 1)[1]
         student_context, student = new_page(browser, f"{app_url}/prefill_decode?room={code}", *PHONE)
@@ -49,7 +49,7 @@ def test_a_follower_and_a_student_who_took_over_see_the_whole_stage_on_a_phone(b
         wait_idle(student)
         assert re.search(rf"/prefill_decode\?room={code}$", student.url)
         whole_stage(student, "follower")
-        press(student, "Take over")
+        press(student, "Take over", exact=False)
         student.get_by_role("button", name=re.compile("^Next token")).wait_for()
         wait_idle(student)
         whole_stage(student, "taken-over")

@@ -11,13 +11,12 @@ from test_browser import no_exceptions, prefill_lesson
 
 from kvviz.ui.app_server import CHROMIUM, ROOT
 
-from chromium import browser_page, shared_app_url, wait_idle
-from room_pages import shown_step
+from chromium import SLOW_S, browser_page, click_to_next_step, shared_app_url, wait_drawn, wait_idle
+from room_pages import shown_step, step_sentence
 
 pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
                                 reason="Debian's chromium is not installed (.ci/run installs it)")
 
-SLOW_S = 400  # this machine's cores are shared: a step or a measurement can take minutes
 SLOW_MS = SLOW_S * 1000
 
 # text cut with an ellipsis, or a code block that hides part of a line behind a sideways scroll
@@ -59,13 +58,11 @@ def test_play_follows_the_newest_step_and_pause_keeps_the_view(app_url):
         page.set_default_timeout(SLOW_MS)
         prefill_lesson(page, app_url)
         for _ in range(5):
-            page.get_by_role("button", name="Next token").click()
-            wait_idle(page, timeout=SLOW_S)
+            click_to_next_step(page, page.get_by_role("button", name="Next token"), timeout=SLOW_S)
         assert shown_step(page) == 5
-        for _ in range(3):  # one key at a time: a key pressed while the page reruns can be lost
-            view_slider(page).focus()
+        for step in (4, 3, 2):  # one key at a time, each once its step shows: a key pressed mid-run can be lost
             view_slider(page).press("ArrowLeft")
-            wait_idle(page, timeout=SLOW_S)
+            wait_drawn(page, step_sentence(page, step), timeout=SLOW_S)
         assert shown_step(page) == 2 == slider_value(page)
         page.get_by_role("button", name="Play").click()
         seen, deadline = [], time.time() + SLOW_S
@@ -93,8 +90,7 @@ def test_nothing_is_cut_off(app_url, width, height):
         page.set_default_timeout(SLOW_MS)
         prefill_lesson(page, app_url)
         for _ in range(3):
-            page.get_by_role("button", name="Next token").click()
-            wait_idle(page, timeout=SLOW_S)
+            click_to_next_step(page, page.get_by_role("button", name="Next token"), timeout=SLOW_S)
         for view in ("Cache per layer", "Work saved", "Memory bill"):
             page.locator("[data-testid='stRadio']").get_by_text(view, exact=True).click()
             wait_idle(page, timeout=SLOW_S)
@@ -109,8 +105,7 @@ def test_nothing_is_cut_off(app_url, width, height):
         page.get_by_role("button", name="Start").click()
         wait_idle(page, timeout=SLOW_S)
         for _ in range(2):
-            page.get_by_role("button", name="Step", exact=True).click()
-            wait_idle(page, timeout=SLOW_S)
+            click_to_next_step(page, page.get_by_role("button", name="Step", exact=True), timeout=SLOW_S)
         assert page.evaluate(CUT_OFF_JS) == [], "paged"
         no_exceptions(page)
 

@@ -15,14 +15,13 @@ from test_browser import app_url, browser  # noqa: F401  (fixtures)
 
 from kvviz.ui.app_server import CHROMIUM, ROOT
 
-from chromium import wait_idle
+from chromium import SLOW_S, press, wait_idle
 from room_pages import shown_step, wait_for_step
 
 pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
                                 reason="Debian's chromium is not installed (.ci/run installs it)")
 SHOTS = ROOT / "docs" / "screenshots"
 STUDENTS = 5
-SLOW_S = 400
 
 
 def new_page(browser, url, width=1280, height=720):
@@ -31,11 +30,6 @@ def new_page(browser, url, width=1280, height=720):
     page.set_default_timeout(SLOW_S * 1000)
     page.goto(url)
     return context, page
-
-
-def press(page, name):
-    page.get_by_role("button", name=re.compile("^" + re.escape(name))).first.click()  # "Next token →": its key
-    wait_idle(page, timeout=SLOW_S)
 
 
 
@@ -58,10 +52,10 @@ def test_five_students_follow_the_teacher_answer_and_take_over(browser, app_url)
     teacher_context, teacher = new_page(browser, f"{app_url}/prefill_decode")
     teacher.get_by_role("button", name="Prefill", exact=True).wait_for()
     wait_idle(teacher, timeout=SLOW_S)
-    press(teacher, "Prefill")
-    press(teacher, "Next token")
+    press(teacher, "Prefill", exact=False)
+    press(teacher, "Next token", exact=False)
     teacher.get_by_text("Show this lesson to the class").click()
-    press(teacher, "Open a room for the class")
+    press(teacher, "Open a room for the class", exact=False)
     link = teacher.locator("[data-testid='stCode']").filter(has_text="?room=").first.inner_text().strip()
     code = link.rsplit("=", 1)[1]
     assert re.fullmatch(r"[A-Z2-9]{6}", code)
@@ -98,7 +92,7 @@ def test_five_students_follow_the_teacher_answer_and_take_over(browser, app_url)
         page.get_by_text("The teacher asks:").wait_for(timeout=30_000)
         wait_idle(page, timeout=SLOW_S)
         page.evaluate(WATCH_RERUNS)
-    press(teacher, "Next token")
+    press(teacher, "Next token", exact=False)
     moved = time.time()
     for _, page in students:
         assert wait_for_step(page, 2, SLOW_S) - moved < 2.5  # woken by the server, not polling
@@ -109,7 +103,7 @@ def test_five_students_follow_the_teacher_answer_and_take_over(browser, app_url)
     assert first.locator("[data-testid='stMetricLabel']").filter(has_text="Tokens run, with cache").count() == 1
     assert teacher.locator("[data-testid='stMetricLabel']").filter(has_text="Tokens run, with cache").count() == 0
     if first.get_by_text("stay where they are").count():  # the views still show the step before
-        press(first, "Catch up")  # the views go to the teacher's step, the view chosen stays
+        press(first, "Catch up", exact=False)  # the views go to the teacher's step, the view chosen stays
     first.get_by_text("Look back at step").wait_for(timeout=30_000)
     assert first.locator("[data-testid='stSliderThumbValue']").first.inner_text() == "2"
     assert first.locator("[data-testid='stMetricLabel']").filter(has_text="Tokens run, with cache").count() == 1
@@ -123,7 +117,7 @@ def test_five_students_follow_the_teacher_answer_and_take_over(browser, app_url)
         wait_idle(page, timeout=SLOW_S)
     teacher.get_by_text("2 answered so far", exact=False).wait_for(timeout=30_000)
     for _ in range(5):  # to the question's target step: the reveal
-        press(teacher, "Next token")
+        press(teacher, "Next token", exact=False)
     teacher.get_by_text("Room's answers", exact=True).wait_for(timeout=30_000)
     assert teacher.get_by_text(re.compile(r"\d of 2 answered within 1%")).count() == 1
     chart = teacher.locator("[data-testid='stPlotlyChart']").last  # the answers, a bar each (issue 33 item 7)
@@ -139,9 +133,9 @@ def test_five_students_follow_the_teacher_answer_and_take_over(browser, app_url)
     # take over: a lesson of one's own that steps on its own
     last = students[-1][1]
     wait_for_step(last, 7, 30)
-    press(last, "Take over")
+    press(last, "Take over", exact=False)
     wait_for_step(last, 7, SLOW_S)
-    press(last, "Next token")
+    press(last, "Next token", exact=False)
     wait_for_step(last, 8, SLOW_S)
     assert shown_step(teacher) == 7 and shown_step(students[1][1]) == 7  # nobody else moved
     for context, _ in students:
@@ -185,10 +179,10 @@ def test_two_students_follow_a_paged_run_choose_their_own_tab_and_take_over(brow
     teacher_context, teacher = new_page(browser, f"{app_url}/paged_batching")
     teacher.get_by_role("button", name="Start", exact=True).first.wait_for()
     wait_idle(teacher, timeout=SLOW_S)
-    press(teacher, "Start")
-    press(teacher, "Step")
+    press(teacher, "Start", exact=False)
+    press(teacher, "Step", exact=False)
     teacher.get_by_text("Show this lesson to the class").click()
-    press(teacher, "Open a room for the class")
+    press(teacher, "Open a room for the class", exact=False)
     link = teacher.locator("[data-testid='stCode']").filter(has_text="?room=").first.inner_text().strip()
     assert "/paged_batching?room=" in link
     code = link.rsplit("=", 1)[1]
@@ -202,7 +196,7 @@ def test_two_students_follow_a_paged_run_choose_their_own_tab_and_take_over(brow
     wait_idle(first, timeout=SLOW_S)
     for _, page in students:
         page.evaluate(WATCH_RERUNS)
-    press(teacher, "Step")
+    press(teacher, "Step", exact=False)
     moved = time.time()
     for _, page in students:
         assert wait_for_paged_step(page, 2, SLOW_S, stage_step) - moved < 2.5
@@ -210,17 +204,17 @@ def test_two_students_follow_a_paged_run_choose_their_own_tab_and_take_over(brow
     for _, page in students:
         wait_idle(page, timeout=SLOW_S)
         assert page_reruns(page) == 0 and look_back_step(page) == 1  # the stage moved; the views stay
-        press(page, "Catch up")
+        press(page, "Catch up", exact=False)
         wait_for_paged_step(page, 2, SLOW_S)
         assert metrics(page) == metrics(teacher)  # the same step's numbers
     assert first.get_by_role("tab", name="Preemption: swap or recompute").get_attribute("aria-selected") == "true"
     for page in (second, teacher):
         assert page.get_by_role("tab", name="Parallel sampling: one prompt, n samples").get_attribute(
             "aria-selected") == "true"
-    press(second, "Take over")  # a run of one's own at the room's step, that steps on its own
+    press(second, "Take over", exact=False)  # a run of one's own at the room's step, that steps on its own
     second.get_by_role("button", name="Step", exact=True).wait_for(timeout=SLOW_S * 1000)
     wait_for_paged_step(second, 2, SLOW_S)
-    press(second, "Step")
+    press(second, "Step", exact=False)
     wait_for_paged_step(second, 3, SLOW_S)
     assert look_back_step(teacher) == 2 and look_back_step(first) == 2  # nobody else moved
     for context, _ in students:

@@ -13,11 +13,11 @@ import shutil
 
 import pytest
 from test_browser import app_url, no_exceptions  # noqa: F401  (fixture)
-from test_browser_stage import SHOTS, SLOW_S, SMALLEST_FONT_JS, press, replay
+from test_browser_stage import SHOTS, SMALLEST_FONT_JS, replay
 
 from kvviz.ui.app_server import CHROMIUM, ROOT
 
-from chromium import browser_page, click_to_next_step, still, wait_idle
+from chromium import SLOW_S, browser_page, click_to_next_step, press, still, wait_idle
 
 pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
                                 reason="Debian's chromium is not installed (.ci/run installs it)")
@@ -30,7 +30,7 @@ def start_and_step(page, url, lesson, steps, presenter):
     page.goto(f"{url}/{lesson}" + ("?presenter=1" if presenter else ""))
     page.get_by_role("button", name="Start", exact=True).wait_for()
     wait_idle(page, timeout=SLOW_S)
-    press(page, "Start")
+    press(page, "Start", exact=False)
     for _ in range(steps):
         click_to_next_step(page, page.get_by_role("button", name="Step", exact=True), timeout=SLOW_S)
 
@@ -181,7 +181,7 @@ def test_the_fork_tabs_stage_splits_a_shared_block_at_copy_on_write(app_url):  #
         tab.wait_for()
         wait_idle(page, timeout=SLOW_S)
         tab.click()
-        press(page, "Fork")
+        press(page, "Fork", exact=False)
         stage = page.locator("[data-testid='kvviz-stage']").last
         stage.locator("[data-testid='stage-forward']").click()  # step 1, in the browser
         stage.locator("[data-testid='stage-step']").get_by_text("Step 1 of").wait_for(timeout=DRAWN_MS)

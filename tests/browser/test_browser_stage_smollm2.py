@@ -14,7 +14,7 @@ from test_browser import app_url, no_exceptions  # noqa: F401  (fixture)
 from kvviz.hub.fetch import fetched_folder
 from kvviz.ui.app_server import CHROMIUM, ROOT
 
-from chromium import SCREENSHOTS, browser_page, click_to_next_step, still, wait_idle
+from chromium import SCREENSHOTS, SLOW_S, browser_page, click_to_next_step, press, still, wait_idle
 
 pytestmark = [
     pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
@@ -22,14 +22,8 @@ pytestmark = [
     pytest.mark.skipif(fetched_folder("smollm2") is None,
                        reason="SmolLM2 is not fetched here; run `kvviz fetch smollm2` once"),
 ]
-SLOW_S = 400  # shared cores: a SmolLM2 prefill can take a minute
 QUESTION = "What is a KV cache? Answer in one sentence."
 NEXT_TOKENS = 3
-
-
-def press(page, name, exact=True):
-    page.get_by_role("button", name=name, exact=exact).first.click()
-    wait_idle(page, timeout=SLOW_S)
 
 
 @pytest.mark.parametrize("presenter", [False, True])

@@ -4,41 +4,29 @@ and the GQA conversion are walked at the page's defaults in test_browser_lecture
 import shutil
 
 import pytest
+from playwright.sync_api import expect
 from test_browser import app_url, no_exceptions, page  # noqa: F401  (fixtures)
 
 from kvviz.ui.app_server import CHROMIUM, ROOT
 
-from chromium import screenshot, wait_idle
+from chromium import SLOW_S, screenshot, wait_idle
 
 pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
                                 reason="Debian's chromium is not installed (.ci/run installs it)")
 
 
-BUSY = ("() => [...document.querySelectorAll('[data-stale=\"true\"], [data-testid=\"stSkeleton\"], "
-        "[data-testid=\"stStatusWidget\"]')].map(e => (e.dataset.testid || e.tagName) + ': ' + "
-        "(e.innerText || '').slice(0, 80))")
-
-
-def idle(page, **kwargs):
-    """wait_idle, saying what kept the app busy when it times out."""
-    try:
-        wait_idle(page, **kwargs)
-    except TimeoutError:
-        raise TimeoutError(f"still busy: {page.evaluate(BUSY)}") from None
-
-
 def open_tab(page, name, shot):
     page.get_by_role("tab", name=name).click()
-    idle(page)
+    wait_idle(page)
     no_exceptions(page)
     screenshot(page, shot)
 
 
-def press(page, button, expect, shot):
-    """Click a button, wait for the run to end and for `expect` to show; no exception; a screenshot."""
+def press_and_shoot(page, button, shows, shot):
+    """Click a button, expect `shows` on the page, wait for the run to end; no exception; a screenshot."""
     page.get_by_role("button", name=button).click()
-    idle(page)
-    page.get_by_text(expect).first.wait_for()
+    expect(page.get_by_text(shows).first).to_be_visible(timeout=SLOW_S * 1000)
+    wait_idle(page)
     no_exceptions(page)
     screenshot(page, shot)
 
@@ -46,22 +34,22 @@ def press(page, button, expect, shot):
 def test_batch_generation_page(app_url, page, tmp_path):
     page.goto(f"{app_url}/batch_generation")
     page.get_by_role("button", name="Run the batch").wait_for()
-    idle(page)
-    press(page, "Run the batch", "requests in", "batch_over_time")
+    wait_idle(page)
+    press_and_shoot(page, "Run the batch", "requests in", "batch_over_time")
     open_tab(page, "Requests", "batch_requests")
     open_tab(page, "Results", "batch_results")
     assert page.get_by_role("button", name="Download the results (JSONL)").count() == 1
     page.get_by_role("tab", name="Against transformers generate").click()
-    idle(page)
-    press(page, "Run both and compare", "Outputs identical", "batch_compare")
+    wait_idle(page)
+    press_and_shoot(page, "Run both and compare", "Outputs identical", "batch_compare")
 
     # a binary file named .txt: one sentence, the Run button off, the results still there
     page.get_by_test_id("stRadioGroup").get_by_text("Upload a file").click()
-    idle(page)
+    wait_idle(page)
     binary = tmp_path / "prompts.txt"
     binary.write_bytes(bytes(range(256)) * 8)
     page.locator("[data-testid='stFileUploaderDropzoneInput']").set_input_files(str(binary))
-    idle(page, settle=1.5)
+    wait_idle(page, settle=1.5)
     page.get_by_text("prompts.txt is not UTF-8 text").wait_for()
     assert page.locator("[data-testid='stAlertContentError']").count() == 1
     assert page.get_by_role("button", name="Run the batch").is_disabled()

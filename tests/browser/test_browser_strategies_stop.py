@@ -11,11 +11,10 @@ from test_browser_stop import record_bars, says, stop_button, stop_mid_run, wait
 
 from kvviz.lessons.cache_strategies.logic import PRESENTER_COLUMNS
 
-from chromium import SCREENSHOTS, browser_page, screenshot, wait_idle
+from chromium import SCREENSHOTS, SLOW_S, browser_page, screenshot, wait_idle
 
 ROWS = """(root) => [...root.querySelectorAll('tr')].map(tr => [...tr.querySelectorAll('th, td')]
     .map(c => c.innerText.trim()))"""
-SLOW_S = 300  # the first page of a session, on a 2-core machine shared at a load of 40
 
 
 def set_tokens(page, tokens: int) -> None:

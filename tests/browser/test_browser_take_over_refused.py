@@ -11,7 +11,7 @@ from conftest import one_sentence
 from kvviz.ui.app_server import running_app
 
 from chromium import shared_browser, wait_idle
-from room_pages import SLOW_S, new_page, open_room, press, shown_step, start_lesson, wait_for_step
+from room_pages import SLOW_S, click_at, new_page, open_room, shown_step, start_lesson, wait_for_step
 
 
 def test_a_refused_take_over_keeps_the_student_following_with_one_sentence(monkeypatch):
@@ -29,7 +29,7 @@ def test_a_refused_take_over_keeps_the_student_following_with_one_sentence(monke
         wait_for_step(student, 1, 60)
         wait_idle(student, timeout=SLOW_S)
 
-        press(student, "Take over")
+        click_at(student, "Take over")
         wait_idle(student, timeout=SLOW_S)
         alerts = student.locator("[data-testid='stAlertContentError']")
         alerts.first.wait_for(timeout=60_000)
@@ -39,6 +39,6 @@ def test_a_refused_take_over_keeps_the_student_following_with_one_sentence(monke
         assert student.get_by_text(f"Following room {code}").count() >= 1 and shown_step(student) == 1
         assert student.locator("[data-testid='stException']").count() == 0
 
-        press(teacher, "Next token")  # the student still follows: the teacher's next step reaches them
+        click_at(teacher, "Next token")  # the student still follows: the teacher's next step reaches them
         wait_for_step(student, 2, 60)
         assert re.search(rf"{code}", student.url)

@@ -12,7 +12,7 @@ from kvviz.ui.app_server import CHROMIUM, running_app
 
 from chromium import shared_browser, wait_idle
 from redis_server import redis_url  # noqa: F401  (the fixture)
-from room_pages import SLOW_S, new_page, open_room, press, shown_step, start_lesson, wait_for_step
+from room_pages import SLOW_S, click_at, new_page, open_room, shown_step, start_lesson, wait_for_step
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow,
               pytest.mark.skipif(shutil.which(CHROMIUM) is None, reason="Debian's chromium is not installed")]
@@ -32,12 +32,12 @@ def test_a_student_on_another_process_follows_and_a_killed_redis_leaves_both_run
         stack.callback(student_context.close)
         student.get_by_text(f"Following room {code}").wait_for(timeout=SLOW_S * 1000)
         wait_for_step(student, 1, 120)  # a loaded 2-core machine runs two app processes and two browsers here
-        press(teacher, "Next token")
+        click_at(teacher, "Next token")
         wait_for_step(teacher, 2, SLOW_S)
         wait_for_step(student, 2, 90)  # B heard of A's step through Redis
 
         redis_url.stop()  # the room server goes away mid-lesson
-        press(teacher, "Next token")
+        click_at(teacher, "Next token")
         wait_for_step(teacher, 3, SLOW_S)  # the teacher's lesson goes on
         wait_idle(teacher, timeout=SLOW_S)
         teacher.get_by_text(f"The class room server at {redis_url.url} does not answer").first.wait_for(timeout=60_000)
@@ -45,6 +45,6 @@ def test_a_student_on_another_process_follows_and_a_killed_redis_leaves_both_run
         assert shown_step(student) == 2  # the student keeps the lesson at its step, on their own now
         for page in (teacher, student):
             assert page.locator("[data-testid='stException']").count() == 0
-        press(student, "Next token")  # the student's page still answers: the copy has no step past the room's
+        click_at(student, "Next token")  # the student's page still answers: the copy has no step past the room's
         wait_idle(student, timeout=SLOW_S)
         assert student.locator("[data-testid='stException']").count() == 0 and shown_step(student) == 2

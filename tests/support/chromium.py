@@ -19,6 +19,7 @@ from kvviz.ui.app_server import CHROMIUM, CHROMIUM_ARGS, ROOT, running_app
 from page_idle import BUSY_JS, SENDS_JS
 
 SCREENSHOTS = ROOT / "artifacts" / "screenshots"
+SLOW_S = 400  # the longest a page may take: a loaded 2-core machine, a step or a model load can take minutes
 
 
 _shared: dict = {}  # "playwright", "browser", "app" (the running_app block's exit stack), "url"
@@ -94,7 +95,21 @@ def wait_idle(page, settle: float = 0.1, quiet: float = 0.3, timeout: float = 12
         else:
             quiet_since = None
         time.sleep(min(0.1, quiet / 3))
-    raise TimeoutError(f"the app kept running for {timeout:.0f} s")
+    raise TimeoutError(f"the app kept running for {timeout:.0f} s: {page.evaluate(BUSY_PARTS_JS)}")
+
+
+# what keeps a page busy, named, for a wait that timed out
+BUSY_PARTS_JS = """() => [...document.querySelectorAll('[data-stale="true"], [data-testid="stSkeleton"], '
+    + '[data-testid="stStatusWidget"]'), ...[...document.querySelectorAll('*')].filter(e => e.shadowRoot)
+      .map(e => e.shadowRoot.querySelector('.kvviz-stage[data-reporting]')).filter(Boolean)]
+    .map(e => (e.dataset.testid || e.className || e.tagName) + ': ' + (e.innerText || '').slice(0, 80))
+    .concat([document.querySelector('[data-testid="stApp"]')?.getAttribute('data-test-script-state')])"""
+
+
+def press(page, name: str, exact: bool = True, settle: float = 0.1, timeout: float = SLOW_S) -> None:
+    """Click the page's first button named `name` (exactly, or containing it) and wait until the app is idle."""
+    page.get_by_role("button", name=name, exact=exact).first.click()
+    wait_idle(page, settle=settle, timeout=timeout)
 
 
 def wait_drawn(page, shown, quiet: float = 0.15, timeout: float = 120.0) -> None:

@@ -41,7 +41,9 @@ SENDS_JS = """() => {
 # busy: the app has not drawn yet or its script runs (stApp's data-test-script-state is "initial",
 # "running", "rerunRequested" or "stopRequested"), a message waits for its answer (a request for a run
 # 60 s at most, any other 3 s), a request is open (10 s at most), the stage is about to report its step
-# (stage.js's debounce), or something on the page is stale, a skeleton or Streamlit's status widget
+# (stage.js's debounce; the stage lives in its component's shadow root, which document.querySelector does not
+# enter: until 2026-12-07 this part never saw it), or something on the page is stale, a skeleton or Streamlit's
+# status widget
 BUSY_JS = """() => {
   const sends = window.__kvvizSends, now = performance.now();
   const waiting = sends && ((sends.sent > sends.heard && now - sends.sent < 3000)
@@ -50,6 +52,6 @@ BUSY_JS = """() => {
   const app = document.querySelector('[data-testid="stApp"]');
   const state = app && app.getAttribute("data-test-script-state");
   return Boolean(waiting || !["notRunning", "compilationError"].includes(state)
-    || document.querySelector('[data-stale="true"], [data-testid="stSkeleton"], [data-testid="stStatusWidget"], '
-                              + '.kvviz-stage[data-reporting]'));
+    || document.querySelector('[data-stale="true"], [data-testid="stSkeleton"], [data-testid="stStatusWidget"]')
+    || [...document.querySelectorAll('*')].some(e => e.shadowRoot && e.shadowRoot.querySelector('.kvviz-stage[data-reporting]')));
 }"""

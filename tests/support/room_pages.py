@@ -8,9 +8,7 @@ import time
 
 from playwright.sync_api import expect
 
-from chromium import wait_idle
-
-SLOW_S = 400  # a loaded 2-core machine: the longest a page may take
+from chromium import SLOW_S, wait_idle
 
 
 def new_page(browser, url: str, width: int = 1280, height: int = 720):
@@ -22,7 +20,7 @@ def new_page(browser, url: str, width: int = 1280, height: int = 720):
     return context, page
 
 
-def press(page, name: str) -> float:
+def click_at(page, name: str) -> float:
     """Click the button named `name` (its start: "Next token →"); the time of the click."""
     button = page.get_by_role("button", name=re.compile("^" + re.escape(name))).first
     button.wait_for()
@@ -43,17 +41,22 @@ def shown_step(page) -> int | None:
     return int(found.group(1)) if found else None
 
 
+def step_sentence(page, step: int):
+    """The Prefill and decode page's sentence of `step` (a locator: empty while another step shows)."""
+    words = re.compile(r"^Prefill\." if step == 0 else rf"^Decode step {step}\b")
+    return page.locator("[data-testid='stAlertContentSuccess']").filter(has_text=words)
+
+
 def wait_for_step(page, step: int, within_s: float) -> float:
     """When the page's sentence named `step` (Playwright's expect on it); AssertionError after `within_s` s."""
-    words = re.compile(r"^Prefill\." if step == 0 else rf"^Decode step {step}\b")
-    expect(page.locator("[data-testid='stAlertContentSuccess']").first).to_have_text(words, timeout=within_s * 1000)
+    expect(step_sentence(page, step).first).to_be_visible(timeout=within_s * 1000)
     return time.time()
 
 
 def open_room(teacher) -> str:
     """On a teacher's Prefill and decode page with a lesson: open a room; its code."""
     teacher.get_by_text("Show this lesson to the class").click()
-    press(teacher, "Open a room for the class")
+    click_at(teacher, "Open a room for the class")
     wait_idle(teacher, timeout=SLOW_S)
     link = teacher.locator("[data-testid='stCode']").filter(has_text="?room=").first.inner_text().strip()
     return link.rsplit("=", 1)[1]
@@ -63,9 +66,9 @@ def start_lesson(teacher) -> None:
     """Prefill and one decode step on the teacher's page."""
     teacher.get_by_role("button", name="Prefill", exact=True).wait_for()
     wait_idle(teacher, timeout=SLOW_S)
-    press(teacher, "Prefill")
+    click_at(teacher, "Prefill")
     wait_for_step(teacher, 0, SLOW_S)
     wait_idle(teacher, timeout=SLOW_S)
-    press(teacher, "Next token")
+    click_at(teacher, "Next token")
     wait_for_step(teacher, 1, SLOW_S)
     wait_idle(teacher, timeout=SLOW_S)

@@ -43,8 +43,13 @@ export default function (component) {
   }
   state.data = data;
   const last = data.steps.length - 1;
-  // the server's step wins when it moved (Next token, a link, a replay); else keep the browser's
-  if (state.serverStep !== data.step || state.step === null || state.step > last) state.step = data.step;
+  // the server's step wins when it moved (Next token, a link, a replay); else keep the browser's. The step this
+  // stage reported, drawn back by the server, is no move: keys pressed since then went on from it (a learner's
+  // keys on a busy server were pulled back to the step the report named)
+  const moved = state.serverStep !== data.step;
+  const echo = moved && data.step === state.reported;
+  if ((moved && !echo) || state.step === null || state.step > last) state.step = data.step;
+  if (moved) state.reported = null; // an echo is heard once; a move of the server's own forgets the last report
   state.serverStep = data.step;
   root.classList.toggle("presenter", !!data.presenter);
 
