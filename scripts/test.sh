@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install everything the tests need on a fresh machine, then run the tests.
 #   bash scripts/test.sh            the whole suite (extra arguments go to pytest)
-#   bash scripts/test.sh --quick    what needs no browser and no vLLM (markers browser, vllm; see pyproject.toml)
+#   bash scripts/test.sh --quick    what needs no browser and no vLLM and takes under a second or so (markers
+#                                   browser, vllm, slow; see pyproject.toml and scripts/slow_tests.py)
 # Both run two pytest-xdist workers, each taking whole files (--dist loadfile; --quick the files with long tests
 # first, tests/conftest.py), each worker with its own app server and Chromium and torch on its share of the
 # cores (tests/conftest.py); `-n 0` after the command runs serially.
@@ -34,7 +35,7 @@ python -m kvviz fetch smollm2 || echo "SmolLM2 could not be fetched; tests/engin
 # written, about 70 s on a 2-core CPU); a no-op once ready; offline, its tests are skipped
 python -m kvviz fetch gemma3 || echo "Gemma 3 could not be fetched; tests/engine/test_gemma3.py will be skipped"
 if [ "$quick" = 1 ]; then
-  exec python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m "not browser and not vllm" --ignore=tests/browser "$@"
+  exec python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m "not browser and not vllm and not slow" --ignore=tests/browser "$@"
 fi
 # vLLM's own environment, for tests/vllm/ (about 6 minutes the first time on a 2-core CPU; a no-op once made)
 if [ -z "${KVVIZ_VLLM_PYTHON:-}" ] && [ "${KVVIZ_SKIP_VLLM:-0}" != 1 ]; then

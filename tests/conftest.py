@@ -7,6 +7,10 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 FOLDER_MARKERS = {"browser": pytest.mark.browser, "vllm": pytest.mark.vllm,  # tests/<folder>/ -> its tier
                   "rooms": pytest.mark.rooms}
+# tests of the quick tier that take about a second or more (scripts/slow_tests.py times them): marked slow
+SLOW_LIST = Path(__file__).parent / "slow_tests.txt"
+SLOW_TESTS = frozenset(line.strip() for line in (SLOW_LIST.read_text().splitlines() if SLOW_LIST.exists() else ())
+                       if line.strip() and not line.startswith("#"))
 LONG_MARKERS = ("browser", "vllm", "slow")  # a file holding such a test starts first (pytest_collection_modifyitems)
 
 
@@ -46,13 +50,16 @@ def needs_vllm(item) -> bool:
 
 def pytest_collection_modifyitems(items):
     """Tests under tests/browser/ carry the browser marker, and those under tests/vllm/ that need vLLM
-    the vllm marker, so `-m "not browser and not vllm"` (scripts/test.sh --quick) leaves them out;
-    tests/vllm/'s refusals and cache arithmetic, which need no vLLM, stay in the quick tier.
+    the vllm marker, and those tests/slow_tests.txt lists the slow marker, so `-m "not browser and not vllm and
+    not slow"` (scripts/test.sh --quick) leaves them out; tests/vllm/'s refusals and cache arithmetic, which need
+    no vLLM, stay in the quick tier.
 
     Files with a long test (browser, vllm or slow) come first: where xdist keeps that order (scripts/test.sh
     --quick: --dist loadfile --no-loadscope-reorder), the many short files even out the two workers' ends;
     xdist's own order (most tests first), which the whole suite keeps, leaves long single-test files last."""
     for item in items:
+        if item.nodeid in SLOW_TESTS:
+            item.add_marker(pytest.mark.slow)
         folder = Path(item.fspath).parent.name
         if folder in ("browser", "rooms") or (folder == "vllm" and needs_vllm(item)):
             item.add_marker(FOLDER_MARKERS[folder])
