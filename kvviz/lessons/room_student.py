@@ -6,21 +6,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import streamlit as st
 
 from kvviz.lessons.catalog import BY_KEY
-from kvviz.lessons.room_view import CAUGHT_UP, FALLBACK_S
+from kvviz.lessons.room_view import CAUGHT_UP, FALLBACK_S, FollowedLesson
 from kvviz.ui import room_types, room_wake, rooms, streamlit_door
 from kvviz.ui.common import load_linked_model
 
-if TYPE_CHECKING:  # kvviz.lessons.stepped imports this module
-    from kvviz.lessons.stepped import Stepped
-
 
 # ---- a student's page ----------------------------------------------------------------------------
-def restore_from_query(lesson: Stepped) -> None:
+def restore_from_query(lesson: FollowedLesson) -> None:
     """A link with ?room=CODE, read once per session: take a seat in that room, or say why not. A room
     of another lesson sends the student to that lesson's page, with the link. The seat is this
     session's (a reload is a new session: a new seat, the old one freed once idle)."""
@@ -63,7 +59,7 @@ def follow_link_elsewhere(page_key: str) -> None:
     st.error(room if isinstance(room, str) else f"Room {room.code}'s lesson is not on this server's pages.")
 
 
-def followed_room(lesson: Stepped) -> room_types.Room | None:
+def followed_room(lesson: FollowedLesson) -> room_types.Room | None:
     """The room of this page's lesson that this session follows, its lesson refreshed to the teacher's
     step; None when it follows none here (a closed room leaves a sentence and no lesson). The views
     start at the teacher's step (on joining, and with each new lesson); then they stay on the student's."""
@@ -112,7 +108,7 @@ def page_state(room: room_types.Room) -> tuple:
     return room_types.lesson_token(room.lesson), len(room.questions), sum(q.revealed for q in room.questions)
 
 
-def stop_following(lesson: Stepped, keep_lesson: bool = False) -> None:
+def stop_following(lesson: FollowedLesson, keep_lesson: bool = False) -> None:
     """Leave the room; its replay goes too, unless the student took it over (`keep_lesson`)."""
     code = st.session_state.get("room_code")
     room = rooms.find(code) if code else None
@@ -126,7 +122,7 @@ def stop_following(lesson: Stepped, keep_lesson: bool = False) -> None:
     st.query_params.pop("room", None)  # a reload does not join again
 
 
-def catch_up(lesson: Stepped) -> None:
+def catch_up(lesson: FollowedLesson) -> None:
     """The views below go to the teacher's step (the whole page reruns)."""
     room = rooms.find(st.session_state.get("room_code", ""))
     if room is not None:
@@ -134,7 +130,7 @@ def catch_up(lesson: Stepped) -> None:
     st.session_state["room_full"] = True
 
 
-def take_over(lesson: Stepped, slot) -> None:
+def take_over(lesson: FollowedLesson, slot) -> None:
     """The room's lesson at the room's step, run on this session's own engine, in the page's script: a bar
     with Stop in `slot` counts the steps. The student leaves the room once the first step ran, so Stop
     keeps the lesson at the step reached. Refused (the server's live lessons are at their limit, the
@@ -159,7 +155,7 @@ def take_over(lesson: Stepped, slot) -> None:
                                           f"room {room.code}: {reason or 'try again in a while.'}")
 
 
-def student_bar(lesson: Stepped, room: room_types.Room) -> None:
+def student_bar(lesson: FollowedLesson, room: room_types.Room) -> None:
     """The banner, Take over and Leave, and the room's open question (the page ends with `follow`)."""
     a, b, c = st.columns([4, 1, 1], vertical_alignment="center")
     a.info(f"**Following room {room.code}.** The teacher moves the lesson; pick any view below, it moves only "
@@ -197,7 +193,7 @@ def student_bar(lesson: Stepped, room: room_types.Room) -> None:
 
 
 @st.fragment(run_every=FALLBACK_S)
-def follow_stage(lesson: Stepped, code: str, data: dict, sentence: str | None, draw: Callable) -> None:
+def follow_stage(lesson: FollowedLesson, code: str, data: dict, sentence: str | None, draw: Callable) -> None:
     """A follower's stage and its sentence: drawn with the page (`data`, at the views' step), then alone
     each time kvviz.ui.room_wake wakes this fragment, from the room's payload (every follower shares it;
     the browser keeps the steps before). `draw(data, sentence, step)` shows them; data may be JSON bytes."""
@@ -236,7 +232,7 @@ def stage_lost() -> None:
     st.session_state["room_full"] = True
 
 
-def _catch_up_bar(lesson: Stepped, teachers: int) -> None:
+def _catch_up_bar(lesson: FollowedLesson, teachers: int) -> None:
     """One caption and Catch up, while the views below show another step than the teacher's."""
     if st.session_state.get(lesson.keys.view, teachers) != teachers:
         left, right = st.columns([5, 1], vertical_alignment="center")
@@ -245,7 +241,7 @@ def _catch_up_bar(lesson: Stepped, teachers: int) -> None:
                      help="Show the teacher's step in the views below too.")
 
 
-def step_payload(lesson: Stepped, run, step: int, before: dict) -> dict:
+def step_payload(lesson: FollowedLesson, run, step: int, before: dict) -> dict:
     """The teacher's `step` as every follower draws it, built once: the stage's data for the steps that
     moved since the payload `before` (just this step when the teacher looked back or the lesson is new),
     as JSON text, and the step's sentence. Not the run again: each follower's browser holds the

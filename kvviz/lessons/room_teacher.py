@@ -4,7 +4,6 @@ questions sent to the room and revealed (kvviz.lessons.room_view says how a room
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
 
 import streamlit as st
 
@@ -12,15 +11,13 @@ from kvviz.lessons.files import RoomAnswers
 from kvviz.lessons.room_address import qr_png, room_address
 from kvviz.lessons.room_answers import results
 from kvviz.lessons.room_student import step_payload
+from kvviz.lessons.room_view import FollowedLesson
 from kvviz.ui import room_types, rooms
 from kvviz.ui.common import session_source
 
-if TYPE_CHECKING:  # kvviz.lessons.stepped imports this module
-    from kvviz.lessons.stepped import Stepped
-
 
 # ---- the teacher's panel ------------------------------------------------------------------------
-def publish(lesson: Stepped, run, step: int) -> None:
+def publish(lesson: FollowedLesson, run, step: int) -> None:
     """The teacher's page knows its step: the room hears of it now, before the rest of the page draws,
     with the payload its followers draw (built only when the step moved)."""
     room = rooms.teachers_room(lesson.page)
@@ -32,7 +29,7 @@ def publish(lesson: Stepped, run, step: int) -> None:
         rooms.publish(room, step, progress, step_payload(lesson, run, step, room.payload))
 
 
-def teacher_panel(lesson: Stepped, run, step: int) -> None:
+def teacher_panel(lesson: FollowedLesson, run, step: int) -> None:
     """Open or close the room, its code, link and QR code, who follows, and the questions' answers."""
     room = rooms.teachers_room(lesson.page)
     if room is None and rooms.down():  # stepped.room_panel says so above

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from kvviz.ui import rooms
 from kvviz.ui.common import drop
@@ -43,6 +44,33 @@ class RoomPart:
     questions: Callable = lambda run: []  # (teacher's run) -> list[room_types.RoomQuestion] asked on the page
     progress: Callable = lambda run: 0  # (run) -> a number that grows when followers must redraw the same step
     sentence: Callable = lambda run, step: None  # (run, step) -> the line over the stage, when the page has one
+
+
+class RoomKeys(Protocol):
+    """The session keys a room reads and writes on a lesson's page."""
+
+    @property
+    def run(self) -> str: ...  # the run: the teacher's copy, on a student's page
+
+    @property
+    def view(self) -> str: ...  # the step in view
+
+    @property
+    def error(self) -> str: ...  # the lesson's refusal, which Take over quotes
+
+
+class FollowedLesson(Protocol):
+    """What a room needs of a lesson (kvviz.lessons.stepped.Stepped is one; room_student and room_teacher, which
+    stepped.py imports, read it through this)."""
+
+    @property
+    def page(self) -> str: ...  # its key in the catalog
+
+    @property
+    def keys(self) -> RoomKeys: ...
+
+    @property
+    def room(self) -> RoomPart | None: ...
 
 
 def reset(state) -> None:
