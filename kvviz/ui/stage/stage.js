@@ -31,9 +31,16 @@ function received(raw, held) {
   return { ...held, ...data, steps: held.steps.slice(0, data.steps_from).concat(data.steps) };
 }
 
+// The browser's step outlives a stage drawn anew: Streamlit mounts the component again when the page around it
+// changes shape, and the learner's steps taken in the browser went back to the server's. The same lesson at the
+// same server step goes on where the learner was (one stage a page: one slot).
+let kept = null; // { lesson, serverStep, step }
+const lessonOf = (d) => `${d.steps.length}|${d.step_word || ""}|${d.count_from || 0}|${d.steps[0]?.sentence || ""}`;
+
 export default function (component) {
   const { parentElement, setStateValue } = component;
   const root = parentElement.querySelector(".kvviz-stage");
+  const mounted = !root.__stage; // a new stage element: the page was drawn anew around it, or a first stage
   const state = root.__stage || (root.__stage = { step: null, hover: null, pinned: null, layer: -1, head: -1, group: -1, band: null,
                                                   timer: null, reported: null, drawnStep: null });
   const data = received(component.data, state.data);
@@ -50,6 +57,9 @@ export default function (component) {
   const echo = moved && data.step === state.reported;
   if ((moved && !echo) || state.step === null || state.step > last) state.step = data.step;
   if (moved) state.reported = null; // an echo is heard once; a move of the server's own forgets the last report
+  if (mounted && kept && kept.lesson === lessonOf(data) && kept.serverStep === data.step && kept.step <= last) {
+    state.step = kept.step;
+  }
   state.serverStep = data.step;
   root.classList.toggle("presenter", !!data.presenter);
 
@@ -109,6 +119,7 @@ export default function (component) {
     const step = d.steps[state.step];
     const previous = state.drawnStep;
     state.drawnStep = state.step;
+    kept = { lesson: lessonOf(d), serverStep: state.serverStep, step: state.step };
     root.innerHTML = "";
     // one sentence a screen reader says at each step: a live region kept across redraws (the same node)
     state.live = state.live || html("div", { class: "sr-only", "aria-live": "polite", "data-testid": "stage-live" }, null);
