@@ -193,8 +193,8 @@ with gqa_tab:
         a.selectbox("KV heads after the merge", choices, key="strategies_gqa_heads",
                     format_func=lambda n: f"{n} (MQA)" if n == 1 else f"{n} (GQA)")
         b.button("Convert and measure", on_click=ss.on_gqa, width="stretch", disabled=replay)
-    if "gqa_error" in st.session_state:
-        st.error(st.session_state["gqa_error"])
+    if "strategies_gqa_error" in st.session_state:
+        st.error(st.session_state["strategies_gqa_error"])
     report = ss.gqa()
     if report is not None:
         st.plotly_chart(figures.gqa_comparison(report), width="stretch")

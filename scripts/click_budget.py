@@ -191,7 +191,8 @@ def eviction_case(lm, prompt: str, tokens: int):
     from kvviz.strategies.eviction import eviction_lab
 
     def click():
-        return len(eviction_lab(lm, prompt, tokens, DEFAULTS["eviction_budget"], DEFAULTS["eviction_sinks"]).runs)
+        budget, sinks = DEFAULTS["strategies_eviction_budget"], DEFAULTS["strategies_eviction_sinks"]
+        return len(eviction_lab(lm, prompt, tokens, budget, sinks).runs)
     click.estimate_s = eviction_seconds(lm, prompt, tokens)
     return click
 

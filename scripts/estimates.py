@@ -99,7 +99,8 @@ def teacher(lm) -> list:
 
     def lab_run():  # as eviction_view.run times it
         with budget.timed(eviction, CPU):
-            eviction_lab(lm, EXAMPLE_PROMPT, most, EVICTION["eviction_budget"], EVICTION["eviction_sinks"])
+            eviction_lab(lm, EXAMPLE_PROMPT, most, EVICTION["strategies_eviction_budget"],
+                         EVICTION["strategies_eviction_sinks"])
     rows.append(row(f"Eviction lab ({most} tokens)", eviction, lab_run))
 
     work = synthetic_workload(lm.tokenizer, len(lm.tokenizer), BATCH["batch_count"], BATCH["batch_prompt_len"],

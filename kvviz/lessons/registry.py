@@ -1,51 +1,41 @@
-"""Which modules own each lesson's session state, and the stepped lessons: a model change, Reset, rooms and
-the session-key checks read it.
+"""The lessons' session state, one object a lesson: a model change, Reset, rooms and the session-key checks
+read it.
 
-Adding a lesson means a folder kvviz/lessons/<key>/, a page script lessons/<key>.py, its line in
-kvviz/lessons/catalog.py, its state modules below (when it keeps a run), its Stepped in STEPPED (when it
-is stepped a run at a time), and its tests (docs/design.md, "Adding a lesson").
-
-A state module declares KEYS (what a run leaves behind), optionally KEY_PREFIXES (keys made on the
-fly, one per question asked), INPUTS (prefixes of widget keys that stay when another model loads) and
-KEPT (widget keys whose values outlive a visit to another page), and a reset(state) that clears exactly
-its keys. A stepped lesson's state module declares its keys once, in its LESSON
-(kvviz.lessons.stepped.Stepped), and derives KEYS and reset from it. This module sits above the
-lessons and imports them; the lessons read the catalog, never this.
+Each lesson folder exports one LessonState in its lesson.py (kvviz.lessons.lesson_state): the lesson's
+page, the one prefix every session key of its page starts with, the keys each of its modules makes (a
+`Keys`: what a model change clears, what outlives a visit to another page) and, for a lesson taken a step
+at a time, its Stepped (new, step, export, read and its room part). Adding a lesson means a folder
+kvviz/lessons/<key>/ with its lesson.py, a page script lessons/<key>.py, its line in
+kvviz/lessons/catalog.py, its line below, and its tests (docs/design.md, "Adding a lesson"). This module
+sits above the lessons and imports them; the lessons read the catalog, never this.
 """
 
 from __future__ import annotations
 
-from types import ModuleType
-
 from kvviz.lessons import room_view
-from kvviz.lessons.batch_generation import state as batch_generation
-from kvviz.lessons.cache_strategies import eviction_view, state as cache_strategies
-from kvviz.lessons.catalog import LECTURE
-from kvviz.lessons.paged_batching import fork_view, state as paged_batching, swap_view
-from kvviz.lessons.prefill_decode import classroom, explain_views, state as prefill_decode
-from kvviz.lessons.speculative import state as speculative
+from kvviz.lessons.batch_generation.lesson import LESSON as batch_generation
+from kvviz.lessons.cache_strategies.lesson import LESSON as cache_strategies
+from kvviz.lessons.lesson_state import LessonState
+from kvviz.lessons.memory_bill.lesson import LESSON as memory_bill
+from kvviz.lessons.model_lab.lesson import LESSON as model_lab
+from kvviz.lessons.paged_batching.lesson import LESSON as paged_batching
+from kvviz.lessons.prefill_decode.lesson import LESSON as prefill_decode
+from kvviz.lessons.putting_it_together.lesson import LESSON as putting_it_together
+from kvviz.lessons.sources.lesson import LESSON as sources
+from kvviz.lessons.speculative.lesson import LESSON as speculative
 from kvviz.lessons.stepped import Stepped
+from kvviz.ui.session_keys import Keys
 
-# each lesson's modules that own its session-state keys, by its catalog key
-STATES: dict[str, tuple[ModuleType, ...]] = {
-    "prefill_decode": (prefill_decode, explain_views, classroom),
-    "paged_batching": (paged_batching, fork_view, swap_view),
-    "batch_generation": (batch_generation,),
-    "cache_strategies": (cache_strategies, eviction_view),
-    "speculative": (speculative,),
-}
-SHARED_STATES = (room_view,)
-STEPPED: tuple[Stepped, ...] = (prefill_decode.LESSON, paged_batching.LESSON, speculative.LESSON)  # stepped lessons
+# in lecture order (kvviz.lessons.catalog.LECTURE, less the home page, which keeps nothing)
+LESSONS: tuple[LessonState, ...] = (prefill_decode, memory_bill, model_lab, paged_batching, batch_generation,
+                                    cache_strategies, putting_it_together, speculative, sources)
+STEPPED: tuple[Stepped, ...] = tuple(lesson.stepped for lesson in LESSONS if lesson.stepped is not None)
 ROOMS = tuple(lesson for lesson in STEPPED if lesson.room is not None)  # the lessons a room can follow
-# keys of the app itself, which stay when another model loads: the model picker, presenter mode,
-# the Memory bill, the Model lab (it builds its own model), Putting it together (sizes, not runs) and
+ROOM_KEYS: Keys = room_view.KEYS  # the room a session follows or teaches, on any lesson's page
+ROOM_PREFIX = "room_"  # every one of them starts with it
+# keys of the app itself, which stay when another model loads: the model picker, presenter mode and
 # whether each "Show the code" is open (kvviz.ui.common.code_key)
-APP_INPUTS = ("model_", "presenter", "bill_", "lab_", "together_", "show_code:")
-
-
-def state_modules() -> list[ModuleType]:
-    """Every lesson's session-state modules, in lecture order, then the shared ones."""
-    return [module for lesson in LECTURE for module in STATES.get(lesson.key, ())] + list(SHARED_STATES)
+APP_PREFIXES = ("model_", "presenter", "show_code:")
 
 
 def lesson_files(page: str):
@@ -56,23 +46,24 @@ def lesson_files(page: str):
 
 
 def kept_settings() -> list[str]:
-    """The widget keys whose values outlive a visit to another page: each state module's KEPT."""
-    return [key for module in state_modules() for key in getattr(module, "KEPT", ())]
+    """The widget keys whose values outlive a visit to another page."""
+    return [key for lesson in LESSONS for key in lesson.kept]
 
 
 def reset_lessons(state) -> None:
-    """Clear every lesson's run: another model was loaded, and a run belongs to the model it ran on."""
-    for module in state_modules():
-        module.reset(state)
+    """Clear every lesson's run, and the room followed: another model was loaded, and a run belongs to the
+    model it ran on."""
+    for lesson in LESSONS:
+        lesson.reset(state)
+    ROOM_KEYS.reset(state)
 
 
-def cleared(key: str, module) -> bool:
-    """Whether state module `module` clears `key` on a model change."""
-    return key in module.KEYS or key.startswith(getattr(module, "KEY_PREFIXES", ()))
+def cleared(key: str) -> bool:
+    """Whether loading another model clears `key`."""
+    return any(lesson.cleared(key) for lesson in LESSONS) or ROOM_KEYS.cleared(key)
 
 
 def owners(key: str) -> list[str]:
-    """The names of the modules (or "app") that declare `key`: exactly one for every key a page makes."""
-    names = [module.__name__ for module in state_modules()
-             if cleared(key, module) or key.startswith(getattr(module, "INPUTS", ()))]
-    return names + ["app"] * key.startswith(APP_INPUTS)
+    """Who answers for `key` (a lesson's page, "room" or "app"): exactly one for every key a page makes."""
+    names = [lesson.page for lesson in LESSONS if lesson.owns(key)]
+    return names + ["room"] * key.startswith(ROOM_PREFIX) + ["app"] * key.startswith(APP_PREFIXES)

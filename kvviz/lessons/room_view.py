@@ -23,11 +23,11 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from kvviz.ui import rooms
-from kvviz.ui.common import drop
+from kvviz.ui.session_keys import Keys
 
-KEYS = frozenset({"room_code", "room_seat", "room_seat_token", "room_query_done", "room_error", "room_state", "room_answer",
-                  "room_sent", "room_sent_value", "room_followed_lesson", "room_stage", "room_full", "room_teachers_step",
-                  "room_views_step", rooms.SESSION_KEY})
+KEYS = Keys(clears=frozenset({"room_code", "room_seat", "room_seat_token", "room_query_done", "room_error",
+                              "room_state", "room_answer", "room_sent", "room_sent_value", "room_followed_lesson",
+                              "room_stage", "room_full", "room_teachers_step", "room_views_step", rooms.SESSION_KEY}))
 FALLBACK_S = 10.0  # a follower's stage asks on its own this often, should a wake be lost; it keeps the seat too
 CAUGHT_UP = "The stage moves with the teacher; the views below stay where they are until you press **Catch up**."
 
@@ -71,8 +71,3 @@ class FollowedLesson(Protocol):
 
     @property
     def room(self) -> RoomPart | None: ...
-
-
-def reset(state) -> None:
-    """Another model loaded: the room followed belongs to the old one."""
-    drop(state, KEYS)

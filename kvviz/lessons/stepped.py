@@ -264,11 +264,6 @@ def reset_run(lesson: Stepped) -> None:
     drop(st.session_state, lesson.keys.run_keys())
 
 
-def reset(lesson: Stepped, state) -> None:
-    """Forget the run and the settings that fit one model, when another model loads."""
-    drop(state, lesson.cleared_keys())
-
-
 # ---- the page's shared parts -----------------------------------------------------------------------
 def open_page(lesson: Stepped) -> room_types.Room | None:
     """Read a ?room=CODE link once; the room this session follows here (None when on its own)."""

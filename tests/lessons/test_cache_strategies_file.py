@@ -113,12 +113,12 @@ def test_a_replayed_file_renders_the_same_tabs_with_no_model():
     live.slider(key="strategies_max_tokens").set_value(3).run()
     next(b for b in live.button if b.label == "Run every strategy").click().run()
     assert not live.exception and not live.error
-    lesson = live.session_state["lesson_strategies"]
+    lesson = live.session_state["strategies_run"]
     assert not lesson["replay"] and "Export lesson (JSON)" in [b.label for b in live.get("download_button")]
 
     file = import_strategies(export_strategies(lesson))
     played = open_lesson("lessons/cache_strategies.py")
-    played.session_state["lesson_strategies"] = replayed(file)
+    played.session_state["strategies_run"] = replayed(file)
     played.run()
     assert not played.exception
     banner = next(i.value for i in played.info if "Replaying a recorded comparison" in i.value)
@@ -134,5 +134,5 @@ def test_a_replayed_file_renders_the_same_tabs_with_no_model():
         assert page_view(played) == page_view(live), label
 
     next(b for b in played.button if b.label == "Leave the replay").click().run()
-    assert "lesson_strategies" not in played.session_state
+    assert "strategies_run" not in played.session_state
     assert not next(b for b in played.button if b.label == "Run every strategy").disabled

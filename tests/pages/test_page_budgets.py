@@ -89,7 +89,7 @@ def test_the_pool_field_stops_at_what_a_run_can_use():
     started = time.perf_counter()
     button(at, "Run the batch").click().run()
     assert time.perf_counter() - started < 30
-    assert not at.exception and len(at.error) == 1 and "lesson_batch" not in at.session_state
+    assert not at.exception and len(at.error) == 1 and "batch_run" not in at.session_state
     assert "A pool of 65,536 blocks is more than these 16 requests can fill" in shown(at.error[0])
 
 
@@ -104,7 +104,7 @@ def test_run_at_the_pages_maximum_is_refused_by_its_work_estimate():
     started = time.perf_counter()
     button(at, "Run the batch").click().run()
     assert time.perf_counter() - started < 30
-    assert not at.exception and len(at.error) == 1 and "lesson_batch" not in at.session_state
+    assert not at.exception and len(at.error) == 1 and "batch_run" not in at.session_state
     message = shown(at.error[0])
     assert message.startswith("This batch of 256 requests would run about") and "one click may take" in message
     assert "ask for fewer prompts or fewer tokens to generate, or let more requests run at once" in message

@@ -116,13 +116,13 @@ def test_run_every_strategy_past_the_budget_runs_the_most_tokens_that_fit_and_sa
     button(at, "Run every strategy").click().run()
     assert time.perf_counter() - started < 60
     assert not at.exception and not at.error
-    ran = at.session_state["lesson_strategies"]["settings"]["max_tokens"]
+    ran = at.session_state["strategies_run"]["settings"]["max_tokens"]
     assert 1 <= ran < DEFAULTS["strategies_max_tokens"]
     note = shown(next(i for i in at.info if "the most that fit" in shown(i)))
     assert one_sentence(note)
     assert note.startswith(f"{DEFAULTS['strategies_max_tokens']} tokens would take about ")
     assert f"more than the 5 s one click may take, so every strategy ran {ran} tokens, the most that fit" in note
-    assert all(len(r.token_ids) == ran for r in at.session_state["lesson_strategies"]["results"])
+    assert all(len(r.token_ids) == ran for r in at.session_state["strategies_run"]["results"])
 
 
 def test_the_eviction_lab_past_the_budget_runs_the_most_tokens_that_fit_and_says_so(monkeypatch):
@@ -134,7 +134,7 @@ def test_the_eviction_lab_past_the_budget_runs_the_most_tokens_that_fit_and_says
     monkeypatch.setenv("KVVIZ_CLICK_SECONDS", "1")
     button(at, "Run the eviction lab").click().run()
     assert not at.exception and not at.error
-    lab = at.session_state["lesson_eviction"]["lab"]
+    lab = at.session_state["strategies_eviction_run"]["lab"]
     ran = len(lab.runs[0].token_ids)
     assert 1 <= ran < DEFAULTS["strategies_max_tokens"] and all(len(r.token_ids) == ran for r in lab.runs)
     note = shown(next(i for i in at.info if "the most that fit" in shown(i)))
@@ -150,7 +150,7 @@ def test_run_every_strategy_past_the_budget_at_one_token_runs_nothing_and_keeps_
     at.slider(key="strategies_max_tokens").set_value(3).run()
     button(at, "Run every strategy").click().run()
     assert not at.exception and not at.error
-    results = at.session_state["lesson_strategies"]
+    results = at.session_state["strategies_run"]
     monkeypatch.setenv("KVVIZ_CLICK_SECONDS", "1")
     at.text_area(key="strategies_prompt").set_value(" ".join(["But soft, what light through yonder window?"] * 40)).run()
     started = time.perf_counter()
@@ -161,7 +161,7 @@ def test_run_every_strategy_past_the_budget_at_one_token_runs_nothing_and_keeps_
     assert one_sentence(message)
     assert message.startswith("Running every strategy for 3 tokens after this")
     assert "more than the 1 s one click may take; ask for fewer tokens or use a shorter prompt." in message
-    assert at.session_state["lesson_strategies"] is results  # the earlier comparison stays
+    assert at.session_state["strategies_run"] is results  # the earlier comparison stays
 
 
 def test_an_estimate_past_the_budget_reads_past_it():

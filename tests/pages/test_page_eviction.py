@@ -16,11 +16,11 @@ def run_lab(at):
 
 def test_eviction_lab_shows_kl_first_difference_and_texts(bundled):
     at = open_lesson("lessons/cache_strategies.py")
-    assert "lesson_eviction" not in at.session_state
+    assert "strategies_eviction_run" not in at.session_state
     at.slider(key="strategies_max_tokens").set_value(10)
-    at.slider(key="eviction_budget").set_value(8)
-    at.slider(key="eviction_sinks").set_value(2).run()
-    assert "lesson_eviction" not in at.session_state  # nothing runs on a slider change
+    at.slider(key="strategies_eviction_budget").set_value(8)
+    at.slider(key="strategies_eviction_sinks").set_value(2).run()
+    assert "strategies_eviction_run" not in at.session_state  # nothing runs on a slider change
     run_lab(at)
     assert not at.error
     lab = eviction_lab(bundled, EXAMPLE_PROMPT, max_tokens=10, budget=8, sinks=2)
@@ -42,9 +42,9 @@ def test_eviction_lab_shows_kl_first_difference_and_texts(bundled):
     assert f"▶ step {lab.runs[1].first_difference}" in shown_html
     assert len(at.get("plotly_chart")) == 2  # KL per step, retention maps (the other tabs wait for their button)
 
-    at.slider(key="eviction_budget").set_value(4)
-    at.slider(key="eviction_sinks").set_value(6).run()
+    at.slider(key="strategies_eviction_budget").set_value(4)
+    at.slider(key="strategies_eviction_sinks").set_value(6).run()
     run_lab(at)
     assert [e.value for e in at.error] == ["The 6 sink tokens fill the whole 4-token budget; keep fewer sinks than "
                                            "the budget so that the recent window has room."]
-    assert at.session_state["lesson_eviction"]["lab"].budget == 8  # the last good result stays
+    assert at.session_state["strategies_eviction_run"]["lab"].budget == 8  # the last good result stays

@@ -27,14 +27,14 @@ def metric(at, label):
 def test_the_fork_view_shows_shared_blocks_copies_and_memory_saved(app):
     click(app, "Fork")
     assert not app.exception and not app.error
-    run = app.session_state["lesson_fork"]
+    run = app.session_state["paged_fork_run"]
     n = len(run.sample_ids)
     assert n == 4 and len(run.texts) == n
     assert run.num_prompt_tokens % run.block_size, "the default prompt ends in a partly filled block"
     first = fork_lesson.summary(run, 0)  # the fork happens at the prefill step: nothing copied yet
     assert metric(app, "Shared blocks").value == str(first["shared_blocks"]) == str(-(-run.num_prompt_tokens // 4))
     assert first["max_ref_cnt"] == n and metric(app, "Copies (copy-on-write)").value == "0"
-    app.slider(key="fork_view_step").set_value(1).run()
+    app.slider(key="paged_fork_view_step").set_value(1).run()
     after = fork_lesson.summary(run, 1)
     assert metric(app, "Copies (copy-on-write)").value == str(after["copies"]) == str(n - 1)
     assert after["shared_blocks"] == run.num_prompt_tokens // 4  # only full prompt blocks stay shared
@@ -50,10 +50,10 @@ def test_the_fork_views_peaks_never_fall_over_the_steps(app):
     """A peak is the most held at any step so far; the saving now may fall (the first decode step copies
     the partly filled prompt block), and the page names it so."""
     click(app, "Fork")
-    run = app.session_state["lesson_fork"]
+    run = app.session_state["paged_fork_run"]
     shown_peaks, saved_now = [], []
     for step in range(len(run.records)):
-        app.slider(key="fork_view_step").set_value(step).run()
+        app.slider(key="paged_fork_view_step").set_value(step).run()
         facts = fork_lesson.summary(run, step)
         assert not [m.label for m in app.metric if "peak" in m.label.lower()], "no metric is named a peak"
         caption = next(c.value for c in app.caption if c.value.startswith("Peak so far"))
@@ -69,16 +69,16 @@ def test_the_fork_views_peaks_never_fall_over_the_steps(app):
 
 
 def test_the_fork_view_refuses_an_empty_prompt_in_one_sentence(app):
-    app.text_area(key="fork_prompt").set_value(" ").run()
+    app.text_area(key="paged_fork_prompt").set_value(" ").run()
     click(app, "Fork")
     assert "prompt is empty" in app.error[0].value and not app.exception
 
 
 def test_the_swap_view_compares_both_modes_on_one_tight_pool(app):
-    app.number_input(key="swap_timed_runs").set_value(0).run()
+    app.number_input(key="paged_swap_timed_runs").set_value(0).run()
     click(app, "Compare swap and recompute")
     assert not app.exception
-    result = app.session_state["lesson_swap"]
+    result = app.session_state["paged_swap_run"]
     recompute, swap = result["recompute"], result["swap"]
     assert recompute.preemptions > 0 and swap.preemptions > 0
     assert recompute.recomputed_tokens > 0 and swap.recomputed_tokens == 0

@@ -160,7 +160,7 @@ def test_the_batch_page_says_what_each_throughput_counts():
     next(b for b in at.button if b.label == "Run the batch").click().run()
     next(b for b in at.button if b.label == "Run both and compare").click().run()
     assert not at.exception and not at.error
-    done, compared = at.session_state["lesson_batch"], at.session_state["lesson_batch_compare"]
+    done, compared = at.session_state["batch_run"], at.session_state["batch_compare_run"]
     metrics = {m.label: m for m in at.metric}
     assert metrics["Output tokens/s"].value == f"{done.engine_tokens_per_s:,.0f}"
     assert metrics["Output tokens/s"].proto.delta == "engine steps"  # short: five metrics share 1280 px

@@ -47,11 +47,11 @@ def test_the_8bit_rows_are_the_engines_measured_bytes_and_replay_unchanged(bundl
     assert any("measured once by scripts/bench_kv_dtype.py on 2026-12-01" in c.value and "int8 mean KL 2.3e-05"
                in c.value for c in at.caption)
 
-    lesson = at.session_state["lesson_strategies"]
+    lesson = at.session_state["strategies_run"]
     file = import_strategies(export_strategies(lesson))
     assert file["eight_bit"] == lesson["eight_bit"]
     played = open_lesson("lessons/cache_strategies.py")
-    played.session_state["lesson_strategies"] = replayed(file)
+    played.session_state["strategies_run"] = replayed(file)
     played.run()
     assert not played.exception
     assert eight_bit_table(played) == expected

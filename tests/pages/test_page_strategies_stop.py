@@ -62,7 +62,7 @@ def test_a_finished_run_leaves_no_bar_and_a_stopped_run_keeps_the_strategies_mea
     button(at, "Run every strategy").click().run()
     assert not at.exception and not at.error and not any("Stopped" in w.value for w in at.warning)
     assert not at.get("progress") and not [b for b in at.button if b.label == "Stop"]  # the bar goes at the end
-    finished = at.session_state["lesson_strategies"]
+    finished = at.session_state["strategies_run"]
     assert len(finished["results"]) == 7 and "strategies_running" not in at.session_state
 
     # interrupted in the sliding window's teacher-forced run: dynamic and static are measured
@@ -79,7 +79,7 @@ def test_a_finished_run_leaves_no_bar_and_a_stopped_run_keeps_the_strategies_mea
     said = [w.value for w in at.warning if "Stopped" in w.value]
     assert said == ["Stopped after 2 of 7 strategies: the page keeps dynamic, static, each timed once; press "
                     "**Run every strategy** to measure them all."]
-    kept = at.session_state["lesson_strategies"]
+    kept = at.session_state["strategies_run"]
     assert [r.label for r in kept["results"]] == ["dynamic", "static"]
     assert kept["results"][1].token_ids == finished["results"][1].token_ids  # the same measurement, kept
     table = next(d for d in at.dataframe if "first divergence" in d.value.columns).value
@@ -92,11 +92,11 @@ def test_a_finished_run_leaves_no_bar_and_a_stopped_run_keeps_the_strategies_mea
     at.run()
     said = [w.value for w in at.warning if "Stopped" in w.value][0]
     assert said.startswith("Stopped during the full cache's reference run") and "nothing new is kept" in said
-    assert [r.label for r in at.session_state["lesson_strategies"]["results"]] == ["dynamic", "static"]
+    assert [r.label for r in at.session_state["strategies_run"]["results"]] == ["dynamic", "static"]
 
     button(at, "Run every strategy").click().run()  # it runs again, whole, and the note goes
     assert not at.exception and not any("Stopped" in w.value for w in at.warning)
-    assert len(at.session_state["lesson_strategies"]["results"]) == 7
+    assert len(at.session_state["strategies_run"]["results"]) == 7
 
 
 def test_presenter_mode_shows_the_few_rounded_columns_a_projector_fits():
@@ -118,22 +118,23 @@ def test_a_stopped_eviction_lab_keeps_the_policies_measured(bundled):
         eviction_lab(bundled, EXAMPLE_PROMPT, 4, 16, 4, runs=runs, progress=interrupt_after(4 * 6 + 1, texts))
     assert texts[-1][2] == ("H2O: 8 heavy + 8 recent: free run, token 1 of 4 · 2 of 3 policies measured")
     assert {total for _, total, _ in texts} == {4 * 7}
-    at.session_state["eviction_running"] = {"runs": runs, "prompt": EXAMPLE_PROMPT, "budget": 16, "sinks": 4}
+    at.session_state["strategies_eviction_running"] = {"runs": runs, "prompt": EXAMPLE_PROMPT, "budget": 16, "sinks": 4}
     at.run()
-    assert not at.exception and not at.error and "eviction_running" not in at.session_state
+    assert not at.exception and not at.error and "strategies_eviction_running" not in at.session_state
     said = [w.value for w in at.warning if "Stopped" in w.value]
     assert said == ["Stopped after 2 of 3 policies: the lab below keeps the full cache and sliding window (16 "
                     "tokens), 4 sinks + 12 recent; press **Run the eviction lab** to measure them all."]
     table = next(d for d in at.dataframe if "max KL (nats)" in d.value.columns and "policy" in d.value.columns)
     assert list(table.value["policy"]) == ["full cache", "sliding window (16 tokens)", "4 sinks + 12 recent"]
 
-    at.session_state["eviction_running"] = {"runs": runs[:1], "prompt": EXAMPLE_PROMPT, "budget": 16, "sinks": 4}
+    at.session_state["strategies_eviction_running"] = {"runs": runs[:1], "prompt": EXAMPLE_PROMPT, "budget": 16,
+                                                       "sinks": 4}
     at.run()  # stopped in the first policy's runs: nothing new, the kept lab stays
     said = [w.value for w in at.warning if "Stopped" in w.value][0]
     assert said.startswith("Stopped before any of the 3 policies was measured") and "last lab that finished" in said
     next(b for b in at.button if b.label == "Run the eviction lab").click().run()
     assert not at.exception and not at.error and not any("Stopped" in w.value for w in at.warning)
-    assert len(at.session_state["lesson_eviction"]["lab"].runs) == 4
+    assert len(at.session_state["strategies_eviction_run"]["lab"].runs) == 4
     assert not at.get("progress") and not [b for b in at.button if b.label == "Stop"]
 
 

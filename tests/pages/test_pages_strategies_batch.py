@@ -44,10 +44,10 @@ def test_strategies_page_shows_what_compare_strategies_measures(strategies_page,
     at.slider(key="strategies_window").set_value(8)
     at.selectbox(key="strategies_group_size").set_value(16)
     at.slider(key="strategies_residual").set_value(2).run()
-    assert "lesson_strategies" not in at.session_state  # nothing runs on a widget change
+    assert "strategies_run" not in at.session_state  # nothing runs on a widget change
     button(at, "Run every strategy").click().run()
     assert not at.exception and not at.error
-    shown = at.session_state["lesson_strategies"]["results"]
+    shown = at.session_state["strategies_run"]["results"]
     expected = compare_strategies(bundled, EXAMPLE_PROMPT, 4, lesson_specs(8, 16, 2))
     assert [r.label for r in shown] == ["dynamic", "static", "sliding window (W=8)", "int8 (group 16) + 2 recent full",
                                         "int4 (group 16) + 2 recent full", "paged", "no cache"]
@@ -81,11 +81,11 @@ def test_strategies_bad_inputs_give_one_sentence_and_keep_the_results(strategies
     at.slider(key="strategies_max_tokens").set_value(3)
     button(at, "Run every strategy").click().run()
     assert not at.error
-    before = at.session_state["lesson_strategies"]
+    before = at.session_state["strategies_run"]
     at.text_area(key="strategies_prompt").set_value("word " * 600)
     button(at, "Run every strategy").click().run()
     assert len(at.error) == 1 and "context" in at.error[0].value
-    assert at.session_state["lesson_strategies"] is before and not at.exception
+    assert at.session_state["strategies_run"] is before and not at.exception
 
 
 def test_gqa_tab_shows_gqa_report(strategies_page, bundled):
@@ -93,7 +93,7 @@ def test_gqa_tab_shows_gqa_report(strategies_page, bundled):
     assert at.selectbox(key="strategies_gqa_heads").options == ["1 (MQA)"]  # the bundled model has 2 KV heads
     button(at, "Convert and measure").click().run()
     assert not at.exception and not at.error
-    report = at.session_state["lesson_gqa"]
+    report = at.session_state["strategies_gqa_run"]
     assert (report.kv_heads_before, report.kv_heads_after) == (2, 1)
     assert report.bytes_per_token_after * 2 == report.bytes_per_token_before
     assert report.bytes_per_token_after == report.predicted_bytes_per_token_after
@@ -128,7 +128,7 @@ def test_batch_run_matches_the_engine(batch_page, bundled):
     at = batch_page
     button(at, "Run the batch").click().run()
     assert not at.exception and not at.error
-    result = at.session_state["lesson_batch"]
+    result = at.session_state["batch_run"]
     workload = synthetic_workload(bundled.tokenizer, 4096, 5, (4, 8), (3, 6), 16, 0)
     assert result.workload.prompts == workload.prompts and result.workload.max_tokens == workload.max_tokens
     engine = Engine(bundled, block_size=16, num_blocks=result.num_blocks, max_num_seqs=2, max_num_batched_tokens=256)
@@ -148,7 +148,7 @@ def test_batch_run_matches_the_engine(batch_page, bundled):
 
     button(at, "Run both and compare").click().run()
     assert not at.exception and not at.error
-    compared = at.session_state["lesson_batch_compare"]
+    compared = at.session_state["batch_compare_run"]
     assert compared.agreement.all_equal and compared.kvviz.outputs == [o.token_ids for o in expected]
     assert {m.label: m.value for m in at.metric}["Outputs identical"] == "5 of 5"
 
@@ -161,10 +161,10 @@ def test_a_stopped_comparison_says_how_far_it_got_and_keeps_nothing(batch_page):
     at.run()
     assert not at.exception and not at.error and "batch_comparing" not in at.session_state
     assert [w.value for w in at.warning if "Stopped" in w.value][0].startswith("Stopped after 3 of 8 runs")
-    assert "lesson_batch_compare" not in at.session_state
+    assert "batch_compare_run" not in at.session_state
     button(at, "Run both and compare").click().run()  # it runs again, and the note goes
     assert not at.exception and not at.error and "batch_comparing" not in at.session_state
-    assert at.session_state["lesson_batch_compare"].agreement.all_equal
+    assert at.session_state["batch_compare_run"].agreement.all_equal
     assert not any("Stopped" in w.value for w in at.warning)
 
 
@@ -177,16 +177,16 @@ def test_a_stopped_run_says_how_far_it_got_and_keeps_only_the_last_finished_run(
     said = [w.value for w in at.warning if "Stopped" in w.value]
     assert said == ["Stopped after 0 of 5 requests had finished; a stopped run is not kept. "
                     "Press **Run the batch** to start again."]
-    assert "lesson_batch" not in at.session_state
+    assert "batch_run" not in at.session_state
     button(at, "Run the batch").click().run()
     assert not at.exception and "batch_running" not in at.session_state  # a run that ends is not stopped
     assert not any("Stopped" in w.value for w in at.warning)
-    finished = at.session_state["lesson_batch"].seconds
+    finished = at.session_state["batch_run"].seconds
     at.session_state["batch_running"] = (3, 5)  # a second run, stopped: the first one's results stay
     at.run()
     said = [w.value for w in at.warning if "Stopped" in w.value][0]
     assert said.startswith("Stopped after 3 of 5 requests") and "from the last run that finished" in said
-    assert at.session_state["lesson_batch"].seconds == finished and at.metric[0].label == "Output tokens/s"
+    assert at.session_state["batch_run"].seconds == finished and at.metric[0].label == "Output tokens/s"
     button(at, "Run the batch").click().run()  # it runs again, and the note goes
     assert not at.exception and not any("Stopped" in w.value for w in at.warning)
 
@@ -197,7 +197,7 @@ def test_batch_pool_too_small_gives_one_sentence(batch_page):
     button(at, "Run the batch").click().run()
     assert not at.exception and len(at.error) == 1
     assert "blocks of 16 tokens but the pool has only 1" in at.error[0].value
-    assert "lesson_batch" not in at.session_state
+    assert "batch_run" not in at.session_state
 
 
 def test_batch_uploads_are_checked(batch_page):
@@ -221,14 +221,14 @@ def test_batch_uploads_are_checked(batch_page):
     assert not at.error and "2 prompts" in at.success[0].value
     button(at, "Run the batch").click().run()
     assert not at.exception and not at.error
-    result = at.session_state["lesson_batch"]
+    result = at.session_state["batch_run"]
     assert [row["prompt (end)"] for row in result.rows()] == ["ROMEO:", "JULIET:"]
     assert all(3 <= len(o.token_ids) <= 6 for o in result.outputs)
     assert [h for h in at.subheader if "2 requests in" in h.value]
     # another file: the results on screen ran the old prompts, so they go until the next run
     at.file_uploader(key="batch_upload").set_value(("q.txt", b"KING:\nQUEEN:\nHAMLET:\n", "text/plain")).run()
     assert not at.exception and "3 prompts" in at.success[0].value
-    assert "lesson_batch" not in at.session_state and not [h for h in at.subheader if "requests in" in h.value]
+    assert "batch_run" not in at.session_state and not [h for h in at.subheader if "requests in" in h.value]
     assert any("Run the batch" in i.value for i in at.info)
 
 

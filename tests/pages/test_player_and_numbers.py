@@ -102,7 +102,7 @@ def test_strategies_time_tab_leads_with_tokens_and_shows_medians_of_runs():
     at = open_lesson("lessons/cache_strategies.py")
     at.slider(key="strategies_max_tokens").set_value(4).run()
     click(at, "Run every strategy")
-    results = at.session_state["lesson_strategies"]["results"]
+    results = at.session_state["strategies_run"]["results"]
     assert all(len(r.decode_ms) == 3 for r in results)
     no_cache = next(r for r in results if r.strategy == "no_cache")
     dynamic = results[0]
@@ -114,7 +114,7 @@ def test_strategies_time_tab_leads_with_tokens_and_shows_medians_of_runs():
     assert lines["no cache"] == no_cache.tokens_run
     assert bars["no cache"]["x"][0] == no_cache.decode_ms_median and bars["no cache"]["orientation"] == "h"
     assert "median of 3 runs" in spec["layout"]["annotations"][1]["text"]
-    table = at.session_state["lesson_strategies"]["table"]
+    table = at.session_state["strategies_run"]["table"]
     assert table[0]["spread (ms)"].endswith("over 3 runs")
 
 
@@ -124,12 +124,12 @@ def test_batch_tokens_per_second_names_what_it_divides_by():
     at = open_lesson("lessons/batch_generation.py")
     at.slider(key="batch_count").set_value(4).run()
     click(at, "Run the batch")
-    done = at.session_state["lesson_batch"]
+    done = at.session_state["batch_run"]
     assert metric(at, "Output tokens/s").value == f"{output_tokens_per_s(done.output_tokens, done.engine_seconds):,.0f}"
     assert any(f"{done.output_tokens:,} output tokens ÷ {done.engine_seconds:.2f} s in engine steps" in c.value
                for c in at.caption)
     click(at, "Run both and compare")
-    compared = at.session_state["lesson_batch_compare"]
+    compared = at.session_state["batch_compare_run"]
     words = f"{compared.kvviz.output_tokens:,} output tokens ÷ {compared.kvviz.seconds:.2f} s of generate"
     assert any(words in c.value for c in at.caption) and not at.exception
 

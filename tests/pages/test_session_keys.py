@@ -2,6 +2,8 @@
 
 from pathlib import Path
 
+import importlib
+
 import pytest
 
 from kvviz.lessons import registry
@@ -12,27 +14,42 @@ from conftest import open_lesson
 
 def declared() -> dict:
     """One value under every key the lessons clear, one under a widget of each, and the app's own."""
-    keys = {key: 1 for lesson in registry.state_modules() for key in lesson.KEYS}
+    keys = {key: 1 for lesson in registry.LESSONS for part in lesson.parts for key in part.clears}
+    keys.update({key: 1 for key in registry.ROOM_KEYS.clears})
     keys.update({"lesson_guess_0_bytes_after_five": 1, "paged_block_size": 8, "spec_k": 4, "batch_count": 16,
-                 "strategies_gqa_heads": 2, "eviction_budget": 16, "fork_n": 3, "swap_num_blocks": 9,
+                 "strategies_gqa_heads": 2, "strategies_eviction_budget": 16, "paged_fork_n": 3,
+                 "paged_swap_num_blocks": 9,
                  "model_source": "bundled", "presenter": True, "bill_layers": 32, "lab_result": "kept"})
     return keys
 
 
 def test_each_lesson_resets_exactly_its_own_keys():
-    for lesson in registry.state_modules():
+    for lesson in [*registry.LESSONS, registry.ROOM_KEYS]:
         session = declared()
         lesson.reset(session)
         gone = set(declared()) - set(session)
-        assert gone and all(registry.cleared(key, lesson) for key in gone), lesson.__name__
-        assert not any(registry.cleared(key, lesson) for key in session), lesson.__name__
+        assert all(lesson.cleared(key) for key in gone), lesson
+        assert not any(lesson.cleared(key) for key in session), lesson
+        assert bool(gone) == any(part.clears for part in getattr(lesson, "parts", [lesson])), lesson
+
+
+def test_every_key_a_lesson_declares_starts_with_its_one_prefix():
+    """A key's prefix names its owner: no lesson's prefix begins another's, and every key a lesson's modules
+    declare (cleared or kept) starts with its lesson's prefix."""
+    prefixes = [lesson.prefix for lesson in registry.LESSONS] + [registry.ROOM_PREFIX, *registry.APP_PREFIXES]
+    assert not [(a, b) for a in prefixes for b in prefixes if a != b and b.startswith(a)]
+    for lesson in registry.LESSONS:
+        for part in lesson.parts:
+            assert all(lesson.owns(key) for key in part.clears | set(part.kept) | set(part.made_per_question)), lesson
+    assert all(key.startswith(registry.ROOM_PREFIX) for key in registry.ROOM_KEYS.clears)
 
 
 def test_a_model_change_clears_every_run_and_keeps_the_inputs():
     session = declared()
     registry.reset_lessons(session)
-    assert set(session) == {"paged_block_size", "spec_k", "batch_count", "strategies_gqa_heads", "eviction_budget",
-                            "fork_n", "swap_num_blocks", "model_source", "presenter", "bill_layers", "lab_result"}
+    assert set(session) == {"paged_block_size", "spec_k", "batch_count", "strategies_gqa_heads",
+                            "strategies_eviction_budget", "paged_fork_n", "paged_swap_num_blocks", "model_source",
+                            "presenter", "bill_layers", "lab_result"}
 
 
 def test_every_declared_key_has_one_owner():
@@ -67,10 +84,6 @@ def load_model_again(at):
     click(at, "Load model")
 
 
-def cleared_by_someone(key: str) -> bool:
-    return any(registry.cleared(key, lesson) for lesson in registry.state_modules())
-
-
 def test_loading_a_model_leaves_no_paged_key_behind():
     at = open_lesson("lessons/paged_batching.py")
     click(at, "Start")
@@ -79,8 +92,8 @@ def test_loading_a_model_leaves_no_paged_key_behind():
     assert {"paged_run", "paged_view_step", "paged_questions"} <= before
     load_model_again(at)
     after = session_keys(at)
-    assert not {key for key in after if cleared_by_someone(key)}
-    assert {key for key in before if not cleared_by_someone(key)} <= after  # widgets, model picker, presenter mode
+    assert not {key for key in after if registry.cleared(key)}
+    assert {key for key in before if not registry.cleared(key)} <= after  # widgets, model picker, presenter mode
     assert {"paged_block_size", "paged_editor", "model_source", "presenter"} <= after
 
 
@@ -94,47 +107,43 @@ def test_loading_a_model_reruns_the_linked_prefill_lesson_on_it():
     # every lesson key went; the page read its link again (?prompt=...&step=1) and ran it anew
     assert at.session_state["lesson_run"] is not old
     assert len(at.session_state["lesson_run"].records) == len(old.records)
-    assert {key for key in before if not cleared_by_someone(key)} <= session_keys(at)
-
-
-STEPPED = [(lesson.path, module) for lesson in LECTURE for module in registry.state_modules()
-           if module.__name__ == f"kvviz.lessons.{lesson.key}.state" and hasattr(module, "LESSON")]
+    assert {key for key in before if not registry.cleared(key)} <= session_keys(at)
 
 
 def test_the_stepped_lessons_are_found():
-    assert {path for path, _ in STEPPED} >= {"lessons/prefill_decode.py", "lessons/paged_batching.py",
-                                             "lessons/speculative.py"}
+    assert [lesson.page for lesson in registry.STEPPED] == ["prefill_decode", "paged_batching", "speculative"]
 
 
-@pytest.mark.parametrize("path, module", STEPPED, ids=[path for path, _ in STEPPED])
-def test_the_reset_button_clears_its_lessons_run(path, module):
-    run_keys = module.LESSON.keys.run_keys()  # declared once, in the lesson's StepKeys
-    at = open_lesson(path)
+@pytest.mark.parametrize("lesson", registry.STEPPED, ids=[lesson.page for lesson in registry.STEPPED])
+def test_the_reset_button_clears_its_lessons_run(lesson):
+    run_keys = lesson.keys.run_keys()  # declared once, in the lesson's StepKeys
+    at = open_lesson(BY_KEY[lesson.page].path)
     for label in RUN_BUTTONS:
         if any(b.label == label and not b.disabled for b in at.button):
             click(at, label)
     assert run_keys & session_keys(at)
-    assert all(registry.cleared(key, module) for key in run_keys)  # a model change clears the run too
+    assert all(registry.cleared(key) for key in run_keys)  # a model change clears the run too
     click(at, "Reset")
     assert not run_keys & session_keys(at)
 
 
-def test_every_lesson_folders_state_is_listed_under_its_catalog_key():
-    """kvviz.lessons.registry imports the modules that own session keys; a lesson folder whose state module it
-    does not list would keep its run across a model change."""
+def test_every_lesson_folder_exports_one_lesson_and_the_registry_lists_it_in_lecture_order():
+    """A lesson folder whose LESSON the registry did not list would keep its run across a model change."""
     lessons = Path(registry.__file__).parent
-    folders = {path.parent.name for path in lessons.glob("*/state.py")}
-    assert folders == set(registry.STATES) and set(registry.STATES) <= set(BY_KEY)
-    for key, modules in registry.STATES.items():
-        assert all(module.__name__.startswith(f"kvviz.lessons.{key}.") for module in modules), key
+    folders = {path.parent.name for path in lessons.glob("*/lesson.py")}
+    assert folders == {path.name for path in lessons.iterdir() if (path / "__init__.py").exists()}
+    assert [lesson.page for lesson in registry.LESSONS] == [lesson.key for lesson in LECTURE if lesson.key in folders]
+    assert folders == set(BY_KEY) - {"home"}
+    for lesson in registry.LESSONS:
+        assert lesson is importlib.import_module(f"kvviz.lessons.{lesson.page}.lesson").LESSON
+        state = importlib.import_module(f"kvviz.lessons.{lesson.page}.state") if lesson.stepped else None
+        assert lesson.stepped is getattr(state, "LESSON", None), lesson.page
 
 
 def test_each_stepped_lesson_is_one_object_with_one_key_prefix_and_its_room():
     """A stepped lesson is its Stepped: its page, every key its run and settings leave (one prefix), and the room
     part a room follows it by; the registry's rooms are exactly the catalog's lessons that open rooms."""
-    assert {lesson.page for lesson in registry.STEPPED} == {path.split("/")[1][:-3] for path, _ in STEPPED}
     for lesson in registry.STEPPED:
-        assert lesson is registry.STATES[lesson.page][0].LESSON
         assert all(key.startswith(lesson.keys.prefix) for key in lesson.cleared_keys()), lesson.page
         assert (lesson.room is not None) == BY_KEY[lesson.page].rooms, lesson.page
     assert [lesson.page for lesson in registry.ROOMS] == [lesson.key for lesson in LECTURE if lesson.rooms]
@@ -155,7 +164,9 @@ def test_a_rooms_lesson_file_round_trips_through_its_lesson(lesson):
 
 
 def test_the_design_pages_worked_example_is_the_lessons_code():
-    """docs/design.md shows Speculative decoding's LESSON as the worked example of a stepped lesson: word for word."""
+    """docs/design.md shows Speculative decoding's lesson.py and Stepped as the worked example: word for word."""
     code = (Path(registry.__file__).parent / "speculative" / "state.py").read_text()
-    example = code[code.index("LESSON = stepped.Stepped("):code.index("KEYS = LESSON.cleared_keys()")]
-    assert example in (Path(registry.__file__).parents[2] / "docs" / "design.md").read_text()
+    example = code[code.index("LESSON = stepped.Stepped("):code.index("\n\n\ndef lesson()")]
+    lesson = (Path(registry.__file__).parent / "speculative" / "lesson.py").read_text()
+    page = (Path(registry.__file__).parents[2] / "docs" / "design.md").read_text()
+    assert example in page and lesson[lesson.index("LESSON = "):].strip() in page

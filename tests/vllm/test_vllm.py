@@ -163,7 +163,7 @@ def test_batch_page_runs_the_same_batch_on_vllm():
     next(b for b in at.button if b.label == "Run the batch").click().run()
     next(b for b in at.button if b.label == "Run on vLLM and compare").click().run(timeout=900)
     assert not at.exception and "batch_vllm_error" not in at.session_state
-    theirs, ours = at.session_state["lesson_batch_vllm"], at.session_state["lesson_batch"]
+    theirs, ours = at.session_state["batch_vllm_run"], at.session_state["batch_run"]
     assert theirs["outputs"] == [o.token_ids for o in ours.outputs]  # greedy: token for token
     shown = {m.label: m.value for m in at.metric}
     assert shown["Outputs identical to kvviz"] == "4 of 4"

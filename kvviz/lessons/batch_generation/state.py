@@ -1,6 +1,6 @@
 """Session state of the "Batch generation" page: build the workload, run it with a live view.
 
-Results live in st.session_state under "lesson_batch" and "lesson_batch_compare" (loading another
+Results live in st.session_state under "batch_run" and "batch_compare_run" (loading another
 model clears them, as it clears every lesson); widgets under "batch_*". The run and the comparison
 are started by buttons in the page, not in callbacks, because their progress bars (and the run's
 live charts) must sit in the page where the button is, and their Stop buttons interrupt a script
@@ -24,8 +24,9 @@ from kvviz.lessons.batch_generation.logic import (
     live_summary,
     run_batch,
 )
-from kvviz.ui.common import current_model, drop, page_sampling
+from kvviz.ui.common import current_model, page_sampling
 from kvviz.ui.progress import StopBar
+from kvviz.ui.session_keys import Keys
 from kvviz.ui.text import plain
 from kvviz.vllm.backend import batch_on_vllm, find_python
 from kvviz.workloads import MAX_UPLOAD_BYTES, Workload, WorkloadError, synthetic_workload, upload_workload
@@ -34,10 +35,9 @@ SYNTHETIC, UPLOAD = "Synthetic workload", "Upload a file"
 # the engine's own defaults, but a small running set and token budget, so a class sees requests wait
 PAGE_ENGINE = EngineConfig(max_num_seqs=16, max_num_batched_tokens=256)
 PAGE_SAMPLING = SamplingParams(temperature=0.8, top_k=40, top_p=0.95, seed=0, ignore_eos=True)  # when not greedy
-KEYS = frozenset({"lesson_batch", "lesson_batch_compare", "lesson_batch_vllm", "batch_error", "batch_compare_error",
+KEYS = Keys(clears=frozenset({"batch_run", "batch_compare_run", "batch_vllm_run", "batch_error", "batch_compare_error",
                   "batch_vllm_error", "batch_upload_parsed",  # the upload is parsed with the model's tokenizer
-                  "batch_comparing", "batch_compare_stopped", "batch_running", "batch_run_stopped"})
-INPUTS = ("batch_",)
+                  "batch_comparing", "batch_compare_stopped", "batch_running", "batch_run_stopped"}))
 DEFAULTS = {"batch_source": SYNTHETIC, "batch_count": 16, "batch_prompt_len": (8, 32), "batch_output_len": (16, 32),
             "batch_prefix": 32, "batch_seed": PAGE_SAMPLING.seed, "batch_greedy": True,
             "batch_temperature": PAGE_SAMPLING.temperature, "batch_top_k": PAGE_SAMPLING.top_k,
@@ -54,11 +54,11 @@ def setting(key: str):
 
 
 def result() -> BatchResult | None:
-    return st.session_state.get("lesson_batch")
+    return st.session_state.get("batch_run")
 
 
 def comparison():
-    return st.session_state.get("lesson_batch_compare")
+    return st.session_state.get("batch_compare_run")
 
 
 def error() -> str | None:
@@ -113,7 +113,7 @@ def on_new_upload() -> None:
         workload()
     except WorkloadError:
         return
-    for key in ("lesson_batch", "lesson_batch_compare", "lesson_batch_vllm", "batch_error", "batch_compare_error",
+    for key in ("batch_run", "batch_compare_run", "batch_vllm_run", "batch_error", "batch_compare_error",
                 "batch_vllm_error"):
         st.session_state.pop(key, None)
 
@@ -169,8 +169,8 @@ def run(progress_slot, live_slot) -> None:
         live_slot.empty()
         return
     st.session_state.pop("batch_running", None)  # ended, not stopped
-    st.session_state["lesson_batch"] = outcome
-    for key in ("lesson_batch_compare", "batch_compare_stopped"):  # they compared other prompts
+    st.session_state["batch_run"] = outcome
+    for key in ("batch_compare_run", "batch_compare_stopped"):  # they compared other prompts
         st.session_state.pop(key, None)
     progress_slot.empty()
     live_slot.empty()
@@ -213,7 +213,7 @@ def compare(slot) -> None:
 
     def progress(done: int, total: int, text: str) -> None:
         if done == 0:  # the work starts: the last comparison is being replaced
-            st.session_state.pop("lesson_batch_compare", None)
+            st.session_state.pop("batch_compare_run", None)
         st.session_state["batch_comparing"] = (done, total)
         bar.move(done / total, f"{text} ({done} of {total} runs done)", every_s=0.0)
 
@@ -223,7 +223,7 @@ def compare(slot) -> None:
         bar.move(1.0, "Compared", every_s=0.0)  # a run stopped meanwhile ends here, storing nothing
         return outcome
 
-    _on_last_batch(compared, "lesson_batch_compare", "batch_compare_error",
+    _on_last_batch(compared, "batch_compare_run", "batch_compare_error",
                    "Run the batch first; the comparison uses its prompts.")
     st.session_state.pop("batch_comparing", None)  # ended, not stopped
     slot.empty()
@@ -233,7 +233,7 @@ def note_a_stopped_run() -> None:
     """A run that a widget interrupted is not kept: say how far it got, and what the results below are."""
     if "batch_running" in st.session_state:
         done, total = st.session_state.pop("batch_running")
-        shown = (" The results below are from the last run that finished." if "lesson_batch" in st.session_state
+        shown = (" The results below are from the last run that finished." if "batch_run" in st.session_state
                  else "")
         st.session_state["batch_run_stopped"] = (
             f"Stopped after {done} of {total} requests had finished; a stopped run is not kept.{shown} "
@@ -263,7 +263,7 @@ def vllm_available() -> bool:
 
 
 def vllm_run():
-    return st.session_state.get("lesson_batch_vllm")
+    return st.session_state.get("batch_vllm_run")
 
 
 def on_vllm() -> None:
@@ -271,9 +271,4 @@ def on_vllm() -> None:
 
     _on_last_batch(lambda done: batch_on_vllm(current_model(), done.workload, done.settings,
                                               [o.token_ids for o in done.outputs]),
-                   "lesson_batch_vllm", "batch_vllm_error", "Run the batch first; vLLM runs its prompts.")
-
-
-def reset(state) -> None:
-    """Forget this lesson's run when another model loads: it belongs to the model it ran on."""
-    drop(state, KEYS)
+                   "batch_vllm_run", "batch_vllm_error", "Run the batch first; vLLM runs its prompts.")

@@ -5,7 +5,7 @@ A tab of lessons/cache_strategies.py, not a page of its own: its files are named
 live beside the page's (kvviz/lessons/cache_strategies/state.py, kvviz/lessons/cache_strategies/logic.py).
 
 It runs on the page's prompt and "Tokens to generate"; its own widgets are "eviction_*" and its
-result lives under "lesson_eviction" (cleared, like every lesson, when another model loads).
+result lives under "strategies_eviction_run" (cleared, like every lesson, when another model loads).
 """
 
 from __future__ import annotations
@@ -22,51 +22,52 @@ from kvviz.strategies.eviction import POLICIES, EvictionLab, eviction_lab, evict
 from kvviz.strategies.heavy_hitters import HeavyHitterKV
 from kvviz.strategies.run import tokenize
 from kvviz.strategies.sinks import SinkWindowKV
-from kvviz.ui.common import current_model, drop, show_code
+from kvviz.ui.common import current_model, show_code
 from kvviz.ui.progress import estimated_bar
+from kvviz.ui.session_keys import Keys
 
-DEFAULTS = {"eviction_budget": 16, "eviction_sinks": 4}
-KEYS = frozenset({"lesson_eviction", "eviction_error", "eviction_running", "eviction_stopped", "eviction_note"})
-INPUTS = ("eviction_",)
+DEFAULTS = {"strategies_eviction_budget": 16, "strategies_eviction_sinks": 4}
+KEYS = Keys(clears=frozenset({"strategies_eviction_run", "strategies_eviction_error", "strategies_eviction_running",
+                              "strategies_eviction_stopped", "strategies_eviction_note"}))
 
 
 def run(slot) -> None:
     """Run the lab under a progress bar and a Stop button in `slot`; a bad setting, or an estimate past one
     click's budget, leaves one sentence and the previous result. It runs in the page's script, not in a
     callback, so that Stop (or any widget) interrupts it at the bar's next move, within one step; the runs
-    measured by then wait under "eviction_running" for the next run of the page (keep_a_stopped_run)."""
-    for key in ("eviction_error", "eviction_stopped", "eviction_note"):
+    measured by then wait under "strategies_eviction_running" for the next run of the page (keep_a_stopped_run)."""
+    for key in ("strategies_eviction_error", "strategies_eviction_stopped", "strategies_eviction_note"):
         st.session_state.pop(key, None)
     lm = current_model()
     prompt = str(cache_strategies_state.setting("strategies_prompt"))
     if not prompt.strip():
-        st.session_state["eviction_error"] = "The prompt is empty; type some text to start from."
+        st.session_state["strategies_eviction_error"] = "The prompt is empty; type some text to start from."
         return
     max_tokens, note = tokens_that_fit(lambda tokens: eviction_seconds(lm, prompt, tokens),
                                        int(cache_strategies_state.setting("strategies_max_tokens")), "the lab")
     if note:  # a deep model (SmolLM2) at the page's defaults: the most tokens under one click's budget
-        st.session_state["eviction_note"] = note
-    budget = int(st.session_state.get("eviction_budget", DEFAULTS["eviction_budget"]))
-    sinks = int(st.session_state.get("eviction_sinks", DEFAULTS["eviction_sinks"]))
+        st.session_state["strategies_eviction_note"] = note
+    budget = int(st.session_state.get("strategies_eviction_budget", DEFAULTS["strategies_eviction_budget"]))
+    sinks = int(st.session_state.get("strategies_eviction_sinks", DEFAULTS["strategies_eviction_sinks"]))
     model, tokenizer, _ = model_parts(lm)
     device = next(model.parameters()).device
-    bar = estimated_bar(slot, lambda: eviction_seconds(lm, prompt, max_tokens), says(device, "eviction"), "eviction_error",
-                        "eviction_run_stop", "Ends at the next step and keeps the policies measured so far.")
+    bar = estimated_bar(slot, lambda: eviction_seconds(lm, prompt, max_tokens), says(device, "eviction"),
+                        "strategies_eviction_error", "strategies_eviction_run_stop", "Ends at the next step and keeps the policies measured so far.")
     if bar is None:  # past the budget, or a prompt the model cannot take: one sentence
         return
     runs = []
-    st.session_state["eviction_running"] = {"runs": runs, "prompt": prompt, "budget": budget, "sinks": sinks}
+    st.session_state["strategies_eviction_running"] = {"runs": runs, "prompt": prompt, "budget": budget, "sinks": sinks}
     try:
         with timed(eviction_work(lm, len(tokenize(prompt, tokenizer)), max_tokens), device):
             lab = eviction_lab(lm, prompt, max_tokens, budget, sinks, runs=runs,
                                progress=lambda done, total, text: bar.move(done / total, text))
     except ValueError as error:
-        st.session_state.pop("eviction_running", None)
-        st.session_state["eviction_error"] = str(error)
+        st.session_state.pop("strategies_eviction_running", None)
+        st.session_state["strategies_eviction_error"] = str(error)
         slot.empty()
         return
-    st.session_state.pop("eviction_running", None)  # ended, not stopped
-    st.session_state["lesson_eviction"] = shown(lm, lab)
+    st.session_state.pop("strategies_eviction_running", None)  # ended, not stopped
+    st.session_state["strategies_eviction_run"] = shown(lm, lab)
     slot.empty()
 
 
@@ -82,20 +83,21 @@ def shown(lm, lab: EvictionLab) -> dict:
 def keep_a_stopped_run() -> None:
     """A lab that a widget interrupted left the runs it measured: keep those of the policies whose two runs
     ended, and say in one sentence what was kept (nothing, before the first policy's)."""
-    running = st.session_state.pop("eviction_running", None)
+    running = st.session_state.pop("strategies_eviction_running", None)
     if running is None:
         return
     runs, total = running["runs"], len(POLICIES) - 1
     if len(runs) < 2:
-        shown_now = " The result below is the last lab that finished." if "lesson_eviction" in st.session_state else ""
-        st.session_state["eviction_stopped"] = (
+        finished = "strategies_eviction_run" in st.session_state
+        shown_now = " The result below is the last lab that finished." if finished else ""
+        st.session_state["strategies_eviction_stopped"] = (
             f"Stopped before any of the {total} policies was measured, so nothing new is kept.{shown_now}")
         return
     lm, budget = current_model(), running["budget"]
     lab = EvictionLab(tokenize(running["prompt"], lm.tokenizer), budget, running["sinks"], budget // 2, list(runs))
-    st.session_state["lesson_eviction"] = shown(lm, lab)
+    st.session_state["strategies_eviction_run"] = shown(lm, lab)
     names = ", ".join(r.label for r in runs[1:])
-    st.session_state["eviction_stopped"] = (
+    st.session_state["strategies_eviction_stopped"] = (
         f"Stopped after {len(runs) - 1} of {total} policies: the lab below keeps the full cache and {names}; "
         "press **Run the eviction lab** to measure them all.")
 
@@ -111,20 +113,21 @@ def render(replay: bool = False) -> None:
         "have received the most attention so far, each KV head choosing for itself. The lab uses the "
         "prompt and the number of tokens set above.")
     left, right, button = st.columns([5, 5, 3], vertical_alignment="bottom")
-    left.slider("Budget (tokens kept per layer and KV head)", 4, 128, DEFAULTS["eviction_budget"],
-                key="eviction_budget")
-    right.slider("Attention sinks (first tokens always kept)", 0, 8, DEFAULTS["eviction_sinks"], key="eviction_sinks")
+    left.slider("Budget (tokens kept per layer and KV head)", 4, 128, DEFAULTS["strategies_eviction_budget"],
+                key="strategies_eviction_budget")
+    right.slider("Attention sinks (first tokens always kept)", 0, 8, DEFAULTS["strategies_eviction_sinks"],
+                 key="strategies_eviction_sinks")
     run_now = button.button("Run the eviction lab", type="primary", width="stretch", disabled=replay)
     running_slot = st.empty()
     if run_now:
         run(running_slot)
-    if "eviction_error" in st.session_state:
-        st.error(st.session_state["eviction_error"])
-    if "eviction_note" in st.session_state:
-        st.info(st.session_state["eviction_note"], icon=":material/info:")
-    if "eviction_stopped" in st.session_state:
-        st.warning(st.session_state["eviction_stopped"], icon=":material/stop_circle:")
-    result = st.session_state.get("lesson_eviction")
+    if "strategies_eviction_error" in st.session_state:
+        st.error(st.session_state["strategies_eviction_error"])
+    if "strategies_eviction_note" in st.session_state:
+        st.info(st.session_state["strategies_eviction_note"], icon=":material/info:")
+    if "strategies_eviction_stopped" in st.session_state:
+        st.warning(st.session_state["strategies_eviction_stopped"], icon=":material/stop_circle:")
+    result = st.session_state.get("strategies_eviction_run")
     if result is None:
         st.info("Press **Run the eviction lab**: the prompt runs with the full cache and under each policy, "
                 "once on its own and once fed the full cache's tokens, to measure the difference.")
@@ -155,8 +158,3 @@ def render(replay: bool = False) -> None:
                "tokens as well? Nothing tells them to; only the attention those tokens receive.")
     show_code(SinkWindowKV.choose, HeavyHitterKV.observe, HeavyHitterKV.choose,
               caption="How each policy picks the tokens it keeps.")
-
-
-def reset(state) -> None:
-    """Forget this lesson's run when another model loads: it belongs to the model it ran on."""
-    drop(state, KEYS)

@@ -1,6 +1,6 @@
 """Session state and button callbacks of the "Cache strategies" lesson.
 
-Results and errors live in st.session_state under KEYS (reset() clears them when another model
+Results and errors live in st.session_state under KEYS (they go when another model
 loads); widgets under "strategies_*", which stay. Nothing
 runs on a widget change, only on the buttons: a comparison runs the model 29 times (the full cache's
 reference, then per strategy a teacher-forced run, a free run and two more timed runs), under a
@@ -28,13 +28,13 @@ from kvviz.lessons.cache_strategies.logic import (
     lesson_specs,
 )
 from kvviz.lessons.budget import says, tokens_that_fit
-from kvviz.ui.common import current_model, drop
+from kvviz.ui.common import current_model
+from kvviz.ui.session_keys import Keys
 from kvviz.ui.progress import estimated_bar
 
 EXAMPLE_PROMPT = "ROMEO:\nBut soft, what light through yonder window breaks?"
-KEYS = frozenset({"lesson_strategies", "lesson_gqa", "strategies_error", "gqa_error", "strategies_upload_error",
-                  "strategies_running", "strategies_stopped", "strategies_note"})
-INPUTS = ("strategies_",)
+KEYS = Keys(clears=frozenset({"strategies_run", "strategies_gqa_run", "strategies_error", "strategies_gqa_error",
+                              "strategies_upload_error", "strategies_running", "strategies_stopped", "strategies_note"}))
 DEFAULTS = {"strategies_prompt": EXAMPLE_PROMPT, "strategies_max_tokens": 32, "strategies_window": 24,
             "strategies_group_size": 32, "strategies_residual": 0}
 
@@ -57,11 +57,11 @@ def setting(key: str):
 
 
 def strategies() -> dict | None:
-    return st.session_state.get("lesson_strategies")
+    return st.session_state.get("strategies_run")
 
 
 def gqa() -> object | None:
-    return st.session_state.get("lesson_gqa")
+    return st.session_state.get("strategies_gqa_run")
 
 
 def run(slot) -> None:
@@ -102,7 +102,7 @@ def run(slot) -> None:
         slot.empty()
         return
     st.session_state.pop("strategies_running", None)  # ended, not stopped
-    st.session_state["lesson_strategies"] = measured(lm, results, prompt, {**settings, "timing_runs": TIMING_RUNS})
+    st.session_state["strategies_run"] = measured(lm, results, prompt, {**settings, "timing_runs": TIMING_RUNS})
     slot.empty()
 
 
@@ -129,7 +129,7 @@ def keep_a_stopped_run() -> None:
         return
     results = [replace(r, decode_ms=list(r.decode_ms)) for r in running["results"]]
     timed = sorted({len(r.decode_ms) for r in results})
-    st.session_state["lesson_strategies"] = measured(current_model(), results, running["prompt"],
+    st.session_state["strategies_run"] = measured(current_model(), results, running["prompt"],
                                                      {**running["settings"], "timing_runs": timed[0]})
     if len(results) < total:
         names = ", ".join(r.label for r in results)
@@ -166,7 +166,7 @@ def exporter():
 
 def replay(data: bytes) -> None:
     """Replay an uploaded comparison (raises LessonFileError, and then the current one stays)."""
-    st.session_state["lesson_strategies"] = replayed(import_strategies(data))
+    st.session_state["strategies_run"] = replayed(import_strategies(data))
     st.session_state.pop("strategies_error", None)
 
 
@@ -177,7 +177,7 @@ def replayed(file: dict) -> dict:
 
 
 def on_leave_replay() -> None:
-    st.session_state.pop("lesson_strategies", None)
+    st.session_state.pop("strategies_run", None)
 
 
 def replaying() -> bool:
@@ -186,16 +186,11 @@ def replaying() -> bool:
 
 
 def on_gqa() -> None:
-    st.session_state.pop("gqa_error", None)
+    st.session_state.pop("strategies_gqa_error", None)
     lm = current_model()
     try:
         report = gqa_report(lm, int(st.session_state.get("strategies_gqa_heads", 1)))
     except ValueError as error:
-        st.session_state["gqa_error"] = str(error)
+        st.session_state["strategies_gqa_error"] = str(error)
         return
-    st.session_state["lesson_gqa"] = report
-
-
-def reset(state) -> None:
-    """Forget this lesson's run when another model loads: it belongs to the model it ran on."""
-    drop(state, KEYS)
+    st.session_state["strategies_gqa_run"] = report

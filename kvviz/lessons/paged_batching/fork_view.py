@@ -12,35 +12,36 @@ from kvviz.lessons.paged_batching import fork as fork_lesson
 from kvviz.lessons.paged_batching import fork_figures
 from kvviz.lessons.paged_batching.stage import fork_stage_data
 from kvviz.shapes import format_bytes
-from kvviz.ui.common import current_model, drop, show_code
+from kvviz.ui.common import current_model, show_code
+from kvviz.ui.session_keys import Keys
 from kvviz.ui.stage import chosen_step, show_stage
 from kvviz.ui.text import plain
 
 DEFAULT_PROMPT = "JULIET:\nO Romeo, Romeo, wherefore art thou Romeo?"  # 13 tokens: a partly filled last block
 
-KEYS = frozenset({"lesson_fork", "fork_error", "fork_view_step"})
-INPUTS = ("fork_",)
-KEPT = ("fork_prompt", "fork_n", "fork_block_size", "fork_max_tokens")  # the run's settings (registry.kept_settings)
+KEYS = Keys(clears=frozenset({"paged_fork_run", "paged_fork_error", "paged_fork_view_step"}),
+            kept=("paged_fork_prompt", "paged_fork_n", "paged_fork_block_size", "paged_fork_max_tokens"))  # its settings
 
 
 def _on_fork() -> None:
     state = st.session_state
-    state.pop("fork_error", None)
+    state.pop("paged_fork_error", None)
     try:
-        state["lesson_fork"] = fork_lesson.run_fork(
-            current_model(), state.get("fork_prompt", DEFAULT_PROMPT), n=int(state.get("fork_n", 4)),
-            max_tokens=int(state.get("fork_max_tokens", 12)), block_size=int(state.get("fork_block_size", 4)))
+        state["paged_fork_run"] = fork_lesson.run_fork(
+            current_model(), state.get("paged_fork_prompt", DEFAULT_PROMPT), n=int(state.get("paged_fork_n", 4)),
+            max_tokens=int(state.get("paged_fork_max_tokens", 12)),
+            block_size=int(state.get("paged_fork_block_size", 4)))
     except EngineError as error:
-        state["fork_error"] = str(error)
+        state["paged_fork_error"] = str(error)
         return
-    state["fork_view_step"] = 0
+    state["paged_fork_view_step"] = 0
 
 
 def _on_stage_step() -> None:
     """The stage moved to another step in the browser: the views below follow it."""
-    run, chosen = st.session_state.get("lesson_fork"), chosen_step("fork_stage")
+    run, chosen = st.session_state.get("paged_fork_run"), chosen_step("paged_fork_stage")
     if run is not None and chosen is not None:
-        st.session_state["fork_view_step"] = min(int(chosen), len(run.records) - 1)
+        st.session_state["paged_fork_view_step"] = min(int(chosen), len(run.records) - 1)
 
 
 def fork_view() -> None:
@@ -49,24 +50,24 @@ def fork_view() -> None:
         "model once; then the request **forks**: every sample points at the same prompt blocks "
         "(reference count n). A sample that is about to write into a shared, partly filled block "
         "first gets its own copy (**copy-on-write**); full blocks stay shared to the end.")
-    st.session_state.setdefault("fork_prompt", DEFAULT_PROMPT)  # a value= beside a kept key made Streamlit warn
-    st.text_area("Prompt", key="fork_prompt", height=90)  # a text area keeps the line break
+    st.session_state.setdefault("paged_fork_prompt", DEFAULT_PROMPT)  # a value= beside a kept key made Streamlit warn
+    st.text_area("Prompt", key="paged_fork_prompt", height=90)  # a text area keeps the line break
     a, b, c = st.columns(3)
-    a.slider("Samples (n)", 2, 8, 4, key="fork_n")
-    b.slider("Block size (tokens)", 2, 16, 4, key="fork_block_size")
-    c.slider("Tokens per sample", 2, 32, 12, key="fork_max_tokens")
-    st.button("Fork", on_click=_on_fork, type="primary", key="fork_run")
-    if "fork_error" in st.session_state:
-        st.error(st.session_state["fork_error"])
-    run: fork_lesson.ForkRun | None = st.session_state.get("lesson_fork")
+    a.slider("Samples (n)", 2, 8, 4, key="paged_fork_n")
+    b.slider("Block size (tokens)", 2, 16, 4, key="paged_fork_block_size")
+    c.slider("Tokens per sample", 2, 32, 12, key="paged_fork_max_tokens")
+    st.button("Fork", on_click=_on_fork, type="primary", key="paged_fork_press")
+    if "paged_fork_error" in st.session_state:
+        st.error(st.session_state["paged_fork_error"])
+    run: fork_lesson.ForkRun | None = st.session_state.get("paged_fork_run")
     if run is None:
         st.info("Press **Fork**: the engine prefills the prompt once and samples n continuations.")
         return
     last = len(run.records) - 1
     # the stage: the samples' block tables into one pool, a shared block splitting at copy-on-write
-    show_stage(fork_stage_data(run, min(st.session_state.get("fork_view_step", 0), last),
-                               bool(st.session_state.get("presenter"))), key="fork_stage", on_step=_on_stage_step)
-    step = st.slider("Step", 0, last, key="fork_view_step")
+    show_stage(fork_stage_data(run, min(st.session_state.get("paged_fork_view_step", 0), last),
+                               bool(st.session_state.get("presenter"))), key="paged_fork_stage", on_step=_on_stage_step)
+    step = st.slider("Step", 0, last, key="paged_fork_view_step")
     facts = fork_lesson.summary(run, step)
     m = st.columns(4)
     m[0].metric("Shared blocks", facts["shared_blocks"],
@@ -93,15 +94,15 @@ def fork_view() -> None:
     with left:
         if facts["blocks_now"]:
             st.plotly_chart(paged_batching_figures.block_tables(record, run.labels, run.block_size), width="stretch",
-                            key="fork_tables")
+                            key="paged_fork_tables")
         else:
             st.info(f"Every sample finished at step {step}: their blocks went back to the pool "
                     "(green: free, but their prefix stays cached).")
         st.plotly_chart(paged_batching_figures.pool_grid(run.pool_blocks(step), run.short_labels), width="stretch",
-                        key="fork_pool")
+                        key="paged_fork_pool")
     with right:
         held = [fork_lesson.blocks_held(run, s) for s in range(last + 1)]
-        st.plotly_chart(fork_figures.fork_memory(held, run.bytes_per_block), width="stretch", key="fork_memory")
+        st.plotly_chart(fork_figures.fork_memory(held, run.bytes_per_block), width="stretch", key="paged_fork_memory")
         copied = fork_lesson.copies(run, step)
         st.markdown("**Copies so far**")
         st.table(pd.DataFrame([dict(c, bytes=format_bytes(c["bytes"])) for c in copied] or
@@ -110,8 +111,3 @@ def fork_view() -> None:
     st.table(pd.DataFrame({"sample": list(run.labels.values()), "text": texts}).set_index("sample"))
     show_code(KVCacheManager.fork, KVCacheManager._copy_on_write,
               caption="The KV manager shares the parent's blocks, and copies one before a sample writes into it.")
-
-
-def reset(state) -> None:
-    """Forget this lesson's run when another model loads: it belongs to the model it ran on."""
-    drop(state, KEYS)

@@ -11,8 +11,8 @@ from kvviz.lessons.paged_batching.logic import DEFAULT_REQUESTS, PagedLesson, Re
 from kvviz.lessons.paged_batching.stage import stage_data
 from kvviz.lessons.room_view import RoomPart
 from kvviz.ui.common import current_model
+from kvviz.ui.session_keys import Keys
 
-INPUTS = ("paged_",)  # the other paged_* widgets (the uploader too) stay when another model loads
 BLOCK_SIZES, POOL_SIZES = (2, 32), (2, 128)  # what the sliders offer
 DEFAULT_TABLE = [{"prompt": p, "arrives at step": a, "max tokens": m} for p, a, m in DEFAULT_REQUESTS]
 
@@ -47,13 +47,8 @@ LESSON = stepped.Stepped(
     new=_new, step=lambda run: run.step() is not None, file_name="kvviz-paged-batching.json", export=export_paged,
     read_file=import_paged, file_settings=_file_settings,
     room=RoomPart(room.follower, room.take_over, stage_data, questions=room.questions))
-KEYS = LESSON.cleared_keys()  # reset() drops them when another model loads
+KEYS = Keys(clears=LESSON.cleared_keys())  # the other paged_* widgets (the uploader too) stay
 
 
 def paged() -> PagedLesson | None:
     return stepped.current(LESSON)
-
-
-def reset(state) -> None:
-    """Forget this lesson's run when another model loads: it belongs to the model it ran on."""
-    stepped.reset(LESSON, state)

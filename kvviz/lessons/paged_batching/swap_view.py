@@ -11,12 +11,12 @@ from kvviz.lessons.paged_batching import swap as swap_lesson
 from kvviz.lessons.paged_batching.events import event_words
 from kvviz.lessons.paged_batching.state import request_specs
 from kvviz.shapes import format_bytes
-from kvviz.ui.common import current_model, drop, show_code
+from kvviz.ui.common import current_model, show_code
 from kvviz.ui.progress import StopBar
+from kvviz.ui.session_keys import Keys
 
-KEYS = frozenset({"lesson_swap", "swap_error"})
-INPUTS = ("swap_",)
-KEPT = ("swap_num_blocks", "swap_max_tokens", "swap_timed_runs")  # the run's settings (registry.kept_settings)
+KEYS = Keys(clears=frozenset({"paged_swap_run", "paged_swap_error"}),
+            kept=("paged_swap_num_blocks", "paged_swap_max_tokens", "paged_swap_timed_runs"))  # the run's settings
 
 
 def _on_compare() -> None:
@@ -26,17 +26,18 @@ def _on_compare() -> None:
 def _compare() -> None:
     """Both modes, with a bar and Stop: a pool of 4 blocks and 64 tokens a request ran 75 s under load."""
     state = st.session_state
-    state.pop("swap_error", None)
-    timed = int(state.get("swap_timed_runs", TIMED_RUNS))
+    state.pop("paged_swap_error", None)
+    timed = int(state.get("paged_swap_timed_runs", TIMED_RUNS))
     slot = st.empty()
-    bar = StopBar(slot, "swap_stop", "Comparing swap and recompute", "Ends the comparison; the last one stays.")
+    bar = StopBar(slot, "paged_swap_stop", "Comparing swap and recompute", "Ends the comparison; the last one stays.")
     try:
-        state["lesson_swap"] = swap_lesson.compare(
+        state["paged_swap_run"] = swap_lesson.compare(
             current_model(), [spec.prompt for spec in request_specs()], block_size=8,
-            num_blocks=int(state.get("swap_num_blocks", 12)), max_tokens=int(state.get("swap_max_tokens", 32)),
+            num_blocks=int(state.get("paged_swap_num_blocks", 12)),
+            max_tokens=int(state.get("paged_swap_max_tokens", 32)),
             runs=timed + 1 if timed else 1, progress=bar.move)
     except EngineError as error:
-        state["swap_error"] = str(error)
+        state["paged_swap_error"] = str(error)
     slot.empty()
 
 
@@ -56,17 +57,17 @@ def swap_view() -> None:
         "runs its tokens through the model again later; *swap* copies its blocks to CPU memory and back "
         "into fresh blocks when it resumes. The requests of the table above, greedy, block size 8:")
     a, b, c = st.columns(3)
-    a.slider("Pool size (blocks)", 4, 64, 12, key="swap_num_blocks")
-    b.slider("Tokens per request", 4, 64, 32, key="swap_max_tokens")
-    c.number_input("Timed runs per mode", 0, 5, TIMED_RUNS, key="swap_timed_runs",
+    a.slider("Pool size (blocks)", 4, 64, 12, key="paged_swap_num_blocks")
+    b.slider("Tokens per request", 4, 64, 32, key="paged_swap_max_tokens")
+    c.number_input("Timed runs per mode", 0, 5, TIMED_RUNS, key="paged_swap_timed_runs",
                    help="0 (default): one run each, not timed, so the comparison comes back at once. "
                         "1-5: a warm-up run, then the median and spread of that many timed runs per mode.")
-    st.button("Compare swap and recompute", on_click=_on_compare, type="primary", key="swap_run")
+    st.button("Compare swap and recompute", on_click=_on_compare, type="primary", key="paged_swap_press")
     if st.session_state.pop("swap_requested", False):
         _compare()
-    if "swap_error" in st.session_state:
-        st.error(st.session_state["swap_error"])
-    result: dict[str, swap_lesson.ModeRun] | None = st.session_state.get("lesson_swap")
+    if "paged_swap_error" in st.session_state:
+        st.error(st.session_state["paged_swap_error"])
+    result: dict[str, swap_lesson.ModeRun] | None = st.session_state.get("paged_swap_run")
     if result is None:
         return
     recompute, swap = result["recompute"], result["swap"]
@@ -89,8 +90,3 @@ def swap_view() -> None:
                                for e in events]).set_index("step"))
     show_code(KVCacheManager.swap_out, KVCacheManager.swap_in,
               caption="The KV manager moves a victim's blocks to the swap space and back.")
-
-
-def reset(state) -> None:
-    """Forget this lesson's run when another model loads: it belongs to the model it ran on."""
-    drop(state, KEYS)

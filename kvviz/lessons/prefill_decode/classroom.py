@@ -5,10 +5,11 @@ from __future__ import annotations
 import streamlit as st
 
 from kvviz.lessons.prefill_decode import predict
-from kvviz.ui.common import drop, session_source
+from kvviz.ui.common import session_source
+from kvviz.ui.session_keys import Keys
 
-KEYS = frozenset({"lesson_question_kind", "lesson_ask", "lesson_upload"})
-KEY_PREFIXES = ("lesson_guess_",)  # one guess widget per question asked
+KEYS = Keys(clears=frozenset({"lesson_question_kind", "lesson_ask", "lesson_upload"}),
+            made_per_question=("lesson_guess_",))  # one guess widget per question asked
 
 
 def sync_query_params(prompt: str, step: int | None) -> str | None:
@@ -69,8 +70,3 @@ def predict_panel(lesson) -> None:
         st.caption(f"Step to {question.target} to see the engine's answer.")
     for question in reversed([q for q in questions if q.revealed][-3:]):
         st.markdown(predict.verdict(question))
-
-
-def reset(state) -> None:
-    """Forget this lesson's run when another model loads: it belongs to the model it ran on."""
-    drop(state, KEYS, KEY_PREFIXES)

@@ -14,11 +14,11 @@ from kvviz.lessons.prefill_decode import explain_figures as figures
 from kvviz.lessons.prefill_decode.logic import MAX_TRIANGLE_TOKENS
 
 from kvviz.shapes import PRESETS, ModelShape, format_bytes
-from kvviz.ui.common import drop
+from kvviz.ui.session_keys import Keys
 from kvviz.ui.text import plain
 
-KEYS = frozenset({"lesson_inside_layer", "lesson_inside_head", "lesson_roofline_device", "lesson_roofline_batch",
-                  "lesson_roofline_model", "lesson_roofline_context"})  # layer and head choices fit one model
+KEYS = Keys(clears=frozenset({"lesson_inside_layer", "lesson_inside_head", "lesson_roofline_device",
+                              "lesson_roofline_batch", "lesson_roofline_model", "lesson_roofline_context"}))  # layer and head choices fit one model
 
 MACHINE = "this machine (measured)"
 
@@ -230,8 +230,3 @@ def measured_against_bound() -> None:
                f"step) against the roofline's least time on this machine. At {contexts[-1]:,} tokens the step "
                f"takes {ratio:.1f}× the bound: the rest is framework and kernel overhead, which a small model on "
                "a CPU pays in full and a large model on a GPU hides.")
-
-
-def reset(state) -> None:
-    """Forget this lesson's run when another model loads: it belongs to the model it ran on."""
-    drop(state, KEYS)

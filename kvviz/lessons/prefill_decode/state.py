@@ -30,6 +30,7 @@ from kvviz.lessons.prefill_decode.stage import stage_data
 from kvviz.lessons.room_view import RoomPart
 from kvviz.ui.common import current_model, load_linked_model, page_sampling
 from kvviz.ui.progress import StopBar
+from kvviz.ui.session_keys import Keys
 from kvviz.ui.text import plain
 
 CHAT_EXAMPLE = "In one sentence: why does a language model keep a cache of keys and values?"  # a chat model's first
@@ -81,11 +82,6 @@ def _reveal(run: Lesson, chosen: int) -> None:
 
 def lesson() -> Lesson | None:
     return stepped.current(LESSON)
-
-
-def reset(state) -> None:
-    """Forget this lesson's run when another model loads: it belongs to the model it ran on."""
-    stepped.reset(LESSON, state)
 
 
 # what a link may set, with the bounds of the page's own widgets: key -> (session key, type, low, high)
@@ -318,5 +314,5 @@ LESSON = stepped.Stepped(
         "lesson_view", "lesson_chat_chosen",
         "lesson_kv_layer", "lesson_kv_head", "lesson_attention_layer", "lesson_stage"},
     room=RoomPart(room.follower, take_over, stage_data, questions=room.questions, sentence=step_sentence))
-KEYS = LESSON.cleared_keys()
-KEPT = ("lesson_kv_layer", "lesson_kv_head", "lesson_attention_layer")  # view choices (registry.kept_settings)
+KEYS = Keys(clears=LESSON.cleared_keys(),
+            kept=("lesson_kv_layer", "lesson_kv_head", "lesson_attention_layer"))  # the views' choices

@@ -14,11 +14,10 @@ from kvviz.lessons.speculative.file import export_speculative, import_speculativ
 from kvviz.lessons.speculative.logic import DEFAULT_PROMPT, DraftStep, SpeculativeLesson
 from kvviz.lessons.speculative.stage import stage_data
 from kvviz.ui.common import current_model
+from kvviz.ui.session_keys import Keys
 
 DRAFTS, MAX_TOKENS, BLOCK_SIZES = (1, 8), (8, 128), (2, 16)  # what the sliders offer
 PROMPT_BOX_CHARS = 20_000  # the longest prompt a replayed file puts into the prompt box
-INPUTS = ("spec_",)  # the other spec_* widgets (the uploader too) stay when another model loads
-KEPT = ("spec_prompt", "spec_k", "spec_max_tokens", "spec_block_size")  # the run's settings (registry.kept_settings)
 
 
 def _new() -> SpeculativeLesson:
@@ -44,16 +43,12 @@ LESSON = stepped.Stepped(
     new=_new, step=SpeculativeLesson.step, file_name="kvviz-speculative.json", export=export_speculative,
     read_file=import_speculative, file_settings=_file_settings, admit=True,
     room=RoomPart(room.follower, room.take_over, stage_data, progress=room.progress))
-KEYS = LESSON.cleared_keys()  # reset() drops them when another model loads
+KEYS = Keys(clears=LESSON.cleared_keys(),  # the other spec_* widgets (the uploader too) stay
+            kept=("spec_prompt", "spec_k", "spec_max_tokens", "spec_block_size"))  # the run's settings
 
 
 def lesson() -> SpeculativeLesson | None:
     return stepped.current(LESSON)
-
-
-def reset(state) -> None:
-    """Forget this lesson's run when another model loads: it belongs to the model it ran on."""
-    stepped.reset(LESSON, state)
 
 
 def _chip(text: str, color: str, title: str, struck: bool = False) -> str:

@@ -1,0 +1,5 @@
+"""Model lab for kvviz.lessons.registry: its key prefix: its inputs only, which stay when a model loads."""
+
+from kvviz.lessons.lesson_state import LessonState
+
+LESSON = LessonState("model_lab", "lab_")
