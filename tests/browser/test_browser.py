@@ -39,16 +39,14 @@ def no_exceptions(page):
 def prefill_lesson(page, app_url):
     """Open the first lesson by its own address and press Prefill."""
     page.goto(f"{app_url}/prefill_decode")
-    page.get_by_role("button", name="Prefill").wait_for()
-    wait_idle(page)
+    wait_drawn(page, page.get_by_role("button", name="Prefill"))
     page.get_by_role("button", name="Prefill").click()
     wait_drawn(page, page.locator("[data-testid='stage-step']"))  # the stage shows once the prefill ran
 
 
 def test_home_page(app_url, page):
     page.goto(app_url)
-    page.get_by_text("the KV cache, live").first.wait_for()
-    wait_idle(page)
+    wait_drawn(page, page.get_by_text("the KV cache, live").first)
     no_exceptions(page)
     assert page.get_by_text("Prefill and decode").count() >= 1
     screenshot(page, "home")

@@ -11,7 +11,7 @@ import pytest
 from kvviz.lessons.catalog import LECTURE
 from kvviz.ui.app_server import CHROMIUM, ROOT
 
-from chromium import browser_page, wait_idle
+from chromium import browser_page, wait_drawn, wait_idle
 from test_browser_presenter import app_url, url_of  # noqa: F401  (app_url is the fixture)
 
 pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
@@ -38,8 +38,7 @@ def test_no_serious_or_critical_axe_violation_on_any_page(app_url, mode):
     with browser_page(width=1280, height=720) as page:
         for lesson in LECTURE:
             page.goto(url_of(app_url, lesson) + ("?presenter=1" if mode == "presenter" else ""))
-            page.locator("h1").first.wait_for()
-            wait_idle(page)
+            wait_drawn(page, page.locator("h1").first)
             if lesson.path.endswith("prefill_decode.py"):
                 page.get_by_role("button", name="Prefill").click()
                 wait_idle(page)
@@ -61,8 +60,7 @@ def contrast(rgb_a: str, rgb_b: str = "rgb(255, 255, 255)") -> float:
 def prefilled(page, app_url) -> None:
     """Prefill and decode opened and its Prefill pressed, the page idle again."""
     page.goto(f"{app_url}/prefill_decode")
-    page.locator("h1").first.wait_for()
-    wait_idle(page)
+    wait_drawn(page, page.locator("h1").first)
     page.get_by_role("button", name="Prefill").click()
     wait_idle(page)
 

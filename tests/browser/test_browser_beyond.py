@@ -23,7 +23,7 @@ from kvviz.models import load_model
 from kvviz.shapes import format_bytes
 from kvviz.ui.app_server import CHROMIUM, ROOT
 
-from chromium import browser_page, press, wait_idle
+from chromium import browser_page, press, wait_drawn, wait_idle
 
 pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
                                 reason="Debian's chromium is not installed (.ci/run installs it)")
@@ -61,8 +61,7 @@ def test_speculative_page_stepped_and_run_matches_the_engine(app_url, lm):
         pass
     with browser_page(1280, 720) as page:
         page.goto(f"{app_url}/speculative?presenter=1")
-        page.get_by_role("button", name="Start").wait_for(timeout=180_000)
-        wait_idle(page)
+        wait_drawn(page, page.get_by_role("button", name="Start"), timeout=180)
         k = page.locator("[data-testid='stSlider']").filter(has_text="Draft tokens per step").get_by_role("slider")
         k.focus()
         k.press("ArrowRight")  # 4 -> 5
@@ -86,11 +85,9 @@ def test_speculative_page_stepped_and_run_matches_the_engine(app_url, lm):
         check(page, "speculative-end")
         # away to the page before (the closing page of the article's arc) and back: the run is still there
         page.get_by_role("link", name="Previous: Putting it together").first.click()
-        page.get_by_text("The long-context job's choices").first.wait_for()
-        wait_idle(page)
+        wait_drawn(page, page.get_by_text("The long-context job's choices").first)
         page.get_by_role("link", name="Next: Speculative decoding").first.click()
-        page.get_by_role("button", name="Reset", exact=True).wait_for()  # not Plotly's "Reset axes"
-        wait_idle(page)
+        wait_drawn(page, page.get_by_role("button", name="Reset", exact=True))  # not Plotly's "Reset axes"
         assert metric(page, "Forward passes") == str(len(expected.records))  # the latest pass, not pass 0
         page.get_by_role("button", name="Prompt and settings").click()  # the settings fold away during a run
         shown = page.locator("[data-testid='stSlider']").filter(has_text="Draft tokens per step").inner_text()
@@ -107,8 +104,7 @@ def test_paged_fork_and_swap_tabs_match_the_engine(app_url, lm):
     modes = swap_lesson.compare(lm, prompts, block_size=8, num_blocks=12, max_tokens=32, runs=1)
     with browser_page(1280, 720) as page:
         page.goto(f"{app_url}/paged_batching?presenter=1")
-        page.get_by_role("tab", name=FORK_TAB).wait_for(timeout=180_000)
-        wait_idle(page)
+        wait_drawn(page, page.get_by_role("tab", name=FORK_TAB), timeout=180)
         page.get_by_role("tab", name=FORK_TAB).click()
         press(page, "Fork", settle=0.5)
         step = page.locator("[data-testid='stSlider']").filter(has_text="Step").get_by_role("slider")

@@ -18,7 +18,7 @@ from conftest import one_sentence
 
 from kvviz.ui.app_server import CHROMIUM, ROOT
 
-from chromium import screenshot, wait_idle
+from chromium import screenshot, wait_drawn, wait_idle
 
 pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
                                 reason="Debian's chromium is not installed (.ci/run installs it)")
@@ -135,8 +135,7 @@ def open_page(browser, app_url, path, ready):
     page = context.new_page()
     page.set_default_timeout(180_000)
     page.goto(f"{app_url}/{path}")
-    page.get_by_role("button", name=ready, exact=True).first.wait_for()
-    wait_idle(page)
+    wait_drawn(page, page.get_by_role("button", name=ready, exact=True).first)
     page.get_by_text("Export or replay a lesson").click()
     return context, page
 

@@ -8,7 +8,7 @@ from test_browser import app_url, no_exceptions  # noqa: F401  (fixture)
 
 from kvviz.ui.app_server import CHROMIUM, ROOT
 
-from chromium import SCREENSHOTS, browser_page, screenshot, wait_idle
+from chromium import SCREENSHOTS, browser_page, screenshot, wait_drawn, wait_idle
 
 pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
                                 reason="Debian's chromium is not installed (.ci/run installs it)")
@@ -17,8 +17,7 @@ pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / C
 def test_eviction_lab_tab(app_url):
     with browser_page(1280, 720) as page:
         page.goto(f"{app_url}/cache_strategies")
-        page.get_by_role("button", name="Run every strategy").wait_for(timeout=180_000)  # the model has loaded
-        wait_idle(page)
+        wait_drawn(page, page.get_by_role("button", name="Run every strategy"), timeout=180)  # the model has loaded
         tokens = page.locator("[data-testid='stSlider']").filter(has_text="Tokens to generate").get_by_role("slider")
         tokens.focus()
         tokens.press("Home")  # 2 tokens, then up to 24: a shorter run keeps the test quick on a busy machine
@@ -26,8 +25,7 @@ def test_eviction_lab_tab(app_url):
             tokens.press("ArrowRight")
         wait_idle(page)
         page.get_by_role("tab", name="Eviction lab").click()
-        page.get_by_role("button", name="Run the eviction lab").wait_for()
-        wait_idle(page)
+        wait_drawn(page, page.get_by_role("button", name="Run the eviction lab"))
         page.get_by_role("button", name="Run the eviction lab").click()
         wait_idle(page, settle=2.0, timeout=400)
         page.get_by_text("Which positions each policy keeps").first.wait_for()

@@ -18,7 +18,7 @@ from test_browser import app_url, browser  # noqa: F401  (fixtures)
 
 from kvviz.ui.app_server import CHROMIUM, ROOT
 
-from chromium import wait_idle
+from chromium import wait_drawn, wait_idle
 
 pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
                                 reason="Debian's chromium is not installed (.ci/run installs it)")
@@ -127,8 +127,7 @@ def test_a_files_text_never_becomes_a_link_or_an_image(browser, app_url, bundled
     page = context.new_page()
     page.set_default_timeout(180_000)
     page.goto(f"{app_url}/{path}")
-    page.get_by_role("button", name=ready, exact=True).first.wait_for()
-    wait_idle(page)
+    wait_drawn(page, page.get_by_role("button", name=ready, exact=True).first)
     page.get_by_text("Export or replay a lesson").click()
     page.locator("[data-testid='stFileUploaderDropzoneInput']").set_input_files(str(saved))
     wait_idle(page)

@@ -21,7 +21,7 @@ from test_browser_stage import SHOTS
 from kvviz.lessons.prefill_decode.state import VIEWS
 from kvviz.ui.app_server import CHROMIUM, ROOT
 
-from chromium import SLOW_S, browser_page, click_to_next_step, press, still, wait_idle
+from chromium import SLOW_S, browser_page, click_to_next_step, press, still, wait_drawn, wait_idle
 
 pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
                                 reason="Debian's chromium is not installed (.ci/run installs it)")
@@ -177,8 +177,7 @@ def started(page, url, lesson, first_button, presenter) -> Survey:
     """Open a lesson's page, measure it, and press its first button (Prefill, Start)."""
     survey = Survey(page, lesson, presenter)
     page.goto(f"{url}/{lesson}" + ("?presenter=1" if presenter else ""))
-    page.get_by_role("button", name=first_button, exact=True).wait_for()
-    wait_idle(page, timeout=SLOW_S)
+    wait_drawn(page, page.get_by_role("button", name=first_button, exact=True), timeout=SLOW_S)
     survey.measure(f"before {first_button}")
     press(page, first_button, exact=False)
     return survey

@@ -11,7 +11,7 @@ from test_browser import browser  # noqa: F401  (fixture)
 
 from kvviz.ui.app_server import CHROMIUM, ROOT, running_app
 
-from chromium import wait_idle
+from chromium import wait_drawn, wait_idle
 
 pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
                                 reason="Debian's chromium is not installed (.ci/run installs it)")
@@ -48,8 +48,7 @@ def open_lesson(new_context, app_url):
     page = context.new_page()
     page.set_default_timeout(120_000)
     page.goto(f"{app_url}/prefill_decode")
-    page.get_by_role("button", name="Prefill").wait_for()
-    wait_idle(page)
+    wait_drawn(page, page.get_by_role("button", name="Prefill"))
     return context, page
 
 
@@ -129,8 +128,7 @@ def test_a_paged_lesson_file_replays_on_its_page(new_context, app_url, bundled):
     page = context.new_page()
     page.set_default_timeout(120_000)
     page.goto(f"{app_url}/paged_batching")
-    page.get_by_role("button", name="Start").wait_for(timeout=180_000)
-    wait_idle(page)
+    wait_drawn(page, page.get_by_role("button", name="Start"), timeout=180)
     page.get_by_text("Export or replay a lesson").click()
     upload = page.locator("[data-testid='stFileUploaderDropzoneInput']")
     bad = export_paged(run, last).replace('"view_step": ', '"view_step": 1', 1)  # past the last step
@@ -168,8 +166,7 @@ def test_export_downloads_a_file_that_replays(new_context, app_url, tmp_path, pa
     page = context.new_page()
     page.set_default_timeout(180_000)
     page.goto(f"{app_url}/{path}")
-    page.get_by_role("button", name=run_buttons[0], exact=True).wait_for()
-    wait_idle(page)
+    wait_drawn(page, page.get_by_role("button", name=run_buttons[0], exact=True))
     press_within_the_limit(page, run_buttons[0], exact=True)  # the last test's closed tab may hold the one lesson
     for name in run_buttons[1:]:
         page.get_by_role("button", name=name, exact=True).click()

@@ -18,7 +18,7 @@ from kvviz.models import load_model
 from kvviz.shapes import format_bytes
 from kvviz.ui.app_server import CHROMIUM, ROOT
 
-from chromium import SLOW_S, browser_page, press, wait_idle
+from chromium import SLOW_S, browser_page, press, wait_drawn
 
 pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
                                 reason="Debian's chromium is not installed (.ci/run installs it)")
@@ -41,8 +41,7 @@ def test_prefill_and_decode_at_its_last_step_bills_what_it_held(app_url):  # noq
     with browser_page(1280, 720) as page:
         link = urlencode({"prompt": EXAMPLE_PROMPTS[0], "step": last, "view": "Memory bill"})
         page.goto(f"{app_url}/prefill_decode?{link}")
-        page.get_by_text("Done.", exact=False).first.wait_for(timeout=SLOW_S * 1000)
-        wait_idle(page, timeout=SLOW_S)
+        wait_drawn(page, page.get_by_text("Done.", exact=False).first, timeout=SLOW_S)
         no_exceptions(page)
         assert page.locator("[data-testid='stage-step']").inner_text() == f"Step {last} of {last}"
         formula, measured = metric(page, "Formula"), metric(page, "Measured")
@@ -58,8 +57,7 @@ def test_prefill_and_decode_at_its_last_step_bills_what_it_held(app_url):  # noq
 def test_speculative_decoding_at_its_end_adds_up(app_url):  # noqa: F811
     with browser_page(1280, 720) as page:
         page.goto(f"{app_url}/speculative")
-        page.get_by_role("button", name="Start", exact=True).wait_for()
-        wait_idle(page, timeout=SLOW_S)
+        wait_drawn(page, page.get_by_role("button", name="Start", exact=True), timeout=SLOW_S)
         press(page, "Start")
         press(page, "Run to the end")
         no_exceptions(page)
@@ -73,8 +71,7 @@ def test_speculative_decoding_at_its_end_adds_up(app_url):  # noqa: F811
 def test_paged_batching_at_its_end_adds_up(app_url):  # noqa: F811
     with browser_page(1280, 720) as page:
         page.goto(f"{app_url}/paged_batching")
-        page.get_by_role("button", name="Start", exact=True).wait_for()
-        wait_idle(page, timeout=SLOW_S)
+        wait_drawn(page, page.get_by_role("button", name="Start", exact=True), timeout=SLOW_S)
         press(page, "Start")
         press(page, "Run to the end")
         no_exceptions(page)
@@ -87,8 +84,7 @@ def test_batch_generation_at_its_end_adds_up(app_url):  # noqa: F811
     tokens are the caption's, and the peak of blocks in use is within the pool."""
     with browser_page(1280, 720) as page:
         page.goto(f"{app_url}/batch_generation")
-        page.get_by_role("button", name="Run the batch", exact=True).wait_for()
-        wait_idle(page, timeout=SLOW_S)
+        wait_drawn(page, page.get_by_role("button", name="Run the batch", exact=True), timeout=SLOW_S)
         press(page, "Run the batch")
         page.get_by_text("requests in", exact=False).first.wait_for(timeout=SLOW_S * 1000)
         no_exceptions(page)

@@ -19,7 +19,7 @@ from kvviz.models import load_model
 from kvviz.shapes import format_bytes
 from kvviz.ui.app_server import CHROMIUM, ROOT
 
-from chromium import SLOW_S, browser_page, click_to_next_step, press, screenshot, wait_idle
+from chromium import SLOW_S, browser_page, click_to_next_step, press, screenshot, wait_drawn, wait_idle
 
 pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
                                 reason="Debian's chromium is not installed (.ci/run installs it)")
@@ -66,8 +66,7 @@ def test_prefill_and_decode_stepped_to_its_end_bills_what_it_holds_at_every_step
 
     with browser_page(1280, 720) as page:
         page.goto(f"{app_url}/prefill_decode")
-        page.get_by_role("button", name="Prefill", exact=True).wait_for()
-        wait_idle(page, timeout=SLOW_S)
+        wait_drawn(page, page.get_by_role("button", name="Prefill", exact=True), timeout=SLOW_S)
         started = time.perf_counter()
         press(page, "Prefill")
         page.locator("[data-testid='stRadio']").get_by_text("Memory bill", exact=True).first.click()
@@ -105,8 +104,7 @@ def peaks(page) -> tuple[int, int]:
 def test_the_fork_tab_stepped_to_its_end_never_lowers_a_peak(app_url):  # noqa: F811
     with browser_page(1280, 900) as page:
         page.goto(f"{app_url}/paged_batching")
-        page.get_by_role("button", name="Start", exact=True).wait_for(timeout=SLOW_S * 1000)
-        wait_idle(page, timeout=SLOW_S)
+        wait_drawn(page, page.get_by_role("button", name="Start", exact=True), timeout=SLOW_S)
         page.get_by_role("tab", name=re.compile("^Parallel sampling")).click()
         wait_idle(page)
         press(page, "Fork")
@@ -144,8 +142,7 @@ def test_the_memory_bill_split_over_eight_gpus_gives_its_verdict_on_the_per_gpu_
     total = format_bytes(share.weights_bytes_per_gpu + share.cache_bytes_per_gpu)
     with browser_page(1280, 900) as page:
         page.goto(f"{app_url}/memory_bill")
-        page.get_by_role("combobox", name="Start from a model").wait_for()
-        wait_idle(page)
+        wait_drawn(page, page.get_by_role("combobox", name="Start from a model"))
         pick(page, "Start from a model", "llama-3.1-70b")
         pick(page, "Accelerator", "H100 80GB")
         assert page.get_by_text(re.compile("^Does not fit: the weights alone")).count() >= 1  # one GPU
@@ -172,8 +169,7 @@ def test_the_memory_bill_split_over_eight_gpus_gives_its_verdict_on_the_per_gpu_
 def test_cache_strategies_at_its_defaults_agree_between_table_chart_and_bill(app_url):  # noqa: F811
     with browser_page(1400, 1000) as page:
         page.goto(f"{app_url}/cache_strategies")
-        page.get_by_role("button", name="Run every strategy", exact=True).wait_for(timeout=SLOW_S * 1000)
-        wait_idle(page, timeout=SLOW_S)
+        wait_drawn(page, page.get_by_role("button", name="Run every strategy", exact=True), timeout=SLOW_S)
         started = time.perf_counter()
         press(page, "Run every strategy")
         page.get_by_text(re.compile("^After the last step the full")).first.wait_for(timeout=SLOW_S * 1000)

@@ -3,7 +3,7 @@
 # the same browser, app and skip rule as the other browser tests (pytest registers imported fixtures)
 from test_browser import app_url, no_exceptions, page, pytestmark  # noqa: F401
 
-from chromium import screenshot, wait_idle
+from chromium import screenshot, wait_drawn, wait_idle
 
 
 def open_page(page, app_url: str, path: str) -> None:
@@ -20,8 +20,7 @@ def pick(page, label: str, option: str) -> None:
 
 def test_memory_bill_page(app_url, page):
     open_page(page, app_url, "memory_bill")
-    page.get_by_text("The formula, filled in").wait_for()
-    wait_idle(page)
+    wait_drawn(page, page.get_by_text("The formula, filled in"))
     no_exceptions(page)
     assert page.get_by_text("1.00 GiB").count() >= 1  # llama-3.1-8b, 8,192 tokens, bf16
     screenshot(page, "memory_bill")
@@ -41,8 +40,7 @@ def test_memory_bill_page(app_url, page):
     window = page.get_by_label("Sliding window in tokens (0: none)", exact=True)
     window.fill("100000")
     window.press("Enter")
-    wait_idle(page)
-    page.get_by_text("is larger than the context").wait_for()
+    wait_drawn(page, page.get_by_text("is larger than the context"))
     no_exceptions(page)
     screenshot(page, "memory_bill_bad_window")
 
@@ -58,19 +56,16 @@ def test_memory_bill_page(app_url, page):
 
 def test_model_lab_page(app_url, page):
     open_page(page, app_url, "model_lab")
-    page.get_by_role("button", name="Measure").wait_for()
-    wait_idle(page)
+    wait_drawn(page, page.get_by_role("button", name="Measure"))
     no_exceptions(page)
     assert page.get_by_text("Model", exact=True).count() >= 1  # the app's sidebar, not a bare page
     page.get_by_role("button", name="Measure").click()
-    page.get_by_text("faster with the cache").first.wait_for(timeout=180_000)
-    wait_idle(page)
+    wait_drawn(page, page.get_by_text("faster with the cache").first, timeout=180)
     no_exceptions(page)
     screenshot(page, "model_lab")
 
     page.get_by_role("slider", name="Query heads").press("ArrowLeft")  # 8 -> 7 heads: 256 does not divide
-    wait_idle(page)
-    page.get_by_text("does not divide into 7 heads").wait_for()
+    wait_drawn(page, page.get_by_text("does not divide into 7 heads"))
     assert page.get_by_text("faster with the cache").count() >= 1  # the last results stay
     no_exceptions(page)
     screenshot(page, "model_lab_bad_heads")

@@ -12,7 +12,7 @@ from test_browser_room import new_page
 
 from kvviz.ui.app_server import CHROMIUM, ROOT
 
-from chromium import press, wait_idle
+from chromium import press, wait_drawn
 
 pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
                                 reason="Debian's chromium is not installed (.ci/run installs it)")
@@ -45,13 +45,11 @@ def test_a_follower_and_a_student_who_took_over_see_the_whole_stage_on_a_phone(b
         link = teacher.locator("[data-testid='stCode']").filter(has_text="?room=").first.inner_text().strip()
         code = link.rsplit("=", 1)[1]
         student_context, student = new_page(browser, f"{app_url}/prefill_decode?room={code}", *PHONE)
-        student.get_by_text(f"Following room {code}").wait_for()
-        wait_idle(student)
+        wait_drawn(student, student.get_by_text(f"Following room {code}"))
         assert re.search(rf"/prefill_decode\?room={code}$", student.url)
         whole_stage(student, "follower")
         press(student, "Take over", exact=False)
-        student.get_by_role("button", name=re.compile("^Next token")).wait_for()
-        wait_idle(student)
+        wait_drawn(student, student.get_by_role("button", name=re.compile("^Next token")))
         whole_stage(student, "taken-over")
     finally:
         teacher_context.close()

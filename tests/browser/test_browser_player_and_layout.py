@@ -96,14 +96,13 @@ def test_nothing_is_cut_off(app_url, width, height):
             wait_idle(page, timeout=SLOW_S)
             assert page.evaluate(CUT_OFF_JS) == [], view
         page.goto(f"{app_url}/prefill_decode?presenter=1")
-        page.get_by_role("button", name="Prefill").wait_for()
-        wait_idle(page, timeout=SLOW_S)
+        wait_drawn(page, page.get_by_role("button", name="Prefill"), timeout=SLOW_S)
         page.get_by_role("button", name="Prefill").click()
-        wait_idle(page, timeout=SLOW_S)
+        wait_drawn(page, page.locator("[data-testid='stage-step']"), timeout=SLOW_S)
         assert page.evaluate(CUT_OFF_JS) == [], "presenter mode"
         page.goto(f"{app_url}/paged_batching")
         page.get_by_role("button", name="Start").click()
-        wait_idle(page, timeout=SLOW_S)
+        wait_drawn(page, page.locator("[data-testid='stage-step']"), timeout=SLOW_S)
         for _ in range(2):
             click_to_next_step(page, page.get_by_role("button", name="Step", exact=True), timeout=SLOW_S)
         assert page.evaluate(CUT_OFF_JS) == [], "paged"
@@ -123,8 +122,7 @@ def test_no_request_leaves_the_app(app_url):
         page.on("request", lambda request: requests.append(request.url))
         for path, action in MAIN_ACTIONS.items():
             page.goto(f"{app_url}/{path}")
-            page.locator("[data-testid='stMain'] h1").first.wait_for()
-            wait_idle(page, timeout=SLOW_S)
+            wait_drawn(page, page.locator("[data-testid='stMain'] h1").first, timeout=SLOW_S)
             if path == "cache_strategies":  # its defaults run in test_browser_lecture_stepped; 2 tokens draw the same
                 page.locator("[data-testid='stSlider']").filter(has_text="Tokens to generate").get_by_role(
                     "slider").press("Home")

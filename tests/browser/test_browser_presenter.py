@@ -12,7 +12,7 @@ import pytest
 from kvviz.lessons.catalog import LECTURE
 from kvviz.ui.app_server import CHROMIUM, ROOT
 
-from chromium import browser_page, shared_app_url, wait_idle
+from chromium import browser_page, shared_app_url, wait_drawn, wait_idle
 
 pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
                                 reason="Debian's chromium is not installed (.ci/run installs it)")
@@ -52,8 +52,7 @@ def test_presenter_mode_on_every_page_at_1280x720(app_url):
     with browser_page(width=1280, height=720) as page:
         for index, lesson in enumerate(LECTURE):
             page.goto(url_of(app_url, lesson) + "?presenter=1")
-            page.locator("h1").first.wait_for()
-            wait_idle(page)
+            wait_drawn(page, page.locator("h1").first)
             if lesson.path.endswith("prefill_decode.py"):
                 page.get_by_role("button", name="Prefill").click()
                 wait_idle(page)

@@ -10,7 +10,7 @@ from test_browser import app_url, no_exceptions, pytestmark  # noqa: F401  (fixt
 
 from kvviz.ui.app_server import ROOT
 
-from chromium import browser_page, wait_idle
+from chromium import browser_page, wait_drawn, wait_idle
 
 MODES = pytest.mark.parametrize("presenter", [False, True], ids=["normal", "presenter"])
 SHOTS = ROOT / "screenshots" / "presenter"
@@ -36,8 +36,7 @@ def test_the_bills_sliders_and_its_figures_share_the_first_screen(app_url, prese
     mode = "presenter" if presenter else "normal"
     with browser_page(WIDTH, HEIGHT) as page:
         page.goto(f"{app_url}/memory_bill" + ("?presenter=1" if presenter else ""))
-        page.get_by_text("The formula, filled in").wait_for()
-        wait_idle(page)
+        wait_drawn(page, page.get_by_text("The formula, filled in"))
         no_exceptions(page)
         controls = {name: page.get_by_role("slider", name=name) for name in ("Context", "Batch", "Cache dtype")}
         controls["Accelerator"] = page.get_by_role("combobox", name="Accelerator")
@@ -72,8 +71,7 @@ def test_the_stages_bill_of_blocks_and_slack_is_on_the_first_screen_after_prefil
         page.set_default_timeout(300_000)
         page.goto(f"{app_url}/prefill_decode" + ("?presenter=1" if presenter else ""))
         page.get_by_role("button", name="Prefill").click()
-        page.locator("[data-testid='stage-bill']").wait_for()
-        wait_idle(page)
+        wait_drawn(page, page.locator("[data-testid='stage-bill']"))
         page.evaluate("() => window.scrollTo(0, 0)")
         bill = page.locator("[data-testid='stage-bill']")
         assert "held" in bill.inner_text() and "slack" in bill.inner_text()
@@ -98,8 +96,7 @@ def test_a_long_prompts_block_table_and_pool_are_windowed_and_the_bill_stays_up(
         page.locator("textarea").first.press("Control+Enter")
         wait_idle(page)
         page.get_by_role("button", name="Prefill").click()
-        page.locator("[data-testid='stage-bill']").wait_for()
-        wait_idle(page)
+        wait_drawn(page, page.locator("[data-testid='stage-bill']"))
         page.evaluate("() => window.scrollTo(0, 0)")
         table = page.locator("[data-testid='stage-block-table'] .entry")
         texts = table.all_inner_texts()

@@ -15,7 +15,7 @@ from test_browser import app_url, browser  # noqa: F401  (fixtures)
 
 from kvviz.ui.app_server import CHROMIUM, ROOT
 
-from chromium import SLOW_S, press, wait_idle
+from chromium import SLOW_S, press, wait_drawn, wait_idle
 from room_pages import shown_step, wait_for_step
 
 pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
@@ -50,8 +50,7 @@ def page_reruns(page) -> int:
 
 def test_five_students_follow_the_teacher_answer_and_take_over(browser, app_url):  # noqa: F811
     teacher_context, teacher = new_page(browser, f"{app_url}/prefill_decode")
-    teacher.get_by_role("button", name="Prefill", exact=True).wait_for()
-    wait_idle(teacher, timeout=SLOW_S)
+    wait_drawn(teacher, teacher.get_by_role("button", name="Prefill", exact=True), timeout=SLOW_S)
     press(teacher, "Prefill", exact=False)
     press(teacher, "Next token", exact=False)
     teacher.get_by_text("Show this lesson to the class").click()
@@ -89,8 +88,7 @@ def test_five_students_follow_the_teacher_answer_and_take_over(browser, app_url)
     teacher.get_by_role("button", name="Ask", exact=True).click()
     wait_idle(teacher, timeout=SLOW_S)
     for _, page in students:  # the question's whole-page rerun is over
-        page.get_by_text("The teacher asks:").wait_for(timeout=30_000)
-        wait_idle(page, timeout=SLOW_S)
+        wait_drawn(page, page.get_by_text("The teacher asks:"), timeout=SLOW_S)
         page.evaluate(WATCH_RERUNS)
     press(teacher, "Next token", exact=False)
     moved = time.time()
@@ -177,8 +175,7 @@ def metrics(page) -> list[str]:
 
 def test_two_students_follow_a_paged_run_choose_their_own_tab_and_take_over(browser, app_url):  # noqa: F811
     teacher_context, teacher = new_page(browser, f"{app_url}/paged_batching")
-    teacher.get_by_role("button", name="Start", exact=True).first.wait_for()
-    wait_idle(teacher, timeout=SLOW_S)
+    wait_drawn(teacher, teacher.get_by_role("button", name="Start", exact=True).first, timeout=SLOW_S)
     press(teacher, "Start", exact=False)
     press(teacher, "Step", exact=False)
     teacher.get_by_text("Show this lesson to the class").click()

@@ -17,7 +17,7 @@ from test_browser_stage import SHOTS, SMALLEST_FONT_JS, replay
 
 from kvviz.ui.app_server import CHROMIUM, ROOT
 
-from chromium import SLOW_S, browser_page, click_to_next_step, press, still, wait_idle
+from chromium import SLOW_S, browser_page, click_to_next_step, press, still, wait_drawn, wait_idle
 
 pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
                                 reason="Debian's chromium is not installed (.ci/run installs it)")
@@ -28,8 +28,7 @@ DRAWN_MS = 60_000  # steps the browser draws on its own: waited for, not timed (
 
 def start_and_step(page, url, lesson, steps, presenter):
     page.goto(f"{url}/{lesson}" + ("?presenter=1" if presenter else ""))
-    page.get_by_role("button", name="Start", exact=True).wait_for()
-    wait_idle(page, timeout=SLOW_S)
+    wait_drawn(page, page.get_by_role("button", name="Start", exact=True), timeout=SLOW_S)
     press(page, "Start", exact=False)
     for _ in range(steps):
         click_to_next_step(page, page.get_by_role("button", name="Step", exact=True), timeout=SLOW_S)

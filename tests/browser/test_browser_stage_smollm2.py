@@ -14,7 +14,7 @@ from test_browser import app_url, no_exceptions  # noqa: F401  (fixture)
 from kvviz.hub.fetch import fetched_folder
 from kvviz.ui.app_server import CHROMIUM, ROOT
 
-from chromium import SCREENSHOTS, SLOW_S, browser_page, click_to_next_step, press, still, wait_idle
+from chromium import SCREENSHOTS, SLOW_S, browser_page, click_to_next_step, press, still, wait_drawn, wait_idle
 
 pytestmark = [
     pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
@@ -32,8 +32,7 @@ def test_the_stage_holds_smollm2_on_one_screen(app_url, presenter):  # noqa: F81
         page.set_default_timeout(SLOW_S * 1000)
         page.goto(f"{app_url}/prefill_decode?model=smollm2&tokens=8&prompt={quote(QUESTION)}"
                   + ("&presenter=1" if presenter else ""))
-        page.get_by_role("button", name="Prefill", exact=True).wait_for()
-        wait_idle(page, timeout=SLOW_S)
+        wait_drawn(page, page.get_by_role("button", name="Prefill", exact=True), timeout=SLOW_S)
         page.get_by_text("Chat: apply the model's chat template", exact=False).click()
         wait_idle(page, timeout=SLOW_S)
         press(page, "Prefill")
@@ -77,8 +76,7 @@ def test_a_long_prompts_prefill_shows_what_it_runs_and_for_how_long(app_url):  #
     with browser_page(1280, 720) as page:
         page.set_default_timeout(SLOW_S * 1000)
         page.goto(f"{app_url}/prefill_decode?model=smollm2&tokens=4&prompt={quote(prompt)}")
-        page.get_by_role("button", name="Prefill", exact=True).wait_for()
-        wait_idle(page, timeout=SLOW_S)
+        wait_drawn(page, page.get_by_role("button", name="Prefill", exact=True), timeout=SLOW_S)
         page.get_by_role("button", name="Prefill", exact=True).click()
         spinner = page.locator("[data-testid='stSpinner']")
         spinner.wait_for(timeout=60_000)

@@ -13,7 +13,7 @@ import pytest
 # the same browser, app and skip rule as the other browser tests (pytest registers imported fixtures)
 from test_browser import app_url, no_exceptions, page, pytestmark  # noqa: F401
 
-from chromium import screenshot, wait_idle
+from chromium import click_to_next_step, screenshot, wait_drawn, wait_idle
 
 ONE_UNIT_S = 45  # the longest unit seen here under a load of 11 on 2 cores: 22 s (a context length), 15 s (a run)
 
@@ -111,8 +111,7 @@ def stop_mid_run(page, app_url: str, key: str, bar_text: str, stopped_text: str,
 
 def test_model_lab_measure_stops_keeps_what_was_timed_and_measures_again(app_url, page):  # noqa: F811 (the fixture)
     page.goto(f"{app_url}/model_lab")
-    page.get_by_role("button", name="Measure").wait_for()
-    wait_idle(page)
+    wait_drawn(page, page.get_by_role("button", name="Measure"))
     # the default shape, 4 layers of 256, to 512 tokens: five rounds over six context lengths
     page.get_by_role("button", name="Measure").click()
     stop_mid_run(page, app_url, "lab_stop", r"\b[1-4] of 5 rounds done", r"Stopped after [1-4] of 5 rounds",
@@ -133,11 +132,9 @@ def test_model_lab_measure_stops_keeps_what_was_timed_and_measures_again(app_url
 
 def test_batch_compare_stops_keeps_nothing_and_compares_again(app_url, page):  # noqa: F811 (the fixture)
     page.goto(f"{app_url}/batch_generation")
-    page.get_by_role("button", name="Run the batch").wait_for()
-    wait_idle(page)
+    wait_drawn(page, page.get_by_role("button", name="Run the batch"))
     page.get_by_role("button", name="Run the batch").click()  # the default 16 requests
-    page.get_by_text("requests in").first.wait_for(timeout=180_000)
-    wait_idle(page)
+    wait_drawn(page, page.get_by_text("requests in").first, timeout=180)
     page.get_by_role("tab", name="Against transformers generate").click()
     wait_idle(page)
     # warm-ups, then 3 timed runs each way: 8 runs, 70 s here under load
@@ -153,8 +150,7 @@ def test_batch_compare_stops_keeps_nothing_and_compares_again(app_url, page):  #
     page.get_by_role("tab", name="Against transformers generate").click()
     page.get_by_role("button", name="Run both and compare").click()
     wait_for_bar(page, r"of 8 runs done", timeout=60)
-    page.get_by_text("Outputs identical").first.wait_for(timeout=400_000)
-    wait_idle(page)
+    wait_drawn(page, page.get_by_text("Outputs identical").first, timeout=400)
     assert not says(page, "Stopped after")
     no_exceptions(page)
     screenshot(page, "batch_compare_after_stop")
@@ -162,8 +158,7 @@ def test_batch_compare_stops_keeps_nothing_and_compares_again(app_url, page):  #
 
 def test_batch_run_stops_keeps_nothing_and_runs_again(app_url, page):  # noqa: F811 (the fixture)
     page.goto(f"{app_url}/batch_generation")
-    page.get_by_role("button", name="Run the batch").wait_for()
-    wait_idle(page)
+    wait_drawn(page, page.get_by_role("button", name="Run the batch"))
     prompts = page.locator("input[type='range'][aria-label='Prompts']")
     prompts.focus()
     page.keyboard.press("End")  # the page's most prompts, 256: a run long enough to stop
@@ -178,8 +173,7 @@ def test_batch_run_stops_keeps_nothing_and_runs_again(app_url, page):  # noqa: F
 
     # the session is usable: the batch runs again, to its end this time, and the note goes
     page.get_by_role("button", name="Run the batch").click()
-    page.get_by_text("256 requests in").first.wait_for(timeout=400_000)
-    wait_idle(page)
+    wait_drawn(page, page.get_by_text("256 requests in").first, timeout=400)
     assert not says(page, "Stopped after")
     no_exceptions(page)
 
@@ -192,8 +186,7 @@ def test_a_late_step_link_shows_progress_and_stop_keeps_the_step_reached(app_url
                  r"Stopped before step \d+: the lesson shows the step it reached", "Late-step link")
     reached = int(re.search(r"Step (\d+) of", page.locator("[data-testid='stage-step']").inner_text()).group(1))
     assert 0 < reached < 200
-    page.get_by_role("button", name=re.compile("^Next token")).first.click()  # the lesson goes on from there
-    wait_idle(page)
+    click_to_next_step(page, page.get_by_role("button", name=re.compile("^Next token")).first)  # it goes on from there
     shown, steps = map(int, re.search(r"Step (\d+) of (\d+)", page.locator("[data-testid='stage-step']").inner_text())
                        .groups())
     # one step past the one reached: the stopped script run finishes the step it is in before the page
@@ -208,19 +201,17 @@ def test_take_over_at_a_late_step_shows_progress_and_stop_keeps_the_step_reached
     at a late step that ran with the page only dimmed. Now a bar counts the steps under a Stop button, the
     student is out of the room from the first step, and Stop leaves their own lesson at the step reached."""
     page.goto(f"{app_url}/prefill_decode?step=150&prompt=ROMEO%3A%0ABut%20soft")
-    page.locator("[data-testid='stage-step']").get_by_text(re.compile(r"^Step 150 of")).wait_for(timeout=600_000)
-    wait_idle(page)
+    wait_drawn(page, page.locator("[data-testid='stage-step']").get_by_text(re.compile(r"^Step 150 of")), timeout=600)
     page.get_by_text("Show this lesson to the class").click()
     page.get_by_role("button", name="Open a room for the class").click()
-    wait_idle(page)
+    wait_drawn(page, page.locator("[data-testid='stCode']").filter(has_text="?room="))
     link = page.locator("[data-testid='stCode']").filter(has_text="?room=").first.inner_text().strip()
     code = link.rsplit("=", 1)[1]
 
     student = page.context.browser.new_context(viewport={"width": 1280, "height": 720}).new_page()
     student.set_default_timeout(180_000)
     student.goto(f"{app_url}/prefill_decode?room={code}")
-    student.get_by_text(f"Following room {code}").wait_for()
-    wait_idle(student)
+    wait_drawn(student, student.get_by_text(f"Following room {code}"))
     student.get_by_role("button", name="Take over").click()
     stop_mid_run(student, app_url, "lesson_link_stop",
                  r"Your own copy of the lesson: step ([1-9]|[1-9]\d|1[0-3]\d) of 150",
@@ -228,8 +219,7 @@ def test_take_over_at_a_late_step_shows_progress_and_stop_keeps_the_step_reached
     assert student.get_by_text(f"Following room {code}").count() == 0  # a lesson of one's own
     reached = int(re.search(r"Step (\d+) of", student.locator("[data-testid='stage-step']").inner_text()).group(1))
     assert 0 < reached < 150
-    student.get_by_role("button", name=re.compile("^Next token")).first.click()  # it goes on from there
-    wait_idle(student)
+    click_to_next_step(student, student.get_by_role("button", name=re.compile("^Next token")).first)  # it goes on
     shown = int(re.search(r"Step (\d+) of", student.locator("[data-testid='stage-step']").inner_text()).group(1))
     assert shown == reached + 1
     no_exceptions(student)
@@ -261,7 +251,6 @@ def test_a_long_click_shows_a_running_tab_the_room_can_see(app_url, page, presen
         later = page.evaluate(BUSY_TAB)
         assert not later["running"] or later["opacity"] >= 0.5, later
     screenshot(page, f"busy_tab_{'presenter' if presenter else 'normal'}")
-    page.locator("[data-testid='stage-step']").get_by_text(re.compile(r"^Step 120 of")).wait_for(timeout=600_000)
-    wait_idle(page)
+    wait_drawn(page, page.locator("[data-testid='stage-step']").get_by_text(re.compile(r"^Step 120 of")), timeout=600)
     idle = page.evaluate(BUSY_TAB)
     assert not idle["running"] and idle["content"] in ("none", "normal"), idle

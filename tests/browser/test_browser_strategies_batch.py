@@ -9,7 +9,7 @@ from test_browser import app_url, no_exceptions, page  # noqa: F401  (fixtures)
 
 from kvviz.ui.app_server import CHROMIUM, ROOT
 
-from chromium import SLOW_S, screenshot, wait_idle
+from chromium import SLOW_S, screenshot, wait_drawn, wait_idle
 
 pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
                                 reason="Debian's chromium is not installed (.ci/run installs it)")
@@ -33,8 +33,7 @@ def press_and_shoot(page, button, shows, shot):
 
 def test_batch_generation_page(app_url, page, tmp_path):
     page.goto(f"{app_url}/batch_generation")
-    page.get_by_role("button", name="Run the batch").wait_for()
-    wait_idle(page)
+    wait_drawn(page, page.get_by_role("button", name="Run the batch"))
     press_and_shoot(page, "Run the batch", "requests in", "batch_over_time")
     open_tab(page, "Requests", "batch_requests")
     open_tab(page, "Results", "batch_results")

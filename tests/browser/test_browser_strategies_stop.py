@@ -11,7 +11,7 @@ from test_browser_stop import record_bars, says, stop_button, stop_mid_run, wait
 
 from kvviz.lessons.cache_strategies.logic import PRESENTER_COLUMNS
 
-from chromium import SCREENSHOTS, SLOW_S, browser_page, screenshot, wait_idle
+from chromium import SCREENSHOTS, SLOW_S, browser_page, screenshot, wait_drawn, wait_idle
 
 ROWS = """(root) => [...root.querySelectorAll('tr')].map(tr => [...tr.querySelectorAll('th, td')]
     .map(c => c.innerText.trim()))"""
@@ -32,8 +32,7 @@ def set_tokens(page, tokens: int) -> None:
 def test_run_every_strategy_shows_progress_and_stop_keeps_what_was_measured(app_url):  # noqa: F811
     with browser_page(width=1280, height=720) as page:
         page.goto(f"{app_url}/cache_strategies")
-        page.get_by_role("button", name="Run every strategy").wait_for(timeout=SLOW_S * 1000)
-        wait_idle(page, timeout=SLOW_S)
+        wait_drawn(page, page.get_by_role("button", name="Run every strategy"), timeout=SLOW_S)
         # a run long enough for Stop to land mid-run on a quiet machine too (12 tokens ran every strategy in
         # 2 s there, its reference run in 0.08 s, which a poll missed in CI); 44 and more are past one click's budget
         set_tokens(page, 40)
@@ -61,8 +60,7 @@ def test_run_every_strategy_shows_progress_and_stop_keeps_what_was_measured(app_
         # the session is usable: the whole comparison runs again and the sentence goes
         set_tokens(page, 4)
         page.get_by_role("button", name="Run every strategy").click()
-        page.get_by_text("Memory held after each step").first.wait_for(timeout=400_000)
-        wait_idle(page, timeout=SLOW_S)
+        wait_drawn(page, page.get_by_text("Memory held after each step").first, timeout=SLOW_S)
         assert not says(page, "Stopped after") and stop_button(page, "strategies_run_stop").count() == 0
         no_exceptions(page)
 
@@ -70,12 +68,10 @@ def test_run_every_strategy_shows_progress_and_stop_keeps_what_was_measured(app_
 def test_presenter_mode_strategies_table_fits_1280_with_rounded_numbers(app_url):  # noqa: F811
     with browser_page(width=1280, height=720) as page:
         page.goto(f"{app_url}/cache_strategies?presenter=1")
-        page.get_by_role("button", name="Run every strategy").wait_for(timeout=SLOW_S * 1000)
-        wait_idle(page, timeout=SLOW_S)
+        wait_drawn(page, page.get_by_role("button", name="Run every strategy"), timeout=SLOW_S)
         set_tokens(page, 4)
         page.get_by_role("button", name="Run every strategy").click()
-        page.get_by_text("Memory held after each step").first.wait_for(timeout=400_000)
-        wait_idle(page, timeout=SLOW_S)
+        wait_drawn(page, page.get_by_text("Memory held after each step").first, timeout=SLOW_S)
         page.get_by_role("tab", name="Table").click()
         wait_idle(page, timeout=SLOW_S)
         table = page.locator("[data-testid='stDataFrame']").filter(has_text="first divergence").first

@@ -15,6 +15,8 @@ import re
 import time
 from pathlib import Path
 
+from playwright.sync_api import expect
+
 from kvviz.ui.app_server import CHROMIUM, CHROMIUM_ARGS, ROOT, running_app
 from page_idle import BUSY_JS, SENDS_JS
 
@@ -112,15 +114,28 @@ def press(page, name: str, exact: bool = True, settle: float = 0.1, timeout: flo
     wait_idle(page, settle=settle, timeout=timeout)
 
 
-def wait_drawn(page, shown, quiet: float = 0.15, timeout: float = 120.0) -> None:
+# what Streamlit shows while a script run has not drawn the whole page: an element left from the run before
+# (data-stale), a skeleton, its status widget; and the stage about to report the step in view (its
+# data-reporting: Playwright's CSS locators enter the component's shadow root)
+UNFINISHED = ("[data-stale='true'], [data-testid='stSkeleton'], [data-testid='stStatusWidget'], "
+              ".kvviz-stage[data-reporting]")
+
+
+def run_finished(page, timeout: float = 120.0) -> None:
+    """Expect the app's script run to have finished drawing: stApp's script state is notRunning and nothing
+    on the page is unfinished. Only after an expect on something the run draws (wait_drawn): before its
+    run has started, the page before it is finished too."""
+    expect(page.get_by_test_id("stApp")).to_have_attribute(
+        "data-test-script-state", re.compile("^(notRunning|compilationError)$"), timeout=timeout * 1000)
+    expect(page.locator(UNFINISHED)).to_have_count(0, timeout=timeout * 1000)
+
+
+def wait_drawn(page, shown, timeout: float = 120.0) -> None:
     """After an action whose run draws `shown` (a locator only that run can match, such as the stage's
-    "step 5 of 47"): wait until it is on the page, then until the app is idle for `quiet` s. Where the
-    result is known this replaces wait_idle's settle and most of its quiet, which cover a send that has
-    not left yet (a click's rerun leaves up to 0.3 s after the click returns) and are pure waiting at
-    every step of a stepped lesson; the short quiet still covers a run that asks for another."""
-    page.evaluate(SENDS_JS)
-    shown.first.wait_for(timeout=timeout * 1000)
-    wait_idle(page, settle=0.0, quiet=quiet, timeout=timeout)
+    "Step 5 of 47"): expect it on the page, then the run finished (run_finished). Where the result is known
+    this is the wait: no settle or quiet spent on a send that has not left yet."""
+    expect(shown.first).to_be_visible(timeout=timeout * 1000)
+    run_finished(page, timeout)
 
 
 def click_to_next_step(page, control, timeout: float = 120.0) -> None:

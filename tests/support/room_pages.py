@@ -8,7 +8,7 @@ import time
 
 from playwright.sync_api import expect
 
-from chromium import SLOW_S, wait_idle
+from chromium import SLOW_S, wait_drawn, wait_idle
 
 
 def new_page(browser, url: str, width: int = 1280, height: int = 720):
@@ -57,15 +57,14 @@ def open_room(teacher) -> str:
     """On a teacher's Prefill and decode page with a lesson: open a room; its code."""
     teacher.get_by_text("Show this lesson to the class").click()
     click_at(teacher, "Open a room for the class")
-    wait_idle(teacher, timeout=SLOW_S)
+    wait_drawn(teacher, teacher.locator("[data-testid='stCode']").filter(has_text="?room="), timeout=SLOW_S)
     link = teacher.locator("[data-testid='stCode']").filter(has_text="?room=").first.inner_text().strip()
     return link.rsplit("=", 1)[1]
 
 
 def start_lesson(teacher) -> None:
     """Prefill and one decode step on the teacher's page."""
-    teacher.get_by_role("button", name="Prefill", exact=True).wait_for()
-    wait_idle(teacher, timeout=SLOW_S)
+    wait_drawn(teacher, teacher.get_by_role("button", name="Prefill", exact=True), timeout=SLOW_S)
     click_at(teacher, "Prefill")
     wait_for_step(teacher, 0, SLOW_S)
     wait_idle(teacher, timeout=SLOW_S)
