@@ -81,8 +81,7 @@ def test_empty_prompt_shows_one_sentence_and_keeps_the_lesson(app_url, page):
     prompt.press("Control+Enter")
     wait_idle(page)
     page.get_by_role("button", name="Prefill", exact=True).click()
-    wait_idle(page)
-    page.get_by_text("The prompt is empty").wait_for()
+    wait_drawn(page, page.get_by_text("The prompt is empty"))
     assert page.get_by_text("Prefill.", exact=False).count() >= 1  # the earlier lesson is still there
     no_exceptions(page)
     screenshot(page, "prefill_decode_empty_prompt")

@@ -174,8 +174,7 @@ def test_a_crafted_prefill_file_gets_one_sentence_and_the_page_still_teaches(bro
     if craft is thousand_heads:
         screenshot(page, "crafted_prefill_thousand_heads")
     page.get_by_role("button", name="Prefill", exact=True).first.click()  # the default lesson still starts
-    wait_idle(page)
-    page.get_by_text("Prefill.", exact=False).first.wait_for()
+    wait_drawn(page, page.get_by_text("Prefill.", exact=False))
     assert page.locator("[data-testid='stException']").count() == 0
     context.close()
 

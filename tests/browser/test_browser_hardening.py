@@ -53,8 +53,9 @@ def open_lesson(new_context, app_url):
 
 
 def prefill(page):
+    """Press Prefill; the stage shows, or the server's budget refuses the lesson in a sentence."""
     page.get_by_role("button", name="Prefill").click()
-    wait_idle(page)
+    wait_drawn(page, page.locator("[data-testid='stage-step']").or_(page.get_by_text("running its limit")))
 
 
 def press_within_the_limit(page, name: str, exact: bool = False, most_s: float = 60.0) -> None:

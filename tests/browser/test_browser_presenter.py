@@ -55,7 +55,7 @@ def test_presenter_mode_on_every_page_at_1280x720(app_url):
             wait_drawn(page, page.locator("h1").first)
             if lesson.path.endswith("prefill_decode.py"):
                 page.get_by_role("button", name="Prefill").click()
-                wait_idle(page)
+                wait_drawn(page, page.locator("[data-testid='stage-step']"))
             time.sleep(0.5)
             assert page.locator("section[data-testid='stSidebar']").is_hidden()
             assert page.get_by_role("button", name="Leave presenter mode").is_visible()

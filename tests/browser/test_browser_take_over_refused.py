@@ -10,8 +10,8 @@ from test_browser import pytestmark  # noqa: F401  (the same skip rule)
 from conftest import one_sentence
 from kvviz.ui.app_server import running_app
 
-from chromium import shared_browser, wait_idle
-from room_pages import SLOW_S, click_at, new_page, open_room, shown_step, start_lesson, wait_for_step
+from chromium import shared_browser, wait_drawn, wait_idle
+from room_pages import SLOW_S, click_at, new_page, open_room, shown_step, start_lesson, step_sentence, wait_for_step
 
 
 def test_a_refused_take_over_keeps_the_student_following_with_one_sentence(monkeypatch):
@@ -26,8 +26,7 @@ def test_a_refused_take_over_keeps_the_student_following_with_one_sentence(monke
         student_context, student = new_page(browser, f"{url}/prefill_decode?room={code}")
         stack.callback(student_context.close)
         student.get_by_text(f"Following room {code}").wait_for(timeout=SLOW_S * 1000)
-        wait_for_step(student, 1, 60)
-        wait_idle(student, timeout=SLOW_S)
+        wait_drawn(student, step_sentence(student, 1), timeout=60)
 
         click_at(student, "Take over")
         wait_idle(student, timeout=SLOW_S)

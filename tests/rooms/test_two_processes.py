@@ -10,9 +10,9 @@ import pytest
 
 from kvviz.ui.app_server import CHROMIUM, running_app
 
-from chromium import shared_browser, wait_idle
+from chromium import shared_browser, wait_drawn, wait_idle
 from redis_server import redis_url  # noqa: F401  (the fixture)
-from room_pages import SLOW_S, click_at, new_page, open_room, shown_step, start_lesson, wait_for_step
+from room_pages import SLOW_S, click_at, new_page, open_room, shown_step, start_lesson, step_sentence, wait_for_step
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow,
               pytest.mark.skipif(shutil.which(CHROMIUM) is None, reason="Debian's chromium is not installed")]
@@ -38,8 +38,7 @@ def test_a_student_on_another_process_follows_and_a_killed_redis_leaves_both_run
 
         redis_url.stop()  # the room server goes away mid-lesson
         click_at(teacher, "Next token")
-        wait_for_step(teacher, 3, SLOW_S)  # the teacher's lesson goes on
-        wait_idle(teacher, timeout=SLOW_S)
+        wait_drawn(teacher, step_sentence(teacher, 3), timeout=SLOW_S)  # the teacher's lesson goes on
         teacher.get_by_text(f"The class room server at {redis_url.url} does not answer").first.wait_for(timeout=60_000)
         student.get_by_text("The class room server does not answer").first.wait_for(timeout=60_000)
         assert shown_step(student) == 2  # the student keeps the lesson at its step, on their own now

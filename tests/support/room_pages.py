@@ -8,7 +8,7 @@ import time
 
 from playwright.sync_api import expect
 
-from chromium import SLOW_S, wait_drawn, wait_idle
+from chromium import SLOW_S, wait_drawn
 
 
 def new_page(browser, url: str, width: int = 1280, height: int = 720):
@@ -66,8 +66,6 @@ def start_lesson(teacher) -> None:
     """Prefill and one decode step on the teacher's page."""
     wait_drawn(teacher, teacher.get_by_role("button", name="Prefill", exact=True), timeout=SLOW_S)
     click_at(teacher, "Prefill")
-    wait_for_step(teacher, 0, SLOW_S)
-    wait_idle(teacher, timeout=SLOW_S)
+    wait_drawn(teacher, step_sentence(teacher, 0), timeout=SLOW_S)
     click_at(teacher, "Next token")
-    wait_for_step(teacher, 1, SLOW_S)
-    wait_idle(teacher, timeout=SLOW_S)
+    wait_drawn(teacher, step_sentence(teacher, 1), timeout=SLOW_S)
