@@ -11,6 +11,7 @@ import shutil
 import time
 
 import pytest
+from playwright.sync_api import expect
 from test_browser import app_url, no_exceptions  # noqa: F401  (fixture)
 
 from kvviz.lessons.prefill_decode.logic import Lesson, LessonSettings
@@ -19,7 +20,7 @@ from kvviz.models import load_model
 from kvviz.shapes import format_bytes
 from kvviz.ui.app_server import CHROMIUM, ROOT
 
-from chromium import SLOW_S, browser_page, click_to_next_step, press, screenshot, wait_drawn, wait_idle
+from chromium import SLOW_S, browser_page, click_to_next_step, open_tab, press, screenshot, wait_drawn, wait_idle
 
 pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
                                 reason="Debian's chromium is not installed (.ci/run installs it)")
@@ -105,8 +106,7 @@ def test_the_fork_tab_stepped_to_its_end_never_lowers_a_peak(app_url):  # noqa: 
     with browser_page(1280, 900) as page:
         page.goto(f"{app_url}/paged_batching")
         wait_drawn(page, page.get_by_role("button", name="Start", exact=True), timeout=SLOW_S)
-        page.get_by_role("tab", name=re.compile("^Parallel sampling")).click()
-        wait_idle(page)
+        open_tab(page, re.compile("^Parallel sampling"))
         press(page, "Fork")
         no_exceptions(page)
         slider = page.locator("input[type='range'][aria-label='Step']")
@@ -180,9 +180,8 @@ def test_cache_strategies_at_its_defaults_agree_between_table_chart_and_bill(app
         traces = chart.evaluate("(g) => g.data.map(t => [t.name, t.y[t.y.length - 1]])")
         in_chart = {name: int(y) for name, y in traces}
         caption = page.get_by_text(re.compile("^After the last step the full")).first.inner_text()
-        page.get_by_role("tab", name="Table", exact=True).click()
-        wait_idle(page)
-        table = page.locator("[data-testid='stDataFrame']").filter(visible=True).first
+        table = open_tab(page, "Table", exact=True).locator("[data-testid='stDataFrame']").first
+        expect(table.locator("th").filter(has_text="bytes held")).not_to_have_count(0)  # the grid's rows are drawn
         rows = table.evaluate(ROWS)
         header = next(r for r in rows if "bytes held" in r)
         held_at, predicted_at, name_at = header.index("bytes held"), header.index("bytes predicted"), 0
@@ -198,13 +197,15 @@ def test_cache_strategies_at_its_defaults_agree_between_table_chart_and_bill(app
         dynamic = in_table["dynamic"]
         assert f"full (dynamic) cache holds {format_bytes(dynamic)}" in caption
         # Measured vs formula: the metric, the predicted figure and the table row agree
-        page.get_by_role("tab", name="Measured vs formula", exact=True).click()
-        wait_idle(page)
+        bill_tab = open_tab(page, "Measured vs formula", exact=True)
+        expect(bill_tab.locator("[data-testid='stMetric']").first).to_be_visible()
         measured, predicts = metric(page, "Measured (tensors' bytes)"), metric(page, "kvviz.memory_bill predicts")
         assert measured == predicts, (measured, predicts)
         quantized = next(name for name in in_table if name.startswith("int"))  # the tab opens on the first one
         assert measured == format_bytes(in_table[quantized]), (measured, quantized, in_table)
-        bill_rows = page.locator("[data-testid='stDataFrame']").filter(visible=True).first.evaluate(ROWS)
+        bill_table = bill_tab.locator("[data-testid='stDataFrame']").first
+        expect(bill_table.locator("th").filter(has_text="measured")).not_to_have_count(0)  # the grid's rows are drawn
+        bill_rows = bill_table.evaluate(ROWS)
         bill_header = next(r for r in bill_rows if "measured" in r)
         in_bill = {r[0]: r[bill_header.index("measured")] for r in bill_rows
                    if len(r) > bill_header.index("measured") and r[0] in in_table}
@@ -216,14 +217,12 @@ def test_cache_strategies_at_its_defaults_agree_between_table_chart_and_bill(app
         # the run's other tabs draw without an exception, and GQA converts and measures
         for tab, shot in (("Time", "strategies_time"), ("Texts", "strategies_texts"),
                           ("Error and KL", "strategies_error")):
-            page.get_by_role("tab", name=tab, exact=True).click()
-            wait_idle(page)
+            open_tab(page, tab, exact=True)
             no_exceptions(page)
             screenshot(page, shot)
             if tab == "Texts":  # static and paged compute what the full cache does
                 assert page.get_by_text("same as the full cache").count() >= 1
-        page.get_by_role("tab", name="GQA and MQA").click()
-        wait_idle(page)
+        open_tab(page, "GQA and MQA")
         press(page, "Convert and measure")
         page.get_by_text("Cache per token, after").first.wait_for()
         no_exceptions(page)

@@ -3,7 +3,7 @@
 # the same browser, app and skip rule as the other browser tests (pytest registers imported fixtures)
 from test_browser import app_url, no_exceptions, page, pytestmark  # noqa: F401
 
-from chromium import screenshot, wait_drawn, wait_idle
+from chromium import open_tab, screenshot, wait_drawn, wait_idle
 
 
 def open_page(page, app_url: str, path: str) -> None:
@@ -27,13 +27,11 @@ def test_memory_bill_page(app_url, page):
 
     pick(page, "Start from a model", "gemma-2-9b")
     page.get_by_text("sliding window:", exact=False).first.wait_for()
-    page.get_by_role("tab", name="Per layer").click()
-    wait_idle(page)
+    open_tab(page, "Per layer")
     no_exceptions(page)
     screenshot(page, "memory_bill_gemma_per_layer")
 
-    page.get_by_role("tab", name="MHA · GQA · MQA · MLA").click()
-    wait_idle(page)
+    open_tab(page, "MHA · GQA · MQA · MLA")
     no_exceptions(page)
     screenshot(page, "memory_bill_attention_variants")
 
@@ -48,8 +46,7 @@ def test_memory_bill_page(app_url, page):
     page.get_by_text("MLA latent:", exact=False).first.wait_for()
     page.get_by_text("dtypes", exact=True).click()
     wait_idle(page)
-    page.get_by_role("tab", name="Against batch").click()
-    wait_idle(page)
+    open_tab(page, "Against batch")
     no_exceptions(page)
     screenshot(page, "memory_bill_deepseek_dtypes")
 

@@ -15,7 +15,7 @@ from test_browser import app_url, browser  # noqa: F401  (fixtures)
 
 from kvviz.ui.app_server import CHROMIUM, ROOT
 
-from chromium import SLOW_S, press, wait_drawn, wait_idle
+from chromium import SLOW_S, open_tab, press, wait_drawn, wait_idle
 from room_pages import shown_step, wait_for_step
 
 pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
@@ -189,8 +189,7 @@ def test_two_students_follow_a_paged_run_choose_their_own_tab_and_take_over(brow
         wait_for_paged_step(page, 1, SLOW_S)
         assert page.get_by_role("button", name="Step", exact=True).count() == 0  # only the teacher steps
     first, second = students[0][1], students[1][1]
-    first.get_by_role("tab", name="Preemption: swap or recompute").click()  # one student's own tab
-    wait_idle(first, timeout=SLOW_S)
+    open_tab(first, "Preemption: swap or recompute")  # one student's own tab
     for _, page in students:
         page.evaluate(WATCH_RERUNS)
     press(teacher, "Step", exact=False)

@@ -13,7 +13,7 @@ import pytest
 # the same browser, app and skip rule as the other browser tests (pytest registers imported fixtures)
 from test_browser import app_url, no_exceptions, page, pytestmark  # noqa: F401
 
-from chromium import click_to_next_step, screenshot, wait_drawn, wait_idle
+from chromium import click_to_next_step, open_tab, screenshot, wait_drawn, wait_idle
 
 ONE_UNIT_S = 45  # the longest unit seen here under a load of 11 on 2 cores: 22 s (a context length), 15 s (a run)
 
@@ -135,8 +135,7 @@ def test_batch_compare_stops_keeps_nothing_and_compares_again(app_url, page):  #
     wait_drawn(page, page.get_by_role("button", name="Run the batch"))
     page.get_by_role("button", name="Run the batch").click()  # the default 16 requests
     wait_drawn(page, page.get_by_text("requests in").first, timeout=180)
-    page.get_by_role("tab", name="Against transformers generate").click()
-    wait_idle(page)
+    open_tab(page, "Against transformers generate")
     # warm-ups, then 3 timed runs each way: 8 runs, 70 s here under load
     page.get_by_role("button", name="Run both and compare").click()
     stop_mid_run(page, app_url, "batch_compare_stop", r"\b[1-7] of 8 runs done", r"Stopped after [1-7] of 8 runs",

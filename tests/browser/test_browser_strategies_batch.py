@@ -9,15 +9,14 @@ from test_browser import app_url, no_exceptions, page  # noqa: F401  (fixtures)
 
 from kvviz.ui.app_server import CHROMIUM, ROOT
 
-from chromium import SLOW_S, screenshot, wait_drawn, wait_idle
+from chromium import SLOW_S, open_tab, screenshot, wait_drawn, wait_idle
 
 pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
                                 reason="Debian's chromium is not installed (.ci/run installs it)")
 
 
-def open_tab(page, name, shot):
-    page.get_by_role("tab", name=name).click()
-    wait_idle(page)
+def tab_shot(page, name, shot):
+    open_tab(page, name)
     no_exceptions(page)
     screenshot(page, shot)
 
@@ -35,11 +34,10 @@ def test_batch_generation_page(app_url, page, tmp_path):
     page.goto(f"{app_url}/batch_generation")
     wait_drawn(page, page.get_by_role("button", name="Run the batch"))
     press_and_shoot(page, "Run the batch", "requests in", "batch_over_time")
-    open_tab(page, "Requests", "batch_requests")
-    open_tab(page, "Results", "batch_results")
+    tab_shot(page, "Requests", "batch_requests")
+    tab_shot(page, "Results", "batch_results")
     assert page.get_by_role("button", name="Download the results (JSONL)").count() == 1
-    page.get_by_role("tab", name="Against transformers generate").click()
-    wait_idle(page)
+    open_tab(page, "Against transformers generate")
     press_and_shoot(page, "Run both and compare", "Outputs identical", "batch_compare")
 
     # a binary file named .txt: one sentence, the Run button off, the results still there

@@ -5,13 +5,15 @@ the window, its numbers rounded with units and "never" where a strategy never di
 
 import re
 
+from playwright.sync_api import expect
+
 # the same browser, app and skip rule as the other browser tests (pytest registers imported fixtures)
 from test_browser import app_url, no_exceptions, pytestmark  # noqa: F401
 from test_browser_stop import record_bars, says, stop_button, stop_mid_run, wait_for_bar
 
 from kvviz.lessons.cache_strategies.logic import PRESENTER_COLUMNS
 
-from chromium import SCREENSHOTS, SLOW_S, browser_page, screenshot, wait_drawn, wait_idle
+from chromium import SCREENSHOTS, SLOW_S, browser_page, open_tab, screenshot, wait_drawn, wait_idle
 
 ROWS = """(root) => [...root.querySelectorAll('tr')].map(tr => [...tr.querySelectorAll('th, td')]
     .map(c => c.innerText.trim()))"""
@@ -47,10 +49,9 @@ def test_run_every_strategy_shows_progress_and_stop_keeps_what_was_measured(app_
         said = next(t for t in page.locator("[data-testid='stAlert']").all_inner_texts() if "Stopped" in t)
         kept = int(re.search(r"Stopped after (\d) of 7", said).group(1))
         assert said.strip().endswith("press Run every strategy to measure them all.") and "dynamic, static" in said
-        page.get_by_role("tab", name="Table").click()
-        wait_idle(page, timeout=SLOW_S)
+        open_tab(page, "Table")
         table = page.locator("[data-testid='stDataFrame']").filter(has_text="first divergence").first
-        assert table.is_visible()
+        expect(table).to_be_visible()
         rows = page.evaluate("() => [...document.querySelectorAll('[data-testid=\"stDataFrame\"] table tbody tr')]"
                              ".length")
         no_exceptions(page)
@@ -72,9 +73,9 @@ def test_presenter_mode_strategies_table_fits_1280_with_rounded_numbers(app_url)
         set_tokens(page, 4)
         page.get_by_role("button", name="Run every strategy").click()
         wait_drawn(page, page.get_by_text("Memory held after each step").first, timeout=SLOW_S)
-        page.get_by_role("tab", name="Table").click()
-        wait_idle(page, timeout=SLOW_S)
+        open_tab(page, "Table")
         table = page.locator("[data-testid='stDataFrame']").filter(has_text="first divergence").first
+        expect(table).to_be_visible()
         table.scroll_into_view_if_needed()
         box = table.bounding_box()
         assert box["x"] >= 0 and box["x"] + box["width"] <= 1280, box

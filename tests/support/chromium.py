@@ -130,6 +130,18 @@ def run_finished(page, timeout: float = 120.0) -> None:
     expect(page.locator(UNFINISHED)).to_have_count(0, timeout=timeout * 1000)
 
 
+def open_tab(page, name, exact: bool = False):
+    """Click the page's tab called `name` (a string or a pattern), expect it selected and its panel shown. A tab
+    switch runs no script (st.tabs' on_change is "ignore"): the browser mounts the chosen panel only (the
+    others are not in the page), so what the tab holds is drawn once its panel shows. The panel."""
+    tab = page.get_by_role("tab", name=name, exact=exact).first
+    tab.click()
+    expect(tab).to_have_attribute("aria-selected", "true")
+    panel = page.locator(f"[role='tabpanel'][aria-labelledby='{tab.get_attribute('id')}']")
+    expect(panel).to_be_visible()
+    return panel
+
+
 def wait_drawn(page, shown, timeout: float = 120.0) -> None:
     """After an action whose run draws `shown` (a locator only that run can match, such as the stage's
     "Step 5 of 47"): expect it on the page, then the run finished (run_finished). Where the result is known
