@@ -19,7 +19,7 @@ from kvviz.lessons.prefill_decode.state import PAGE_SAMPLING
 from kvviz.shapes import format_bytes
 from kvviz.ui.app_server import CHROMIUM, ROOT
 
-from chromium import SLOW_S, browser_page, click_to_next_step, press, still, wait_idle
+from chromium import SLOW_S, browser_page, click_to_next_step, press, still, wait_drawn, wait_idle
 from room_pages import step_sentence
 
 pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
@@ -41,8 +41,7 @@ SMALLEST_FONT_JS = """(stage) => {
 def replay(page, url, lesson, ready, text):
     """Open a lesson's page (ready once the button `ready` shows) and replay the lesson file `text`."""
     page.goto(f"{url}/{lesson}")
-    page.get_by_role("button", name=ready, exact=True).wait_for()
-    wait_idle(page, timeout=SLOW_S)
+    wait_drawn(page, page.get_by_role("button", name=ready, exact=True), timeout=SLOW_S)
     page.get_by_text("Export or replay a lesson").click()
     page.locator("[data-testid='stFileUploaderDropzoneInput']").set_input_files(files=[{
         "name": "lesson.json", "mimeType": "application/json", "buffer": text.encode()}])
@@ -60,8 +59,7 @@ def stage_step_after(page, text: str, timeout_s: float) -> int:
 
 def open_and_step(page, url, presenter):
     page.goto(f"{url}/prefill_decode" + ("?presenter=1" if presenter else ""))
-    page.get_by_role("button", name="Prefill", exact=True).wait_for()
-    wait_idle(page, timeout=SLOW_S)
+    wait_drawn(page, page.get_by_role("button", name="Prefill", exact=True), timeout=SLOW_S)
     press(page, "Prefill", exact=False)
     for _ in range(3):
         press(page, "Next token", exact=False)
@@ -139,6 +137,18 @@ def test_the_stage_fits_one_screen_lights_a_token_everywhere_and_is_legible(app_
         assert f"block {blocks[0]} holds logical block 0" in page.locator("[data-testid='stage-readout']").inner_text()
 
 
+# The pauses of 0.3 s or more between the keys pressed on the page (and after the last, when read): the stage reports
+# its step 0.35 s after the last key (stage.js), so each such pause may send one report
+PAUSES_JS = """() => {
+  const pauses = window.__pauses = {count: 0, last: null};
+  document.addEventListener('keydown', () => {
+    const now = performance.now();
+    if (pauses.last !== null && now - pauses.last >= 300) pauses.count++;
+    pauses.last = now;
+  }, true);
+}"""
+
+
 def test_a_replayed_lesson_steps_in_the_browser_without_a_rerun_per_step(app_url, tmp_path):  # noqa: F811
     from kvviz.lessons.prefill_decode.file import export_lesson
     from kvviz.lessons.prefill_decode.logic import Lesson, LessonSettings
@@ -158,24 +168,23 @@ def test_a_replayed_lesson_steps_in_the_browser_without_a_rerun_per_step(app_url
         page.locator("[data-testid='stage-step']").wait_for()
         before = len(sent)
         stage = page.locator("[data-testid='kvviz-stage']")
+        page.evaluate(PAUSES_JS)
         stage.focus()
         start = time.time()
         for _ in range(47):
             page.keyboard.press("ArrowRight")
-        reached = stage_step_after(page, "Step 47 of 47", timeout_s=30)
-        # Beside another browser test 3-6 of the 47 keys are lost (seen 2026-12-07: a clean-clone CI at 89a8760
-        # stopped at 44, and 2 of 3 local runs beside test_browser_room.py at 41-44; alone it reaches 47). Not the
-        # stage's own report echoed back, nor (as far as a fix for it shows) the stage mounted anew; the cause is
-        # not found yet, so the keys left are pressed again, and the count of messages below still holds.
-        if reached < 47:
-            stage.focus()
-            for _ in range(47 - reached):
-                page.keyboard.press("ArrowRight")
-            print(f"the stage stopped at step {reached}; pressed on to 47")
-        page.locator("[data-testid='stage-step']").get_by_text("Step 47 of 47").wait_for(timeout=60_000)
+        # Keys got lost: two step reports in flight, the stage took the earlier's echo for a server move (stage.js)
+        reached = stage_step_after(page, "Step 47 of 47", timeout_s=60)
+        assert reached == 47, f"the stage stopped at step {reached}"
         stepped_s = time.time() - start  # printed, not asserted: a busy machine draws slower
-        assert len(sent) - before == 0, sent[before:]  # 47 steps, not one message to the server yet
-        print(f"47 steps drawn in the browser in {stepped_s:.1f} s, no message to the server")
+        pauses = page.evaluate("() => window.__pauses.count + (performance.now() - window.__pauses.last >= 300)")
+        new = sent[before:]
+        # 47 steps, not a message to the server per step: none, or (a loaded machine pausing between keys) one step
+        # report a pause, and the images of the runs they ask for
+        assert new.count("frame") <= pauses, (pauses, new)
+        assert all(s == "frame" or (pauses and "/media/" in s) for s in new), (pauses, new)
+        print(f"47 steps drawn in the browser in {stepped_s:.1f} s, {new.count('frame')} messages to the server "
+              f"({pauses} pauses of 0.3 s or more)")
         wait_idle(page, timeout=SLOW_S)  # then the one debounced report: the views follow
         page.get_by_text("Done.", exact=False).first.wait_for(timeout=SLOW_S * 1000)
         no_exceptions(page)
@@ -206,8 +215,7 @@ def test_keys_pressed_while_the_server_draws_the_stages_report_are_kept(app_url)
     with browser_page(1280, 720) as page:
         page.set_default_timeout(SLOW_S * 1000)
         page.goto(f"{app_url}/prefill_decode")
-        page.get_by_role("button", name="Prefill", exact=True).wait_for()
-        wait_idle(page, timeout=SLOW_S)
+        wait_drawn(page, page.get_by_role("button", name="Prefill", exact=True), timeout=SLOW_S)
         press(page, "Prefill")
         for _ in range(8):
             click_to_next_step(page, page.get_by_role("button", name=re.compile("^Next token")), timeout=SLOW_S)
@@ -218,6 +226,58 @@ def test_keys_pressed_while_the_server_draws_the_stages_report_are_kept(app_url)
         wait_idle(page, timeout=SLOW_S)  # the echo of step 2, then the report of step 5 and its echo
         expect(stage).to_have_attribute("data-step", "5")
         expect(step_sentence(page, 5).first).to_be_visible()  # the views below followed to step 5
+        no_exceptions(page)
+
+
+# On the stage: ← `back` times, then, once that report has left, → `on` times, and once that one has left too, →
+# `more` times (their report waits its 0.35 s). The steps reported and the step reached: [first, second, now].
+TWO_REPORTS_JS = """([back, on, more]) => new Promise(done => {
+  const host = [...document.querySelectorAll('*')].find(e => e.shadowRoot && e.shadowRoot.querySelector('.kvviz-stage'));
+  const root = host.shadowRoot.querySelector('.kvviz-stage');
+  const keys = (name, n) => { for (let i = 0; i < n; i++) root.dispatchEvent(new KeyboardEvent('keydown', {key: name, bubbles: true})); };
+  const reported = [];
+  new MutationObserver((_, observer) => {
+    if (root.dataset.reporting) return;
+    reported.push(Number(root.dataset.step));
+    if (reported.length === 1) { keys('ArrowRight', on); return; }
+    observer.disconnect();
+    keys('ArrowRight', more);
+    done([...reported, Number(root.dataset.step)]);
+  }).observe(root, {attributes: true, attributeFilter: ['data-reporting']});
+  keys('ArrowLeft', back);
+})"""
+
+
+def test_keys_pressed_while_two_reports_are_on_their_way_are_kept(app_url):  # noqa: F811
+    """A busy server: two of the stage's step reports are on their way before the drawing of the first comes back.
+    That drawing is the stage's own report, not a move of the server's: the keys pressed since stay. The server's
+    messages are held (Playwright's WebSocket route) while the keys go, so the order is the one a busy server gives.
+    (Before the fix the stage knew only its last report and went back to the first: 3 to 6 keys lost in 47.)"""
+    held, holding, to_page = [], [False], []
+
+    def route(socket):
+        server = socket.connect_to_server()
+        to_page.append(socket)
+        server.on_message(lambda message: held.append(message) if holding[0] else socket.send(message))
+
+    with browser_page(1280, 720) as page:
+        page.set_default_timeout(SLOW_S * 1000)
+        page.route_web_socket(re.compile(r"/_stcore/stream"), route)
+        page.goto(f"{app_url}/prefill_decode")
+        wait_drawn(page, page.get_by_role("button", name="Prefill", exact=True), timeout=SLOW_S)
+        press(page, "Prefill")
+        for _ in range(8):
+            click_to_next_step(page, page.get_by_role("button", name=re.compile("^Next token")), timeout=SLOW_S)
+        stage = page.locator("[data-testid='kvviz-stage']")
+        holding[0] = True
+        assert page.evaluate(TWO_REPORTS_JS, [6, 2, 3]) == [2, 4, 7]  # two reports left; the stage is at 7
+        while held:  # the server's drawings of steps 2 and 4 arrive now, in their order
+            to_page[-1].send(held.pop(0))
+        holding[0] = False
+        expect(stage).to_have_attribute("data-step", "7")
+        wait_idle(page, timeout=SLOW_S)  # the report of step 7 and its drawing
+        expect(stage).to_have_attribute("data-step", "7")
+        expect(step_sentence(page, 7).first).to_be_visible()  # the views below followed to step 7
         no_exceptions(page)
 
 
@@ -236,8 +296,7 @@ def test_a_long_lesson_keeps_its_diagram_on_the_first_screen_with_readable_colum
     query = {"prompt": LONG_PROMPT, "step": "0", **({"presenter": "1"} if presenter else {})}
     with browser_page(1280, 720) as page:
         page.goto(f"{app_url}/prefill_decode?{urlencode(query)}")
-        page.locator("[data-testid='stage-cache']").wait_for(timeout=SLOW_S * 1000)
-        wait_idle(page, timeout=SLOW_S)
+        wait_drawn(page, page.locator("[data-testid='stage-cache']"), timeout=SLOW_S)
         still(page)
         no_exceptions(page)
         page.screenshot(path=str(SHOTS / f"stage_long_{'presenter' if presenter else 'normal'}_1280x720.png"))

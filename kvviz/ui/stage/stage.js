@@ -42,7 +42,7 @@ export default function (component) {
   const root = parentElement.querySelector(".kvviz-stage");
   const mounted = !root.__stage; // a new stage element: the page was drawn anew around it, or a first stage
   const state = root.__stage || (root.__stage = { step: null, hover: null, pinned: null, layer: -1, head: -1, group: -1, band: null,
-                                                  timer: null, reported: null, drawnStep: null });
+                                                  timer: null, reports: [], drawnStep: null });
   const data = received(component.data, state.data);
   if (!data) { // the whole data this builds on never came (a newer run's replaced it first): ask for it
     setStateValue("lost", Date.now());
@@ -50,13 +50,19 @@ export default function (component) {
   }
   state.data = data;
   const last = data.steps.length - 1;
-  // the server's step wins when it moved (Next token, a link, a replay); else keep the browser's. The step this
+  // the server's step wins when it moved (Next token, a link, a replay); else keep the browser's. A step this
   // stage reported, drawn back by the server, is no move: keys pressed since then went on from it (a learner's
-  // keys on a busy server were pulled back to the step the report named)
+  // keys on a busy server were pulled back to the step the report named). On a busy server several reports may
+  // be on their way at once (a pause of REPORT_AFTER_MS between keys sends one), and the drawing of an earlier
+  // one comes after a later one left: any report not yet drawn back is an echo, not only the last (the stage
+  // went back from 42 to 31, keys lost, when it knew only the last)
   const moved = state.serverStep !== data.step;
-  const echo = moved && data.step === state.reported;
-  if ((moved && !echo) || state.step === null || state.step > last) state.step = data.step;
-  if (moved) state.reported = null; // an echo is heard once; a move of the server's own forgets the last report
+  const echoed = state.reports.indexOf(data.step);
+  if ((moved && echoed < 0) || state.step === null || state.step > last) state.step = data.step;
+  // an echo is heard once and answers the reports sent before it too (the server runs them in order); a move
+  // of the server's own forgets them all
+  if (echoed >= 0) state.reports = state.reports.slice(echoed + 1);
+  else if (moved) state.reports = [];
   if (mounted && kept && kept.lesson === lessonOf(data) && kept.serverStep === data.step && kept.step <= last) {
     state.step = kept.step;
   }
@@ -72,8 +78,8 @@ export default function (component) {
     root.dataset.reporting = "true"; // a report is on its way: the page is not idle yet
     state.timer = setTimeout(() => {
       delete root.dataset.reporting;
-      if (state.reported !== state.step) {
-        state.reported = state.step;
+      if (state.reports[state.reports.length - 1] !== state.step) {
+        state.reports.push(state.step);
         setStateValue("step", state.step);
       }
     }, REPORT_AFTER_MS);
