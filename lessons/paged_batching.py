@@ -17,7 +17,7 @@ from kvviz.lessons.paged_batching.stage import stage_data
 from kvviz.lessons.paged_batching.swap_view import swap_view
 from kvviz.lessons.prefill_decode import predict
 from kvviz.shapes import format_bytes
-from kvviz.ui.common import show_code
+from kvviz.ui.common import kept_defaults, show_code
 from kvviz.ui.text import plain
 
 LESSON = ps.LESSON
@@ -66,10 +66,11 @@ def requests_and_settings() -> None:
     table = table.drop(index=[i for i in edited.get("deleted_rows", []) if i in table.index])
     st.session_state["paged_requests_table"] = table.to_dict("records")
 
+    kept_defaults({"paged_block_size": 8, "paged_num_blocks": 40, "paged_prefix": True})  # a replay or a room sets them
     a, b, c = st.columns(3)
-    a.slider("Block size (tokens)", *ps.BLOCK_SIZES, 8, key="paged_block_size")
-    b.slider("Pool size (blocks)", *ps.POOL_SIZES, 40, key="paged_num_blocks")
-    c.toggle("Prefix caching", value=True, key="paged_prefix")
+    a.slider("Block size (tokens)", *ps.BLOCK_SIZES, key="paged_block_size")
+    b.slider("Pool size (blocks)", *ps.POOL_SIZES, key="paged_num_blocks")
+    c.toggle("Prefix caching", key="paged_prefix")
 
 
 stepped.header("Paged cache and batching", lesson)

@@ -11,7 +11,7 @@ from kvviz.lessons.speculative import figures
 from kvviz.lessons.speculative import state as ss
 from kvviz.lessons.speculative.logic import DEFAULT_PROMPT
 from kvviz.lessons.speculative.stage import stage_data
-from kvviz.ui.common import show_code
+from kvviz.ui.common import kept_defaults, show_code
 from kvviz.ui.text import plain
 
 LESSON = ss.LESSON
@@ -37,12 +37,13 @@ def introduction() -> None:
 
 def prompt_and_settings() -> None:
     """The prompt and the run's settings: in full before a run, folded into a popover during one."""
-    st.text_area("Prompt (a line that comes back gives the lookup something to copy)", value=DEFAULT_PROMPT,
-                 key="spec_prompt", height=130)
+    kept_defaults({"spec_prompt": DEFAULT_PROMPT, "spec_k": 4, "spec_max_tokens": 48, "spec_block_size": 4})
+    st.text_area("Prompt (a line that comes back gives the lookup something to copy)", key="spec_prompt",
+                 height=130)
     a, b, c = st.columns(3)
-    a.slider("Draft tokens per step (k)", *ss.DRAFTS, 4, key="spec_k")
-    b.slider("Tokens to generate", *ss.MAX_TOKENS, 48, key="spec_max_tokens")
-    c.slider("Block size (tokens)", *ss.BLOCK_SIZES, 4, key="spec_block_size")
+    a.slider("Draft tokens per step (k)", *ss.DRAFTS, key="spec_k")
+    b.slider("Tokens to generate", *ss.MAX_TOKENS, key="spec_max_tokens")
+    c.slider("Block size (tokens)", *ss.BLOCK_SIZES, key="spec_block_size")
 
 
 stepped.header("Speculative decoding", lesson)

@@ -155,6 +155,13 @@ def keep_settings(keys) -> None:
             st.session_state[key] = st.session_state[key]
 
 
+def kept_defaults(defaults: dict) -> None:
+    """The defaults of widgets whose values keep_settings keeps, set once in session state: those widgets take
+    no value= of their own (a value= beside a value set through the Session State API makes Streamlit warn)."""
+    for key, value in defaults.items():
+        st.session_state.setdefault(key, value)
+
+
 def bound_export(run, view_key: str, export):
     """A function giving `export(run, step in view)`, the run's lesson file; None before a run.
     Streamlit calls it in a thread of its own when the export button is clicked, where

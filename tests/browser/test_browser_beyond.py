@@ -8,8 +8,10 @@ Screenshots go to screenshots/beyond/ (ignored by git).
 
 import shutil
 import time
+from urllib.parse import urlparse
 
 import pytest
+from playwright.sync_api import expect
 from test_browser import app_url, no_exceptions  # noqa: F401  (fixture)
 from test_browser_presenter import CUT_TEXT_JS
 
@@ -23,7 +25,7 @@ from kvviz.models import load_model
 from kvviz.shapes import format_bytes
 from kvviz.ui.app_server import CHROMIUM, ROOT
 
-from chromium import browser_page, press, wait_drawn, wait_idle
+from chromium import browser_page, open_tab, press, wait_drawn, wait_idle
 
 pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
                                 reason="Debian's chromium is not installed (.ci/run installs it)")
@@ -139,3 +141,24 @@ def test_paged_fork_and_swap_tabs_match_the_engine(app_url, lm):
             assert seconds == "not timed"
         assert modes["swap"].preemptions > 0, "the default pool is tight enough to preempt"
         check(page, "swap")
+
+
+def test_the_fork_tabs_prompt_outlives_another_page_and_streamlit_warns_nothing(app_url):  # noqa: F811
+    """Issue 50: the Fork tab's prompt, kept across a visit to another page, was a widget with a value= beside a
+    value the Session State API had set, which Streamlit logs as a warning (once a server process)."""
+    mine = "JULIET:\nO happy dagger, this is thy sheath."
+    with browser_page(1280, 900) as page:
+        page.goto(f"{app_url}/paged_batching")
+        wait_drawn(page, page.get_by_role("tab", name=FORK_TAB), timeout=180)
+        prompt = open_tab(page, FORK_TAB).get_by_label("Prompt", exact=True)
+        prompt.fill(mine)
+        prompt.press("Control+Enter")
+        wait_idle(page)
+        page.get_by_role("link", name="Memory bill", exact=True).first.click()  # in the app: the same session
+        wait_drawn(page, page.get_by_text("The formula, filled in"))
+        page.get_by_role("link", name="Paged cache and batching", exact=True).first.click()
+        wait_drawn(page, page.get_by_role("tab", name=FORK_TAB), timeout=180)
+        expect(open_tab(page, FORK_TAB).get_by_label("Prompt", exact=True)).to_have_value(mine)
+        no_exceptions(page)
+    log = (ROOT / "artifacts" / f"streamlit-{urlparse(app_url).port}.log").read_text()
+    assert "was created with a default value but also had its value set" not in log, log[-2000:]

@@ -5,6 +5,7 @@ share, the chat template's special tokens as chips of their own kind; normal and
 Skipped where SmolLM2 is not fetched (`kvviz fetch smollm2`). Screenshots go to artifacts/screenshots/.
 """
 
+import re
 import shutil
 from urllib.parse import quote
 
@@ -82,7 +83,11 @@ def test_a_long_prompts_prefill_shows_what_it_runs_and_for_how_long(app_url):  #
         spinner.wait_for(timeout=60_000)
         text = spinner.inner_text()
         assert "prompt tokens through the model's 30 layers" in text and "estimated about" in text, text
-        wait_idle(page, timeout=SLOW_S)
-        page.locator("[data-testid='stage-step']").get_by_text("Prefill (step 0 of", exact=False).wait_for()
+        counted = int(re.search(r"Prefill: ([\d,]+) prompt tokens", text).group(1).replace(",", ""))
+        wait_drawn(page, page.locator("[data-testid='stage-step']").get_by_text("Prefill (step 0 of", exact=False))
         assert spinner.count() == 0
+        # the spinner counted what ran: the chat template's tokens too (issue 50: it said 7 where the page said 37)
+        said = page.locator("[data-testid='stAlertContentSuccess']").filter(has_text="prompt tokens ran").first
+        ran = int(re.search(r"All ([\d,]+) prompt tokens ran", said.inner_text()).group(1).replace(",", ""))
+        assert counted == ran and page.locator(".kvviz-stage .chips .chip.special").count() >= 2, (counted, ran)
         no_exceptions(page)

@@ -86,3 +86,11 @@ def test_engine_flags_are_reported_as_tuned(capsys):
     assert run_bench(args) == 0
     out = capsys.readouterr().out
     assert "kvviz Engine(model)" in out and "kvviz tuned sets max_num_batched_tokens=64" in out
+
+
+@pytest.mark.parametrize("requests, batch_size, shown", [(4, 16, 4), (5, 2, 2)])
+def test_hf_generate_is_named_by_the_batch_it_ran(bundled, requests, batch_size, shown):
+    """Issue 50: the comparison chart said "bs 16" for 4 requests run as one batch of 4."""
+    workload = bench.Workload("four", [[1, 2, 3 + i] for i in range(requests)], [2] * requests)
+    run = bench.run_hf_generate(bench.hf_copy(bundled.model), workload, batch_size)
+    assert run.name == f"hf generate (bs {shown})" and len(run.outputs) == requests

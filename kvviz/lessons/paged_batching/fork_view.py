@@ -12,7 +12,7 @@ from kvviz.lessons.paged_batching import fork as fork_lesson
 from kvviz.lessons.paged_batching import fork_figures
 from kvviz.lessons.paged_batching.stage import fork_stage_data
 from kvviz.shapes import format_bytes
-from kvviz.ui.common import current_model, show_code
+from kvviz.ui.common import current_model, kept_defaults, show_code
 from kvviz.ui.session_keys import Keys
 from kvviz.ui.stage import chosen_step, show_stage
 from kvviz.ui.text import plain
@@ -50,12 +50,13 @@ def fork_view() -> None:
         "model once; then the request **forks**: every sample points at the same prompt blocks "
         "(reference count n). A sample that is about to write into a shared, partly filled block "
         "first gets its own copy (**copy-on-write**); full blocks stay shared to the end.")
-    st.session_state.setdefault("paged_fork_prompt", DEFAULT_PROMPT)  # a value= beside a kept key made Streamlit warn
+    kept_defaults({"paged_fork_prompt": DEFAULT_PROMPT, "paged_fork_n": 4, "paged_fork_block_size": 4,
+                   "paged_fork_max_tokens": 12})
     st.text_area("Prompt", key="paged_fork_prompt", height=90)  # a text area keeps the line break
     a, b, c = st.columns(3)
-    a.slider("Samples (n)", 2, 8, 4, key="paged_fork_n")
-    b.slider("Block size (tokens)", 2, 16, 4, key="paged_fork_block_size")
-    c.slider("Tokens per sample", 2, 32, 12, key="paged_fork_max_tokens")
+    a.slider("Samples (n)", 2, 8, key="paged_fork_n")
+    b.slider("Block size (tokens)", 2, 16, key="paged_fork_block_size")
+    c.slider("Tokens per sample", 2, 32, key="paged_fork_max_tokens")
     st.button("Fork", on_click=_on_fork, type="primary", key="paged_fork_press")
     if "paged_fork_error" in st.session_state:
         st.error(st.session_state["paged_fork_error"])

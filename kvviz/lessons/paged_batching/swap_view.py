@@ -11,7 +11,7 @@ from kvviz.lessons.paged_batching import swap as swap_lesson
 from kvviz.lessons.paged_batching.events import event_words
 from kvviz.lessons.paged_batching.state import request_specs
 from kvviz.shapes import format_bytes
-from kvviz.ui.common import current_model, show_code
+from kvviz.ui.common import current_model, kept_defaults, show_code
 from kvviz.ui.progress import StopBar
 from kvviz.ui.session_keys import Keys
 
@@ -56,10 +56,11 @@ def swap_view() -> None:
         "When the pool runs out, a running request is **preempted**. *Recompute* frees its blocks and "
         "runs its tokens through the model again later; *swap* copies its blocks to CPU memory and back "
         "into fresh blocks when it resumes. The requests of the table above, greedy, block size 8:")
+    kept_defaults({"paged_swap_num_blocks": 12, "paged_swap_max_tokens": 32, "paged_swap_timed_runs": TIMED_RUNS})
     a, b, c = st.columns(3)
-    a.slider("Pool size (blocks)", 4, 64, 12, key="paged_swap_num_blocks")
-    b.slider("Tokens per request", 4, 64, 32, key="paged_swap_max_tokens")
-    c.number_input("Timed runs per mode", 0, 5, TIMED_RUNS, key="paged_swap_timed_runs",
+    a.slider("Pool size (blocks)", 4, 64, key="paged_swap_num_blocks")
+    b.slider("Tokens per request", 4, 64, key="paged_swap_max_tokens")
+    c.number_input("Timed runs per mode", 0, 5, key="paged_swap_timed_runs",
                    help="0 (default): one run each, not timed, so the comparison comes back at once. "
                         "1-5: a warm-up run, then the median and spread of that many timed runs per mode.")
     st.button("Compare swap and recompute", on_click=_on_compare, type="primary", key="paged_swap_press")
