@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvviz.lessons.room_view import RoomPart
 from kvviz.lessons.stepped import Stepped
 from kvviz.ui.session_keys import Keys
 
@@ -32,11 +31,6 @@ class LessonState:
     def __post_init__(self):
         if self.stepped is not None and (self.stepped.page, self.stepped.keys.prefix) != (self.page, self.prefix):
             raise ValueError(f"the stepped run of {self.page!r} is declared for {self.stepped.page!r}")
-
-    @property
-    def room(self) -> RoomPart | None:
-        """How a room follows this lesson, or None when no room can."""
-        return self.stepped.room if self.stepped is not None else None
 
     @property
     def kept(self) -> tuple[str, ...]:

@@ -208,18 +208,23 @@ BACK_THEN_ON_AS_REPORTED_JS = """([back, on]) => {
 }"""
 
 
+def stage_at_step_8(page, app_url):  # noqa: F811 (the fixture's value)
+    """Prefill and decode opened, its Prefill and 8 Next token pressed: the stage, at step 8 of 8."""
+    page.goto(f"{app_url}/prefill_decode")
+    wait_drawn(page, page.get_by_role("button", name="Prefill", exact=True), timeout=SLOW_S)
+    press(page, "Prefill")
+    for _ in range(8):
+        click_to_next_step(page, page.get_by_role("button", name=re.compile("^Next token")), timeout=SLOW_S)
+    return page.locator("[data-testid='kvviz-stage']")
+
+
 def test_keys_pressed_while_the_server_draws_the_stages_report_are_kept(app_url):  # noqa: F811
     """The stage reports its step to the server 0.35 s after the last key; the server draws the page again at that
     step. Keys pressed before that drawing arrives go on from the step reported, and the drawing (the stage's own
     report, echoed) does not pull the stage back to it."""
     with browser_page(1280, 720) as page:
         page.set_default_timeout(SLOW_S * 1000)
-        page.goto(f"{app_url}/prefill_decode")
-        wait_drawn(page, page.get_by_role("button", name="Prefill", exact=True), timeout=SLOW_S)
-        press(page, "Prefill")
-        for _ in range(8):
-            click_to_next_step(page, page.get_by_role("button", name=re.compile("^Next token")), timeout=SLOW_S)
-        stage = page.locator("[data-testid='kvviz-stage']")
+        stage = stage_at_step_8(page, app_url)
         page.evaluate(BACK_THEN_ON_AS_REPORTED_JS, [6, 3])
         assert page.evaluate("() => window.__pressedFrom") == 2  # the report of step 2 left, then 3 keys went on
         expect(stage).to_have_attribute("data-step", "5")
@@ -263,12 +268,7 @@ def test_keys_pressed_while_two_reports_are_on_their_way_are_kept(app_url):  # n
     with browser_page(1280, 720) as page:
         page.set_default_timeout(SLOW_S * 1000)
         page.route_web_socket(re.compile(r"/_stcore/stream"), route)
-        page.goto(f"{app_url}/prefill_decode")
-        wait_drawn(page, page.get_by_role("button", name="Prefill", exact=True), timeout=SLOW_S)
-        press(page, "Prefill")
-        for _ in range(8):
-            click_to_next_step(page, page.get_by_role("button", name=re.compile("^Next token")), timeout=SLOW_S)
-        stage = page.locator("[data-testid='kvviz-stage']")
+        stage = stage_at_step_8(page, app_url)
         holding[0] = True
         assert page.evaluate(TWO_REPORTS_JS, [6, 2, 3]) == [2, 4, 7]  # two reports left; the stage is at 7
         while held:  # the server's drawings of steps 2 and 4 arrive now, in their order
