@@ -20,7 +20,7 @@ one with the page's own "Next: ..." link, as a teacher moves on.
 Each click is timed from the click to the page being idle again: no script run (the element
 [data-testid='stApp'] says data-test-script-state="notRunning", where a run says "running"), no message to
 the server unanswered, nothing stale, no skeleton, for half a second (the ideas of
-tests/support/page_idle.py's BUSY_JS, which the tests' wait_idle uses); the time is up to the start of that quiet half second. A
+scripts/page_idle.py's BUSY_JS); the time is up to the start of that quiet half second. A
 click that is not idle after --timeout seconds is recorded as "timeout" and the walk goes on; a
 button that does not appear within a few seconds is "skipped". After each page's last click (and
 after the key ones) a screenshot of the window goes to OUT/NN_page_click.png, and each click records
@@ -57,8 +57,7 @@ from kvviz.lessons.prefill_decode.state import EXAMPLE_PROMPTS
 from kvviz.lessons.catalog import LECTURE
 from kvviz.ui.app_server import CHROMIUM, CHROMIUM_ARGS, ROOT, running_app
 
-sys.path.insert(0, str(ROOT / "tests" / "support"))  # the browser tests' judge of an idle page
-from page_idle import BUSY_JS, SENDS_JS  # noqa: E402
+from page_idle import BUSY_JS, SENDS_JS  # noqa: E402  (scripts/, beside this file)
 
 VIEWPORT = {"width": 1280, "height": 720}
 FIND_S = 15.0  # how long a control may take to appear before it is skipped

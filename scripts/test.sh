@@ -41,4 +41,4 @@ fi
 if [ -z "${KVVIZ_VLLM_PYTHON:-}" ] && [ "${KVVIZ_SKIP_VLLM:-0}" != 1 ]; then
   bash scripts/setup_vllm.sh || echo "vLLM's environment could not be made; tests/vllm/ will be skipped"
 fi
-python -m pytest -q -n 2 --dist loadfile "$@"  # xdist's own file order: the browser files then meet short ones
+python -m pytest -q -n 2 --dist loadfile --durations=15 "$@"  # xdist's own file order: the browser files then meet short ones

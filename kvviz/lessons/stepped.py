@@ -404,6 +404,7 @@ def look_back(lesson: Stepped, shown: int, last: int, label: str, help: str, bas
     """A slider over the steps so far, counted from `base` (0, or 1 for passes), once there are two."""
     if last <= 0:
         return
+    last = max(last, shown)  # a step a stopped run was finishing may have landed since the page counted its steps
     keys = lesson.keys
     if keys.slider:  # a slider of its own, kept in step with the view
         st.session_state[keys.slider] = shown + base

@@ -5,7 +5,7 @@
 
 Its log goes to artifacts/streamlit-PORT.log when the checkout has an artifacts/ folder.
 CHROMIUM and CHROMIUM_ARGS are the browser the tests and scripts/load_test.py drive it with; when a
-page is idle is the drivers' business (tests/support/page_idle.py), not the app's.
+page has finished is the drivers' business (tests/support/chromium.py, scripts/page_idle.py), not the app's.
 """
 
 from __future__ import annotations

@@ -1,12 +1,16 @@
 """The real app in a real browser: open each page, run a short lesson, keep screenshots."""
 
+import re
 import shutil
 
 import pytest
+from playwright.sync_api import expect
 
 from kvviz.ui.app_server import CHROMIUM, ROOT
 
-from chromium import browser_page, click_to_next_step, screenshot, shared_app_url, shared_browser, wait_drawn, wait_idle
+from app_reads import metric_box
+from chromium import (browser_page, click_to_next_step, run_finished, screenshot, shared_app_url, shared_browser,
+                      wait_drawn, stage_caption)
 
 pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
                                 reason="Debian's chromium is not installed (.ci/run installs it)")
@@ -36,12 +40,25 @@ def no_exceptions(page):
     assert page.locator("text=Traceback").count() == 0
 
 
+def view_shows(page, view: str):
+    """What only the Prefill and decode page's run for `view` draws (one of its View radio's options,
+    kvviz.lessons.prefill_decode.state.VIEWS): the locator to wait on after choosing it."""
+    return {"Cache per layer": page.get_by_text(re.compile(r"^Every position costs")),
+            "Keys and values": page.get_by_role("combobox", name="KV head"),
+            # its caption, GQA's or MLA's (the stage has a label "9 query heads share 3 KV heads:" too)
+            "Attention": page.get_by_test_id("stCaptionContainer").filter(has_text=re.compile(r"^\d+ query heads")),
+            "Inside attention": page.get_by_role("heading", name=re.compile("Where q, k and v come from")),
+            "Work saved": metric_box(page, "Tokens run, with cache"),
+            "Memory bill": metric_box(page, "Blocks in use"),
+            "Why decode is memory-bound": page.get_by_role("combobox", name="Accelerator")}[view]
+
+
 def prefill_lesson(page, app_url):
     """Open the first lesson by its own address and press Prefill."""
     page.goto(f"{app_url}/prefill_decode")
     wait_drawn(page, page.get_by_role("button", name="Prefill"))
     page.get_by_role("button", name="Prefill").click()
-    wait_drawn(page, page.locator("[data-testid='stage-step']"))  # the stage shows once the prefill ran
+    wait_drawn(page, stage_caption(page))  # the stage shows once the prefill ran
 
 
 def test_home_page(app_url, page):
@@ -62,13 +79,13 @@ def test_prefill_and_decode_lesson(app_url, page):
     screenshot(page, "prefill_decode")
     code = page.locator("[data-testid='stCode']")
     assert code.count() == 0  # "Show the code" is drawn only while open, not at every step
-    page.get_by_text("Show the code", exact=True).click()
-    code.filter(has_text="def step(").first.wait_for()
-    wait_idle(page)
+    page.get_by_text("Show the code", exact=True).click()  # opening it runs the page, which draws the code
+    wait_drawn(page, code.filter(has_text="def step("))
     assert code.filter(has_text="def _sample(").count() == 1  # the engine's own source
     for tab in ("Keys and values", "Attention", "Work saved", "Memory bill"):
-        page.get_by_text(tab, exact=True).first.click()
-        wait_idle(page)
+        # the View radio's option: the page's first "Memory bill" is the sidebar's link to that lesson
+        page.locator("[data-testid='stRadio']").get_by_text(tab, exact=True).first.click()
+        wait_drawn(page, view_shows(page, tab))
         no_exceptions(page)
         screenshot(page, f"prefill_decode_{tab.lower().replace(' ', '_')}")
 
@@ -79,7 +96,9 @@ def test_empty_prompt_shows_one_sentence_and_keeps_the_lesson(app_url, page):
     prompt = page.get_by_label("Prompt", exact=True)
     prompt.fill("")
     prompt.press("Control+Enter")
-    wait_idle(page)
+    # the run that takes the empty prompt names no example prompt any more: the box shows its placeholder
+    expect(page.get_by_role("combobox", name="Example prompts")).to_have_value("")
+    run_finished(page)
     page.get_by_role("button", name="Prefill", exact=True).click()
     wait_drawn(page, page.get_by_text("The prompt is empty"))
     assert page.get_by_text("Prefill.", exact=False).count() >= 1  # the earlier lesson is still there

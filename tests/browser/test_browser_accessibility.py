@@ -11,7 +11,7 @@ import pytest
 from kvviz.lessons.catalog import LECTURE
 from kvviz.ui.app_server import CHROMIUM, ROOT
 
-from chromium import browser_page, wait_drawn
+from chromium import browser_page, stage_caption, wait_drawn
 from test_browser_presenter import app_url, url_of  # noqa: F401  (app_url is the fixture)
 
 pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
@@ -41,7 +41,7 @@ def test_no_serious_or_critical_axe_violation_on_any_page(app_url, mode):
             wait_drawn(page, page.locator("h1").first)
             if lesson.path.endswith("prefill_decode.py"):
                 page.get_by_role("button", name="Prefill").click()
-                wait_drawn(page, page.locator("[data-testid='stage-step']"))
+                wait_drawn(page, stage_caption(page))
             problems = violations(page)
             if problems:
                 found[lesson.title] = problems
@@ -62,7 +62,7 @@ def prefilled(page, app_url) -> None:
     page.goto(f"{app_url}/prefill_decode")
     wait_drawn(page, page.locator("h1").first)
     page.get_by_role("button", name="Prefill").click()
-    wait_drawn(page, page.locator("[data-testid='stage-step']"))
+    wait_drawn(page, stage_caption(page))
 
 
 def test_focus_is_visible_lands_on_next_token_and_the_stage_speaks(app_url):

@@ -6,8 +6,8 @@ for the same settings (run here directly).
 Screenshots go to screenshots/beyond/ (ignored by git).
 """
 
+import re
 import shutil
-import time
 from urllib.parse import urlparse
 
 import pytest
@@ -25,7 +25,8 @@ from kvviz.models import load_model
 from kvviz.shapes import format_bytes
 from kvviz.ui.app_server import CHROMIUM, ROOT
 
-from chromium import browser_page, open_tab, press, wait_drawn, wait_idle
+from app_reads import metric, metric_box, metric_shows
+from chromium import browser_page, open_tab, press, stage_caption, still, wait_drawn
 
 pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
                                 reason="Debian's chromium is not installed (.ci/run installs it)")
@@ -47,14 +48,9 @@ def check(page, name):
     height = page.evaluate("() => Math.max(...[...document.querySelectorAll('[data-testid=\"stMain\"] *')]"
                            ".map(e => e.scrollHeight || 0), 720)")
     page.set_viewport_size({"width": 1280, "height": min(int(height) + 40, 7000)})
-    time.sleep(0.8)
+    still(page)  # the resize's relayout: its animations end before the picture
     page.screenshot(path=str(SHOTS / f"{name}.png"))
     page.set_viewport_size({"width": 1280, "height": 720})
-
-
-def metric(page, label):
-    box = page.locator("[data-testid='stMetric']").filter(has_text=label)
-    return box.locator("[data-testid='stMetricValue']").inner_text().strip()
 
 
 def test_speculative_page_stepped_and_run_matches_the_engine(app_url, lm):
@@ -67,23 +63,25 @@ def test_speculative_page_stepped_and_run_matches_the_engine(app_url, lm):
         k = page.locator("[data-testid='stSlider']").filter(has_text="Draft tokens per step").get_by_role("slider")
         k.focus()
         k.press("ArrowRight")  # 4 -> 5
-        wait_idle(page)
-        press(page, "Start", settle=0.5)
-        for _ in range(3):
-            press(page, "Step", settle=0.5)
+        # Nothing on the page shows k before a run, so this move's run draws nothing to wait on: the slider holds
+        # the value, and Start's press carries it to the server (the metrics below check the run used k = 5)
+        expect(k).to_have_value("5")
+        press(page, "Start", shows=metric_shows(page, "Forward passes", "1"))  # the prefill's pass
+        for passes in (2, 3, 4):
+            press(page, "Step", shows=metric_shows(page, "Forward passes", str(passes)))
         early = expected.summary(3)
         assert metric(page, "Forward passes") == "4"
         assert metric(page, "Tokens generated") == str(early["tokens"])
         assert metric(page, "Tokens per pass") == f"{early['tokens_per_pass']:.2f}"
         check(page, "speculative-step3")
-        press(page, "Run to the end", settle=0.5)
+        press(page, "Run to the end", shows=page.get_by_text("Both finished:", exact=False))
         last = len(expected.records) - 1
         final = expected.summary(last)
         assert metric(page, "Forward passes") == str(len(expected.records))
         assert metric(page, "Tokens per pass") == f"{final['tokens_per_pass']:.2f}"
         assert metric(page, "Drafts accepted") == f"{final['accepted']} of {final['proposed']}"
-        page.get_by_text(f"Both finished: {len(expected.records)} forward passes with drafts against "
-                         f"{len(expected.plain_records)} without, for the same tokens.").wait_for()
+        expect(page.get_by_text(f"Both finished: {len(expected.records)} forward passes with drafts against "
+                                f"{len(expected.plain_records)} without, for the same tokens.")).to_be_visible()
         check(page, "speculative-end")
         # away to the page before (the closing page of the article's arc) and back: the run is still there
         page.get_by_role("link", name="Previous: Putting it together").first.click()
@@ -95,7 +93,7 @@ def test_speculative_page_stepped_and_run_matches_the_engine(app_url, lm):
         shown = page.locator("[data-testid='stSlider']").filter(has_text="Draft tokens per step").inner_text()
         assert shown.split()[5] == "5", "the setting the run was made with, not the default"  # "Draft … (k) 5 1 8"
         page.keyboard.press("Escape")
-        press(page, "Reset", settle=0.5)
+        press(page, "Reset", shows=page.get_by_text(re.compile("^Press Start: the prompt is prefilled")))  # run gone
         assert page.locator("[data-testid='stMetric']").count() == 0
         no_exceptions(page)
 
@@ -108,14 +106,15 @@ def test_paged_fork_and_swap_tabs_match_the_engine(app_url, lm):
         page.goto(f"{app_url}/paged_batching?presenter=1")
         wait_drawn(page, page.get_by_role("tab", name=FORK_TAB), timeout=180)
         page.get_by_role("tab", name=FORK_TAB).click()
-        press(page, "Fork", settle=0.5)
+        press(page, "Fork", shows=metric_box(page, "Shared blocks"))
         step = page.locator("[data-testid='stSlider']").filter(has_text="Step").get_by_role("slider")
         for at in (0, 1, len(run.records) - 1):  # the fork, the copies, the end
             step.focus()
             step.press("Home")
             for _ in range(at):
                 step.press("ArrowRight")
-            wait_idle(page)
+            # the run for the slider's last value moves the stage there (at 0, where the Fork left it, none runs)
+            wait_drawn(page, stage_caption(page).filter(has_text=re.compile(rf"^Step {at} of")))
             facts = fork_lesson.summary(run, at)
             assert metric(page, "Shared blocks") == str(facts["shared_blocks"])
             assert metric(page, "Copies (copy-on-write)") == str(facts["copies"])
@@ -128,9 +127,10 @@ def test_paged_fork_and_swap_tabs_match_the_engine(app_url, lm):
         timed = page.locator("[data-testid='stNumberInput']").filter(has_text="Timed runs per mode").locator("input")
         timed.fill("0")  # one run each, not timed: quick, and no timing to check
         timed.press("Enter")
-        wait_idle(page)
-        press(page, "Compare swap and recompute", settle=1.0)
-        page.get_by_text("Outputs identical").wait_for()
+        # nothing on the page shows the number before a comparison (0 is also its default): the box holds it, and
+        # the press below carries it to the server
+        expect(timed).to_have_value("0")
+        press(page, "Compare swap and recompute", shows=page.get_by_text("Outputs identical"))
         table = page.locator("[data-testid='stTable']").filter(has_text="tokens recomputed")
         cells = {mode: table.locator("tbody tr").filter(has_text=mode).first.locator("td").all_inner_texts()
                  for mode in ("recompute", "swap")}
@@ -153,7 +153,9 @@ def test_the_fork_tabs_prompt_outlives_another_page_and_streamlit_warns_nothing(
         prompt = open_tab(page, FORK_TAB).get_by_label("Prompt", exact=True)
         prompt.fill(mine)
         prompt.press("Control+Enter")
-        wait_idle(page)
+        # Nothing on the page shows the prompt before a Fork, so this edit's run draws nothing to wait on: the box
+        # has applied it (its "Press Ctrl+Enter to apply" is gone), and the link's click carries it to the server
+        expect(page.get_by_test_id("InputInstructions").filter(has_text="to apply")).to_have_count(0)
         page.get_by_role("link", name="Memory bill", exact=True).first.click()  # in the app: the same session
         wait_drawn(page, page.get_by_text("The formula, filled in"))
         page.get_by_role("link", name="Paged cache and batching", exact=True).first.click()

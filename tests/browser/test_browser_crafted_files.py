@@ -12,13 +12,14 @@ import shutil
 import time
 
 import pytest
+from playwright.sync_api import expect
 from test_browser import app_url, browser  # noqa: F401  (fixtures)
 
 from conftest import one_sentence
 
 from kvviz.ui.app_server import CHROMIUM, ROOT
 
-from chromium import screenshot, wait_drawn, wait_idle
+from chromium import run_finished, screenshot, stage_caption, wait_drawn
 
 pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
                                 reason="Debian's chromium is not installed (.ci/run installs it)")
@@ -130,7 +131,9 @@ def strategies_file(tiny_lm) -> str:
     return json.dumps(data)
 
 
-def open_page(browser, app_url, path, ready):
+def open_replay_box(browser, app_url, path, ready):
+    """A context of its own with the page at `path` opened, its model loaded (its button `ready` drawn), and its
+    "Export or replay a lesson" box opened: (context, page)."""
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
     page = context.new_page()
     page.set_default_timeout(180_000)
@@ -147,8 +150,9 @@ def upload_is_refused(page, path, name: str, text: str, words: str) -> float:
     saved.write_text(text, encoding="ascii")  # json.dumps escapes every surrogate: the bytes are ASCII
     started = time.perf_counter()
     page.locator("[data-testid='stFileUploaderDropzoneInput']").set_input_files(str(saved))
-    page.get_by_text("The lesson file's field", exact=False).first.wait_for(timeout=UPLOAD_S * 1000)
-    wait_idle(page, settle=0.2, quiet=0.5)
+    # the upload's run draws the sentence (the page said nothing of a file before), then ends
+    expect(page.get_by_text("The lesson file's field", exact=False).first).to_be_visible(timeout=UPLOAD_S * 1000)
+    run_finished(page)
     seconds = time.perf_counter() - started
     alerts = page.locator("[data-testid='stAlertContentError']")
     shown = [alerts.nth(i).inner_text().strip() for i in range(alerts.count())]
@@ -168,13 +172,13 @@ def upload_is_refused(page, path, name: str, text: str, words: str) -> float:
 @pytest.mark.parametrize("craft, words", PREFILL_FILES, ids=[c.__name__ for c, _ in PREFILL_FILES])
 def test_a_crafted_prefill_file_gets_one_sentence_and_the_page_still_teaches(browser, app_url, prefill_data,
                                                                             craft, words):
-    context, page = open_page(browser, app_url, "prefill_decode", "Prefill")
+    context, page = open_replay_box(browser, app_url, "prefill_decode", "Prefill")
     upload_is_refused(page, "prefill_decode", f"{craft.__name__}.json",
                       json.dumps(craft(json.loads(json.dumps(prefill_data)))), words)
     if craft is thousand_heads:
         screenshot(page, "crafted_prefill_thousand_heads")
     page.get_by_role("button", name="Prefill", exact=True).first.click()  # the default lesson still starts
-    wait_drawn(page, page.get_by_text("Prefill.", exact=False))
+    wait_drawn(page, stage_caption(page))  # the lesson's first step: its stage
     assert page.locator("[data-testid='stException']").count() == 0
     context.close()
 
@@ -189,14 +193,14 @@ OTHER_PAGES = [  # path, the button that starts its own lesson, the file, the se
 @pytest.mark.parametrize("path, start, make_file, words", OTHER_PAGES, ids=[p[0] for p in OTHER_PAGES])
 def test_a_crafted_file_on_the_other_replaying_pages_gets_one_sentence(browser, app_url, tiny_lm, path, start,
                                                                         make_file, words):
-    context, page = open_page(browser, app_url, path, start)
+    context, page = open_replay_box(browser, app_url, path, start)
     upload_is_refused(page, path, f"{path}.json", make_file(tiny_lm), words)
     screenshot(page, f"crafted_{path}")
     button = page.get_by_role("button", name=start, exact=True).first
     assert button.is_enabled()  # no replay took the page: its own lesson can run
     if path != "cache_strategies":  # running every strategy is a minute of CPU; enabled is enough here
         button.click()
-        wait_idle(page)
+        wait_drawn(page, stage_caption(page))  # the lesson's first step: its stage
         assert page.get_by_text(re.compile(r"^Press \*?\*?Start")).count() == 0
         assert page.locator("[data-testid='stAlertContentError']").count() == 0  # the next action cleared it
         assert page.locator("[data-testid='stException']").count() == 0

@@ -14,11 +14,13 @@ import shutil
 import time
 
 import pytest
+from playwright.sync_api import expect
 from test_browser import app_url, browser  # noqa: F401  (fixtures)
 
 from kvviz.ui.app_server import CHROMIUM, ROOT
 
-from chromium import wait_drawn, wait_idle
+from app_reads import metric_box
+from chromium import open_tab, wait_drawn
 
 pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
                                 reason="Debian's chromium is not installed (.ci/run installs it)")
@@ -112,6 +114,24 @@ PAGES = [  # path, the button that shows the page is ready, the file, the views 
 ]
 
 
+# what each of Prefill and decode's views draws and no other view does (the views are one radio: a run each)
+PREFILL_VIEWS = {
+    "Cache per layer": lambda page: page.get_by_text("Every position costs"),
+    "Keys and values": lambda page: page.get_by_role("combobox", name="KV head"),
+    "Attention": lambda page: page.get_by_text("heads in one group read the same cached keys"),
+    "Inside attention": lambda page: page.get_by_text("Where q, k and v come from"),
+    "Why decode is memory-bound": lambda page: metric_box(page, "Bytes read"),
+    "Work saved": lambda page: metric_box(page, "Tokens run, with cache"),
+    "Memory bill": lambda page: metric_box(page, "Last block's slack"),
+}
+
+
+def charts_drawn(page) -> None:
+    """Expect every Plotly chart on the page drawn, its SVG in place (a chart draws after the run that sent it;
+    the file's text would become a link or an image in its SVG)."""
+    expect(page.locator("[data-testid='stPlotlyChart']:not(:has(.main-svg))")).to_have_count(0)
+
+
 def nothing_points_at_the_file(page) -> None:
     for frame in page.frames:
         assert frame.evaluate(POINTING) == [], frame.url
@@ -130,9 +150,10 @@ def test_a_files_text_never_becomes_a_link_or_an_image(browser, app_url, bundled
     wait_drawn(page, page.get_by_role("button", name=ready, exact=True).first)
     page.get_by_text("Export or replay a lesson").click()
     page.locator("[data-testid='stFileUploaderDropzoneInput']").set_input_files(str(saved))
-    wait_idle(page)
-    assert page.get_by_text("lesson file's").count() == 0  # the file replays: its text is refused nowhere
     banner = page.get_by_text(re.compile("Replaying a recorded")).first
+    # the upload's run: the banner, or a sentence refusing the file (which the assert below reports)
+    wait_drawn(page, banner.or_(page.get_by_text("lesson file's")))
+    assert page.get_by_text("lesson file's").count() == 0  # the file replays: its text is refused nowhere
     banner.wait_for()
     assert "[Log in again](http://" in banner.inner_text().replace("\u2060", "")  # the name, as typed
     nothing_points_at_the_file(page)
@@ -142,11 +163,12 @@ def test_a_files_text_never_becomes_a_link_or_an_image(browser, app_url, bundled
         nothing_points_at_the_file(page)
     for view in views:
         started = time.perf_counter()
-        if path == "prefill_decode":
+        if path == "prefill_decode":  # the first view is the one shown: choosing it runs nothing
             page.locator("[data-testid='stRadio']").get_by_text(view, exact=True).first.click()
-        else:
-            page.get_by_role("tab", name=view, exact=True).click()
-        wait_idle(page, settle=0.3, quiet=0.6)
+            wait_drawn(page, PREFILL_VIEWS[view](page))
+        else:  # a tab: every tab's content came with the replay's run; the switch runs nothing (open_tab)
+            open_tab(page, view, exact=True)
+        charts_drawn(page)
         assert time.perf_counter() - started < 60, view  # each view draws in bounded time
         nothing_points_at_the_file(page)
     context.close()

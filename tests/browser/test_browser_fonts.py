@@ -14,14 +14,15 @@ import re
 import shutil
 
 import pytest
-from test_browser import app_url, no_exceptions  # noqa: F401  (fixture)
+from test_browser import app_url, no_exceptions, view_shows  # noqa: F401  (fixture)
 from test_browser_presenter import CUT_TEXT_JS
 from test_browser_stage import SHOTS
 
 from kvviz.lessons.prefill_decode.state import VIEWS
 from kvviz.ui.app_server import CHROMIUM, ROOT
 
-from chromium import SLOW_S, browser_page, click_to_next_step, press, still, wait_drawn, wait_idle
+from app_reads import metric_box
+from chromium import SLOW_S, browser_page, click_to_next_step, open_tab, press, stage_caption, still, wait_drawn
 
 pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
                                 reason="Debian's chromium is not installed (.ci/run installs it)")
@@ -130,11 +131,12 @@ class Survey:
             self.problems[where] = sorted(set(problems))
         self.keep_charts(where)
 
-    def after(self, *clicks, where: str) -> None:
-        """Click each locator in turn, wait for the app, and measure."""
-        for locator in clicks:
-            locator.click()
-            wait_idle(self.page, timeout=SLOW_S)
+    def after(self, *moves, where: str) -> None:
+        """Make each move in turn, a pair (locator to click, locator that only the click's run draws, or that
+        only its expander shows): click, wait for what it draws (wait_drawn), and measure."""
+        for click, shows in moves:
+            click.click()
+            wait_drawn(self.page, shows, timeout=SLOW_S)
         no_exceptions(self.page)
         self.measure(where)
 
@@ -179,7 +181,7 @@ def started(page, url, lesson, first_button, presenter) -> Survey:
     page.goto(f"{url}/{lesson}" + ("?presenter=1" if presenter else ""))
     wait_drawn(page, page.get_by_role("button", name=first_button, exact=True), timeout=SLOW_S)
     survey.measure(f"before {first_button}")
-    press(page, first_button, exact=False)
+    press(page, first_button, shows=stage_caption(page), exact=False)  # its first step's stage
     return survey
 
 
@@ -189,11 +191,11 @@ def test_prefill_and_decode_text_is_legible_in_every_view(app_url, presenter):  
         survey = started(page, app_url, "prefill_decode", "Prefill", presenter)
         for _ in range(3):
             click_to_next_step(page, page.get_by_role("button", name=re.compile("^Next token")), timeout=SLOW_S)
-        page.locator("[data-testid='stage-step']").get_by_text(re.compile(r"^Step 3 of \d+$")).wait_for()
+        stage_caption(page).get_by_text(re.compile(r"^Step 3 of \d+$")).wait_for()
         survey.first_screen()
         views = page.locator("[data-testid='stMain'] [role='radiogroup']")
-        for view in VIEWS:
-            survey.after(views.get_by_text(view, exact=True), where=f"step 3, {view}")
+        for view in VIEWS:  # the first is the one shown: its click runs nothing, and its view is there already
+            survey.after((views.get_by_text(view, exact=True), view_shows(page, view)), where=f"step 3, {view}")
         survey.check()
 
 
@@ -203,15 +205,16 @@ def test_paged_cache_text_is_legible_in_the_run_and_each_tab(app_url, presenter)
         survey = started(page, app_url, "paged_batching", "Start", presenter)
         for _ in range(8):  # R4 arrives at step 8: shared prefix blocks, several events
             click_to_next_step(page, page.get_by_role("button", name="Step", exact=True), timeout=SLOW_S)
-        page.locator("[data-testid='stage-step']").get_by_text("Step 8 of 8").wait_for()
+        stage_caption(page).get_by_text("Step 8 of 8").wait_for()
         no_exceptions(page)
         survey.first_screen()
         survey.measure("step 8")
-        tabs = (("Parallel sampling: one prompt, n samples", "Fork"),
-                ("Preemption: swap or recompute", "Compare swap and recompute"))
-        for tab, button in tabs:
-            survey.after(page.get_by_role("tab", name=tab), page.get_by_role("button", name=button, exact=True),
-                         where=f"step 8, tab {tab!r}")
+        tabs = (("Parallel sampling: one prompt, n samples", "Fork", metric_box(page, "Shared blocks")),
+                ("Preemption: swap or recompute", "Compare swap and recompute",
+                 page.locator("[data-testid='stTable']").filter(has_text="tokens recomputed")))  # its results
+        for tab, button, shows in tabs:
+            open_tab(page, tab)
+            survey.after((page.get_by_role("button", name=button, exact=True), shows), where=f"step 8, tab {tab!r}")
         survey.check()
 
 
@@ -219,10 +222,9 @@ def test_paged_cache_text_is_legible_in_the_run_and_each_tab(app_url, presenter)
 def test_speculative_text_is_legible_after_the_run(app_url, presenter):  # noqa: F811
     with browser_page(1280, 720) as page:
         survey = started(page, app_url, "speculative", "Start", presenter)
-        page.get_by_role("button", name="Run to the end", exact=True).click()
-        wait_idle(page, timeout=SLOW_S)
-        page.get_by_text("Both finished", exact=False).wait_for(timeout=SLOW_S * 1000)
+        press(page, "Run to the end", shows=page.get_by_text("Both finished", exact=False))
         survey.first_screen()
-        survey.after(page.get_by_text("Every pass: drafts, verdicts, rollbacks"),  # its table too
+        survey.after((page.get_by_text("Every pass: drafts, verdicts, rollbacks"),  # its table too
+                      page.locator("[data-testid='stTable']").filter(has_text="slots rolled back")),
                      where="after Run to the end")
         survey.check()

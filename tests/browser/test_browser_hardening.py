@@ -11,7 +11,8 @@ from test_browser import browser  # noqa: F401  (fixture)
 
 from kvviz.ui.app_server import CHROMIUM, ROOT, running_app
 
-from chromium import wait_drawn, wait_idle
+from app_reads import metric
+from chromium import changed, click_to_next_step, run_finished, stage_caption, wait_drawn
 
 pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
                                 reason="Debian's chromium is not installed (.ci/run installs it)")
@@ -52,35 +53,54 @@ def open_lesson(new_context, app_url):
     return context, page
 
 
+def prefill_sentence(page):
+    """The lesson's sentence at its first step, "Prefill. ..." (the page's opening text says "press Prefill." too)."""
+    return page.get_by_text(re.compile(r"^Prefill\."))
+
+
 def prefill(page):
     """Press Prefill; the stage shows, or the server's budget refuses the lesson in a sentence."""
     page.get_by_role("button", name="Prefill").click()
-    wait_drawn(page, page.locator("[data-testid='stage-step']").or_(page.get_by_text("running its limit")))
+    wait_drawn(page, stage_caption(page).or_(page.get_by_text("running its limit")))
 
 
-def press_within_the_limit(page, name: str, exact: bool = False, most_s: float = 60.0) -> None:
-    """Press `name`, and again while the page says the server runs its limit of live lessons: the one
-    lesson may still be a closed tab's, which the server frees once it notices the tab went (a
-    moment later under load). Past `most_s` the message stays for the test to see."""
+AGAIN_S = 10  # how long a press waits for its lesson before it takes the sentence on the page for a refusal
+
+
+def press_within_the_limit(page, name: str, shows, exact: bool = False, most_s: float = 60.0) -> None:
+    """Press `name` and wait for what its run draws (`shows`), pressing again while the page says the server
+    runs its limit of live lessons. The one cause this loop answers: this server allows one live lesson
+    (KVVIZ_MAX_LESSONS=1), and that lesson may still be a closed tab's, which the server frees only once it
+    notices that the tab's session ended (kvviz.ui.live_lessons; a moment later under load), so a press can
+    be refused after the tab was closed. A refused press's run draws again the sentence that the page may
+    already show, so nothing new marks its end: each press waits up to AGAIN_S for `shows`, lets a run still
+    going end, and presses again while the sentence stands. Past `most_s` the sentence stays for the test to
+    see."""
+    button = page.get_by_role("button", name=name, exact=exact).first
+    refused = page.get_by_text("running its limit")
     deadline = time.time() + most_s
     while True:
-        page.get_by_role("button", name=name, exact=exact).click()
-        wait_idle(page)
-        if page.get_by_text("running its limit").count() == 0 or time.time() > deadline:
+        button.click()
+        try:
+            wait_drawn(page, shows, timeout=AGAIN_S)
             return
-        time.sleep(0.5)
+        except AssertionError:  # refused (the sentence again), or a run slower than AGAIN_S
+            run_finished(page)
+        if shows.count() or not refused.count() or time.time() > deadline:
+            wait_drawn(page, shows.or_(refused))  # the lesson, a run not begun yet, or the last refusal
+            return
 
 
 def test_the_budget_holds_and_a_closed_tab_frees_its_lesson(new_context, app_url):
     first_context, first = open_lesson(new_context, app_url)
     prefill(first)
-    first.get_by_text("Prefill.", exact=False).first.wait_for()
+    prefill_sentence(first).first.wait_for()
     second_context, second = open_lesson(new_context, app_url)
     prefill(second)
     second.get_by_text("running its limit of 1 live lessons").wait_for()  # the budget, in one sentence
     first_context.close()  # the tab closes: its session ends and its lesson must be freed
-    press_within_the_limit(second, "Prefill")
-    second.get_by_text("Prefill.", exact=False).first.wait_for()
+    press_within_the_limit(second, "Prefill", shows=stage_caption(second))
+    prefill_sentence(second).first.wait_for()
     assert second.get_by_text("running its limit").count() == 0
     second_context.close()
 
@@ -98,20 +118,19 @@ def test_a_lesson_file_is_checked_once_at_upload(new_context, app_url, bundled):
     upload = page.locator("[data-testid='stFileUploaderDropzoneInput']")
     upload.set_input_files(files=[{"name": "bad.json", "mimeType": "application/json",
                                    "buffer": b'{"format": "kvviz-lesson/3", "model": 1}'}])
-    wait_idle(page)
     message = page.get_by_text("The lesson file's field")
+    wait_drawn(page, message)  # the upload's run: the page said nothing of a file before
     assert message.count() == 1  # shown as soon as the file arrives, once
-    press_within_the_limit(page, "Prefill")  # the next action clears it (the last test's tab may hold the lesson)
-    page.get_by_text("Prefill.", exact=False).first.wait_for()
-    message.wait_for(state="detached", timeout=60_000)  # gone when the run ends (a slow server's reply may
-    # come after wait_idle gave up on it, while the old run's elements still stand, marked stale)
+    # the next action clears it (the last test's tab may hold the lesson)
+    press_within_the_limit(page, "Prefill", shows=stage_caption(page))
+    prefill_sentence(page).first.wait_for()
+    message.wait_for(state="detached", timeout=60_000)  # gone when the run ends (the old run's elements
+    # stand, marked stale, until the new run draws over them)
     upload.set_input_files(files=[{"name": "good.json", "mimeType": "application/json",
                                    "buffer": export_lesson(run).encode()}])
-    wait_idle(page)
-    page.get_by_text("Replaying a recorded lesson").wait_for()
+    wait_drawn(page, page.get_by_text("Replaying a recorded lesson"))  # the live lesson before said no such thing
     for _ in range(2):
-        page.get_by_role("button", name="Next token").click()
-        wait_idle(page)
+        click_to_next_step(page, page.get_by_role("button", name="Next token"))
     page.get_by_text("Decode step 2").first.wait_for()  # steps revealed from the file
     assert page.locator("[data-testid='stException']").count() == 0
     context.close()
@@ -134,14 +153,13 @@ def test_a_paged_lesson_file_replays_on_its_page(new_context, app_url, bundled):
     upload = page.locator("[data-testid='stFileUploaderDropzoneInput']")
     bad = export_paged(run, last).replace('"view_step": ', '"view_step": 1', 1)  # past the last step
     upload.set_input_files(files=[{"name": "bad.json", "mimeType": "application/json", "buffer": bad.encode()}])
-    wait_idle(page)
-    assert page.get_by_text("The lesson file's field view_step").count() == 1
+    refused = page.get_by_text("The lesson file's field view_step")
+    wait_drawn(page, refused)  # the upload's run: a fresh page says nothing of a file
+    assert refused.count() == 1
     upload.set_input_files(files=[{"name": "good.json", "mimeType": "application/json",
                                    "buffer": export_paged(run, last).encode()}])
-    wait_idle(page)
-    page.get_by_text("Replaying a recorded run").wait_for()
-    box = page.locator("[data-testid='stMetric']").filter(has_text="Preemptions so far")
-    assert box.locator("[data-testid='stMetricValue']").inner_text().strip() == str(run.num_preemptions(last))
+    wait_drawn(page, page.get_by_text("Replaying a recorded run"))  # drawn only once a file replays
+    assert metric(page, "Preemptions so far") == str(run.num_preemptions(last))
     assert run.num_preemptions(last) == run.engine.scheduler.num_preemptions > 0
     page.get_by_role("button", name="Requests and settings").click()  # the settings fold away during a run
     pool = page.get_by_role("slider", name=re.compile("Pool size"))  # the controls show the file's run
@@ -168,10 +186,10 @@ def test_export_downloads_a_file_that_replays(new_context, app_url, tmp_path, pa
     page.set_default_timeout(180_000)
     page.goto(f"{app_url}/{path}")
     wait_drawn(page, page.get_by_role("button", name=run_buttons[0], exact=True))
-    press_within_the_limit(page, run_buttons[0], exact=True)  # the last test's closed tab may hold the one lesson
-    for name in run_buttons[1:]:
-        page.get_by_role("button", name=name, exact=True).click()
-        wait_idle(page)
+    # the last test's closed tab may hold the one lesson
+    press_within_the_limit(page, run_buttons[0], shows=stage_caption(page), exact=True)
+    for name in run_buttons[1:]:  # Run to the end: the stage's caption moves to a last step not known beforehand
+        changed(page, stage_caption(page), page.get_by_role("button", name=name, exact=True).click)
     page.get_by_text("Export or replay a lesson").click()
     button = page.get_by_role("button", name="Export lesson (JSON)")
     button.wait_for(state="visible", timeout=60_000)
@@ -181,7 +199,8 @@ def test_export_downloads_a_file_that_replays(new_context, app_url, tmp_path, pa
     data = json.loads(saved.read_text())
     assert data["format"] == LESSON_FORMAT and data["lesson"] == lesson_name
     page.locator("[data-testid='stFileUploaderDropzoneInput']").set_input_files(str(saved))
-    wait_idle(page)
+    # the upload's run: the file replays (its banner), or a sentence refuses it (the asserts below say which)
+    wait_drawn(page, page.get_by_text(re.compile("Replaying a recorded|is not one kvviz writes|lesson file's")))
     assert page.locator("[data-testid='stException']").count() == 0
     assert page.get_by_text("is not one kvviz writes").count() == 0 and page.get_by_text("lesson file's").count() == 0
     context.close()

@@ -18,15 +18,11 @@ from kvviz.models import load_model
 from kvviz.shapes import format_bytes
 from kvviz.ui.app_server import CHROMIUM, ROOT
 
-from chromium import SLOW_S, browser_page, press, wait_drawn
+from app_reads import metric, metric_box, metric_shows
+from chromium import SLOW_S, browser_page, press, stage_caption, wait_drawn
 
 pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
                                 reason="Debian's chromium is not installed (.ci/run installs it)")
-
-
-def metric(page, label):
-    box = page.locator("[data-testid='stMetric']").filter(has=page.get_by_text(label, exact=True))
-    return box.locator("[data-testid='stMetricValue']").first.inner_text().strip()
 
 
 def test_prefill_and_decode_at_its_last_step_bills_what_it_held(app_url):  # noqa: F811
@@ -43,7 +39,7 @@ def test_prefill_and_decode_at_its_last_step_bills_what_it_held(app_url):  # noq
         page.goto(f"{app_url}/prefill_decode?{link}")
         wait_drawn(page, page.get_by_text("Done.", exact=False).first, timeout=SLOW_S)
         no_exceptions(page)
-        assert page.locator("[data-testid='stage-step']").inner_text() == f"Step {last} of {last}"
+        assert stage_caption(page).inner_text() == f"Step {last} of {last}"
         formula, measured = metric(page, "Formula"), metric(page, "Measured")
         assert formula == measured == format_bytes(bill["formula_bytes"])  # not "0 bytes" after the finish
         assert metric(page, "Blocks in use") == f"{bill['blocks']} blocks"
@@ -58,8 +54,8 @@ def test_speculative_decoding_at_its_end_adds_up(app_url):  # noqa: F811
     with browser_page(1280, 720) as page:
         page.goto(f"{app_url}/speculative")
         wait_drawn(page, page.get_by_role("button", name="Start", exact=True), timeout=SLOW_S)
-        press(page, "Start")
-        press(page, "Run to the end")
+        press(page, "Start", shows=metric_shows(page, "Forward passes", "1"))  # the prefill's pass
+        press(page, "Run to the end", shows=page.get_by_text("Both finished:", exact=False))
         no_exceptions(page)
         passes, tokens = int(metric(page, "Forward passes")), int(metric(page, "Tokens generated"))
         per_pass = float(metric(page, "Tokens per pass"))
@@ -72,8 +68,9 @@ def test_paged_batching_at_its_end_adds_up(app_url):  # noqa: F811
     with browser_page(1280, 720) as page:
         page.goto(f"{app_url}/paged_batching")
         wait_drawn(page, page.get_by_role("button", name="Start", exact=True), timeout=SLOW_S)
-        press(page, "Start")
-        press(page, "Run to the end")
+        press(page, "Start", shows=metric_box(page, "Running requests"))  # the run's figures, drawn once it runs
+        # at the end every request has finished, none runs (the page draws its figures after the steps)
+        press(page, "Run to the end", shows=metric_shows(page, "Running requests", "0"))
         no_exceptions(page)
         assert page.locator("[data-testid='stMetricValue']").filter(has_text="None").count() == 0
         assert page.get_by_text("0% wasted").count() == 0 or page.get_by_text("no request holds memory").count()
@@ -85,8 +82,7 @@ def test_batch_generation_at_its_end_adds_up(app_url):  # noqa: F811
     with browser_page(1280, 720) as page:
         page.goto(f"{app_url}/batch_generation")
         wait_drawn(page, page.get_by_role("button", name="Run the batch", exact=True), timeout=SLOW_S)
-        press(page, "Run the batch")
-        page.get_by_text("requests in", exact=False).first.wait_for(timeout=SLOW_S * 1000)
+        press(page, "Run the batch", shows=page.get_by_text("requests in", exact=False))
         no_exceptions(page)
         caption = page.get_by_text(re.compile(r"^Tokens/s = ")).first.inner_text()
         tokens, seconds, rate = re.search(r"([\d,]+) output tokens ÷ ([\d.]+) s in engine steps = ([\d,]+) tokens/s",

@@ -12,7 +12,7 @@ import time
 
 import pytest
 from playwright.sync_api import expect
-from test_browser import app_url, no_exceptions  # noqa: F401  (fixture)
+from test_browser import app_url, no_exceptions, view_shows  # noqa: F401  (fixture)
 
 from kvviz.lessons.prefill_decode.logic import Lesson, LessonSettings
 from kvviz.lessons.prefill_decode.state import EXAMPLE_PROMPTS, PAGE_SAMPLING
@@ -20,22 +20,13 @@ from kvviz.models import load_model
 from kvviz.shapes import format_bytes
 from kvviz.ui.app_server import CHROMIUM, ROOT
 
-from chromium import SLOW_S, browser_page, click_to_next_step, open_tab, press, screenshot, wait_drawn, wait_idle
+from app_reads import metric, metric_box, metric_delta, pick
+from chromium import SLOW_S, browser_page, click_to_next_step, open_tab, press, screenshot, stage_caption, wait_drawn
 
 pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
                                 reason="Debian's chromium is not installed (.ci/run installs it)")
 ROWS = """(root) => [...root.querySelectorAll('tr')].map(tr => [...tr.querySelectorAll('th, td')]
     .map(c => c.innerText.trim()))"""
-
-
-def metric(page, label):
-    box = page.locator("[data-testid='stMetric']").filter(has=page.get_by_text(label, exact=True))
-    return box.locator("[data-testid='stMetricValue']").first.inner_text().strip()
-
-
-def metric_delta(page, label):
-    box = page.locator("[data-testid='stMetric']").filter(has=page.get_by_text(label, exact=True))
-    return box.locator("[data-testid='stMetricDelta']").first.inner_text().strip()
 
 
 def cut_metrics(page) -> list[str]:
@@ -44,17 +35,6 @@ def cut_metrics(page) -> list[str]:
     return page.evaluate("""() => [...document.querySelectorAll('[data-testid="stMetricValue"]')]
         .filter(box => [box, ...box.querySelectorAll('*')].some(e => e.scrollWidth > e.clientWidth + 1))
         .map(box => box.innerText)""")
-
-
-def pick(page, combobox: str, option: str) -> None:
-    box = page.get_by_role("combobox", name=combobox)
-    if box.input_value() == option:
-        return
-    box.click()
-    page.keyboard.type(option)
-    page.keyboard.press("Enter")
-    wait_idle(page)
-    assert box.input_value() == option
 
 
 def test_prefill_and_decode_stepped_to_its_end_bills_what_it_holds_at_every_step(app_url):  # noqa: F811
@@ -69,13 +49,13 @@ def test_prefill_and_decode_stepped_to_its_end_bills_what_it_holds_at_every_step
         page.goto(f"{app_url}/prefill_decode")
         wait_drawn(page, page.get_by_role("button", name="Prefill", exact=True), timeout=SLOW_S)
         started = time.perf_counter()
-        press(page, "Prefill")
+        press(page, "Prefill", shows=stage_caption(page))  # the stage shows once it ran
         page.locator("[data-testid='stRadio']").get_by_text("Memory bill", exact=True).first.click()
-        wait_idle(page)
+        wait_drawn(page, view_shows(page, "Memory bill"))
         next_token = page.get_by_role("button", name=re.compile("^Next token")).first
         seen = []
         for step in range(last + 1):
-            shown = page.locator("[data-testid='stage-step']").inner_text()
+            shown = stage_caption(page).inner_text()
             assert re.search(rf"\b[Ss]tep {step} of {last}\b", shown), (step, shown)
             formula, measured = metric(page, "Formula"), metric(page, "Measured")
             assert formula == measured == format_bytes(bills[step]["formula_bytes"]), step  # the engine's bytes
@@ -107,7 +87,7 @@ def test_the_fork_tab_stepped_to_its_end_never_lowers_a_peak(app_url):  # noqa: 
         page.goto(f"{app_url}/paged_batching")
         wait_drawn(page, page.get_by_role("button", name="Start", exact=True), timeout=SLOW_S)
         open_tab(page, re.compile("^Parallel sampling"))
-        press(page, "Fork")
+        press(page, "Fork", shows=metric_box(page, "Blocks held now"))
         no_exceptions(page)
         slider = page.locator("input[type='range'][aria-label='Step']")
         last = int(slider.get_attribute("max"))
@@ -117,7 +97,7 @@ def test_the_fork_tab_stepped_to_its_end_never_lowers_a_peak(app_url):  # noqa: 
             if step:
                 slider.focus()
                 slider.press("ArrowRight")
-                wait_idle(page, settle=0.3, quiet=0.5)
+                wait_drawn(page, stage_caption(page, step))  # the run for the slider's step moves the stage there
             assert slider.input_value() == str(step)
             held, separate = int(metric(page, "Blocks held now")), int(metric_delta(page, "Blocks held now").split()[0])
             saved_blocks = int(metric_delta(page, "Saved now").split()[0])
@@ -143,14 +123,15 @@ def test_the_memory_bill_split_over_eight_gpus_gives_its_verdict_on_the_per_gpu_
     with browser_page(1280, 900) as page:
         page.goto(f"{app_url}/memory_bill")
         wait_drawn(page, page.get_by_role("combobox", name="Start from a model"))
-        pick(page, "Start from a model", "llama-3.1-70b")
-        pick(page, "Accelerator", "H100 80GB")
-        assert page.get_by_text(re.compile("^Does not fit: the weights alone")).count() >= 1  # one GPU
+        too_big = page.get_by_text(re.compile("^Does not fit: the weights alone"))  # on one GPU
+        pick(page, "Start from a model", "llama-3.1-70b", shows=too_big)
+        pick(page, "Accelerator", "H100 80GB", shows=too_big)  # the page's first accelerator: chosen already
+        assert too_big.count() >= 1  # one GPU
         gpus = page.locator("input[type='range'][aria-label='GPUs (tensor parallel)']")
-        for _ in range(3):  # 1 -> 2 -> 4 -> 8
+        for count in (2, 4, 8):  # 1 -> 2 -> 4 -> 8
             gpus.focus()
             gpus.press("ArrowRight")
-            wait_idle(page, settle=0.3, quiet=0.5)
+            wait_drawn(page, page.get_by_text(f"Split over {count} GPUs (tensor parallel)", exact=False))
         assert gpus.get_attribute("aria-valuetext") == "8"
         no_exceptions(page)
         verdict = page.locator("[data-testid='stAlertContentSuccess']").first.inner_text()
@@ -171,8 +152,7 @@ def test_cache_strategies_at_its_defaults_agree_between_table_chart_and_bill(app
         page.goto(f"{app_url}/cache_strategies")
         wait_drawn(page, page.get_by_role("button", name="Run every strategy", exact=True), timeout=SLOW_S)
         started = time.perf_counter()
-        press(page, "Run every strategy")
-        page.get_by_text(re.compile("^After the last step the full")).first.wait_for(timeout=SLOW_S * 1000)
+        press(page, "Run every strategy", shows=page.get_by_text(re.compile("^After the last step the full")))
         ran = time.perf_counter() - started
         no_exceptions(page)
         # the memory chart: each strategy's bytes after the last step
@@ -223,7 +203,6 @@ def test_cache_strategies_at_its_defaults_agree_between_table_chart_and_bill(app
             if tab == "Texts":  # static and paged compute what the full cache does
                 assert page.get_by_text("same as the full cache").count() >= 1
         open_tab(page, "GQA and MQA")
-        press(page, "Convert and measure")
-        page.get_by_text("Cache per token, after").first.wait_for()
+        press(page, "Convert and measure", shows=page.get_by_text("Cache per token, after"))
         no_exceptions(page)
         screenshot(page, "strategies_gqa")

@@ -3,19 +3,13 @@
 # the same browser, app and skip rule as the other browser tests (pytest registers imported fixtures)
 from test_browser import app_url, no_exceptions, page, pytestmark  # noqa: F401
 
-from chromium import open_tab, screenshot, wait_drawn, wait_idle
+from app_reads import pick
+from chromium import open_tab, screenshot, wait_drawn
 
 
 def open_page(page, app_url: str, path: str) -> None:
     """Open a lesson by its own address, as a bookmark or a shared link would."""
     page.goto(f"{app_url}/{path}")
-
-
-def pick(page, label: str, option: str) -> None:
-    """Choose `option` in the selectbox labelled `label`."""
-    page.get_by_role("combobox", name=label).first.click()  # not the label's help icon
-    page.get_by_role("option", name=option, exact=True).click()
-    wait_idle(page)
 
 
 def test_memory_bill_page(app_url, page):
@@ -25,8 +19,7 @@ def test_memory_bill_page(app_url, page):
     assert page.get_by_text("1.00 GiB").count() >= 1  # llama-3.1-8b, 8,192 tokens, bf16
     screenshot(page, "memory_bill")
 
-    pick(page, "Start from a model", "gemma-2-9b")
-    page.get_by_text("sliding window:", exact=False).first.wait_for()
+    pick(page, "Start from a model", "gemma-2-9b", shows=page.get_by_text("sliding window:", exact=False))
     open_tab(page, "Per layer")
     no_exceptions(page)
     screenshot(page, "memory_bill_gemma_per_layer")
@@ -42,10 +35,10 @@ def test_memory_bill_page(app_url, page):
     no_exceptions(page)
     screenshot(page, "memory_bill_bad_window")
 
-    pick(page, "Start from a model", "deepseek-v3")  # MLA, and weights far bigger than one H100
-    page.get_by_text("MLA latent:", exact=False).first.wait_for()
+    pick(page, "Start from a model", "deepseek-v3",  # MLA, and weights far bigger than one H100
+         shows=page.get_by_text("MLA latent:", exact=False))
     page.get_by_text("dtypes", exact=True).click()
-    wait_idle(page)
+    wait_drawn(page, page.get_by_text("Your model in every dtype", exact=False))  # the caption "dtypes" draws
     open_tab(page, "Against batch")
     no_exceptions(page)
     screenshot(page, "memory_bill_deepseek_dtypes")

@@ -8,11 +8,11 @@ import shutil
 
 import pytest
 from test_browser import app_url, browser  # noqa: F401  (fixtures)
-from test_browser_room import new_page
 
 from kvviz.ui.app_server import CHROMIUM, ROOT
 
-from chromium import press, wait_drawn
+from chromium import SLOW_S, press, wait_drawn
+from room_pages import new_page, step_sentence
 
 pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
                                 reason="Debian's chromium is not installed (.ci/run installs it)")
@@ -37,19 +37,21 @@ def test_a_follower_and_a_student_who_took_over_see_the_whole_stage_on_a_phone(b
     teacher_context, teacher = new_page(browser, f"{app_url}/prefill_decode")
     student_context = None
     try:
-        press(teacher, "Prefill", exact=False)
-        for _ in range(3):
-            press(teacher, "Next token", exact=False)
+        wait_drawn(teacher, teacher.get_by_role("button", name="Prefill", exact=True), timeout=SLOW_S)
+        press(teacher, "Prefill", shows=step_sentence(teacher, 0), exact=False)
+        for step in range(1, 4):
+            press(teacher, "Next token", shows=step_sentence(teacher, step), exact=False)
         teacher.get_by_text("Show this lesson to the class").click()
-        press(teacher, "Open a room for the class", exact=False)
-        link = teacher.locator("[data-testid='stCode']").filter(has_text="?room=").first.inner_text().strip()
+        room_link = teacher.locator("[data-testid='stCode']").filter(has_text="?room=")
+        press(teacher, "Open a room for the class", shows=room_link, exact=False)
+        link = room_link.first.inner_text().strip()
         code = link.rsplit("=", 1)[1]
         student_context, student = new_page(browser, f"{app_url}/prefill_decode?room={code}", *PHONE)
         wait_drawn(student, student.get_by_text(f"Following room {code}"))
         assert re.search(rf"/prefill_decode\?room={code}$", student.url)
         whole_stage(student, "follower")
-        press(student, "Take over", exact=False)
-        wait_drawn(student, student.get_by_role("button", name=re.compile("^Next token")))
+        # a lesson of one's own: its Next token button, which a follower's page does not have
+        press(student, "Take over", shows=student.get_by_role("button", name=re.compile("^Next token")), exact=False)
         whole_stage(student, "taken-over")
     finally:
         teacher_context.close()

@@ -7,11 +7,12 @@ import time
 from urllib.parse import urlparse
 
 import pytest
+from playwright.sync_api import expect
 from test_browser import no_exceptions, prefill_lesson
 
 from kvviz.ui.app_server import CHROMIUM, ROOT
 
-from chromium import SLOW_S, browser_page, click_to_next_step, shared_app_url, wait_drawn, wait_idle
+from chromium import SLOW_S, browser_page, click_to_next_step, run_finished, shared_app_url, stage_caption, wait_drawn
 from room_pages import shown_step, step_sentence
 
 pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
@@ -39,10 +40,23 @@ CUT_OFF_JS = """() => {
 }"""
 
 
+# Every step the page's sentence names as the page draws it (room_pages.shown_step's reading, made in the page on
+# each change rather than read now and then), each once: window.__shownSteps
+SHOWN_STEPS_JS = """() => {
+  const seen = window.__shownSteps = [];
+  const read = () => {
+    const text = document.querySelector("[data-testid='stAlertContentSuccess']")?.innerText ?? "";
+    const found = text.startsWith("Prefill.") ? "0" : text.match(/^Decode step (\\d+)/)?.[1];
+    if (found !== undefined && seen[seen.length - 1] !== Number(found)) seen.push(Number(found));
+  };
+  new MutationObserver(read).observe(document.body, {subtree: true, childList: true, characterData: true});
+  read();
+}"""
+
+
 @pytest.fixture(scope="module")  # the session's one app server
 def app_url():
     return shared_app_url()
-
 
 
 def view_slider(page):
@@ -64,24 +78,30 @@ def test_play_follows_the_newest_step_and_pause_keeps_the_view(app_url):
             view_slider(page).press("ArrowLeft")
             wait_drawn(page, step_sentence(page, step), timeout=SLOW_S)
         assert shown_step(page) == 2 == slider_value(page)
+        page.evaluate(SHOWN_STEPS_JS)
         page.get_by_role("button", name="Play").click()
-        seen, deadline = [], time.time() + SLOW_S
-        while time.time() < deadline and (not seen or max(seen) < 9):
-            step = shown_step(page)
-            if step is not None and (seen or step >= 6):  # from the first step Play ran
-                seen.append(step)
-            time.sleep(0.3)
+        sentence = page.locator("[data-testid='stAlertContentSuccess']").first
+        expect(sentence).to_have_text(re.compile(r"^Decode step (9|[1-9]\d+)\b"), timeout=SLOW_MS)  # step 9 or later
+        shown = page.evaluate("() => window.__shownSteps")
+        first_played = next((i for i, step in enumerate(shown) if step >= 6), len(shown))  # the first step Play ran
+        seen = shown[first_played:]
         # playing shows the newest step: never the old view (2) or prefill (0) again
-        assert seen and max(seen) >= 9 and min(seen) >= 6, seen
-        assert seen == sorted(seen), seen
+        assert seen and max(seen) >= 9 and min(seen) >= 6, shown
+        assert seen == sorted(seen), shown
         page.get_by_role("button", name="Pause").click()
-        wait_idle(page, timeout=SLOW_S)
+        # Pause's run draws Play again (its name ends with the button's shortcut, P)
+        wait_drawn(page, page.get_by_role("button", name=re.compile(r"^Play\b")), timeout=SLOW_S)
         paused = shown_step(page)
         assert paused == int(view_slider(page).get_attribute("max"))
-        time.sleep(3)
-        wait_idle(page, timeout=SLOW_S)
+        time.sleep(3)  # the scenario: paused, nothing moves for 3 s (Play stepped every 0.7 s)
+        run_finished(page, timeout=SLOW_S)
         assert shown_step(page) == paused == slider_value(page)
         no_exceptions(page)
+
+
+# the Prefill and decode views that test_nothing_is_cut_off opens, and a text only each draws
+VIEW_SHOWS = {"Cache per layer": "Every position costs", "Work saved": "Tokens run, with cache",
+              "Memory bill": "Last block's slack"}
 
 
 @pytest.mark.parametrize("width, height", [(1280, 720), (1920, 1080)])
@@ -91,18 +111,19 @@ def test_nothing_is_cut_off(app_url, width, height):
         prefill_lesson(page, app_url)
         for _ in range(3):
             click_to_next_step(page, page.get_by_role("button", name="Next token"), timeout=SLOW_S)
-        for view in ("Cache per layer", "Work saved", "Memory bill"):
+        for view, shows in VIEW_SHOWS.items():
             page.locator("[data-testid='stRadio']").get_by_text(view, exact=True).click()
-            wait_idle(page, timeout=SLOW_S)
+            # what only this view draws (the first is the view shown already: its click runs nothing)
+            wait_drawn(page, page.get_by_text(shows).first, timeout=SLOW_S)
             assert page.evaluate(CUT_OFF_JS) == [], view
         page.goto(f"{app_url}/prefill_decode?presenter=1")
         wait_drawn(page, page.get_by_role("button", name="Prefill"), timeout=SLOW_S)
         page.get_by_role("button", name="Prefill").click()
-        wait_drawn(page, page.locator("[data-testid='stage-step']"), timeout=SLOW_S)
+        wait_drawn(page, stage_caption(page), timeout=SLOW_S)
         assert page.evaluate(CUT_OFF_JS) == [], "presenter mode"
         page.goto(f"{app_url}/paged_batching")
         page.get_by_role("button", name="Start").click()
-        wait_drawn(page, page.locator("[data-testid='stage-step']"), timeout=SLOW_S)
+        wait_drawn(page, stage_caption(page), timeout=SLOW_S)
         for _ in range(2):
             click_to_next_step(page, page.get_by_role("button", name="Step", exact=True), timeout=SLOW_S)
         assert page.evaluate(CUT_OFF_JS) == [], "paged"
@@ -112,6 +133,11 @@ def test_nothing_is_cut_off(app_url, width, height):
 MAIN_ACTIONS = {"": None, "prefill_decode": "Prefill", "memory_bill": None, "model_lab": "Measure",
                 "paged_batching": "Start", "cache_strategies": "Run every strategy",
                 "batch_generation": "Run the batch"}
+# what each action's run draws, which its page did not show before
+ACTION_SHOWS = {"Prefill": "[data-testid='stage-step']", "Measure": "text=The engine's cache held",
+                "Start": "[data-testid='stage-step']",
+                "Run every strategy": "text=After the last step the full (dynamic) cache holds",
+                "Run the batch": "[data-testid='stMetricLabel'] >> text=Generated tokens"}
 
 
 def test_no_request_leaves_the_app(app_url):
@@ -124,12 +150,14 @@ def test_no_request_leaves_the_app(app_url):
             page.goto(f"{app_url}/{path}")
             wait_drawn(page, page.locator("[data-testid='stMain'] h1").first, timeout=SLOW_S)
             if path == "cache_strategies":  # its defaults run in test_browser_lecture_stepped; 2 tokens draw the same
-                page.locator("[data-testid='stSlider']").filter(has_text="Tokens to generate").get_by_role(
-                    "slider").press("Home")
-                wait_idle(page, timeout=SLOW_S)
+                tokens = page.locator("[data-testid='stSlider']").filter(has_text="Tokens to generate").get_by_role(
+                    "slider")
+                tokens.press("Home")
+                # its run draws nothing new: the value goes to the server with the Run click, whose run uses it
+                expect(tokens).to_have_value("2")
             if action:
                 page.get_by_role("button", name=action).first.click()
-                wait_idle(page, timeout=SLOW_S)
+                wait_drawn(page, page.locator(ACTION_SHOWS[action]), timeout=SLOW_S)
             no_exceptions(page)
         outside = [url for url in requests if urlparse(url).scheme in ("http", "https", "ws", "wss")
                    and urlparse(url).netloc != own]

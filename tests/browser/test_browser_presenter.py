@@ -5,14 +5,14 @@ tree); copy them to docs/presenter/ by hand to refresh the pictures the docs sho
 """
 
 import shutil
-import time
 
 import pytest
+from test_browser import view_shows
 
 from kvviz.lessons.catalog import LECTURE
 from kvviz.ui.app_server import CHROMIUM, ROOT
 
-from chromium import browser_page, shared_app_url, wait_drawn, wait_idle
+from chromium import browser_page, shared_app_url, stage_caption, still, wait_drawn
 
 pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
                                 reason="Debian's chromium is not installed (.ci/run installs it)")
@@ -55,8 +55,8 @@ def test_presenter_mode_on_every_page_at_1280x720(app_url):
             wait_drawn(page, page.locator("h1").first)
             if lesson.path.endswith("prefill_decode.py"):
                 page.get_by_role("button", name="Prefill").click()
-                wait_drawn(page, page.locator("[data-testid='stage-step']"))
-            time.sleep(0.5)
+                wait_drawn(page, stage_caption(page))
+            still(page)  # the stage's slide-ins end before the page is measured and pictured
             assert page.locator("section[data-testid='stSidebar']").is_hidden()
             assert page.get_by_role("button", name="Leave presenter mode").is_visible()
             if index + 1 < len(LECTURE):  # Next reachable without the sidebar
@@ -70,12 +70,11 @@ def test_presenter_mode_on_every_page_at_1280x720(app_url):
             if lesson.path.endswith("prefill_decode.py"):  # the two explanation views too
                 for view, short in (("Inside attention", "inside"), ("Why decode is memory-bound", "bound")):
                     page.get_by_text(view, exact=True).click()
-                    wait_idle(page)
+                    wait_drawn(page, view_shows(page, view))
                     page.get_by_text(view, exact=True).evaluate("e => e.scrollIntoView({block: 'start'})")
                     check(page, f"{name}-{short}", f"{lesson.title} / {view}", cut)
         # the way out works: presenter mode off, the sidebar back
         page.get_by_role("button", name="Leave presenter mode").click()
-        wait_idle(page)
-        assert page.locator("section[data-testid='stSidebar']").is_visible()
+        wait_drawn(page, page.locator("section[data-testid='stSidebar']"))  # hidden until that run
         assert "presenter" not in page.url
     assert not cut, f"text cut at 1280x720 in presenter mode: {cut}"

@@ -6,11 +6,13 @@ Screenshots go to screenshots/presenter/bill-*.png (ignored by git).
 """
 
 import pytest
+from playwright.sync_api import expect
 from test_browser import app_url, no_exceptions, pytestmark  # noqa: F401  (fixture, skip rule)
 
 from kvviz.ui.app_server import ROOT
 
-from chromium import browser_page, wait_drawn, wait_idle
+from app_reads import metric_shows
+from chromium import browser_page, run_finished, wait_drawn
 
 MODES = pytest.mark.parametrize("presenter", [False, True], ids=["normal", "presenter"])
 SHOTS = ROOT / "screenshots" / "presenter"
@@ -51,10 +53,10 @@ def test_the_bills_sliders_and_its_figures_share_the_first_screen(app_url, prese
         page.screenshot(path=str(SHOTS / f"bill-{mode}.png"))
 
         controls["Context"].press("ArrowRight")  # 8,192 -> 16,384 tokens: the bill doubles, on the same screen
-        wait_idle(page)
+        wait_drawn(page, metric_shows(page, "KV cache", "2.00 GiB"))
         assert bill_value(page) == "2.00 GiB"
         controls["Batch"].press("ArrowRight")  # 1 -> 2 requests
-        wait_idle(page)
+        wait_drawn(page, metric_shows(page, "KV cache", "4.00 GiB"))
         assert bill_value(page) == "4.00 GiB"
         assert page.evaluate("() => window.scrollY") == 0 and page.evaluate(
             "() => document.querySelector('[data-testid=\"stMain\"]').scrollTop") == 0
@@ -94,7 +96,9 @@ def test_a_long_prompts_block_table_and_pool_are_windowed_and_the_bill_stays_up(
         page.goto(f"{app_url}/prefill_decode" + ("?presenter=1" if presenter else ""))
         page.locator("textarea").first.fill(prompt)
         page.locator("textarea").first.press("Control+Enter")
-        wait_idle(page)
+        # the run that takes the new prompt names no example prompt any more: the box shows its placeholder
+        expect(page.get_by_role("combobox", name="Example prompts")).to_have_value("")
+        run_finished(page)
         page.get_by_role("button", name="Prefill").click()
         wait_drawn(page, page.locator("[data-testid='stage-bill']"))
         page.evaluate("() => window.scrollTo(0, 0)")

@@ -9,13 +9,13 @@ requests and settings. The screenshot goes to docs/screenshots/paged_sliding_gro
 
 import pytest
 from test_browser import app_url, no_exceptions, pytestmark  # noqa: F401  (fixture, skip rule)
-from test_browser_cache_kinds import SLOW_S, settle, start_on_model
+from test_browser_cache_kinds import SLOW_S, start_on_model
 
 from kvviz.lessons.paged_batching.logic import DEFAULT_REQUESTS, PagedLesson, RequestSpec
 from kvviz.models import TINY_GEMMA3, load_model
 from kvviz.ui.app_server import ROOT
 
-from chromium import browser_page, click_to_next_step
+from chromium import browser_page, click_to_next_step, still
 
 BLOCK_SIZE, NUM_BLOCKS, PREFIX = 8, 40, True  # the page's defaults (lessons/paged_batching.py)
 STEPS = 12  # after Start's step 0: the first request's 25-token prompt is already past the 16-token window
@@ -97,7 +97,7 @@ def test_sliding_group_table_stays_flat_while_the_full_one_grows(app_url, presen
         chart = page.locator("[data-testid='stMain'] .js-plotly-plot").filter(has_text=TITLE).first
         chart.scroll_into_view_if_needed()
         page.mouse.move(1279, 719)  # no hover: the chart's toolbar shows only under the pointer
-        settle(page)
+        still(page)  # the chart's hover toolbar fades out
         assert "inside: physical block id" in page.evaluate(GROUP_TABLES_JS, TITLE)["title"]
         assert not chart.locator(".xtitle").evaluate(  # the axis title fits the chart, not cut at its edge
             "t => { const b = t.getBoundingClientRect(), p = t.closest('.js-plotly-plot').getBoundingClientRect(); "

@@ -19,7 +19,7 @@ from kvviz.lessons.prefill_decode.state import PAGE_SAMPLING
 from kvviz.shapes import format_bytes
 from kvviz.ui.app_server import CHROMIUM, ROOT
 
-from chromium import SLOW_S, browser_page, click_to_next_step, press, still, wait_drawn, wait_idle
+from chromium import SLOW_S, browser_page, click_to_next_step, press, stage_caption, still, wait_drawn
 from room_pages import step_sentence
 
 pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
@@ -45,13 +45,14 @@ def replay(page, url, lesson, ready, text):
     page.get_by_text("Export or replay a lesson").click()
     page.locator("[data-testid='stFileUploaderDropzoneInput']").set_input_files(files=[{
         "name": "lesson.json", "mimeType": "application/json", "buffer": text.encode()}])
-    wait_idle(page, timeout=SLOW_S)
+    # the stage, which the page draws once it has a run: the replay (the page was opened without one)
+    wait_drawn(page, stage_caption(page), timeout=SLOW_S)
 
 
 def stage_step_after(page, text: str, timeout_s: float) -> int:
     """The step the stage shows once it shows `text`, or after timeout_s, read from its data-step."""
     try:
-        page.locator("[data-testid='stage-step']").get_by_text(text).wait_for(timeout=timeout_s * 1000)
+        stage_caption(page).get_by_text(text).wait_for(timeout=timeout_s * 1000)
     except PlaywrightTimeoutError:
         pass
     return int(page.locator("[data-testid='kvviz-stage']").get_attribute("data-step") or 0)
@@ -60,13 +61,13 @@ def stage_step_after(page, text: str, timeout_s: float) -> int:
 def open_and_step(page, url, presenter):
     page.goto(f"{url}/prefill_decode" + ("?presenter=1" if presenter else ""))
     wait_drawn(page, page.get_by_role("button", name="Prefill", exact=True), timeout=SLOW_S)
-    press(page, "Prefill", exact=False)
-    for _ in range(3):
-        press(page, "Next token", exact=False)
+    press(page, "Prefill", shows=step_sentence(page, 0), exact=False)
+    for step in range(1, 4):
+        press(page, "Next token", shows=step_sentence(page, step), exact=False)
     # issue 33 item 11: the bar counts the lesson's steps (48 tokens: prefill, then 47 decode steps), not
     # only the steps taken so far
     last = PAGE_SAMPLING.max_tokens - 1
-    page.locator("[data-testid='stage-step']").get_by_text(f"Step 3 of {last}", exact=True).wait_for()
+    stage_caption(page).get_by_text(f"Step 3 of {last}", exact=True).wait_for()
     assert not page.get_by_test_id("stage-forward").is_enabled()  # the steps to come are not taken yet
 
 
@@ -165,7 +166,7 @@ def test_a_replayed_lesson_steps_in_the_browser_without_a_rerun_per_step(app_url
         page.on("websocket", lambda ws: ws.on("framesent", lambda frame: sent.append("frame")))
         page.on("request", lambda request: sent.append(request.url))
         replay(page, app_url, "prefill_decode", "Prefill", export_lesson(run))
-        page.locator("[data-testid='stage-step']").wait_for()
+        stage_caption(page).wait_for()
         before = len(sent)
         stage = page.locator("[data-testid='kvviz-stage']")
         page.evaluate(PAUSES_JS)
@@ -185,8 +186,8 @@ def test_a_replayed_lesson_steps_in_the_browser_without_a_rerun_per_step(app_url
         assert all(s == "frame" or (pauses and "/media/" in s) for s in new), (pauses, new)
         print(f"47 steps drawn in the browser in {stepped_s:.1f} s, {new.count('frame')} messages to the server "
               f"({pauses} pauses of 0.3 s or more)")
-        wait_idle(page, timeout=SLOW_S)  # then the one debounced report: the views follow
-        page.get_by_text("Done.", exact=False).first.wait_for(timeout=SLOW_S * 1000)
+        # then the one debounced report: the views follow, to the last step's sentence (the server's, over the stage)
+        wait_drawn(page, page.get_by_text("Done.", exact=False), timeout=SLOW_S)
         no_exceptions(page)
 
 
@@ -212,7 +213,7 @@ def stage_at_step_8(page, app_url):  # noqa: F811 (the fixture's value)
     """Prefill and decode opened, its Prefill and 8 Next token pressed: the stage, at step 8 of 8."""
     page.goto(f"{app_url}/prefill_decode")
     wait_drawn(page, page.get_by_role("button", name="Prefill", exact=True), timeout=SLOW_S)
-    press(page, "Prefill")
+    press(page, "Prefill", shows=step_sentence(page, 0))
     for _ in range(8):
         click_to_next_step(page, page.get_by_role("button", name=re.compile("^Next token")), timeout=SLOW_S)
     return page.locator("[data-testid='kvviz-stage']")
@@ -228,9 +229,9 @@ def test_keys_pressed_while_the_server_draws_the_stages_report_are_kept(app_url)
         page.evaluate(BACK_THEN_ON_AS_REPORTED_JS, [6, 3])
         assert page.evaluate("() => window.__pressedFrom") == 2  # the report of step 2 left, then 3 keys went on
         expect(stage).to_have_attribute("data-step", "5")
-        wait_idle(page, timeout=SLOW_S)  # the echo of step 2, then the report of step 5 and its echo
+        # the echo of step 2, then the report of step 5 and its echo: the views below followed to step 5
+        wait_drawn(page, step_sentence(page, 5), timeout=SLOW_S)
         expect(stage).to_have_attribute("data-step", "5")
-        expect(step_sentence(page, 5).first).to_be_visible()  # the views below followed to step 5
         no_exceptions(page)
 
 
@@ -275,9 +276,9 @@ def test_keys_pressed_while_two_reports_are_on_their_way_are_kept(app_url):  # n
             to_page[-1].send(held.pop(0))
         holding[0] = False
         expect(stage).to_have_attribute("data-step", "7")
-        wait_idle(page, timeout=SLOW_S)  # the report of step 7 and its drawing
+        # the report of step 7 and its drawing: the views below followed to step 7
+        wait_drawn(page, step_sentence(page, 7), timeout=SLOW_S)
         expect(stage).to_have_attribute("data-step", "7")
-        expect(step_sentence(page, 7).first).to_be_visible()  # the views below followed to step 7
         no_exceptions(page)
 
 

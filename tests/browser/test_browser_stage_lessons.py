@@ -12,12 +12,14 @@ import re
 import shutil
 
 import pytest
+from playwright.sync_api import expect
 from test_browser import app_url, no_exceptions  # noqa: F401  (fixture)
 from test_browser_stage import SHOTS, SMALLEST_FONT_JS, replay
 
 from kvviz.ui.app_server import CHROMIUM, ROOT
 
-from chromium import SLOW_S, browser_page, click_to_next_step, press, still, wait_drawn, wait_idle
+from chromium import (SLOW_S, browser_page, click_to_next_step, open_tab, press, run_finished, stage_caption, still,
+    wait_drawn)
 
 pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
                                 reason="Debian's chromium is not installed (.ci/run installs it)")
@@ -29,7 +31,7 @@ DRAWN_MS = 60_000  # steps the browser draws on its own: waited for, not timed (
 def start_and_step(page, url, lesson, steps, presenter):
     page.goto(f"{url}/{lesson}" + ("?presenter=1" if presenter else ""))
     wait_drawn(page, page.get_by_role("button", name="Start", exact=True), timeout=SLOW_S)
-    press(page, "Start", exact=False)
+    press(page, "Start", shows=stage_caption(page), exact=False)  # the run's stage
     for _ in range(steps):
         click_to_next_step(page, page.get_by_role("button", name="Step", exact=True), timeout=SLOW_S)
 
@@ -38,7 +40,7 @@ def open_stage(page, url, lesson, steps, presenter, shown, parts):
     """Start and step the lesson until the stage shows `shown`; keep a screenshot; check that the
     stage's `parts` are on the first screen and its smallest type; the stage's locator."""
     start_and_step(page, url, lesson, steps, presenter)
-    page.locator("[data-testid='stage-step']").get_by_text(shown).wait_for()
+    stage_caption(page).get_by_text(shown).wait_for()
     no_exceptions(page)
     still(page)  # the animations end
     SHOTS.mkdir(parents=True, exist_ok=True)
@@ -142,14 +144,14 @@ def test_a_replayed_paged_run_shows_a_preemption_as_blocks_given_back(app_url, t
     victim = next(e for e in run.records[preempted_at].events if e.kind == "preempt")
     with browser_page(1280, 720) as page:
         replay(page, app_url, "paged_batching", "Start", export_paged(run, 0))
-        page.locator("[data-testid='stage-step']").get_by_text(f"Step 0 of {len(run.records) - 1}").wait_for()
+        stage_caption(page).get_by_text(f"Step 0 of {len(run.records) - 1}").wait_for()
         sent = []  # every message and request the browser sends to the server while it steps
         page.on("websocket", lambda ws: ws.on("framesent", lambda frame: sent.append("frame")))
         page.on("request", lambda request: sent.append(request.url))
         page.locator("[data-testid='kvviz-stage']").focus()
         for _ in range(preempted_at):
             page.keyboard.press("ArrowRight")
-        page.locator("[data-testid='stage-step']").get_by_text(f"Step {preempted_at} of").wait_for(timeout=DRAWN_MS)
+        stage_caption(page).get_by_text(f"Step {preempted_at} of").wait_for(timeout=DRAWN_MS)
         assert sent == []  # stepping is the browser's own
         still(page)
         page.screenshot(path=str(SHOTS / "stage_paged_preemption_normal_1280x720.png"))
@@ -161,9 +163,10 @@ def test_a_replayed_paged_run_shows_a_preemption_as_blocks_given_back(app_url, t
         freed = {b.block_id for b in run.pool_blocks(preempted_at) if b.free} & set(victim.block_ids)
         gone = page.locator(".pblock.gone").evaluate_all("boxes => boxes.map(b => Number(b.dataset.block))")
         assert set(gone) == freed and freed  # the blocks nobody else holds fade back into the pool
-        wait_idle(page, timeout=SLOW_S)  # then the one report: the views below follow
+        # then the one report: the views below follow (the look-back slider, at step 0 before)
         look_back = page.get_by_role("slider", name=re.compile("Look back at step"))
-        assert int(look_back.input_value()) == preempted_at
+        expect(look_back).to_have_value(str(preempted_at), timeout=SLOW_S * 1000)
+        run_finished(page, timeout=SLOW_S)
         no_exceptions(page)
 
 
@@ -176,14 +179,12 @@ def test_the_fork_tabs_stage_splits_a_shared_block_at_copy_on_write(app_url):  #
     copies = [e for e in run.records[1].events if e.kind == "copy"]
     with browser_page(1280, 720) as page:
         page.goto(f"{app_url}/paged_batching")
-        tab = page.get_by_role("tab", name="Parallel sampling: one prompt, n samples")
-        tab.wait_for()
-        wait_idle(page, timeout=SLOW_S)
-        tab.click()
-        press(page, "Fork", exact=False)
+        wait_drawn(page, page.get_by_role("tab", name="Parallel sampling: one prompt, n samples"), timeout=SLOW_S)
+        panel = open_tab(page, "Parallel sampling: one prompt, n samples")
+        press(page, "Fork", shows=stage_caption(panel), exact=False)  # the fork's stage
         stage = page.locator("[data-testid='kvviz-stage']").last
         stage.locator("[data-testid='stage-forward']").click()  # step 1, in the browser
-        stage.locator("[data-testid='stage-step']").get_by_text("Step 1 of").wait_for(timeout=DRAWN_MS)
+        stage_caption(stage).get_by_text("Step 1 of").wait_for(timeout=DRAWN_MS)
         still(page)  # the copies split off the shared block
         page.screenshot(path=str(SHOTS / "stage_paged_fork_copy_on_write_normal_1280x720.png"))
         copied = stage.locator(".rentry.copied").evaluate_all(
@@ -242,7 +243,7 @@ def test_speculative_stage_fits_fills_and_empties_draft_slots_as_the_records_say
         # a step back in the browser, to pass 5, where the model accepted all four drafts
         stage.focus()
         page.keyboard.press("ArrowLeft")
-        page.locator("[data-testid='stage-step']").get_by_text(f"Pass {SPEC_STEPS} of").wait_for(timeout=DRAWN_MS)
+        stage_caption(page).get_by_text(f"Pass {SPEC_STEPS} of").wait_for(timeout=DRAWN_MS)
         earlier = lesson.draft_steps()[SPEC_STEPS - 1]
         assert page.locator(".tslot.accepted").count() == earlier.num_accepted == 4
         assert page.locator(".tslot.rolled").count() == 0

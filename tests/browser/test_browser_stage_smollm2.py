@@ -10,12 +10,14 @@ import shutil
 from urllib.parse import quote
 
 import pytest
+from playwright.sync_api import expect
 from test_browser import app_url, no_exceptions  # noqa: F401  (fixture)
 
 from kvviz.hub.fetch import fetched_folder
 from kvviz.ui.app_server import CHROMIUM, ROOT
 
-from chromium import SCREENSHOTS, SLOW_S, browser_page, click_to_next_step, press, still, wait_drawn, wait_idle
+from chromium import SCREENSHOTS, SLOW_S, browser_page, click_to_next_step, press, stage_caption, still, wait_drawn
+from room_pages import step_sentence
 
 pytestmark = [
     pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
@@ -34,12 +36,12 @@ def test_the_stage_holds_smollm2_on_one_screen(app_url, presenter):  # noqa: F81
         page.goto(f"{app_url}/prefill_decode?model=smollm2&tokens=8&prompt={quote(QUESTION)}"
                   + ("&presenter=1" if presenter else ""))
         wait_drawn(page, page.get_by_role("button", name="Prefill", exact=True), timeout=SLOW_S)
-        page.get_by_text("Chat: apply the model's chat template", exact=False).click()
-        wait_idle(page, timeout=SLOW_S)
-        press(page, "Prefill")
+        chat = page.get_by_role("switch", name=re.compile("^Chat: apply the model's chat template"))
+        expect(chat).to_be_checked()  # an instruct model opens with its chat template on: the chips below need it
+        press(page, "Prefill", shows=step_sentence(page, 0))
         for _ in range(NEXT_TOKENS):  # the button's name carries an arrow
             click_to_next_step(page, page.get_by_role("button", name="Next token").first, timeout=SLOW_S)
-        page.locator("[data-testid='stage-step']").get_by_text(f"Step {NEXT_TOKENS} of", exact=False).wait_for()
+        stage_caption(page).get_by_text(f"Step {NEXT_TOKENS} of", exact=False).wait_for()
         no_exceptions(page)
         still(page)  # the new column's slide-in
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
@@ -84,7 +86,7 @@ def test_a_long_prompts_prefill_shows_what_it_runs_and_for_how_long(app_url):  #
         text = spinner.inner_text()
         assert "prompt tokens through the model's 30 layers" in text and "estimated about" in text, text
         counted = int(re.search(r"Prefill: ([\d,]+) prompt tokens", text).group(1).replace(",", ""))
-        wait_drawn(page, page.locator("[data-testid='stage-step']").get_by_text("Prefill (step 0 of", exact=False))
+        wait_drawn(page, stage_caption(page).get_by_text("Prefill (step 0 of", exact=False))
         assert spinner.count() == 0
         # the spinner counted what ran: the chat template's tokens too (issue 50: it said 7 where the page said 37)
         said = page.locator("[data-testid='stAlertContentSuccess']").filter(has_text="prompt tokens ran").first

@@ -9,18 +9,14 @@ import time
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import expect
 
 # the same browser, app and skip rule as the other browser tests (pytest registers imported fixtures)
 from test_browser import app_url, no_exceptions, page, pytestmark  # noqa: F401
 
-from chromium import click_to_next_step, open_tab, screenshot, wait_drawn, wait_idle
+from chromium import click_to_next_step, open_tab, run_finished, screenshot, stage_caption, wait_drawn
 
 ONE_UNIT_S = 45  # the longest unit seen here under a load of 11 on 2 cores: 22 s (a context length), 15 s (a run)
-
-
-def running(page) -> bool:  # noqa: F811 (the fixture)
-    """A script run is in progress: Streamlit marks its app element (it shows no status widget here)."""
-    return page.locator("[data-testid='stApp'][data-test-script-state='running']").count() > 0
 
 
 def stop_button(page, key: str):  # noqa: F811 (the fixture)
@@ -50,19 +46,25 @@ def record_bars(page) -> None:  # noqa: F811 (the fixture)
     page.evaluate(BAR_RECORDER)
 
 
+# whether a progress bar says `pattern` now or said it since record_bars, or an error sentence shows instead
+SEEN_OR_ERROR_JS = """(pattern) => { const said = new RegExp(pattern);
+    const bars = [...document.querySelectorAll("[data-testid='stProgress']")].map(bar => bar.innerText);
+    return [...(window.kvvizBars || []), ...bars].some(text => said.test(text))
+        || document.querySelector("[data-testid='stAlertContentError']") !== null; }"""
+
+
 def wait_for_bar(page, pattern: str, timeout: float = 180.0, seen: bool = False) -> None:  # noqa: F811
-    """Wait until a progress bar's text matches `pattern`; with seen, a text shown since record_bars counts."""
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        texts = page.evaluate("() => window.kvvizBars || []") if seen else []
-        bars = page.locator("[data-testid='stProgress']")
-        texts += [bars.nth(i).inner_text() for i in range(bars.count())]
-        if any(re.search(pattern, text) for text in texts):
-            return
-        errors = page.locator("[data-testid='stAlertContentError']")
-        assert errors.count() == 0, f"the page said {errors.first.inner_text()!r} where a bar should say {pattern!r}"
-        time.sleep(0.1)
-    raise TimeoutError(f"no progress bar said {pattern!r} within {timeout:.0f} s")
+    """Expect a progress bar whose text matches `pattern`; with seen, a text shown since record_bars counts
+    (Playwright waits on the texts kept in the page then, as one that has gone is on the page no more). An
+    error sentence in the bar's place ends the wait: the test fails, saying what the page said."""
+    errors = page.locator("[data-testid='stAlertContentError']")
+    if seen:
+        page.wait_for_function(SEEN_OR_ERROR_JS, arg=pattern, timeout=timeout * 1000)
+    else:
+        bar = page.locator("[data-testid='stProgress']").filter(has_text=re.compile(pattern))
+        expect(bar.or_(errors).first, f"no progress bar said {pattern!r} within {timeout:.0f} s").to_be_visible(
+            timeout=timeout * 1000)
+    assert errors.count() == 0, f"the page said {errors.first.inner_text()!r} where a bar should say {pattern!r}"
 
 
 def server_cpu_s(url: str) -> float:
@@ -85,11 +87,16 @@ def stop_and_time(page, app_url: str, key: str, stopped_text: str) -> tuple[floa
     the stopped run's thread finishes the unit it is in, then stops at its next progress call."""
     started = time.perf_counter()
     stop_button(page, key).click()
-    while running(page) or not says(page, stopped_text):
-        assert time.perf_counter() - started < ONE_UNIT_S, "the script run went on after Stop"
-        time.sleep(0.2)
+    # the run after Stop draws the sentence (the stopped run never does), then no script run is left: Streamlit
+    # marks its app element (it shows no status widget here)
+    expect(page.get_by_test_id("stMain"), "the script run went on after Stop").to_contain_text(
+        re.compile(stopped_text), timeout=ONE_UNIT_S * 1000)
+    left_s = ONE_UNIT_S - (time.perf_counter() - started)
+    expect(page.locator("[data-testid='stApp'][data-test-script-state='running']"),
+           "the script run went on after Stop").to_have_count(0, timeout=max(left_s, 0.001) * 1000)
     idle_s = time.perf_counter() - started
-    while True:
+    assert idle_s < ONE_UNIT_S, "the script run went on after Stop"
+    while True:  # the server's own CPU time, which no page shows: read from /proc over one second at a time
         before = server_cpu_s(app_url)
         time.sleep(1.0)
         if server_cpu_s(app_url) - before < 0.33:
@@ -104,7 +111,7 @@ def stop_mid_run(page, app_url: str, key: str, bar_text: str, stopped_text: str,
     wait_for_bar(page, bar_text)
     idle_s, ended_s = stop_and_time(page, app_url, key, stopped_text)
     print(f"{what}: {idle_s:.1f} s from Stop to an idle page, {ended_s:.1f} s to an idle server")
-    wait_idle(page)
+    run_finished(page)  # the run that drew the stopped sentence (stop_and_time waited for it) has drawn everything
     assert stop_button(page, key).count() == 0
     assert page.locator("[data-testid='stProgress']").count() == 0
 
@@ -161,8 +168,10 @@ def test_batch_run_stops_keeps_nothing_and_runs_again(app_url, page):  # noqa: F
     prompts = page.locator("input[type='range'][aria-label='Prompts']")
     prompts.focus()
     page.keyboard.press("End")  # the page's most prompts, 256: a run long enough to stop
-    wait_idle(page)
-    assert prompts.input_value() == "256"
+    # the slider shows 256. Its run draws nothing new (the batch reads the number when it runs), and it need not
+    # end first: the slider hands its value over at the key, and the click below sends it along, as the bar's
+    # "of 256 requests" shows
+    expect(prompts).to_have_value("256")
     page.get_by_role("button", name="Run the batch").click()
     stop_mid_run(page, app_url, "batch_run_stop", r"\b[1-9]\d? of 256 requests finished",
                  r"Stopped after \d+ of 256 requests", "Batch run")
@@ -183,10 +192,10 @@ def test_a_late_step_link_shows_progress_and_stop_keeps_the_step_reached(app_url
     page.goto(f"{app_url}/prefill_decode?step=200&prompt=ROMEO%3A%0ABut%20soft")
     stop_mid_run(page, app_url, "lesson_link_stop", r"The link's lesson: step ([1-9]|[1-9]\d|1[0-4]\d) of \d+",
                  r"Stopped before step \d+: the lesson shows the step it reached", "Late-step link")
-    reached = int(re.search(r"Step (\d+) of", page.locator("[data-testid='stage-step']").inner_text()).group(1))
+    reached = int(re.search(r"Step (\d+) of", stage_caption(page).inner_text()).group(1))
     assert 0 < reached < 200
     click_to_next_step(page, page.get_by_role("button", name=re.compile("^Next token")).first)  # it goes on from there
-    shown, steps = map(int, re.search(r"Step (\d+) of (\d+)", page.locator("[data-testid='stage-step']").inner_text())
+    shown, steps = map(int, re.search(r"Step (\d+) of (\d+)", stage_caption(page).inner_text())
                        .groups())
     # one step past the one reached: the stopped script run finishes the step it is in before the page
     # draws (kvviz.lessons.stepped.stepping); the page drew the step before it and showed two more here
@@ -200,7 +209,7 @@ def test_take_over_at_a_late_step_shows_progress_and_stop_keeps_the_step_reached
     at a late step that ran with the page only dimmed. Now a bar counts the steps under a Stop button, the
     student is out of the room from the first step, and Stop leaves their own lesson at the step reached."""
     page.goto(f"{app_url}/prefill_decode?step=150&prompt=ROMEO%3A%0ABut%20soft")
-    wait_drawn(page, page.locator("[data-testid='stage-step']").get_by_text(re.compile(r"^Step 150 of")), timeout=600)
+    wait_drawn(page, stage_caption(page).get_by_text(re.compile(r"^Step 150 of")), timeout=600)
     page.get_by_text("Show this lesson to the class").click()
     page.get_by_role("button", name="Open a room for the class").click()
     wait_drawn(page, page.locator("[data-testid='stCode']").filter(has_text="?room="))
@@ -216,10 +225,10 @@ def test_take_over_at_a_late_step_shows_progress_and_stop_keeps_the_step_reached
                  r"Your own copy of the lesson: step ([1-9]|[1-9]\d|1[0-3]\d) of 150",
                  r"Stopped before step 150: the lesson shows the step it reached", "Take over")
     assert student.get_by_text(f"Following room {code}").count() == 0  # a lesson of one's own
-    reached = int(re.search(r"Step (\d+) of", student.locator("[data-testid='stage-step']").inner_text()).group(1))
+    reached = int(re.search(r"Step (\d+) of", stage_caption(student).inner_text()).group(1))
     assert 0 < reached < 150
     click_to_next_step(student, student.get_by_role("button", name=re.compile("^Next token")).first)  # it goes on
-    shown = int(re.search(r"Step (\d+) of", student.locator("[data-testid='stage-step']").inner_text()).group(1))
+    shown = int(re.search(r"Step (\d+) of", stage_caption(student).inner_text()).group(1))
     assert shown == reached + 1
     no_exceptions(student)
     screenshot(student, "take_over_stopped")
@@ -238,18 +247,18 @@ def test_a_long_click_shows_a_running_tab_the_room_can_see(app_url, page, presen
     so, in large type in presenter mode; it is gone once the page is idle."""
     page.goto(f"{app_url}/prefill_decode?step=120&prompt=ROMEO%3A%0ABut%20soft" + ("&presenter=1" if presenter else ""))
     wait_for_bar(page, r"The link's lesson: step \d+ of 120", timeout=300)
-    tab = page.evaluate(BUSY_TAB)
-    for _ in range(20):  # a clean-clone CI once read the script running before the tab's style applied
-        if not tab["running"] or "The server is working" in tab["content"]:
-            break
-        time.sleep(0.1)
-        tab = page.evaluate(BUSY_TAB)
+    # the tab is a style of the app element (its ::after), which no locator reaches: Playwright waits on the
+    # style read in the page, for a moment (a clean-clone CI once read the script running before the tab's
+    # style applied), and returns the read that ended the wait
+    tab = page.wait_for_function(f"() => {{ const tab = ({BUSY_TAB})(); "
+                                 "return (!tab.running || tab.content.includes('The server is working')) && tab; }",
+                                 timeout=3000).json_value()
     if tab["running"]:  # the last steps can end before this read (a clean-clone CI saw it): no tab to see then
         assert "The server is working" in tab["content"] and tab["px"] >= (18 if presenter else 16), tab
-        time.sleep(0.8)  # past the tab's 0.6 s delay
+        time.sleep(0.8)  # the scenario: the tab shows once a run has gone on for 0.6 s; read it past that
         later = page.evaluate(BUSY_TAB)
         assert not later["running"] or later["opacity"] >= 0.5, later
     screenshot(page, f"busy_tab_{'presenter' if presenter else 'normal'}")
-    wait_drawn(page, page.locator("[data-testid='stage-step']").get_by_text(re.compile(r"^Step 120 of")), timeout=600)
+    wait_drawn(page, stage_caption(page).get_by_text(re.compile(r"^Step 120 of")), timeout=600)
     idle = page.evaluate(BUSY_TAB)
     assert not idle["running"] and idle["content"] in ("none", "normal"), idle

@@ -4,12 +4,11 @@ and the GQA conversion are walked at the page's defaults in test_browser_lecture
 import shutil
 
 import pytest
-from playwright.sync_api import expect
 from test_browser import app_url, no_exceptions, page  # noqa: F401  (fixtures)
 
 from kvviz.ui.app_server import CHROMIUM, ROOT
 
-from chromium import SLOW_S, open_tab, screenshot, wait_drawn, wait_idle
+from chromium import SLOW_S, open_tab, screenshot, wait_drawn
 
 pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
                                 reason="Debian's chromium is not installed (.ci/run installs it)")
@@ -22,10 +21,10 @@ def tab_shot(page, name, shot):
 
 
 def press_and_shoot(page, button, shows, shot):
-    """Click a button, expect `shows` on the page, wait for the run to end; no exception; a screenshot."""
+    """Click a button, expect `shows` on the page (text only its run draws), wait for the run to end; no
+    exception; a screenshot."""
     page.get_by_role("button", name=button).click()
-    expect(page.get_by_text(shows).first).to_be_visible(timeout=SLOW_S * 1000)
-    wait_idle(page)
+    wait_drawn(page, page.get_by_text(shows).first, timeout=SLOW_S)
     no_exceptions(page)
     screenshot(page, shot)
 
@@ -42,12 +41,11 @@ def test_batch_generation_page(app_url, page, tmp_path):
 
     # a binary file named .txt: one sentence, the Run button off, the results still there
     page.get_by_test_id("stRadioGroup").get_by_text("Upload a file").click()
-    wait_idle(page)
+    wait_drawn(page, page.get_by_text("Nothing uploaded yet."))  # the uploader, in place of the sliders
     binary = tmp_path / "prompts.txt"
     binary.write_bytes(bytes(range(256)) * 8)
     page.locator("[data-testid='stFileUploaderDropzoneInput']").set_input_files(str(binary))
-    wait_idle(page, settle=1.5)
-    page.get_by_text("prompts.txt is not UTF-8 text").wait_for()
+    wait_drawn(page, page.get_by_text("prompts.txt is not UTF-8 text"))
     assert page.locator("[data-testid='stAlertContentError']").count() == 1
     assert page.get_by_role("button", name="Run the batch").is_disabled()
     assert page.get_by_text("requests in").count() >= 1

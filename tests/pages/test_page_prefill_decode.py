@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from streamlit.testing.v1 import AppTest
 
 from kvviz.engine.engine import Engine
 from kvviz.lessons.prefill_decode.file import export_lesson, import_lesson
@@ -187,3 +188,27 @@ def test_a_views_layer_and_head_survive_a_visit_to_another_view():
     assert at.selectbox(key="lesson_kv_layer").value == 3 and at.selectbox(key="lesson_kv_head").value == 1
     at.radio(key="lesson_view").set_value("Attention").run()
     assert at.selectbox(key="lesson_attention_layer").value == 2
+
+
+def a_step_landed_since_the_page_counted():
+    """The page counted 16 steps; the view is at step 17, which a stopped run's step finishing between the
+    count and the slider put there (the full suite's shared server once logged the exception this made)."""
+    import streamlit as st
+
+    from kvviz.lessons import stepped
+    from kvviz.lessons.prefill_decode.lesson import LESSON
+
+    st.session_state[LESSON.stepped.keys.view] = 17
+    stepped.look_back(LESSON.stepped, 17, 16, "Look back at step (0 = prefill)", help="")
+
+
+def test_the_look_back_slider_reaches_a_step_that_landed_after_the_count():
+    at = AppTest.from_function(a_step_landed_since_the_page_counted, default_timeout=60).run()
+    assert not at.exception, at.exception  # was: StreamlitValueAboveMaxError, 17 is greater than 16
+    slider = at.slider(key=stepped_view_key())
+    assert slider.value == 17 and slider.max == 17
+
+
+def stepped_view_key() -> str:
+    from kvviz.lessons.prefill_decode.lesson import LESSON
+    return LESSON.stepped.keys.view

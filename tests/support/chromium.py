@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import contextlib
 import re
-import time
 from pathlib import Path
 
 from playwright.sync_api import expect
 
 from kvviz.ui.app_server import CHROMIUM, CHROMIUM_ARGS, ROOT, running_app
-from page_idle import BUSY_JS, SENDS_JS
 
 SCREENSHOTS = ROOT / "artifacts" / "screenshots"
 SLOW_S = 400  # the longest a page may take: a loaded 2-core machine, a step or a model load can take minutes
@@ -81,37 +79,23 @@ def browser_page(width: int = 1400, height: int = 1000):
         context.close()
 
 
-def wait_idle(page, settle: float = 0.1, quiet: float = 0.3, timeout: float = 120.0) -> None:
-    """Wait `settle` s, then until Streamlit has finished the script run: no script running, no message
-    to the server unanswered, no request open, nothing stale, no skeletons, for `quiet` s (BUSY_JS).
-    A send is seen from the moment it leaves (SENDS_JS), so the settle only covers a widget's own delay
-    before it sends; the quiet covers the gap between a run and the one it asks for."""
-    page.evaluate(SENDS_JS)
-    time.sleep(settle)
-    deadline, quiet_since = time.time() + timeout, None
-    while time.time() < deadline:
-        if not page.evaluate(BUSY_JS):
-            quiet_since = quiet_since or time.time()
-            if time.time() - quiet_since >= quiet:
-                return
-        else:
-            quiet_since = None
-        time.sleep(min(0.1, quiet / 3))
-    raise TimeoutError(f"the app kept running for {timeout:.0f} s: {page.evaluate(BUSY_PARTS_JS)}")
+def press(page, name: str, shows, exact: bool = True, timeout: float = SLOW_S) -> None:
+    """Click the page's first button named `name` (exactly, or containing it) and wait for what
+    its run draws: `shows`, a locator only that run can match (wait_drawn)."""
+    button = page.get_by_role("button", name=name, exact=exact).first
+    button.click()
+    wait_drawn(page, shows, timeout=timeout)
 
 
-# what keeps a page busy, named, for a wait that timed out
-BUSY_PARTS_JS = """() => [...document.querySelectorAll('[data-stale="true"], [data-testid="stSkeleton"], '
-    + '[data-testid="stStatusWidget"]'), ...[...document.querySelectorAll('*')].filter(e => e.shadowRoot)
-      .map(e => e.shadowRoot.querySelector('.kvviz-stage[data-reporting]')).filter(Boolean)]
-    .map(e => (e.dataset.testid || e.className || e.tagName) + ': ' + (e.innerText || '').slice(0, 80))
-    .concat([document.querySelector('[data-testid="stApp"]')?.getAttribute('data-test-script-state')])"""
-
-
-def press(page, name: str, exact: bool = True, settle: float = 0.1, timeout: float = SLOW_S) -> None:
-    """Click the page's first button named `name` (exactly, or containing it) and wait until the app is idle."""
-    page.get_by_role("button", name=name, exact=exact).first.click()
-    wait_idle(page, settle=settle, timeout=timeout)
+def changed(page, shown, action, timeout: float = SLOW_S) -> str:
+    """Do `action` (a callable: a slider's key presses, a click) whose run redraws `shown` (a locator) with other
+    text, and wait until it has: expect the text to differ from before, then the run finished. Where the new
+    text is not known beforehand. The new text."""
+    before = shown.first.inner_text()
+    action()
+    expect(shown.first).not_to_have_text(before, timeout=timeout * 1000)
+    run_finished(page, timeout)
+    return shown.first.inner_text()
 
 
 # what Streamlit shows while a script run has not drawn the whole page: an element left from the run before
@@ -150,13 +134,21 @@ def wait_drawn(page, shown, timeout: float = 120.0) -> None:
     run_finished(page, timeout)
 
 
+def stage_caption(page, step: int | None = None):
+    """The stage's caption ("Step 3 of 8", "Pass 2 of 6"), which a stepped lesson's first step (Prefill, Start,
+    a replay) draws and a refused press does not; with `step`, only while it shows that step (a locator,
+    empty while it shows another)."""
+    caption = page.locator("[data-testid='stage-step']")
+    return caption if step is None else caption.filter(has_text=re.compile(rf"^(Step|Pass) {step} of \d+$"))
+
+
 def click_to_next_step(page, control, timeout: float = 120.0) -> None:
     """Click `control` (a Step or Next token button) and wait until the stage's caption shows the next
-    step ("Step 4 of 8" after "Step 3 of 8", "Pass 2 of 6" after "Pass 1 of 6") and the app is idle."""
-    caption = page.locator("[data-testid='stage-step']")
+    step ("Step 4 of 8" after "Step 3 of 8", "Pass 2 of 6" after "Pass 1 of 6") and the run finished."""
+    caption = stage_caption(page)
     step = int(re.search(r"(\d+) of \d+", caption.first.inner_text()).group(1))
     control.click()
-    wait_drawn(page, caption.filter(has_text=re.compile(rf"\b{step + 1} of \d+")), timeout=timeout)
+    wait_drawn(page, stage_caption(page, step + 1), timeout=timeout)
 
 
 # Whether a finite animation still runs: the stage's slide-ins, give-backs, splits and roll-backs
@@ -183,6 +175,6 @@ def screenshot(page, name: str) -> Path:
         "() => Math.max(...[...document.querySelectorAll('[data-testid=\"stMain\"], section.main, "
         "[data-testid=\"stAppViewContainer\"] *')].map(e => e.scrollHeight || 0), 900)")
     page.set_viewport_size({"width": page.viewport_size["width"], "height": min(int(height) + 40, 6000)})
-    time.sleep(0.3)  # the resize's relayout
+    still(page)  # the resize's relayout: two frames, and whatever it set moving
     page.screenshot(path=str(path))
     return path

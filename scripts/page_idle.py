@@ -1,6 +1,7 @@
-"""When a page of the real app is idle, as the browser tests and the lecture scripts judge it: JavaScript they
-evaluate in the page (tests/support/chromium.py's wait_idle, scripts/teach_lecture.py). It lives with the
-drivers, not in the app: the app ships no test code.
+"""When a page of the real app is idle, as scripts/teach_lecture.py judges it to time a teacher's clicks:
+JavaScript it evaluates in the page. It lives with the script, not in the app: the app ships no test code. The
+browser tests do not use it: they wait with Playwright's expect on what each action draws
+(tests/support/chromium.py).
 """
 
 # SENDS_JS, evaluated once in a page, marks when it last sent a message to the server, when it last asked
