@@ -68,7 +68,7 @@ def teacher_panel(lesson: FollowedLesson, run, step: int) -> None:
         if st.button("Close the room"):
             rooms.close_room(room)
             st.rerun()
-    room_status(room.code)
+    room_status(lesson, room.code)
 
 
 def keep_answers(lesson, room: room_types.Room) -> None:
@@ -78,12 +78,16 @@ def keep_answers(lesson, room: room_types.Room) -> None:
 
 
 @st.fragment(run_every=2.0)
-def room_status(code: str) -> None:
-    """Who follows and who answered, redrawn every two seconds on the teacher's page."""
+def room_status(lesson: FollowedLesson, code: str) -> None:
+    """Who follows and who answered, redrawn every two seconds on the teacher's page; and the teacher's step
+    published again should the room not hold it (a class server too busy to answer when the page published)."""
     room = rooms.find(code)
     if room is None:
         st.caption(rooms.down() or "The room has closed.")
         return
+    run, step = st.session_state.get(lesson.keys.run), st.session_state.get(lesson.keys.view)
+    if run is not None and not run.replay and step is not None and room.step != step:
+        publish(lesson, run, step)
     st.caption(f"{room.following()} of {rooms.seats(room)} students following now "
                f"(at most {room_types.setting('KVVIZ_ROOM_STUDENTS')}).")
     for question in room.questions[-3:]:

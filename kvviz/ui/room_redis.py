@@ -43,7 +43,8 @@ from kvviz.ui.room_types import CODE_LENGTH, CODE_LETTERS, GUESS_WINDOW_S, MAX_A
     Room, RoomQuestion, lesson_token, setting, valid_seat
 
 log = logging.getLogger(__name__)
-TIMEOUT_S = 1.0  # connect and read: a page waits at most this for a server that went away
+TIMEOUT_S = 1.0  # connect and read, tried twice: a page waits at most twice this for a server that went away;
+# one late answer on a busy class server (a second past this) is not taken for a server gone
 RETRY_S = 3.0  # after a failed call, calls answer "no room" at once for this long
 
 OPEN = """
@@ -161,7 +162,7 @@ class RedisStore:
         self.url, self.on_change = url, on_change
         self.lesson_files: LessonFiles = lesson_files or (lambda page: None)
         self.redis = redis.Redis.from_url(url, socket_timeout=TIMEOUT_S, socket_connect_timeout=TIMEOUT_S,
-                                          retry=Retry(NoBackoff(), 0), decode_responses=True)
+                                          retry=Retry(NoBackoff(), 1), decode_responses=True)
         self.me = secrets.token_hex(6)  # this process, in the changes it tells
         self.mine: dict[str, Mine] = {}  # code -> its teacher here
         self.replays: dict[str, tuple[int, object]] = {}  # code -> (lesson_version, the replay rebuilt here)
