@@ -12,10 +12,14 @@ from pathlib import Path
 
 import streamlit as st
 
-from kvviz.lessons import catalog, navigation, registry, room_student
-from kvviz.ui.common import keep_settings, model_from_link, model_sidebar
-from kvviz.ui.room_store import serve_lesson_files
-from kvviz.ui.presenter import ACCESSIBLE_CSS, BUSY_CSS, presenter_mode
+from kvviz.ui import fair_share
+
+fair_share.install()  # first of all: each tab's reruns paced, a flooding tab closed, even while the rest imports
+
+from kvviz.lessons import catalog, navigation, registry, room_student  # noqa: E402
+from kvviz.ui.common import keep_settings, model_from_link, model_sidebar  # noqa: E402
+from kvviz.ui.room_store import serve_lesson_files  # noqa: E402
+from kvviz.ui.presenter import ACCESSIBLE_CSS, BUSY_CSS, presenter_mode  # noqa: E402
 
 # a bundled icon: a :material/...: page icon makes the browser fetch it from a font host
 st.set_page_config(page_title="kvviz · the KV cache, live", layout="wide",
@@ -37,4 +41,5 @@ presenter_mode(*catalog.neighbours(page.title))
 footer = navigation.footer_container()  # drawn at the bottom even when a page stops early
 with footer:
     navigation.previous_next(page.title)
-page.run()
+with fair_share.running():  # what this run takes paces this session's next requests
+    page.run()

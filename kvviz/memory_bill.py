@@ -211,15 +211,16 @@ def _formula(shape, kind, num_layers, tokens, held, batch, dtype_bytes, options)
     block_size, reserved = options.get("block_size"), options.get("reserved_tokens")
     quant_bits, residual = options.get("quant_bits"), options.get("quant_residual_tokens", 0)
     value_len = shape.v_head_dim or shape.head_dim
+    kv_heads_text = f"{shape.num_kv_heads} KV head" + ("s" if shape.num_kv_heads != 1 else "")  # MQA: one
     if kind == MLA:
         row = f"({shape.kv_lora_rank} latent + {shape.qk_rope_head_dim} RoPE) dims"
         factors = [f"{num_layers} layers"]
     elif value_len != shape.head_dim:  # one key row and one narrower value row per KV head
         row = f"({shape.head_dim} K + {value_len} V) dims"
-        factors = [f"{num_layers} layers", f"{shape.num_kv_heads} KV heads"]
+        factors = [f"{num_layers} layers", kv_heads_text]
     else:
         row = f"{shape.head_dim} dims"
-        factors = ["2 (K and V)", f"{num_layers} layers", f"{shape.num_kv_heads} KV heads"]
+        factors = ["2 (K and V)", f"{num_layers} layers", kv_heads_text]
     unpaged = min(reserved or tokens, shape.sliding_window) if kind == SLIDING else (reserved or tokens)
     notes = [note for note, applies in (
         ("reserved", reserved is not None),

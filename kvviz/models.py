@@ -120,6 +120,26 @@ class LoadedModel:
         }
 
 
+def model_in_words(info: dict) -> str:
+    """One sentence on a model, from its `describe()` summary, for a page that names the model in use:
+    "SmolLM2-135M-Instruct: 134.5M parameters, 30 layers; 9 query heads share 3 KV heads (GQA)."."""
+    heads, kv_heads = info["heads"], info["kv_heads"]
+    if info.get("kv_lora_rank"):
+        sharing = f"{heads} heads rebuild K and V from one cached latent row per token (MLA)"
+    elif kv_heads == 1:
+        sharing = f"{heads} query heads share 1 KV head (MQA)"
+    elif kv_heads < heads:
+        sharing = f"{heads} query heads share {kv_heads} KV heads (GQA)"
+    else:
+        sharing = f"{heads} query heads, each with its own KV head (MHA)"
+    kinds = info.get("layer_types") or []
+    sliding = sum(kind == "sliding_attention" for kind in kinds)
+    slides = (f"; {sliding} of its {info['layers']} layers slide over the last {info['sliding_window']:,} positions"
+              if sliding else "")
+    return (f"{info['name']}: {info['parameters'] / 1e6:.1f}M parameters, {info['layers']} layers; "
+            f"{sharing}{slides}.")
+
+
 def summary_shape(info: dict) -> ModelShape:
     """The cache's shape back from a `LoadedModel.describe()` summary: for a lesson replayed without a model."""
     return ModelShape(name=info["name"], num_layers=info["layers"], num_kv_heads=info["kv_heads"],

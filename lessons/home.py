@@ -1,6 +1,9 @@
 import streamlit as st
 
 from kvviz.lessons.navigation import lecture_table
+from kvviz.models import model_in_words
+from kvviz.ui.common import current_model
+from kvviz.ui.text import plain
 
 st.title("kvviz: the KV cache, live")
 st.markdown("""
@@ -19,7 +22,8 @@ the bill on *Putting it together*.
 The lessons, in the order a lecture takes them:
 """)
 lecture_table()
-st.markdown("""
-The model in the sidebar is a small Llama-style model trained on Shakespeare that ships with
-kvviz (8 query heads share 2 KV heads). Point the sidebar at another checkpoint to run it instead.
-""")
+model = current_model()
+bundled = (" It is the small Llama-style model trained on Shakespeare that ships with kvviz."
+           if model.source == "bundled" else "")
+st.markdown(f"The lessons run on the model in the sidebar. {plain(model_in_words(model.describe()))}{bundled} "
+            "Load another in the sidebar (bundled, smollm2, gemma3, a folder) to run them on it instead.")

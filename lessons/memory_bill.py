@@ -6,7 +6,8 @@ from kvviz import memory_bill, shapes
 from kvviz.lessons.memory_bill import figures
 from kvviz.lessons.memory_bill import logic as bill
 from kvviz.hub.fetch import fetch_command, fetched_folder
-from kvviz.lessons.memory_bill.pair import PAIR, PAIR_TOKENS, measure_pair, pair_work
+from kvviz.lessons.budget import click_seconds
+from kvviz.lessons.memory_bill.pair import PAIR, PAIR_LEAST_TOKENS, PAIR_TOKENS, measure_pair, pair_tokens, pair_work
 from kvviz.memory_bill import ACCELERATORS, GiB
 from kvviz.models import TINY_MLA, default_heldout_text
 from kvviz.shapes import MLA, PRESETS, SLIDING, format_bytes
@@ -302,18 +303,27 @@ if missing:
     st.caption("This needs both models on the server: run " + " and ".join(f"`{fetch_command(name)}`" for name in missing)
                + " once (the app itself never downloads).")
 else:
-    if st.button(f"Run {PAIR_TOKENS:,} tokens through both", key="bill_pair_run"):
+    # the models load on the click, not on every visit; the run takes what fits one click on this server now
+    if st.button(f"Run up to {PAIR_TOKENS:,} tokens through both", key="bill_pair_run"):
         lms = [shared_model(name) for name in PAIR]
+        tokens = pair_tokens(lms) or PAIR_LEAST_TOKENS  # none fits now: measure_pair refuses in a sentence
         st.session_state.pop("bill_pair_error", None)
-        seconds = pair_work(lms, PAIR_TOKENS).seconds(next(lms[0].model.parameters()).device)
-        with st.spinner(f"Two prefills of {PAIR_TOKENS:,} tokens; estimated about {seconds:,.0f} s on this server",
+        st.session_state.pop("bill_pair_note", None)
+        if tokens < PAIR_TOKENS:
+            st.session_state["bill_pair_note"] = (
+                f"{PAIR_TOKENS:,} tokens would take longer than one click's {click_seconds():,.0f} s on this server "
+                f"now, so each model ran {tokens:,}, the most that fit (past Gemma 3's window of 512).")
+        seconds = pair_work(lms, tokens).seconds(next(lms[0].model.parameters()).device)
+        with st.spinner(f"Two prefills of {tokens:,} tokens; estimated about {seconds:,.0f} s on this server",
                         show_time=True):
             try:
-                st.session_state["bill_pair"] = measure_pair(lms, default_heldout_text())
+                st.session_state["bill_pair"] = measure_pair(lms, default_heldout_text(), tokens)
             except ValueError as error:  # WorkTooLarge on a slow server: one sentence
                 st.session_state["bill_pair_error"] = str(error)
     if st.session_state.get("bill_pair_error"):
         st.error(st.session_state["bill_pair_error"])
+    elif st.session_state.get("bill_pair_note"):
+        st.caption(st.session_state["bill_pair_note"])
     rows = st.session_state.get("bill_pair")
     if rows:
         st.markdown(bill.pair_table(rows))

@@ -11,12 +11,13 @@ from kvviz.lessons.navigation import taught_later
 from kvviz.lessons.prefill_decode import figures
 from kvviz.lessons.prefill_decode import state as ls
 from kvviz.lessons.prefill_decode.classroom import predict_panel, sync_query_params
-from kvviz.lessons.prefill_decode.explain import bill_note, logit_difference_note, work_table
+from kvviz.lessons.prefill_decode.explain import bill_note, cache_per_layer_text, logit_difference_note, work_table
 from kvviz.lessons.prefill_decode.explain_views import inside_attention, memory_bound
 from kvviz.lessons.prefill_decode.logic import per_token_formula, steps_text
 from kvviz.lessons import room_answers, room_student, stepped
 from kvviz.lessons.prefill_decode.stage import stage_data
 from kvviz.shapes import format_bytes
+from kvviz.ui import presenter
 from kvviz.ui.common import current_model, show_code
 from kvviz.ui.text import plain
 
@@ -28,7 +29,8 @@ room = stepped.open_page(LESSON)  # None unless this session follows a room
 lesson = ls.lesson()
 stepped.header("Prefill and decode", lesson)
 if lesson is not None:  # the stage needs the height
-    st.html("<style>[data-testid='stAlertContainer'] {padding: 0.45rem 0.9rem;}</style>")
+    st.html("<style>[data-testid='stAlertContainer'] {padding: 0.45rem 0.9rem;} .st-key-lesson_answer p {white-space: "
+            "nowrap; overflow: hidden; text-overflow: ellipsis; margin: 0;}</style>")
 
 # ---- the prompt and the controls: in full before Prefill, folded into a popover after it -----
 playing = st.session_state.get(KEYS.playing, False)
@@ -37,8 +39,8 @@ playing = st.session_state.get(KEYS.playing, False)
 def prompt_and_settings() -> None:
     left, right = st.columns([3, 2])
     with left:
-        st.selectbox("Example prompts", ls.EXAMPLE_PROMPTS, key="lesson_example", on_change=ls.on_example, index=None,
-                     placeholder="Your own prompt", format_func=lambda prompt: prompt.replace("\n", " ⏎ "))
+        st.selectbox("Example prompts", ls.example_prompts(current_model().describe()), key="lesson_example",
+                     on_change=ls.on_example, index=None, placeholder="Your own prompt", format_func=ls.example_label)
         st.text_area("Prompt", key="lesson_prompt", height=90, on_change=ls.on_prompt_edit)
         if has_chat_template(current_model().tokenizer):  # a chat model: the prompt may be a message to it
             st.toggle("Chat: apply the model's chat template; stop at the end of its turn", key="lesson_chat")
@@ -70,14 +72,19 @@ else:  # one toolbar row: the stage below gets the screen
 if room is None:
     buttons[1].button("Pause" if playing else "Play", on_click=stepped.toggle_play, args=(LESSON,), width="stretch",
                       shortcut="P", disabled=lesson is None or lesson.finished)
-    buttons[2].select_slider("Play speed", ["slow", "normal", "fast"], value="normal", key=KEYS.speed)
+    # in presenter type the label's line would push the stage down: the value names what it is instead
+    buttons[2].select_slider("Play speed", ["slow", "normal", "fast"], value="normal", key=KEYS.speed,
+                             label_visibility="collapsed" if presenter.is_on() else "visible",
+                             format_func=(lambda speed: f"play: {speed}") if presenter.is_on() else str)
     buttons[3].button("Reset", on_click=stepped.reset_run, args=(LESSON,), width="stretch")
     if lesson is not None:
         with buttons[4].popover("Prompt and settings", icon=":material/tune:", width="stretch"):
             prompt_and_settings()
 stepped.error(LESSON)
-if lesson is not None and lesson.answer() is not None:
-    st.markdown(f"**Answer** (without the template's tokens): {plain(lesson.answer())}")
+if lesson is not None and lesson.answer() is not None:  # one line, its newest words: the stage stays where it is
+    with st.container(key="lesson_answer"):
+        st.markdown(f"**Answer so far:** {plain(lesson.answer_tail(60 if presenter.is_on() else 100))}",
+                    help=f"The whole answer, without the chat template's tokens: {plain(lesson.answer())}")
 playing = stepped.player(LESSON, lesson)  # Play's beat steps the lesson
 
 if lesson is None:
@@ -111,10 +118,9 @@ if link_note:
 view = st.radio("View", ls.VIEWS, horizontal=True, key="lesson_view", label_visibility="collapsed")
 
 if view == "Cache per layer":
-    st.plotly_chart(figures.cache_growth(entered, info["layers"]), width="stretch")
-    per_token = record.memory.bytes_per_token
-    st.markdown(f"Every position costs **{format_bytes(per_token)}**: {per_token_formula(info)}. "
-                f"This step added **{format_bytes(per_token * (num_tokens if step == 0 else 1))}**.")
+    sliding = [kind == "sliding_attention" for kind in info.get("layer_types") or []] or None
+    st.plotly_chart(figures.cache_growth(entered, info["layers"], sliding, lesson.given_back(step)), width="stretch")
+    st.markdown(cache_per_layer_text(lesson, step))
 
 
 @st.fragment

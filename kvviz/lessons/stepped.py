@@ -378,14 +378,31 @@ def stage(lesson: Stepped, data: dict, room=None, sentence: str | None = None) -
     if room is not None:
         room_student.follow_stage(lesson, room.code, data, sentence, partial(followers_stage, lesson))
         return
-    if sentence:
-        st.success(sentence)
+    step_sentence(sentence)
     show_stage(data, key=lesson.keys.stage, on_step=partial(stage_step, lesson))
 
 
-def followers_stage(lesson: Stepped, data: dict | bytes, sentence: str | None, step: int) -> None:
-    if sentence:
+# The step's sentence sits in a box of a fixed height, so the stage under it stays in place from step to step
+# however long a sentence grows (a four-line "Done." once pushed a projector's stage 150 px down); in presenter
+# type it is 18 px, the stage's own size, and a longer one scrolls inside its box.
+SENTENCE_CSS = """<style>
+.st-key-step_sentence [data-testid='stAlertContainer'] {height: calc(2 * 1.35 * 18px + 0.9rem + 2px); overflow-y: auto;
+  box-sizing: border-box; padding: 0.45rem 0.9rem;}
+.st-key-step_sentence [data-testid='stMarkdownContainer'] p {font-size: 18px !important; line-height: 1.35;}
+</style>"""
+
+
+def step_sentence(sentence: str | None) -> None:
+    """The step's sentence (markdown) over the stage, in its box of a fixed height; nothing when there is none."""
+    if not sentence:
+        return
+    st.html(SENTENCE_CSS)
+    with st.container(key="step_sentence"):
         st.success(sentence)
+
+
+def followers_stage(lesson: Stepped, data: dict | bytes, sentence: str | None, step: int) -> None:
+    step_sentence(sentence)
     show_stage(data, key=lesson.keys.stage, on_step=partial(follower_stage_step, lesson), step=step,
                on_lost=room_student.stage_lost)
 

@@ -55,6 +55,10 @@ def _load_requested_model(on_model_change) -> None:
         return
     st.session_state["model_source"] = wanted
     st.session_state.pop("model_error", None)
+    # the address follows the sidebar: a link's ?model= would otherwise load the old model again when the cleared
+    # lesson reads its link anew (the link's prompt and step then rerun on the model just loaded)
+    if "model" in st.query_params:
+        st.query_params["model"] = wanted
     on_model_change(st.session_state)
 
 

@@ -27,7 +27,7 @@ CSS = """
   [data-testid="stMetricLabel"] p {white-space: normal; overflow: visible;}
   h1 {font-size: 2.6rem !important;}
   .stButton button p, [data-testid="stPageLink"] p {white-space: normal; font-size: 1.05rem;}
-  [data-testid="stMainBlockContainer"] {padding-top: 1.5rem; max-width: 100%;}
+  [data-testid="stMainBlockContainer"] {padding-top: 0.6rem; max-width: 100%;}
 </style>
 """
 

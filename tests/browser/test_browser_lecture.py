@@ -45,7 +45,7 @@ def test_prefill_and_decode_at_its_last_step_bills_what_it_held(app_url):  # noq
         assert metric(page, "Blocks in use") == f"{bill['blocks']} blocks"
         stage_bill = page.locator("[data-testid='stage-bill']").inner_text()
         assert f"= {formula}" in stage_bill and f"measured {measured}" in stage_bill
-        assert "went back to the pool" in stage_bill
+        assert "went back to the pool" in page.locator("[data-testid='stage-under']").inner_text()  # the step's note
         done = page.locator("[data-testid='stAlertContentSuccess']").first.inner_text()
         assert f"prefill + {last} decode steps" in done.lower()
 

@@ -12,13 +12,14 @@ from streamlit.runtime.app_session import AppSession
 from streamlit.runtime.scriptrunner_utils.script_run_context import (FragmentThreadState, ScriptRunContext,
                                                                      ThreadState)
 from streamlit.runtime.session_manager import SessionManager
+from streamlit.web.server.starlette.starlette_websocket import StarletteSessionClient
 
 from kvviz.ui import streamlit_door
 
 ROOT = Path(__file__).resolve().parents[2]
 CLASSES = {"Runtime": Runtime, "SessionManager": SessionManager, "AppSession": AppSession,
            "ScriptRunContext": ScriptRunContext, "ThreadState": ThreadState, "FragmentThreadState": FragmentThreadState, "ClientState": ClientState,
-           "DeltaGenerator": DeltaGenerator}
+           "DeltaGenerator": DeltaGenerator, "StarletteSessionClient": StarletteSessionClient}
 
 
 def has(cls, name: str) -> bool:

@@ -103,4 +103,4 @@ def test_a_lesson_that_ends_early_says_why_its_stop_token_or_the_context():
         pass
     note = stop_note(lesson)
     assert "Paris" in lesson.answer() and len(lesson.records) < 24
-    assert f"ended its turn with the stop token “{plain('<|im_end|>')}”" in note and "context" not in note  # markdown
+    assert f"ended its turn with “{plain('<|im_end|>')}”" in note and "context" not in note  # markdown

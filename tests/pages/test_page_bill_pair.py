@@ -16,7 +16,7 @@ pytestmark = [pytest.mark.slow,
 
 def test_the_two_models_caches_measured_beside_the_formula():
     at = open_lesson("lessons/memory_bill.py")
-    button(at, "Run 2,000 tokens through both").click().run(timeout=300)
+    button(at, "Run up to 2,000 tokens through both").click().run(timeout=300)
     assert not at.exception and not at.error
     rows = at.session_state["bill_pair"]
     smol, gemma = rows

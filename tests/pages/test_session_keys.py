@@ -170,3 +170,25 @@ def test_the_design_pages_worked_example_is_the_lessons_code():
     lesson = (Path(registry.__file__).parent / "speculative" / "lesson.py").read_text()
     page = (Path(registry.__file__).parents[2] / "docs" / "design.md").read_text()
     assert example in page and lesson[lesson.index("LESSON = "):].strip() in page
+
+
+def test_the_sidebars_model_wins_over_the_links_and_the_address_follows_it():
+    """Issue 59 item 5: on a link to a lesson on another model, Load model in the sidebar replayed the link's
+    lesson on the link's model (twice). Now the model loaded is the sidebar's, the link's prompt and step run
+    on it, and ?model= names it."""
+    from streamlit.testing.v1 import AppTest
+
+    from conftest import ROOT
+
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
+    at.query_params.update({"model": "tiny-gemma3", "prompt": "KING:\nWho goes there?", "step": "1"})
+    at.run()
+    at.switch_page("lessons/prefill_decode.py").run()
+    assert at.session_state["model_source"] == "tiny-gemma3"
+    for _ in range(2):
+        load_model_again(at)
+        assert not at.exception
+        assert at.session_state["model_source"] == "bundled"
+        assert at.query_params["model"] == "bundled"
+        lesson = at.session_state["lesson_run"]
+        assert lesson.model_info["name"] != "tiny-gemma3" and len(lesson.records) == 2  # the link's step 1, on bundled

@@ -32,7 +32,10 @@ from kvviz.ui.common import current_model
 from kvviz.ui.session_keys import Keys
 from kvviz.ui.progress import estimated_bar
 
-EXAMPLE_PROMPT = "ROMEO:\nBut soft, what light through yonder window breaks?"
+# longer than the default window (24) on every model here (41-44 tokens): the sliding window drops tokens from
+# the prefill on, whatever number of tokens one click's budget leaves to generate
+EXAMPLE_PROMPT = ("ROMEO:\nBut soft, what light through yonder window breaks?\nIt is the east, and Juliet is the sun.\n"
+                  "Arise, fair sun, and kill the envious moon,")
 KEYS = Keys(clears=frozenset({"strategies_run", "strategies_gqa_run", "strategies_error", "strategies_gqa_error",
                               "strategies_upload_error", "strategies_running", "strategies_stopped", "strategies_note"}))
 DEFAULTS = {"strategies_prompt": EXAMPLE_PROMPT, "strategies_max_tokens": 32, "strategies_window": 24,
@@ -82,6 +85,13 @@ def run(slot) -> None:
     settings["max_tokens"], note = tokens_that_fit(
         lambda tokens: comparison_seconds(lm, prompt, tokens, specs, TIMING_RUNS), settings["max_tokens"],
         "every strategy")  # a deep model at the page's defaults: the most tokens under one click's budget
+    prompt_tokens = len(lm.tokenizer(prompt)["input_ids"]) if lm.tokenizer is not None else 0
+    if prompt_tokens + settings["max_tokens"] <= settings["window"]:  # the window never fills: it would lie on dynamic
+        note = " ".join(filter(None, [note, (
+            f"The window of {settings['window']} tokens never fills in this run ({prompt_tokens} prompt tokens and "
+            f"{settings['max_tokens']} generated), so the sliding window keeps every token, as the dynamic cache "
+            f"does; choose a window under {prompt_tokens + settings['max_tokens']} or a longer prompt to see it "
+            "drop the oldest.")]))
     if note:
         st.session_state["strategies_note"] = note
     bar = estimated_bar(slot, lambda: comparison_seconds(lm, prompt, settings["max_tokens"], specs, TIMING_RUNS),

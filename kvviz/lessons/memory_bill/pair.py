@@ -17,12 +17,13 @@ from dataclasses import dataclass
 from kvviz.engine.block_pool import blocks_needed
 from kvviz.engine.engine import Engine
 from kvviz.engine.sampling import SamplingParams
-from kvviz.lessons.budget import ModelCost, Work, check_click
+from kvviz.lessons.budget import ModelCost, Work, check_click, most_that_fits
 from kvviz.memory_bill import bill_breakdown, bytes_per_token_by_kind
 from kvviz.shapes import FULL, SLIDING, ModelShape
 
 PAIR = ("smollm2", "gemma3")  # the two packaged models this compares
 PAIR_TOKENS = 2000
+PAIR_LEAST_TOKENS = 640  # past Gemma 3's window of 512 by eight blocks: its sliding layers have given some back
 BLOCK_SIZE = 16
 
 
@@ -63,6 +64,14 @@ def pair_work(lms, tokens: int) -> Work:
         work += Work(cost.forward(tokens - 1, 0) + cost.forward(1, tokens - 1), steps=2, step_scale=cost.step_scale,
                      click="bill_pair")
     return work
+
+
+def pair_tokens(lms) -> int:
+    """The tokens the comparison runs on this server: PAIR_TOKENS, or the most under it whose two prefills fit
+    one click's budget; 0 when not even PAIR_LEAST_TOKENS fit (the button is then not offered)."""
+    device = next(lms[0].model.parameters()).device
+    fits = most_that_fits(lambda tokens: pair_work(lms, tokens).seconds(device), PAIR_TOKENS, PAIR_LEAST_TOKENS)
+    return fits if fits >= PAIR_LEAST_TOKENS else 0
 
 
 def measure_pair(lms, text: str, tokens: int = PAIR_TOKENS) -> list[PairRow]:

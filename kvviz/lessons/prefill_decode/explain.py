@@ -14,7 +14,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from kvviz.shapes import format_bytes
+from kvviz.lessons.prefill_decode.logic import per_token_formula
+from kvviz.memory_bill import bytes_per_token_by_kind
+from kvviz.models import summary_shape
+from kvviz.shapes import FULL, SLIDING, format_bytes
 
 
 def small_example(prompt_tokens: int = 4, generated: int = 3) -> list[dict]:
@@ -135,6 +138,12 @@ def bill_note(bill: dict) -> str:
     difference = bill["token_bytes"] - bill["formula_bytes"]
     if difference == 0:
         verdict = f"Formula and measured bytes agree because the engine stores exactly {bill['stores']}, nothing more."
+    elif bill.get("outside_window") and difference == bill["outside_window_bytes"]:
+        outside = bill["outside_window"]
+        verdict = (f"Measured is {format_bytes(difference)} above the formula: the sliding layers still hold "
+                   f"{outside} position{'' if outside == 1 else 's'} outside their window of {bill['window']:,}, "
+                   "which the formula (the window alone) leaves out. A block goes back whole, in the step after the "
+                   "window has passed all of its positions (the prefill's own attention needed every one).")
     else:
         verdict = (f"Formula and measured bytes differ by {format_bytes(abs(difference))}: the engine holds "
                    f"{'more' if difference > 0 else 'less'} than {bill['stores']} for this request's tokens.")
@@ -157,3 +166,24 @@ def work_table(rows: list[dict]) -> list[dict]:
              "tokens run, without": row["without_cache_tokens"], "total with cache": row["with_cache_total"],
              "total without": row["without_cache_total"],
              "largest logit difference": difference(row["max_logit_difference"])} for row in rows]
+
+
+def cache_per_layer_text(lesson, step: int) -> str:
+    """What a position costs, under the Cache per layer view (markdown): in every layer; or, for a model with
+    sliding layers, in every layer while inside the window and in the full layers alone once given back."""
+    info, record = lesson.model_info, lesson.records[step]
+    per_token, num_tokens = record.memory.bytes_per_token, lesson.num_tokens_at(step)
+    added = per_token * (num_tokens if step == 0 else 1)
+    if not info.get("sliding_window") or not info.get("layer_types"):
+        return (f"Every position costs **{format_bytes(per_token)}**: {per_token_formula(info)}. "
+                f"This step added **{format_bytes(added)}**.")
+    by_kind = bytes_per_token_by_kind(summary_shape(info), info["dtype_bytes"])
+    sliding = sum(kind == "sliding_attention" for kind in info["layer_types"])
+    given_back = lesson.given_back(step)
+    return (f"A position costs **{format_bytes(per_token)}** while it is inside the window "
+            f"({per_token_formula(info)}): **{format_bytes(by_kind.get(FULL, 0))}** in the "
+            f"{info['layers'] - sliding} full layers, which keep it for good, and **{format_bytes(by_kind.get(SLIDING, 0))}** "
+            f"in the {sliding} sliding layers, which give it back once their window of {info['sliding_window']:,} "
+            f"has passed its whole block. "
+            + (f"They have given back the oldest {given_back:,} positions (grey)." if given_back else
+               f"No position is outside the window yet: a prompt past {info['sliding_window']:,} tokens shows it."))

@@ -16,31 +16,37 @@ def _layout(fig: go.Figure, title: str, height: int = 380, **kwargs) -> go.Figur
     return fig
 
 
-def cache_growth(entered_step: list[int], num_layers: int, window: int | None = None) -> go.Figure:
+def cache_growth(entered_step: list[int], num_layers: int, sliding: list[bool] | None = None,
+                 given_back: int = 0) -> go.Figure:
     """Layers by positions: every cell is one token's K and V in one layer.
 
-    entered_step[p]: the step at which position p entered the cache (0 = prefill).
+    entered_step[p]: the step at which position p entered the cache (0 = prefill); sliding[layer]: whether the
+    layer slides, and given_back: how many of the oldest positions the sliding layers gave back (drawn empty).
     """
     positions = len(entered_step)
     latest = max(entered_step)
-    # 0: prompt, 1: earlier decode, 2: this step's new column
+    # 0: prompt, 1: earlier decode, 2: this step's new column, 3: given back by a sliding layer
     codes = np.array([0 if s == 0 else (2 if s == latest and latest > 0 else 1) for s in entered_step])
     if latest == 0:
         codes[:] = 2  # right after prefill the whole prompt is new
     z = np.tile(codes, (num_layers, 1))  # (layers, positions)
-    colorscale = [[0, PHASE["prompt"]], [0.33, PHASE["prompt"]], [0.34, PHASE["decode"]],
-                  [0.66, PHASE["decode"]], [0.67, PHASE["new"]], [1, PHASE["new"]]]
-    hover = np.array([[f"layer {layer}<br>position {p}<br>entered at "
-                       f"{'prefill' if entered_step[p] == 0 else f'decode step {entered_step[p]}'}"
+    slides = np.array(sliding if sliding else [False] * num_layers)
+    z[slides, :given_back] = 3
+    colorscale = [[0, PHASE["prompt"]], [0.24, PHASE["prompt"]], [0.25, PHASE["decode"]], [0.49, PHASE["decode"]],
+                  [0.50, PHASE["new"]], [0.74, PHASE["new"]], [0.75, "#E5E7EB"], [1, "#E5E7EB"]]
+    hover = np.array([[f"layer {layer}<br>position {p}<br>" + (
+                       "outside the window: given back" if z[layer, p] == 3 else
+                       f"entered at {'prefill' if entered_step[p] == 0 else f'decode step {entered_step[p]}'}")
                        for p in range(positions)] for layer in range(num_layers)])
-    fig = go.Figure(go.Heatmap(z=z, zmin=0, zmax=2, colorscale=colorscale, showscale=False,
+    fig = go.Figure(go.Heatmap(z=z, zmin=0, zmax=3, colorscale=colorscale, showscale=False,
                                xgap=2, ygap=4, hovertext=hover, hoverinfo="text"))
     fig.update_yaxes(title="layer", autorange="reversed", tickmode="linear", dtick=1)
     fig.update_xaxes(title="token position in the cache", range=[-0.5, max(positions, 8) - 0.5])
     title = (f"The cache: {num_layers} layers × {positions} positions "
              f"(<span style='color:{PHASE['prompt']}'>prompt</span>, "
              f"<span style='color:{PHASE['decode']}'>generated</span>, "
-             f"<span style='color:{PHASE['new']}'>new this step</span>)")
+             f"<span style='color:{PHASE['new']}'>new this step</span>"
+             + (", grey: given back by a sliding layer" if given_back and slides.any() else "") + ")")
     return _layout(fig, title, height=max(260, 40 * num_layers + 120))
 
 

@@ -22,8 +22,9 @@ from kvviz.engine.chat import chat_answer, chat_params, chat_prompt
 from kvviz.engine.config import DEFAULTS
 from kvviz.engine.records import TraceRecord
 from kvviz.lessons.budget import ModelCost, Work, most_that_fits, timed
-from kvviz.memory_bill import bill_breakdown
+from kvviz.memory_bill import bill_breakdown, bytes_per_token_by_kind
 from kvviz.models import summary_shape
+from kvviz.shapes import FULL, SLIDING
 
 MAX_LESSON_TOKENS = 256  # the longest lesson a page, a link or a file may ask for
 MAX_TRIANGLE_TOKENS = TRIANGLE_MOST_TOKENS  # prompts up to this long keep the prefill's whole attention matrix
@@ -117,6 +118,16 @@ class Lesson:
         if not self.settings.chat or self.tokenizer is None:
             return None
         return chat_answer(self.tokenizer, [token for record in self.records for _, token in record.sampled])
+
+    def answer_tail(self, most_chars: int) -> str | None:
+        """The answer's last `most_chars` characters or fewer, from a word's start, "…" before them: one line
+        of the page, however long the answer grows (the newest words are the ones a class watches arrive)."""
+        answer = self.answer()
+        if answer is None or len(answer) <= most_chars:
+            return answer
+        tail = answer[-most_chars:]
+        space = tail.find(" ")
+        return "…" + (tail[space:] if 0 <= space < most_chars // 3 else tail)
 
     def token_text(self, token_id: int) -> str:
         if self.tokenizer is None:
@@ -261,6 +272,30 @@ class Lesson:
                            values=np.concatenate([t.new_values for t in kept], axis=1),
                            attention=kept[-1].attention, logits=None, latents=latents)
 
+    def group_tables(self, step: int) -> list[list[int | None]]:
+        """Each layer group's block table during `step` (a model with sliding layers; [] otherwise), None where a
+        sliding window gave a block back. In the step a request finishes its tables are empty: they are read from
+        each group's "finish" event, which gives back the blocks still held, in order."""
+        record = self.records[step]
+        request = record.requests[0]
+        if request.status != "finished":
+            return [list(table) for table in request.group_block_tables] if len(request.group_block_tables) > 1 else []
+        finished = {event.group: list(event.block_ids) for event in record.events
+                    if event.kind == "finish" and event.request_id == request.request_id}
+        if len(finished) < 2:
+            return []
+        logical_blocks = len(finished[0])  # the full layers hold every block
+        return [[None] * (logical_blocks - len(finished[g])) + finished[g] for g in sorted(finished)]
+
+    def given_back(self, step: int) -> int:
+        """How many of the oldest positions the sliding layers have given back after `step`: whole blocks, those
+        their window has passed (0 for a model without sliding layers)."""
+        tables = self.group_tables(step)
+        if len(tables) < 2:
+            return 0
+        oldest = next((logical for logical, block in enumerate(tables[-1]) if block is not None), len(tables[-1]))
+        return oldest * self.settings.block_size
+
     def entered_step(self, step: int) -> list[int]:
         """For each token position after `step`: the step at which it entered the cache."""
         prompt = len(self.prompt_token_ids)
@@ -309,12 +344,31 @@ class Lesson:
         per_token = record.memory.bytes_per_token
         block_bytes = len(blocks) * self.settings.block_size * per_token
         token_bytes, slack_slots = cached_tokens * per_token, len(blocks) * self.settings.block_size - cached_tokens
-        tables, group_blocks = record.requests[0].group_block_tables, []
-        if len(tables) > 1 and not returned:  # sliding layers: each group's blocks, as the engine measured them
+        tables, group_blocks = self.group_tables(step), []
+        if tables and not returned:  # sliding layers: each group's blocks, as the engine measured them
             group_blocks = [sum(block is not None for block in table) for table in tables]
             blocks = [block for table in tables for block in table if block is not None]
             block_bytes, token_bytes = record.memory.used_block_bytes, record.memory.token_bytes
+        elif tables:
+            # it finished in this step and its blocks went back: each group's counted from its finish event (an
+            # all-layers count would bill the sliding layers for every position, past their window)
+            size, by_kind = self.settings.block_size, bytes_per_token_by_kind(shape, dtype_bytes)
+            group_blocks = [sum(block is not None for block in table) for table in tables]
+            oldest = len(tables[-1]) - group_blocks[-1]
+            token_bytes = cached_tokens * by_kind.get(FULL, 0) + (cached_tokens - oldest * size) * by_kind.get(SLIDING, 0)
+            block_bytes = size * (group_blocks[0] * by_kind.get(FULL, 0) + group_blocks[-1] * by_kind.get(SLIDING, 0))
+            blocks = [block for table in tables for block in table if block is not None]
+            slack_slots = len(blocks) * size - cached_tokens - (cached_tokens - oldest * size)
+        # a sliding layer gives a block back only once its window has passed all of the block's positions: its
+        # oldest block may still hold positions outside the window, which the formula (the window alone) leaves out
+        outside, outside_bytes = 0, 0
+        if group_blocks and shape.sliding_window and tokens > shape.sliding_window:
+            sliding_table = tables[-1]
+            oldest_held = next((logical for logical, block in enumerate(sliding_table) if block is not None), 0)
+            outside = max(0, tokens - shape.sliding_window - oldest_held * self.settings.block_size)
+            outside_bytes = outside * bytes_per_token_by_kind(shape, dtype_bytes).get(SLIDING, 0)
         return {"tokens": tokens, "formula": [line.formula for line in lines],
+                "outside_window": outside, "outside_window_bytes": outside_bytes, "window": shape.sliding_window,
                 "formula_bytes": sum(line.num_bytes for line in lines),
                 "token_bytes": token_bytes, "blocks": len(blocks), "block_bytes": block_bytes,
                 "slack_slots": slack_slots,

@@ -78,15 +78,32 @@ def _step(lesson, step: int) -> dict:
     attention = np.asarray(lesson.traces[step].attention)[:, :, :num_tokens]  # (layers, heads, tokens)
     bill = lesson.bill(step, lesson.model_info["dtype_bytes"])
     blocks, _, returned = lesson.held(step)
-    note = (f"The request finished in this step: its {len(blocks)} blocks went back to the pool, the figures "
-            "are what it held until then." if returned else None)
+    note = (f"Finished: its {bill['blocks']} blocks went back to the pool{'s' if bill['group_blocks'] else ''}; "
+            "the figures are what it held." if returned else None)
     return {"num_tokens": num_tokens, "new": list(range(before, num_tokens)), "sampled": bool(record.sampled),
             "attention": np.rint(attention * 255).clip(0, 255).astype(int).tolist(),
-            "block_table": blocks,
+            "block_table": blocks, "groups": layer_groups(lesson, step),
             "bill": {"formula_bytes": bill["formula_bytes"], "token_bytes": bill["token_bytes"],
                      "blocks": bill["blocks"], "group_blocks": bill["group_blocks"], "block_bytes": bill["block_bytes"], "slack_bytes": bill["slack_bytes"],
                      "bytes_per_token": bill["bytes_per_token"], "note": note,
                      "formula": bill["formula"] if len(bill["formula"]) > 1 else []}}  # one line per kind of layer
+
+
+def layer_groups(lesson, step: int) -> list[dict] | None:
+    """A model with sliding layers keeps a block table per group of layers (engine/layer_groups.py): each group's
+    name, layers, window, table (None where the window gave a block back), pool size, and the blocks its window
+    gave back in this step. None for a model whose layers all keep every position."""
+    record = lesson.records[step]
+    tables = lesson.group_tables(step)
+    if len(record.layer_groups) < 2 or not tables:
+        return None
+    given_back = lesson.given_back(step)
+    return [{"name": group.name, "layers": len(group.layers), "window": group.window, "pool": group.num_blocks,
+             "given_back": given_back if group.window else 0,
+             "table": list(tables[g]) if g < len(tables) else [],
+             "slid": sorted({block for event in record.events if event.kind == "slide" and event.group == g
+                             for block in event.block_ids})}
+            for g, group in enumerate(record.layer_groups)]
 
 
 def _pool_blocks(lesson, records) -> int:

@@ -28,6 +28,7 @@ from kvviz.lessons.prefill_decode import room
 from kvviz.lessons.prefill_decode.file import export_lesson, import_lesson
 from kvviz.lessons.prefill_decode.stage import stage_data
 from kvviz.lessons.room_view import RoomPart
+from kvviz.models import default_heldout_text
 from kvviz.ui.common import current_model, load_linked_model, page_sampling
 from kvviz.ui.progress import StopBar
 from kvviz.ui.session_keys import Keys
@@ -41,6 +42,31 @@ EXAMPLE_PROMPTS = [
     "KING:\nNow is the winter of our discontent",
     CHAT_EXAMPLE,
 ]
+
+
+def _past_the_window() -> str:
+    """A scene of Julius Caesar from the bundled model's held-out text, about 2,000 characters (560 of Gemma 3's
+    tokens): past a sliding layer's window of 512, so the stage shows Gemma 3's sliding layers giving blocks back."""
+    text = default_heldout_text()
+    scene = text.find("\n\nCICERO:\nIndeed, it is a strange-disposed time.")
+    start = text.rfind("\n\n", 0, max(scene - 900, 0)) + 2
+    passage = text[start:start + 2000]
+    return passage[:passage.rfind("\n") + 1]
+
+
+PAST_THE_WINDOW = _past_the_window()
+
+
+def example_prompts(info: dict) -> list[str]:
+    """The example prompts offered for a model (a describe() summary): with sliding layers, one past the window too."""
+    return EXAMPLE_PROMPTS + ([PAST_THE_WINDOW] if info.get("sliding_window") and info.get("layer_types") else [])
+
+
+def example_label(prompt: str) -> str:
+    """An example prompt as the picker shows it: one line, a long one cut and counted."""
+    if prompt == PAST_THE_WINDOW:
+        return f"A scene of Julius Caesar ({len(prompt):,} characters): past the 512-token sliding window"
+    return prompt.replace("\n", " ⏎ ")
 
 
 PAGE_SAMPLING = lesson_sampling(max_tokens=48, temperature=0.8, top_k=40, top_p=0.95)  # when not greedy
@@ -255,7 +281,7 @@ def on_example() -> None:
 def on_prompt_edit() -> None:
     """The example box names the prompt in the text box, or none when it is not one of them."""
     prompt = st.session_state.get("lesson_prompt")
-    st.session_state["lesson_example"] = prompt if prompt in EXAMPLE_PROMPTS else None
+    st.session_state["lesson_example"] = prompt if prompt in EXAMPLE_PROMPTS + [PAST_THE_WINDOW] else None
 
 
 def step_sentence(lesson: Lesson, step: int) -> str:
@@ -265,13 +291,19 @@ def step_sentence(lesson: Lesson, step: int) -> str:
         return (f"**Prefill.** All {len(lesson.prompt_token_ids)} prompt tokens ran through the model in one "
                 f"pass; each of the {info['layers']} layers now holds their keys and values, and the last "
                 "position's output picked the first new token.")
+    slid = sorted({block for event in lesson.records[step].events if event.kind == "slide" for block in event.block_ids})
+    if slid:  # a sliding window passed whole blocks in this step: say it where the class reads
+        window = info.get("sliding_window")
+        return (f"**Decode step {step}.** The newest token joined every layer's cache, and the sliding layers' "
+                f"window of {window:,} moved past {'blocks' if len(slid) > 1 else 'block'} "
+                f"{', '.join(map(str, slid))}: given back to their pool (struck through in their table), while the "
+                f"full layers keep all {lesson.num_tokens_at(step)} positions.")
     if not lesson.finished or step < last_step:
         return (f"**Decode step {step}.** Only the newest token ran: its key and value joined every layer's "
                 f"cache (red outline), and its query read all {lesson.num_tokens_at(step)} cached positions, which "
                 "were read, not recomputed.")
-    return (f"**Done.** {steps_text(len(lesson.records)).capitalize()}, each decode step running one token "
-            "against the growing cache. The **Work saved** view adds up what recomputing everything would "
-            "have cost. " + (stop_note(lesson) or ""))
+    return (f"**Done.** {steps_text(len(lesson.records)).capitalize()}, one token each against the growing cache; "
+            "**Work saved** adds up what recomputing would have cost. " + (stop_note(lesson) or ""))
 
 
 def stop_note(lesson: Lesson) -> str | None:
@@ -282,7 +314,7 @@ def stop_note(lesson: Lesson) -> str | None:
         return None
     if len(lesson.prompt_token_ids) + generated < context:  # a stop token ended it: a chat model's end of turn
         return (f"It stopped after {generated} of the {asked} tokens asked for: the model ended its turn with "
-                f"the stop token “{plain(lesson.token_texts[-1])}”, as a chat model does when its answer is done.")
+                f"“{plain(lesson.token_texts[-1])}”, as a chat model does.")
     return (f"It stopped after {generated} of the {asked} tokens asked for: the prompt's "
             f"{len(lesson.prompt_token_ids)} tokens and the generated ones filled the model's context of "
             f"{context} tokens. Use a shorter prompt to generate more.")

@@ -76,9 +76,10 @@ function attentionPicks(ctx, bar) {
 function headGroups(ctx, parent) {
   const { d, state } = ctx;
   const groups = d.head_groups || [];
-  if (groups.length < 2 || groups.length >= d.heads) return; // MHA (a KV head each) or MQA: nothing shared to show
+  if (!groups.length || groups.length >= d.heads) return; // MHA (a KV head each): nothing shared to show
   const row = html("div", { class: "hgroups", "data-testid": "stage-head-groups" }, parent);
-  html("span", { class: "hlabel" }, row, `${d.heads} query heads share ${groups.length} KV heads:`);
+  // MQA (one KV head for every query head) is the saving at its largest: said as plainly as GQA's groups
+  html("span", { class: "hlabel" }, row, `${d.heads} query heads share ${plural(groups.length, "KV head")}${groups.length === 1 ? " (MQA)" : ""}:`);
   groups.forEach((group, g) => {
     const box = html("span", { class: `hgroup${state.group === g && state.head < 0 ? " on" : ""}`, "data-kv-head": String(g) }, row);
     const kv = html("button", { class: "kvhead", title: `the mean attention of the query heads that read KV head ${g}` }, box, `KV ${g} ←`);
@@ -111,6 +112,7 @@ function layerStrip(ctx, parent, band, heads) {
 }
 
 const MIN_COLUMN = 6; // px: a position's K and V cells, narrowest
+const OLDER_PX = 30; // px: the strip that stands for the positions older than the columns drawn
 const NARROW_PX = 600; // px: below this the stage is a phone's, one column
 const MOST_ENTRIES = 12; // block-table entries drawn: the newest; a count stands for the rest (half in presenter type)
 const MOST_BLOCKS = 6; // pool blocks drawn: those around the newest held block (half in presenter type)
@@ -118,10 +120,18 @@ const MOST_BLOCKS = 6; // pool blocks drawn: those around the newest held block 
 function drawCache(ctx) {
   const { d, step, root, state, grew } = ctx;
 
+  // Two columns under the bar, so that a projector's 720 px hold it all at every step: the tokens, the heads,
+  // the layers and the cache on the left; the block table, the pool and the bill beside them. A phone (a box
+  // under 600 px) stacks them: the cache band takes the whole width, the rest under it.
+  const narrow = (root.clientWidth || 900) < NARROW_PX;
+  const wrap = html("div", { class: `stagebox${narrow ? " narrow" : ""}` }, root);
+  const main = html("div", { class: "stagemain" }, wrap);
+
   // ---- the tokens --------------------------------------------------------------------------------
-  // a band of at most three rows (two in presenter mode), scrolled to the newest token: a long lesson keeps its diagram on the first screen
-  const chips = html("div", { class: "chips band", "data-testid": "stage-chips" }, root);
-  if (d.presenter) chips.style.maxHeight = "3.9em"; // two rows of the presenter's larger chips
+  // a band of whole rows (three, two in presenter mode), scrolled to the newest token: a long lesson keeps its
+  // diagram on the first screen; the keyboard can scroll it (it is a stop of the tab order)
+  const chips = html("div", { class: `chips band rows-${d.presenter ? 2 : 3}`, "data-testid": "stage-chips", tabindex: "0",
+                              role: "region", "aria-label": "The tokens so far (the newest last)" }, main);
   const visible = step.num_tokens + (step.sampled ? 1 : 0);
   const special = new Set(d.special || []);
   for (let t = 0; t < visible; t++) {
@@ -134,7 +144,7 @@ function drawCache(ctx) {
     hoverable(chip, ctx, { token: t });
   }
 
-  const picks = html("div", { class: "picks" }, root);
+  const picks = html("div", { class: "picks" }, main);
   headGroups(ctx, picks);
   const heads = pickedHeads(d, state);
   const band = bandOf(d, state);
@@ -144,27 +154,30 @@ function drawCache(ctx) {
   // ---- the cache, the block table and the pool ----------------------------------------------------
   const weights = attentionOf(step, state.layer, heads);
   const scale = d.presenter ? 1.35 : 1;
-  // a phone (a box under 600 px): the cache band takes the whole width and the block table, pool and bill go
-  // under it; its columns are windowed to the newest positions that fit, as on a wide screen
-  const narrow = (root.clientWidth || 900) < NARROW_PX;
+  // a phone's columns are windowed to the newest positions that fit, as on a wide screen
   const width = narrow ? Math.max(root.clientWidth, 260) : Math.max(root.clientWidth || 900, 640);
-  const poolWidth = narrow ? width : Math.min(330 * scale, width * 0.34);
+  // two tables and two pools (a model with sliding layers) take a wider column, so that each fits in few rows
+  const grouped = step.groups && step.groups.length > 1;
+  const poolWidth = narrow ? width : grouped ? Math.min(340 * scale, width * 0.40) : Math.min(330 * scale, width * 0.34);
   const gridWidth = narrow ? width : width - poolWidth - 24;
+  main.style.width = narrow ? "100%" : `${gridWidth}px`;
   const labelWidth = 70 * scale;
   const maxTokens = d.steps[d.steps.length - 1].num_tokens;
   // columns stay readable (MIN_COLUMN px): when more positions are cached than fit, the newest that fit are drawn
   const room = gridWidth - labelWidth - 8;
   const column = Math.max(MIN_COLUMN, Math.min(26 * scale, room / Math.max(maxTokens, 1)));
-  const first = Math.max(0, step.num_tokens - Math.floor(room / column)); // the window's oldest position
-  const xOf = (t) => labelWidth + (t - first) * column;
-  const row = Math.max(6, Math.min(11, 110 / band.count)); // K and V rows of a layer; its label spans both
+  // when they do not all fit, a strip at the left stands for the older positions: cached in a full layer, and in a
+  // sliding layer given back where its window has passed them (the part of the story a window of the newest hides)
+  const older = Math.floor(room / column) >= step.num_tokens ? 0 : OLDER_PX;
+  const first = Math.max(0, step.num_tokens - Math.floor((room - older) / column)); // the window's oldest position
+  const xOf = (t) => labelWidth + older + (t - first) * column;
+  const row = Math.max(6, Math.min(d.presenter ? 9 : 11, 110 / band.count)); // K and V rows of a layer; its label spans both
   const headerHeight = 16 * scale + 8;
   const attentionHeight = 2 * (d.presenter ? 16 : 12) + 4;
   const labelsHeight = column >= 11 ? 40 * scale : 0; // token texts under their columns, where they fit
   const gridHeight = headerHeight + attentionHeight + band.count * (2 * row + 4) + 8 + labelsHeight;
-  const wrap = html("div", { class: `stagebox${narrow ? " narrow" : ""}` }, root);
   const svg = el("svg", { width: gridWidth, height: gridHeight, class: "cache", "data-testid": "stage-cache" });
-  wrap.appendChild(svg);
+  main.appendChild(svg);
   requestAnimationFrame(() => { chips.scrollTop = chips.scrollHeight; }); // laid out now: show the newest tokens
   const folded = band.count < d.layers;
   const titleText = el("text", { x: 0, y: 14 * scale, class: "title" }, svg,
@@ -176,12 +189,14 @@ function drawCache(ctx) {
                                                                : ` for positions ${first}-${step.num_tokens - 1} of ${step.num_tokens}`)
                                                 : narrow ? "" : folded ? " per cached position" : " for every cached position"));
   if (first) el("title", {}, titleText, `The ${first} older positions are cached too; their chips are above`);
+  const givenBack = (step.groups || []).find((group) => group.window)?.given_back; // from the engine's table
   const slides = (d.windows || []).filter((w) => w).length; // sliding layers, and how much of the context they hold
   if (slides) {
     const window = Math.max(...d.windows.filter((w) => w));
-    root.insertBefore(html("div", { class: "slides", "data-testid": "stage-slides" }, null,
-      `${slides} of ${d.layers} layers slide (⇤): each holds the last ${Math.min(window, step.num_tokens).toLocaleString("en-US")} `
-      + `of the ${step.num_tokens.toLocaleString("en-US")} positions; the other ${d.layers - slides} hold every one`), wrap);
+    const holds = step.num_tokens - (givenBack ?? Math.max(0, step.num_tokens - window));
+    main.insertBefore(html("div", { class: "slides", "data-testid": "stage-slides" }, null,
+      `${slides} of ${d.layers} layers slide (⇤ window ${window.toLocaleString("en-US")}): they hold the last ${holds.toLocaleString("en-US")} `
+      + `of ${step.num_tokens.toLocaleString("en-US")}; ${d.layers - slides} hold all`), svg);
   }
   const top = headerHeight;
   // the newest token's attention, as bars above its columns
@@ -201,12 +216,14 @@ function drawCache(ctx) {
     const y = top + attentionHeight + 4 + (l - band.first) * (2 * row + 4);
     // a sliding layer keeps its last `window` positions: the older ones are given back, drawn empty
     const window = d.windows ? d.windows[l] : null;
-    const kept = window ? Math.max(0, step.num_tokens - window) : 0; // the oldest position it still holds
+    // the oldest position it still holds: whole blocks go back, in the step after the window passed them all
+    const kept = window ? (givenBack ?? Math.max(0, step.num_tokens - window)) : 0;
     el("text", { x: 0, y: y + row, class: `label${state.layer === l ? " on" : ""}${window ? " sliding" : ""}`,
                  "dominant-baseline": "middle", "data-window": window ? String(window) : "" }, svg,
        window ? `layer ${l} ⇤` : `layer ${l}`);
     el("title", {}, svg.lastChild, window ? `Layer ${l} slides: it keeps only the last ${window} positions; older ones are given back`
                                           : `Layer ${l} keeps every position: a row of keys (K) over a row of values (V)`);
+    if (first) olderStrip(svg, l, y, row, labelWidth, first, kept);
     const layerWeights = attentionOf(step, l, heads);
     for (let t = first; t < step.num_tokens; t++) {
       const x = xOf(t);
@@ -237,36 +254,141 @@ function drawCache(ctx) {
     }
   }
 
-  // the pool and this request's block table
+  // the pool and this request's block table: one of each for every group of layers that shares a table (a model
+  // with sliding layers keeps the full layers' and the sliding layers' apart, each in its own pool)
   const side = html("div", { class: "side" }, wrap);
   side.style.width = `${poolWidth}px`;
-  html("div", { class: "title" }, side, `Block table: ${plural(step.block_table.length, "block")} of ${d.block_size} tokens`);
-  const table = html("div", { class: "table", "data-testid": "stage-block-table" }, side);
+  const groups = step.groups && step.groups.length > 1 ? step.groups : null;
+  // two groups: their tables one under the other, then their two pools side by side in one row (small blocks)
+  const tables = groups ? groups.map(() => html("div", { class: "grouptable" }, side)) : [side];
+  const pools = groups ? html("div", { class: "grouppools" }, side) : side;
+  const owners = groups
+    ? groups.map((group, g) => tableAndPool(ctx, tables[g], group.table, group.pool, g, group, pools))
+    : [tableAndPool(ctx, side, step.block_table, d.num_blocks, undefined, null, side)];
+
+  // ---- the bill, under the pool it counts: beside the diagram, so the first screen holds it ---------
+  const bill = html("div", { class: "bill", "data-testid": "stage-bill" }, side);
+  const b = step.bill;  // the short figures first: in presenter type the formula wraps onto several lines
+  // a model with sliding layers holds two tables: the full layers' (drawn above) and the sliding layers'
+  // two groups: their block counts head their tables above; the bill's first line says only what they hold
+  const split = b.group_blocks && b.group_blocks.length > 1;
+  html("span", { "data-testid": "stage-bill-blocks", title: split ? `${b.group_blocks[0]} full-layer and ${b.group_blocks[1]} sliding blocks` : "" },
+       bill, split ? `held ${formatBytes(b.block_bytes)}` : `${plural(b.blocks, "block")} held, ${formatBytes(b.block_bytes)}`);
+  html("span", { "data-testid": "stage-bill-slack" }, bill, `slack ${formatBytes(b.slack_bytes)}`);
+  html("span", {}, bill, `measured ${formatBytes(b.token_bytes)}`);
+  if (b.formula.length > 1) { // layers of two kinds (full and sliding): a line for each, as the bill splits them
+    // the stage bills one request: its "× 1 request" factor goes, so that each line wraps less
+    for (const line of b.formula) html("span", { class: "formula" }, bill, line.replace(/ = ([\d,]+) bytes \((.*)\)$/, " = $2").replace(" × 1 request", ""));
+  } else {
+    html("span", { class: "formula" }, bill, `${step.num_tokens} tokens × ${d.per_token_formula} = ${formatBytes(b.formula_bytes)}`);
+  }
+  // what a hover explains, and the step's note, under the cache on the left (a phone: under the bill): the column
+  // beside it is the taller, with two tables and two pools
+  const under = narrow ? bill : html("div", { class: "bill under", "data-testid": "stage-under" }, main);
+  ctx.readoutIn(under);
+  if (b.note) html("div", { class: "note" }, under, b.note);
+
+  return {
+    idle: "hover a token or a block",
+    explain(target) {
+      if (target.block !== undefined) return explainBlock(target.block, target.group);
+      const t = target.token;
+      if (t === undefined || t >= visible) return null;
+      if (t >= step.num_tokens) {
+        return { lit: [`[data-token="${t}"]`],
+                 text: `“${shown(d.tokens[t])}” was just sampled: its K and V enter the cache at the next step` };
+      }
+      const logical = Math.floor(t / d.block_size);
+      const tables = groups ? groups.map((group) => group.table) : [step.block_table];
+      const blocks = tables.map((table, g) => table[logical] === null || table[logical] === undefined ? null
+                                 : `[data-block="${table[logical]}"]${groups ? `[data-group="${g}"]` : ""}`).filter(Boolean);
+      const block = step.block_table[logical];
+      const outside = groups && tables.some((table) => table[logical] === null) ? "; the sliding layers gave it back" : "";
+      return { lit: [`[data-token="${t}"]`, ...blocks],
+               text: `“${shown(d.tokens[t])}” (position ${t}): ${formatBytes(d.bytes_per_token)} in `
+                 + `${d.layers} layers, slot ${t % d.block_size} of block ${block}, `
+                 + `${(100 * weights[t]).toFixed(1)}% of the newest token's attention${outside}` };
+    },
+  };
+
+  // a block of the pool or the table: lit with the tokens it holds, wherever they are drawn
+  function explainBlock(block, group) {
+    const its = owners[group || 0];
+    const size = groups ? groups[group || 0].pool : d.num_blocks;
+    if (!its || block >= size) return null;
+    const selector = `[data-block="${block}"]${group === undefined ? "" : `[data-group="${group}"]`}`;
+    const whose = groups ? `the ${groups[group].name} layers' block ${block}` : `block ${block}`;
+    if (!its.has(block)) return { lit: [selector], text: `${whose}: free, no request holds it` };
+    const logical = its.get(block);
+    const first = logical * d.block_size;
+    const end = Math.min(first + d.block_size, step.num_tokens);
+    const tokens = [];
+    for (let t = first; t < end; t++) tokens.push(`[data-token="${t}"]`);
+    return { lit: [selector, ...tokens],
+             text: `${whose} holds logical block ${logical}: positions ${first}-${end - 1}, `
+               + `${end - first} of ${d.block_size} slots filled, ${formatBytes((end - first) * d.bytes_per_token)}` };
+  }
+}
+
+// One block table and its pool, drawn into `side`; the map of the pool's held blocks to their logical block back.
+// `group` (with `info`: name, layers, window, slid) when the model keeps a table per group of layers: a sliding
+// group's entries that its window gave back are drawn struck through (and outlined in the step that gave them back).
+function tableAndPool(ctx, side, blockTable, numBlocks, group, info, poolParent) {
+  const { d, step } = ctx;
+  const grouped = group !== undefined;
+  const tag = grouped ? { "data-group": String(group) } : {};
+  const held = blockTable.filter((block) => block !== null && block !== undefined);
+  const slid = new Set(info ? info.slid : []);
+  const name = info ? `${info.name[0].toUpperCase()}${info.name.slice(1)} (${plural(info.layers, "layer")})` : "Block table";
+  html("div", { class: "title" }, side, grouped
+    ? `${name}: ${held.length} of ${plural(numBlocks, "block")}`
+    : `Block table: ${plural(blockTable.length, "block")} of ${d.block_size} tokens`);
+  const table = html("div", { class: "table", "data-testid": grouped ? `stage-block-table-${group}` : "stage-block-table", ...tag }, side);
   // a long prompt's table and pool: the newest entries and blocks, with a count of the rest, so the bill
   // under them stays on the first screen (98 entries once pushed it 1,800 px down)
-  const mostEntries = d.presenter ? MOST_ENTRIES / 2 : MOST_ENTRIES, mostBlocks = d.presenter ? MOST_BLOCKS / 2 : MOST_BLOCKS;
-  const firstShown = Math.max(0, step.block_table.length - mostEntries);
-  if (firstShown) html("span", { class: "entry more", title: "the older entries are in the table too" }, table, `+${firstShown} earlier`);
-  step.block_table.forEach((block, logical) => {
+  const fewer = d.presenter || grouped; // presenter type, or two tables and two pools in one column: half as many
+  const mostEntries = grouped ? MOST_ENTRIES / 4 : fewer ? MOST_ENTRIES / 2 : MOST_ENTRIES;
+  const mostBlocks = grouped ? MOST_BLOCKS / 3 : fewer ? MOST_BLOCKS / 2 : MOST_BLOCKS; // two pools share a row
+  const firstShown = Math.max(0, blockTable.length - mostEntries);
+  const givenBack = blockTable.slice(0, firstShown).filter((block) => block === null).length;
+  if (firstShown) {
+    html("span", { class: "entry more", title: "the older entries are in the table too" }, table,
+         givenBack ? `+${firstShown}, ${givenBack} given back` : `+${firstShown} earlier`);
+  }
+  blockTable.forEach((block, logical) => {
     if (logical < firstShown) return;
-    const entry = html("span", { class: "entry", "data-block": String(block) }, table, `${logical}→${block}`);
-    entry.title = `logical block ${logical} (positions ${logical * d.block_size}-${(logical + 1) * d.block_size - 1}) lives in physical block ${block}`;
-    hoverable(entry, ctx, { block });
+    const positions = `positions ${logical * d.block_size}-${(logical + 1) * d.block_size - 1}`;
+    if (block === null || block === undefined) { // outside a sliding window: the block went back to its pool
+      html("span", { class: "entry gone", title: `logical block ${logical} (${positions}) is outside the window: given back` },
+           table, `${logical}→✕`);
+      return;
+    }
+    const entry = html("span", { class: "entry", "data-block": String(block), ...tag }, table, `${logical}→${block}`);
+    entry.title = `logical block ${logical} (${positions}) lives in physical block ${block}`;
+    hoverable(entry, ctx, grouped ? { block, group } : { block });
   });
-  if (!step.block_table.length) html("span", { class: "entry empty" }, table, "none held");
-  html("div", { class: "title" }, side, `The pool: ${d.num_blocks} physical blocks`);
-  const pool = html("div", { class: "pool", "data-testid": "stage-pool" }, side);
-  const owner = new Map(step.block_table.map((block, logical) => [block, logical]));
+  if (slid.size) {
+    html("span", { class: "entry slid", "data-testid": "stage-slid", title: "the window moved past these blocks in this step" },
+         table, `gave back ${[...slid].join(", ")}`);
+  }
+  if (!blockTable.length) html("span", { class: "entry empty" }, table, "none held");
+  if (!grouped) html("div", { class: "title" }, side, `The pool: ${numBlocks} physical blocks`);
+  const poolBox = grouped ? html("div", { class: "grouppool" }, poolParent) : side;
+  if (grouped) html("div", { class: "hlabel" }, poolBox, `${info.name} layers' pool`);
+  const pool = html("div", { class: `pool${grouped ? " small" : ""}`, "data-testid": grouped ? `stage-pool-${group}` : "stage-pool", ...tag }, poolBox);
+  const owner = new Map(blockTable.map((block, logical) => [block, logical]).filter(([block]) => block !== null && block !== undefined));
   // the pool's blocks around the newest held ones (the highest ids: the pool hands them out in order)
-  const newestHeld = step.block_table.length ? Math.max(...step.block_table.slice(firstShown)) : 0;
-  const windowed = d.num_blocks > 2 * mostBlocks; // a lesson's usual pool (6 blocks) is drawn whole
-  const lastBlock = windowed ? Math.min(d.num_blocks, Math.max(newestHeld + 1 + 2, mostBlocks)) : d.num_blocks;
+  const newestHeld = held.length ? Math.max(...held) : 0;
+  // a lesson's usual pool (6 blocks) is drawn whole; in presenter type one row of blocks: the newest held and after
+  const windowed = numBlocks > (fewer ? mostBlocks + 1 : 2 * mostBlocks);
+  const freeAfter = Math.min(2, mostBlocks - 1); // free blocks drawn after the newest held one
+  const lastBlock = windowed ? Math.min(numBlocks, Math.max(newestHeld + 1 + freeAfter, mostBlocks)) : numBlocks;
   const firstBlock = windowed ? Math.max(0, lastBlock - mostBlocks) : 0;
   if (firstBlock) html("div", { class: "block more", title: "the pool's other blocks" }, pool, `+${firstBlock}`);
   for (let b = firstBlock; b < lastBlock; b++) {
-    const box = html("div", { class: `block${owner.has(b) ? " held" : ""}`, "data-block": String(b) }, pool);
+    const box = html("div", { class: `block${owner.has(b) ? " held" : ""}${slid.has(b) ? " slid" : ""}`, "data-block": String(b), ...tag }, pool);
     html("div", { class: "id" }, box, String(b));
-    hoverable(box, ctx, { block: b });
+    hoverable(box, ctx, grouped ? { block: b, group } : { block: b });
     const slots = html("div", { class: "slots" }, box);
     for (let s = 0; s < d.block_size; s++) {
       const position = owner.has(b) ? owner.get(b) * d.block_size + s : -1;
@@ -275,53 +397,23 @@ function drawCache(ctx) {
                      "data-token": filled ? String(position) : "" }, slots);
     }
   }
-  if (lastBlock < d.num_blocks) html("div", { class: "block more", title: "the pool's other blocks" }, pool, `+${d.num_blocks - lastBlock}`);
+  if (lastBlock < numBlocks) html("div", { class: "block more", title: "the pool's other blocks" }, pool, `+${numBlocks - lastBlock}`);
+  return owner;
+}
 
-  // ---- the bill, under the pool it counts: beside the diagram, so the first screen holds it ---------
-  const bill = html("div", { class: "bill", "data-testid": "stage-bill" }, side);
-  const b = step.bill;  // the short figures first: in presenter type the formula wraps onto several lines
-  // a model with sliding layers holds two tables: the full layers' (drawn above) and the sliding layers'
-  const split = b.group_blocks && b.group_blocks.length > 1 ? ` (${b.group_blocks[0]} full-layer, ${b.group_blocks[1]} sliding)` : "";
-  html("span", { "data-testid": "stage-bill-blocks" }, bill, `${plural(b.blocks, "block")}${split} held, ${formatBytes(b.block_bytes)}`);
-  html("span", { "data-testid": "stage-bill-slack" }, bill, `slack ${formatBytes(b.slack_bytes)}`);
-  html("span", {}, bill, `measured ${formatBytes(b.token_bytes)}`);
-  if (b.formula.length > 1) { // layers of two kinds (full and sliding): a line for each, as the bill splits them
-    for (const line of b.formula) html("span", { class: "formula" }, bill, line.replace(/ = ([\d,]+) bytes \((.*)\)$/, " = $2"));
-  } else {
-    html("span", { class: "formula" }, bill, `${step.num_tokens} tokens × ${d.per_token_formula} = ${formatBytes(b.formula_bytes)}`);
+// The positions before the drawn columns (0 to first - 1), in one strip at a layer's left: cached (a full layer, or
+// a sliding layer's part still in its window) or given back (the part its window has passed, drawn empty).
+function olderStrip(svg, layer, y, row, x, first, kept) {
+  const width = OLDER_PX - 6, gone = Math.min(kept, first);
+  const goneWidth = width * gone / first;
+  if (gone) {
+    el("rect", { x: x + 0.5, y: y + 0.5, width: Math.max(goneWidth - 1, 1), height: 2 * row - 1, class: "cell gone older",
+                 "data-layer": String(layer), "data-older": "gone" }, svg)
+      .appendChild(el("title", {}, null, `positions 0-${gone - 1}: outside layer ${layer}'s window, given back`));
   }
-  ctx.readoutIn(bill);
-  if (b.note) html("div", { class: "note" }, bill, b.note);
-
-  return {
-    idle: "hover a token or a block",
-    explain(target) {
-      if (target.block !== undefined) return explainBlock(target.block);
-      const t = target.token;
-      if (t === undefined || t >= visible) return null;
-      if (t >= step.num_tokens) {
-        return { lit: [`[data-token="${t}"]`],
-                 text: `“${shown(d.tokens[t])}” was just sampled: its K and V enter the cache at the next step` };
-      }
-      const block = step.block_table[Math.floor(t / d.block_size)];
-      return { lit: [`[data-token="${t}"]`, `[data-block="${block}"]`],
-               text: `“${shown(d.tokens[t])}” (position ${t}): ${formatBytes(d.bytes_per_token)} in `
-                 + `${d.layers} layers, slot ${t % d.block_size} of block ${block}, `
-                 + `${(100 * weights[t]).toFixed(1)}% of the newest token's attention` };
-    },
-  };
-
-  // a block of the pool or the table: lit with the tokens it holds, wherever they are drawn
-  function explainBlock(block) {
-    if (block >= d.num_blocks) return null;
-    if (!owner.has(block)) return { lit: [`[data-block="${block}"]`], text: `block ${block}: free, no request holds it` };
-    const logical = owner.get(block);
-    const first = logical * d.block_size;
-    const end = Math.min(first + d.block_size, step.num_tokens);
-    const tokens = [];
-    for (let t = first; t < end; t++) tokens.push(`[data-token="${t}"]`);
-    return { lit: [`[data-block="${block}"]`, ...tokens],
-             text: `block ${block} holds logical block ${logical}: positions ${first}-${end - 1}, `
-               + `${end - first} of ${d.block_size} slots filled, ${formatBytes((end - first) * d.bytes_per_token)}` };
+  if (gone < first) {
+    el("rect", { x: x + goneWidth + 0.5, y: y + 0.5, width: Math.max(width - goneWidth - 1, 1), height: 2 * row - 1,
+                 class: "cell held older", "data-layer": String(layer), "data-older": "held" }, svg)
+      .appendChild(el("title", {}, null, `positions ${gone}-${first - 1}: cached in layer ${layer} too (their chips are above)`));
   }
 }

@@ -98,6 +98,8 @@ export default function (component) {
 
   if (!root.__keys) { // once per mounted stage: arrow keys step while the stage has the focus
     root.__keys = true;
+    for (const gone of [...window.__kvvizStages].filter((other) => !other.isConnected)) window.__kvvizStages.delete(gone);
+    window.__kvvizStages.add(root);
     root.setAttribute("tabindex", "0");
     root.setAttribute("role", "group");
     root.setAttribute("aria-label", "The lesson's stage: ← and → step through it; ↓ and ↑ go through its tokens, " +
@@ -126,6 +128,7 @@ export default function (component) {
     const previous = state.drawnStep;
     state.drawnStep = state.step;
     kept = { lesson: lessonOf(d), serverStep: state.serverStep, step: state.step };
+    const focused = focusKey(root); // a control pressed redraws the stage: the focus stays on its new self
     root.innerHTML = "";
     // one sentence a screen reader says at each step: a live region kept across redraws (the same node)
     state.live = state.live || html("div", { class: "sr-only", "aria-live": "polite", "data-testid": "stage-live" }, null);
@@ -171,6 +174,7 @@ export default function (component) {
     ctx.hover(state.hover);
     const spoken = `${stepName(d, state.step, last)}. ${step.sentence || ""}`.trim();
     if (state.live.textContent !== spoken) state.live.textContent = spoken;
+    if (focused) refocus(root, focused);
   }
 
   const firstDraw = state.drawnStep === null; // a new stage: the lesson's first step was just taken (Prefill, Start)
@@ -184,6 +188,35 @@ export default function (component) {
   }
   return () => clearTimeout(state.timer);
 }
+
+// What names a control of the stage across a redraw (its test id, head, layer, KV head or label); null when the
+// focus is not inside the stage. The stage lives in a shadow root: its own activeElement says what has the focus.
+const FOCUS_ATTRIBUTES = ["data-testid", "data-head", "data-layer", "data-kv-head", "aria-label", "class"];
+function focusKey(root) {
+  const active = root.getRootNode().activeElement;
+  if (!active || active === root || !root.contains(active)) return null;
+  return { tag: active.tagName, attributes: FOCUS_ATTRIBUTES.map((name) => [name, active.getAttribute(name)])
+    .filter(([name, value]) => value !== null && name !== "class"), text: active.textContent };
+}
+function refocus(root, key) {
+  const same = [...root.querySelectorAll(key.tag)].filter((node) => key.attributes.every(([name, value]) => node.getAttribute(name) === value));
+  const node = same.find((candidate) => candidate.textContent === key.text) || same[0];
+  if (node && !node.disabled) node.focus({ preventScroll: true });
+  else root.focus({ preventScroll: true }); // the control went (the last step's ▶): the stage keeps the keyboard
+}
+
+// ← steps back from anywhere on the page, as → (the page's Next token shortcut) steps on: unless a field, a
+// slider or a menu has the keyboard, where the arrow keys are that control's own. One listener per page.
+function stepBackFromPage(event) {
+  if (event.key !== "ArrowLeft" || event.defaultPrevented || event.altKey || event.ctrlKey || event.metaKey) return;
+  const target = event.composedPath()[0];
+  if (target && target.closest && target.closest("input, textarea, select, [role='slider'], [role='listbox'], " +
+                                                  "[role='combobox'], [role='tab'], [role='radio'], [contenteditable]")) return;
+  if (target && target.closest && target.closest(".kvviz-stage")) return; // the stage's own listener has it
+  const stage = [...(window.__kvvizStages || [])].find((root) => root.isConnected && root.__stage?.go);
+  if (stage) { stage.__stage.go(stage.__stage.step - 1); event.preventDefault(); }
+}
+if (!window.__kvvizStages) { window.__kvvizStages = new Set(); document.addEventListener("keydown", stepBackFromPage); }
 
 // the page's own button that takes the lesson's next step (Next token, Step), if it shows one
 function pageStepButton() {

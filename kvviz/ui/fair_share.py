@@ -1,0 +1,163 @@
+"""A fair share of the server for every tab: how often a browser may make its session rerun the page.
+
+    fair_share.install()          # app.py, once per process: every browser's rerun request passes the pacer
+    with fair_share.running():    # app.py, around the page: the pacer learns what this session's runs cost
+
+Every click, slider move or stage report reaches the server as a rerun request, and Streamlit runs the
+page for each one at once. Nothing stopped a script from sending tens of thousands a second over a
+websocket: six such tabs froze a teacher's Next token for over a minute (issue 61). Each session now
+gets a bucket of BURST reruns that refills at RATE a second, and once it has spent its bucket it also
+waits DUTY times as long as its own last run took, so that a session whose page is slow to run asks for
+a smaller share of the CPU. A request over the bucket is not refused: it waits, and while it waits a
+newer request replaces it (a browser's request carries every widget's value, so the newest says all),
+except that a click (a trigger: a button, a chat message) is kept, in order, up to MOST_WAITING. A
+teacher clicking, a slider dragged, Play at its fastest (4 steps a second) and a room's beats stay
+inside the bucket; a flood waits in it, costing the server one timer. A tab that sends FLOOD_MESSAGES in one
+second (no browser does; a script does) is closed: each message costs the event loop every tab shares.
+
+Streamlit's session object is reached through kvviz.ui.streamlit_door, the one door to its internals.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from kvviz.ui import streamlit_door
+
+RATE = 5.0  # reruns a second a session may sustain
+BURST = 12  # reruns a session may ask for at once
+FIRST_BURST = 4  # what a new session's bucket holds: a page's first draw takes one or two
+DUTY = 1.0  # past its bucket, a session waits as long as its last run took before the next
+MOST_WAITING = 4  # requests with a click kept while a session waits
+MOST_PACERS = 512  # past this many sessions' pacers, those of closed tabs are dropped
+FLOOD_MESSAGES = 200  # messages in one second from one tab: no browser sends this many; a script's tab is closed
+TRIGGERS = frozenset({"trigger_value", "string_trigger_value", "json_trigger_value", "chat_input_value"})
+
+
+@dataclass(slots=True)
+class Pacer:
+    """One session's bucket. `admit(now)` says how long a request must wait (0: run it now)."""
+
+    tokens: float = FIRST_BURST
+    updated: float = 0.0
+    last_run_s: float = 0.0
+    waiting: list = field(default_factory=list)  # client states waiting, oldest first
+    second: float = 0.0  # the second whose messages `messages` counts
+    messages: int = 0
+    timer: object = None  # the loop's handle of the wait, while one is set
+    delayed: int = 0  # requests that waited (a count for the probe and the tests)
+
+    def refill(self, now: float) -> None:
+        self.tokens = min(BURST, self.tokens + (now - self.updated) * RATE) if self.updated else self.tokens
+        self.updated = now
+
+    def admit(self, now: float) -> float:
+        self.refill(now)
+        if self.tokens >= 1:
+            self.tokens -= 1
+            return 0.0
+        return max((1 - self.tokens) / RATE, DUTY * self.last_run_s)
+
+
+def has_click(client_state) -> bool:
+    """Whether a browser's request carries a click (a trigger), which must not be merged away."""
+    if client_state is None:
+        return False
+    return any(widget.WhichOneof("value") in TRIGGERS for widget in client_state.widget_states.widgets)
+
+
+def keep_waiting(waiting: list, client_state) -> list:
+    """The requests that wait once `client_state` joins them: the newest without a click replaces a waiting one
+    without a click; a click is kept (the oldest plain request makes room when MOST_WAITING are waiting)."""
+    if not has_click(client_state):
+        plain = [index for index, state in enumerate(waiting) if not has_click(state)]
+        if plain:
+            waiting = waiting[:plain[-1]] + waiting[plain[-1] + 1:]
+    waiting = waiting + [client_state]
+    while len(waiting) > MOST_WAITING:
+        plain = next((index for index, state in enumerate(waiting) if not has_click(state)), 0)
+        waiting = waiting[:plain] + waiting[plain + 1:]
+    return waiting
+
+
+_lock = threading.Lock()
+_pacers: dict[str, Pacer] = {}
+
+
+def pacer_of(session: str) -> Pacer:
+    if len(_pacers) > MOST_PACERS:  # now and then, the closed tabs' go
+        forget_ended()
+    with _lock:
+        return _pacers.setdefault(session, Pacer())
+
+
+def forget_ended() -> None:
+    """Drop the pacers of sessions whose tabs closed."""
+    with _lock:
+        for session in [s for s in _pacers if streamlit_door.session_ended(s)]:
+            del _pacers[session]
+        if len(_pacers) > MOST_PACERS:  # live sessions past the bound: the oldest-refilled go (a fresh bucket)
+            for session in sorted(_pacers, key=lambda s: _pacers[s].updated)[:len(_pacers) - MOST_PACERS]:
+                del _pacers[session]
+
+
+def admits(app_session) -> bool:
+    """On the server's event loop, for every message a browser sends: False, and its tab closed, once it has sent
+    FLOOD_MESSAGES in one second. Each message costs the event loop that every tab shares; a browser sends a few a
+    second (a click, a stage report every 0.35 s, a heartbeat), a flooding script tens of thousands."""
+    pacer, second = pacer_of(app_session.id), int(time.monotonic())
+    if pacer.second != second:
+        pacer.second, pacer.messages = second, 0
+    pacer.messages += 1
+    if pacer.messages <= FLOOD_MESSAGES:
+        return True
+    if pacer.messages == FLOOD_MESSAGES + 1:
+        streamlit_door.drop_browser(app_session.id)
+    return False
+
+
+def paced(app_session, client_state, run) -> None:
+    """On the server's event loop: run `run(client_state)` now, or once this session's bucket allows."""
+    pacer = pacer_of(app_session.id)
+    if pacer.waiting:  # already waiting: this request joins the queue, merged
+        pacer.waiting = keep_waiting(pacer.waiting, client_state)
+        return
+    wait = pacer.admit(time.monotonic())
+    if not wait:
+        run(client_state)
+        return
+    pacer.waiting, pacer.delayed = [client_state], pacer.delayed + 1
+
+    def release() -> None:
+        pacer.timer = None
+        if not pacer.waiting:
+            return
+        state = pacer.waiting.pop(0)
+        pacer.tokens = max(pacer.tokens, 1.0)  # the wait paid for this one
+        pacer.admit(time.monotonic())
+        run(state)
+        if pacer.waiting:  # more came while it waited: the next waits its turn too
+            pacer.timer = streamlit_door.call_later(max(1 / RATE, DUTY * pacer.last_run_s), release)
+    pacer.timer = streamlit_door.call_later(wait, release)
+
+
+def install() -> None:
+    """Pace every browser's rerun request in this process, and close a flooding tab (idempotent)."""
+    streamlit_door.pace_browser_reruns(paced)
+    streamlit_door.screen_browser_messages(admits)
+
+
+@contextlib.contextmanager
+def running() -> Iterator[None]:
+    """Around a page's run: what it took is this session's last run, the wait its next request may pay."""
+    session = streamlit_door.session_id()
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        if session is not None:
+            pacer_of(session).last_run_s = time.perf_counter() - started

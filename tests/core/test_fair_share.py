@@ -1,0 +1,95 @@
+"""Issue 61 item 1: one script's tabs flooding the server with rerun requests froze a teacher's Next token for over a
+minute. Each session's reruns are paced (kvviz.ui.fair_share) and a tab that floods is closed; a real server and
+a real websocket show it (scripts/flood_reruns.py measures the teacher's clicks beside a flood)."""
+
+import asyncio
+import time
+
+import pytest
+from streamlit.proto.BackMsg_pb2 import BackMsg
+from streamlit.proto.ClientState_pb2 import ClientState
+
+from kvviz.ui import fair_share
+from kvviz.ui.app_server import running_app
+
+
+def client_state(click: bool = False, value: float = 0.0) -> ClientState:
+    state = ClientState()
+    widget = state.widget_states.widgets.add()
+    widget.id = "a button" if click else "a slider"
+    if click:
+        widget.trigger_value = True
+    else:
+        widget.double_value = value
+    return state
+
+
+def test_a_bucket_lets_a_burst_through_then_makes_requests_wait():
+    pacer, now = fair_share.Pacer(tokens=fair_share.BURST), 100.0
+    waits = [pacer.admit(now) for _ in range(fair_share.BURST + 1)]
+    assert waits[:-1] == [0.0] * fair_share.BURST and waits[-1] > 0
+    pacer.last_run_s = 2.0  # a slow page: past its bucket, a session waits as long as its run took
+    assert pacer.admit(now) >= fair_share.DUTY * 2.0
+    assert pacer.admit(now + 10.0) == 0.0  # refilled
+
+
+def test_a_new_session_starts_with_a_small_bucket():
+    pacer = fair_share.Pacer()
+    waits = [pacer.admit(5.0) for _ in range(fair_share.FIRST_BURST + 1)]
+    assert waits.count(0.0) == fair_share.FIRST_BURST
+
+
+def test_waiting_requests_merge_but_keep_every_click_in_order():
+    waiting = []
+    for value in range(5):  # a slider moved five times while the session waits: only the newest waits
+        waiting = fair_share.keep_waiting(waiting, client_state(value=value))
+    assert len(waiting) == 1 and waiting[0].widget_states.widgets[0].double_value == 4
+    first, second = client_state(click=True), client_state(click=True)
+    waiting = fair_share.keep_waiting(waiting, first)
+    waiting = fair_share.keep_waiting(waiting, client_state(value=9))
+    waiting = fair_share.keep_waiting(waiting, second)
+    at = [next(i for i, w in enumerate(waiting) if w is click) for click in (first, second)]  # by identity
+    assert at[0] < at[1]
+    assert [w.widget_states.widgets[0].double_value for w in waiting if not fair_share.has_click(w)] == [9]
+    for _ in range(10):  # clicks past MOST_WAITING: the queue stays bounded
+        waiting = fair_share.keep_waiting(waiting, client_state(click=True))
+    assert len(waiting) == fair_share.MOST_WAITING
+
+
+@pytest.mark.slow
+def test_a_flooding_tab_is_closed_and_a_polite_one_is_answered():
+    import websockets
+
+    flood = BackMsg()
+    flood.rerun_script.query_string = ""
+    payload = flood.SerializeToString()
+
+    async def scenario(url: str) -> tuple[int | None, int, bool]:
+        address = url.replace("http", "ws") + "/_stcore/stream"
+        async with websockets.connect(address, subprotocols=["streamlit"], max_size=None) as polite, \
+                websockets.connect(address, subprotocols=["streamlit"], max_size=None) as flooding:
+            await polite.send(payload)  # the first page run: the server has imported the app
+            await asyncio.wait_for(polite.recv(), timeout=120)
+            sent, code = 0, None
+            deadline = time.monotonic() + 30
+            try:
+                while time.monotonic() < deadline:
+                    await flooding.send(payload)
+                    sent += 1
+                    if sent % 4 == 0:  # about a thousand a second: far past a browser's few, and the socket stays read
+                        await asyncio.sleep(0.002)
+            except websockets.exceptions.ConnectionClosed as closed:
+                code = closed.rcvd.code if closed.rcvd else None
+            await polite.send(payload)  # one rerun request: the page runs and answers
+            answered = False
+            try:
+                while not answered:
+                    answered = len(await asyncio.wait_for(polite.recv(), timeout=60)) > 0
+            except TimeoutError:
+                pass
+            return code, sent, answered
+
+    with running_app(env={"KVVIZ_DEFAULT_MODEL": "bundled"}) as url:
+        code, sent, answered = asyncio.run(scenario(url))
+    assert code == 1008, f"the flooding tab was not closed after {sent:,} requests"  # a policy violation
+    assert answered
