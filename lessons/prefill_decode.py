@@ -43,7 +43,8 @@ def prompt_and_settings() -> None:
                      on_change=ls.on_example, index=None, placeholder="Your own prompt", format_func=ls.example_label)
         st.text_area("Prompt", key="lesson_prompt", height=90, on_change=ls.on_prompt_edit)
         if has_chat_template(current_model().tokenizer):  # a chat model: the prompt may be a message to it
-            st.toggle("Chat: apply the model's chat template; stop at the end of its turn", key="lesson_chat")
+            st.toggle("Chat: apply the model's chat template", key="lesson_chat",  # one line in a popover
+                      help="The prompt becomes a message to the model, and the lesson stops at the end of its turn.")
     with right:
         st.slider("Tokens to generate", 1, ls.MAX_LESSON_TOKENS, key="lesson_max_tokens")
         with st.expander("Sampling"):

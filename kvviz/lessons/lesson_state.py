@@ -34,7 +34,10 @@ class LessonState:
 
     @property
     def kept(self) -> tuple[str, ...]:
-        return tuple(key for part in self.parts for key in part.kept)
+        """Widget keys whose values outlive a visit to another page: its modules' and, for a stepped run, the step
+        in view (the look-back slider's key: the stage came back at step 0 while the engine was at step 11)."""
+        view = (self.stepped.keys.view,) if self.stepped is not None else ()
+        return tuple(key for part in self.parts for key in part.kept) + view
 
     def owns(self, key: str) -> bool:
         return key.startswith(self.prefix)

@@ -182,7 +182,9 @@ def student_bar(lesson: FollowedLesson, room: room_types.Room) -> None:
                     st.session_state.update(room_sent=question.id, room_sent_value=value)
                     sent = True
             if sent:  # on every run until the question closes, not only the one that sent it
-                st.success(f"Sent: {st.session_state.get('room_sent_value', 0):,g} {question.unit}. The engine's answer "
+                value = st.session_state.get("room_sent_value", 0)  # 2,856,960 bytes, not 2.85696e+06
+                shown = f"{value:,.0f}" if float(value).is_integer() else f"{value:,.2f}"
+                st.success(f"Sent: {shown} {question.unit}. The engine's answer "
                            "shows when the teacher reveals it; you can change yours until then.")
     last = next((q for q in reversed(room.questions) if q.revealed), None)
     if last is not None and question is None:

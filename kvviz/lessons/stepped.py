@@ -180,8 +180,9 @@ def run_steps(lesson: Stepped, count: int, slot, what: str, most_seconds: float 
     lesson's error line says where and how to go on."""
     if count <= 0:
         return
-    bar = StopBar(slot, f"{lesson.keys.prefix}steps_stop", f"{what}: step 0 of {count:,}",
-                  "Ends at the step reached; the step buttons go on from there.")
+    # Run to the end asks for up to RUN_TO_END_STEPS: its bar counts the steps taken, not "of 500" it never reaches
+    bar = StopBar(slot, f"{lesson.keys.prefix}steps_stop", f"{what}: starting" if count >= RUN_TO_END_STEPS
+                  else f"{what}: step 0 of {count:,}", "Ends at the step reached; the step buttons go on from there.")
     started = time.perf_counter()
     for done in range(count):
         run = current(lesson)
@@ -386,9 +387,12 @@ def stage(lesson: Stepped, data: dict, room=None, sentence: str | None = None) -
 # however long a sentence grows (a four-line "Done." once pushed a projector's stage 150 px down); in presenter
 # type it is 18 px, the stage's own size, and a longer one scrolls inside its box.
 SENTENCE_CSS = """<style>
-.st-key-step_sentence [data-testid='stAlertContainer'] {height: calc(2 * 1.35 * 18px + 0.9rem + 2px); overflow-y: auto;
+.st-key-step_sentence [data-testid='stAlertContainer'] {height: calc(LINES * 1.35 * 18px + 0.9rem + 2px); overflow-y: auto;
   box-sizing: border-box; padding: 0.45rem 0.9rem;}
 .st-key-step_sentence [data-testid='stMarkdownContainer'] p {font-size: 18px !important; line-height: 1.35;}
+@media (max-width: 640px) {  /* a phone scrolls the page, not the box: the whole sentence, however long */
+  .st-key-step_sentence [data-testid='stAlertContainer'] {height: auto; overflow-y: visible;}
+}
 </style>"""
 
 
@@ -396,7 +400,8 @@ def step_sentence(sentence: str | None) -> None:
     """The step's sentence (markdown) over the stage, in its box of a fixed height; nothing when there is none."""
     if not sentence:
         return
-    st.html(SENTENCE_CSS)
+    # two lines across a projector's whole width; three beside the sidebar, where the same sentence wraps sooner
+    st.html(SENTENCE_CSS.replace("LINES", "2" if st.session_state.get("presenter") else "3"))
     with st.container(key="step_sentence"):
         st.success(sentence)
 

@@ -192,3 +192,20 @@ def test_the_sidebars_model_wins_over_the_links_and_the_address_follows_it():
         assert at.query_params["model"] == "bundled"
         lesson = at.session_state["lesson_run"]
         assert lesson.model_info["name"] != "tiny-gemma3" and len(lesson.records) == 2  # the link's step 1, on bundled
+
+
+@pytest.mark.parametrize("path, first, step", [("lessons/prefill_decode.py", "Prefill", "Next token"),
+                                               ("lessons/paged_batching.py", "Start", "Step")])
+def test_a_visit_to_another_page_keeps_the_step_in_view(path, first, step):
+    """Issue 59 item 5: Next: Memory bill, then Previous, showed "Prefill (step 0 of 47)" while the engine was at
+    step 11, and the next click jumped to 12: Streamlit forgot the look-back slider's value while its page was away."""
+    at = open_lesson(path)
+    click(at, first)
+    for _ in range(3):
+        click(at, step)
+    lesson = next(each for each in registry.STEPPED if BY_KEY[each.page].path == path)
+    assert at.session_state[lesson.keys.view] == 3
+    at.switch_page("lessons/memory_bill.py").run()
+    at.switch_page(path).run()
+    assert not at.exception
+    assert at.session_state[lesson.keys.view] == 3

@@ -56,7 +56,10 @@ def predict_panel(lesson) -> None:
     kind = a.selectbox("Question", predict.QUESTION_KINDS, key="lesson_question_kind",
                        format_func=lambda k: {"bytes_after_five": "Bytes after five more tokens?",
                                               "blocks_after_next": "Blocks after the next step?"}[k])
-    if b.button("Ask", key="lesson_ask", width="stretch"):
+    why_not = predict.refusal(lesson, kind)  # a question whose reveal can never come is not offered
+    if why_not:
+        st.caption(why_not)
+    if b.button("Ask", key="lesson_ask", width="stretch", disabled=why_not is not None):
         try:
             questions.append(predict.ask(lesson, kind))
         except ValueError as error:

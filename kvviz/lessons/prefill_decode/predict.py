@@ -36,21 +36,35 @@ class Question:
         return abs(self.guess - self.answer) <= 0.01 * max(abs(self.answer), 1)
 
 
-def ask(lesson: Lesson, kind: str) -> Question:
-    """A question about the lesson's near future, from where it stands now."""
+def refusal(lesson: Lesson, kind: str) -> str | None:
+    """Why a question of this kind cannot be asked now (its answer's step would never come), or None."""
     step = len(lesson.visible_records) - 1
-    tokens = lesson.num_tokens_at(step)
     ahead = 5 if kind == "bytes_after_five" else 1
+    if lesson.finished and not lesson.replay:  # a chat model's end of turn, or the tokens asked for, came
+        return "The lesson has ended, so no step is left to reveal an answer; press Reset or Prefill to ask again."
     last_step = len(lesson.records) - 1 if lesson.replay else lesson.settings.sampling.max_tokens - 1
     if step + ahead >= last_step:  # the final step frees the request's blocks
-        raise ValueError(f"The lesson ends before {ahead} more step(s) can run; ask earlier or generate more tokens.")
+        return f"The lesson ends before {ahead} more step(s) can run; ask earlier or generate more tokens."
+    return None
+
+
+def ask(lesson: Lesson, kind: str) -> Question:
+    """A question about the lesson's near future, from where it stands now (its newest step, named in the text,
+    so that a learner looking back at an earlier step reads which step it counts from)."""
+    if kind not in QUESTION_KINDS:
+        raise ValueError(f"Unknown question {kind!r}; ask one of {', '.join(QUESTION_KINDS)}.")
+    why_not = refusal(lesson, kind)
+    if why_not:
+        raise ValueError(why_not)
+    step = len(lesson.visible_records) - 1
+    tokens = lesson.num_tokens_at(step)
     if kind == "bytes_after_five":
-        return Question(kind, step, step + 5, f"The cache holds {tokens} tokens now. How many bytes will "
+        return Question(kind, step, step + 5, f"At step {step} the cache holds {tokens} tokens. How many bytes will "
                         "this request's keys and values take after five more decode steps?", "bytes")
     if kind == "blocks_after_next":
         block_size = lesson.settings.block_size
-        return Question(kind, step, step + 1, f"Blocks hold {block_size} tokens and the cache holds {tokens}. "
-                        "How many blocks will the request hold after the next step?", "blocks")
+        return Question(kind, step, step + 1, f"Blocks hold {block_size} tokens and at step {step} the cache holds "
+                        f"{tokens}. How many blocks will the request hold after the next step?", "blocks")
     raise ValueError(f"Unknown question {kind!r}; ask one of {', '.join(QUESTION_KINDS)}.")
 
 

@@ -112,7 +112,7 @@ function layerStrip(ctx, parent, band, heads) {
 }
 
 const MIN_COLUMN = 6; // px: a position's K and V cells, narrowest
-const OLDER_PX = 30; // px: the strip that stands for the positions older than the columns drawn
+const OLDER_PX = 36; // px: the strip that stands for the positions older than the columns drawn
 const NARROW_PX = 600; // px: below this the stage is a phone's, one column
 const MOST_ENTRIES = 12; // block-table entries drawn: the newest; a count stands for the rest (half in presenter type)
 const MOST_BLOCKS = 6; // pool blocks drawn: those around the newest held block (half in presenter type)
@@ -174,7 +174,9 @@ function drawCache(ctx) {
   const row = Math.max(6, Math.min(d.presenter ? 9 : 11, 110 / band.count)); // K and V rows of a layer; its label spans both
   const headerHeight = 16 * scale + 8;
   const attentionHeight = 2 * (d.presenter ? 16 : 12) + 4;
-  const labelsHeight = column >= 11 ? 40 * scale : 0; // token texts under their columns, where they fit
+  // token texts under their columns, where they fit; not in presenter type for a deep model, whose strip of
+  // layers and row of heads take that height on a projector's screen (the chips above name the tokens)
+  const labelsHeight = column >= 11 && !(d.presenter && band.count < d.layers) ? 40 * scale : 0;
   const gridHeight = headerHeight + attentionHeight + band.count * (2 * row + 4) + 8 + labelsHeight;
   const svg = el("svg", { width: gridWidth, height: gridHeight, class: "cache", "data-testid": "stage-cache" });
   main.appendChild(svg);
@@ -405,7 +407,7 @@ function tableAndPool(ctx, side, blockTable, numBlocks, group, info, poolParent)
 // a sliding layer's part still in its window) or given back (the part its window has passed, drawn empty).
 function olderStrip(svg, layer, y, row, x, first, kept) {
   const width = OLDER_PX - 6, gone = Math.min(kept, first);
-  const goneWidth = width * gone / first;
+  const goneWidth = gone >= first ? width : gone ? Math.max(10, width * gone / first) : 0; // a few positions still show
   if (gone) {
     el("rect", { x: x + 0.5, y: y + 0.5, width: Math.max(goneWidth - 1, 1), height: 2 * row - 1, class: "cell gone older",
                  "data-layer": String(layer), "data-older": "gone" }, svg)
