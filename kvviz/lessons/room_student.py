@@ -23,7 +23,7 @@ def restore_from_query(lesson: FollowedLesson) -> None:
     if st.session_state.get("room_query_done") or "room" not in st.query_params:
         return
     seat = session_seat()
-    room = rooms.take_seat(st.query_params["room"], seat, rooms.session_id(), rooms.client_address())
+    room = rooms.take_seat(st.query_params["room"], seat, rooms.session_id())
     if not isinstance(room, str) and room.page != lesson.page and room.page in BY_KEY:
         st.switch_page(BY_KEY[room.page].path, query_params={"room": room.code})
     st.session_state["room_query_done"] = True
@@ -52,7 +52,7 @@ def follow_link_elsewhere(page_key: str) -> None:
     if "room" not in st.query_params or st.session_state.get("room_query_done") or \
             (page_key in BY_KEY and BY_KEY[page_key].rooms):
         return
-    room = rooms.take_seat(st.query_params["room"], session_seat(), rooms.session_id(), rooms.client_address())
+    room = rooms.take_seat(st.query_params["room"], session_seat(), rooms.session_id())
     if not isinstance(room, str) and room.page in BY_KEY:
         st.switch_page(BY_KEY[room.page].path, query_params={"room": room.code})
     st.session_state["room_query_done"] = True

@@ -39,7 +39,14 @@ def teacher_panel(lesson: FollowedLesson, run, step: int) -> None:
         if lost:
             st.warning(f"Room {lost} is gone from the class room server (it restarted without its data, or the "
                        "room was deleted there); open a new room and give the class its new link.")
+        typed = (st.text_input("Teacher key", type="password", key="room_teacher_key", max_chars=200,
+                               help="This class server opens rooms for its teachers only (KVVIZ_TEACHER_KEY).")
+                 if rooms.teacher_key_needed() else "")
         if st.button("Open a room for the class", icon=":material/groups:"):
+            refused = rooms.teacher_key_refusal(typed)
+            if refused:
+                st.error(refused)
+                return
             try:
                 rooms.open_room(run, lesson.page, rooms.client_address(),
                                 session_source())

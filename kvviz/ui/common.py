@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import inspect
 import os
-from dataclasses import replace
+import threading
+import weakref
+from dataclasses import fields, replace
 
 import streamlit as st
 
 from kvviz.engine.sampling import SamplingParams
 from kvviz.hub.fetch import PACKAGED, fetch_command, fetched_folder
-from kvviz.models import ModelLoadError, allowed_source, load_model
+from kvviz.models import LoadedModel, ModelLoadError, allowed_source, load_model
+from kvviz.ui import memory_budget
 from kvviz.ui.text import plain
 
 DEFAULT_SOURCE = "bundled"  # the offline fallback: in the repository, always there
@@ -33,10 +36,42 @@ def session_source() -> str:
     return st.session_state["model_source"]
 
 
-@st.cache_resource(show_spinner="Loading the model…", max_entries=3)
+# One copy of each model in this process. Streamlit's cache keeps the last MODELS_KEPT loaded; a model it lets go
+# that a live lesson still holds is found here instead of being loaded a second time (five models cycled through
+# links once held a copy per lesson: 15 GiB after 15 tabs, issue 61).
+MODELS_KEPT = 3
+# source -> (a weak reference to its torch module, the LoadedModel's other fields): a lesson's engines hold the
+# module, not the LoadedModel around it, so the module is what tells whether a copy still lives
+_live_models: dict[str, tuple[weakref.ref, dict]] = {}
+_live_lock = threading.Lock()
+
+
+@st.cache_resource(show_spinner="Loading the model…", max_entries=MODELS_KEPT)
+def _loaded(source: str):
+    live = live_model(source)
+    if live is not None:
+        return live
+    memory_budget.check_model_load(source)  # a sentence, and nothing loads, past the server's memory budget
+    loaded = load_model(source)
+    others = {field.name: getattr(loaded, field.name) for field in fields(loaded) if field.name != "model"}
+    with _live_lock:
+        _live_models[source] = (weakref.ref(loaded.model), others)
+    return loaded
+
+
+def live_model(source: str):
+    """The copy of `source` this process holds (in Streamlit's cache, or in a live lesson's engines), or None."""
+    with _live_lock:
+        held = _live_models.get(source)
+        module = held[0]() if held else None
+        if held and module is None:
+            del _live_models[source]
+    return LoadedModel(model=module, **held[1]) if module is not None else None
+
+
 def shared_model(source: str):
     """One copy of each model for every session; sessions only read it."""
-    return load_model(source)
+    return live_model(source) or _loaded(source)
 
 
 def current_model():

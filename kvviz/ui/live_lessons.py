@@ -3,7 +3,8 @@
 Streamlit keeps a closed tab's session (and its session_state) until it reaps it lazily, so
 each lesson is registered under its session id and kind (a session may run a Prefill and decode
 lesson and a Speculative one, each with its own engines) and freed as soon as the runtime no
-longer lists that session as active. The budget is KVVIZ_MAX_LESSONS (default 60) lessons at once.
+longer lists that session as active. The budget is KVVIZ_MAX_LESSONS (default 60) lessons at once, and the
+server's memory budget (kvviz.ui.memory_budget): a lesson whose pool takes the process past it is released at once.
 A lesson has `released` and `release()`.
 """
 
@@ -16,7 +17,7 @@ import threading
 import time
 import weakref
 
-from kvviz.ui import streamlit_door
+from kvviz.ui import memory_budget, streamlit_door
 
 DEFAULT_MAX_LESSONS = 60
 SWEEP_EVERY_S = 10.0
@@ -75,6 +76,15 @@ def admit(lesson) -> str | None:
                     "classmate closes their tab, or replay a lesson file, which runs no model.")
         _live[key] = weakref.ref(lesson)
     _start_sweeper()
+    used, budget = memory_budget.headroom()  # its engine's pool is allocated now: it counts
+    if used > budget:
+        with _lock:
+            _live.pop(key, None)
+        lesson.release()
+        _give_back_memory()
+        return (f"This lesson would take this server past its memory budget ({used / memory_budget.GiB:,.1f} of "
+                f"{budget / memory_budget.GiB:,.1f} GiB, {memory_budget.BUDGET_VARIABLE}); choose fewer tokens or a "
+                "shorter prompt, or try again when fewer lessons run.")
     return None
 
 

@@ -14,17 +14,19 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 CODE_LETTERS = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I: read aloud and typed from a projector
-CODE_LENGTH = 6
+CODE_LENGTH = 8  # 32**8 codes: guessing one of 10 open rooms takes about 5.5e10 tries
 MAX_QUESTIONS = 50
 MAX_ANSWERS = 1000  # answers one question keeps (seats come and go; a lesson file holds this many: kvviz.lessons.files)
 MAX_ANSWER = 1e15  # bytes a lesson's cache could hold, with room to spare
 DEFAULTS = {"KVVIZ_MAX_ROOMS": 10, "KVVIZ_ROOMS_PER_CLIENT": 2, "KVVIZ_ROOM_STUDENTS": 60,
             "KVVIZ_SEAT_IDLE_S": 30, "KVVIZ_ROOM_IDLE_S": 3600}
 SEAT_PATTERN = re.compile(r"[A-Za-z0-9_-]{16}")  # secrets.token_urlsafe(12)
-GUESSES = {"session": 5, "address": 300}  # wrong codes each may try in GUESS_WINDOW_S seconds. A student is a
-# session; a whole class may share one address behind its school's router or a reverse proxy, so an address
-# gets a class's worth of typos (60 students, 5 each): at most 432,000 tries a day, about 1 in 250 of finding
-# one of 10 open rooms among 32**6 codes. A right code for a full room is no wrong code: it counts for neither.
+GUESSES = {"session": 5}  # wrong codes a session may try in GUESS_WINDOW_S seconds. Nothing is keyed on an address:
+# a class behind one router or a reverse proxy shares one (or none), and a script's tabs from it locked the class out
+# (issue 61). What keeps a code unguessable is its length: a script opening 50 sessions a second, 5 wrong codes each,
+# tries 15,000 codes a minute; one of 10 open rooms among 32**8 (1.1e12) codes takes it 5.5e10 tries on average,
+# about 7 years, and a room lives an hour or two (a chance of about 2 in 100,000 of finding one in two hours). A
+# right code for a full room is no wrong code.
 GUESS_WINDOW_S = 60.0
 # page -> (export: lesson -> file text, read: file text -> replay), or None for a page whose lessons a room kept
 # in Redis cannot carry: a room there carries its lesson as that file (kvviz.ui.room_redis)

@@ -1,8 +1,8 @@
 """Waking a room's followers from the server: a student's page reruns only the part that follows the teacher.
 
-    room_wake.follow("K7QW2M")           # inside a student's fragment: this session and fragment follow the room
-    room_wake.changed("K7QW2M")          # the teacher stepped: each follower reruns that fragment
-    room_wake.changed("K7QW2M", True)    # a new lesson, a question, a reveal, a closed room: each reruns its page
+    room_wake.follow("K7QW2MXP")           # inside a student's fragment: this session and fragment follow the room
+    room_wake.changed("K7QW2MXP")          # the teacher stepped: each follower reruns that fragment
+    room_wake.changed("K7QW2MXP", True)    # a new lesson, a question, a reveal, a closed room: each reruns its page
 
 No page polls for a step: the teacher's session (or, later, a thread that hears of a step from another
 process) calls `changed`, and each follower's Streamlit session is asked to rerun, on the server's

@@ -2,7 +2,7 @@
 
     room = rooms.open_room(lesson, page="paged_batching")   # the teacher's session owns it
     rooms.publish(room, step=3)                              # each time the teacher's page draws
-    found = rooms.take_seat("K7QW2M", seat, client)          # a student's link: the room, or one sentence
+    found = rooms.take_seat("K7QW2MXP", seat, session)       # a student's link: the room, or one sentence
     rooms.answer(found, question_id, 12.0, seat)             # a student's answer, under their seat
 
 A room belongs to one lesson page (Prefill and decode, Paged cache and batching, Speculative
@@ -17,17 +17,20 @@ KVVIZ_ROOM_IDLE_S seconds, or when the teacher closes it.
 A student holds a seat: a token the session keeps, never in the page's address, so a link passed on
 cannot take another student's seat; a reload is a new session with a new seat, and a seat whose page
 has not asked for news for KVVIZ_SEAT_IDLE_S seconds is free again. A wrong code and a full room get
-the same sentence (a code's existence is not told); a session or an address that tries more than its
-GUESSES wrong codes in GUESS_WINDOW_S seconds waits, and a full room's refusal counts as no wrong code.
+the same sentence (a code's existence is not told); a session that tries more than its GUESSES wrong codes in
+GUESS_WINDOW_S seconds waits, and a full room's refusal counts as no wrong code. Nothing is keyed on a browser's
+address (a class shares one behind a router; behind a local proxy there is none): a code's length keeps it
+unguessable (kvviz.ui.room_types), and KVVIZ_TEACHER_KEY, when set, is asked for before a room opens.
 
-Bounds, each an environment variable: KVVIZ_MAX_ROOMS rooms at once (default 10), KVVIZ_ROOMS_PER_CLIENT
-rooms opened from one address (2), KVVIZ_ROOM_STUDENTS seats a room (60), KVVIZ_SEAT_IDLE_S seconds
+Bounds, each an environment variable: KVVIZ_MAX_ROOMS rooms at once (default 10), one room a session (opening
+another closes it), KVVIZ_ROOMS_PER_CLIENT rooms opened from one known address (2), KVVIZ_ROOM_STUDENTS seats a room (60), KVVIZ_SEAT_IDLE_S seconds
 before an unseen seat is freed (30), KVVIZ_ROOM_IDLE_S seconds before an idle room closes (3600), and
 MAX_QUESTIONS questions a room (50).
 """
 
 from __future__ import annotations
 
+import os
 import secrets
 import time
 import unicodedata
@@ -52,6 +55,23 @@ def client_address() -> str | None:
         return st.context.ip_address
     except (AttributeError, RuntimeError):
         return None
+
+
+TEACHER_KEY_VARIABLE = "KVVIZ_TEACHER_KEY"
+
+
+def teacher_key_needed() -> bool:
+    """Whether this server asks for a teacher's key before it opens a room (KVVIZ_TEACHER_KEY is set)."""
+    return bool(os.environ.get(TEACHER_KEY_VARIABLE, ""))
+
+
+def teacher_key_refusal(typed: str) -> str | None:
+    """None when `typed` is this server's teacher key (or none is needed); else one sentence."""
+    key = os.environ.get(TEACHER_KEY_VARIABLE, "")
+    if not key or secrets.compare_digest(str(typed)[:200].encode(), key.encode()):
+        return None
+    return ("That is not this server's teacher key; ask whoever runs the class server for it "
+            "(KVVIZ_TEACHER_KEY), or follow your teacher's room link instead.")
 
 
 def new_seat() -> str:
@@ -144,12 +164,12 @@ def no_seat(code: str) -> str:
             "have closed or be full), or run the lesson on your own here.")
 
 
-def take_seat(code: str, seat: str, session: str | None = None, address: str | None = None) -> Room | str:
+def take_seat(code: str, seat: str, session: str | None = None) -> Room | str:
     """The room with this code, `seat` held in it (the same seat again after a reload); else one sentence.
-    The session and its address each try at most their GUESSES wrong codes in GUESS_WINDOW_S seconds."""
+    The session tries at most GUESSES["session"] wrong codes in GUESS_WINDOW_S seconds."""
     sweep()
     store, code, now = _store(), normalize(code), time.time()
-    keys = [(kind, name) for kind, name in (("session", session), ("address", address)) if name]
+    keys = [("session", session)] if session else []
     if store.guessed_too_often(keys, GUESSES, now):
         return ("Too many room codes were tried from here in the last minute; wait a minute, then check the "
                 "code with your teacher.")

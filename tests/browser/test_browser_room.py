@@ -53,7 +53,7 @@ def test_five_students_follow_the_teacher_answer_and_take_over(browser, app_url)
     press(teacher, "Open a room for the class", shows=room_link(teacher), exact=False)
     link = room_link(teacher).first.inner_text().strip()
     code = link.rsplit("=", 1)[1]
-    assert re.fullmatch(r"[A-Z2-9]{6}", code)
+    assert re.fullmatch(r"[A-Z2-9]{8}", code)
     qr = teacher.locator("[data-testid='stImage'] img").first  # the QR code, a PNG (an SVG was sanitized away)
     qr.wait_for()
     assert teacher.wait_for_function("img => img.complete && img.naturalWidth >= 100", arg=qr.element_handle())

@@ -14,9 +14,9 @@ from kvviz.lessons.speculative.logic import SpeculativeLesson
 
 from conftest import one_sentence
 
-ANSWERS = [RoomAnswers("K7QW2M", "Which physical block id will the pool give R2?", "block id", 3, 9.0,
+ANSWERS = [RoomAnswers("K7QW2MXP", "Which physical block id will the pool give R2?", "block id", 3, 9.0,
                        [4.0, 9.0, 9.0], exact=True),
-           RoomAnswers("K7QW2M", "How many bytes after five steps?", "bytes", 6, None, [1000.0])]
+           RoomAnswers("K7QW2MXP", "How many bytes after five steps?", "bytes", 6, None, [1000.0])]
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +41,7 @@ def test_the_rooms_answers_are_exported_and_replayed(files, kind):
     text, replay = files[kind]
     data = json.loads(text)
     assert data["format"] == LESSON_FORMAT == "kvviz-lesson/4"
-    assert data["room_answers"][0] == {"room": "K7QW2M", "question": ANSWERS[0].question, "unit": "block id",
+    assert data["room_answers"][0] == {"room": "K7QW2MXP", "question": ANSWERS[0].question, "unit": "block id",
                                        "step": 3, "engine": 9.0, "answers": [4.0, 9.0, 9.0], "exact": True}
     assert replay(text.encode()).room_answers == ANSWERS
 

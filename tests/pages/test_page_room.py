@@ -14,7 +14,7 @@ from kvviz.lessons.prefill_decode.stage import stage_data
 from kvviz.ui import live_lessons, room_store, rooms
 
 from open_room import room_of
-from conftest import ROOT, open_lesson
+from conftest import ROOT, one_sentence, open_lesson
 
 
 def click(at, label):
@@ -229,3 +229,21 @@ def test_the_qr_code_is_a_png_of_a_qr_codes_size():
     side = (modules.modules_count + 4) * 8  # border 2 each side, 8 px a module
     assert image.format == "PNG" and image.size == (side, side)
     assert set(image.convert("L").getdata()) == {0, 255}  # black modules on white
+
+
+def test_a_server_with_a_teacher_key_opens_rooms_for_its_teachers_only(monkeypatch):
+    """Issue 61 item 4: one student's tabs opened all 10 rooms and the real teacher was refused; the per-address
+    limit never applied behind a local reverse proxy. KVVIZ_TEACHER_KEY makes opening a room a teacher's act."""
+    monkeypatch.setenv("KVVIZ_TEACHER_KEY", "the staff room's key")
+    at = open_lesson("lessons/prefill_decode.py")
+    click(at, "Prefill")
+    at.text_input(key="room_teacher_key").set_value("a guess")
+    click(at, "Open a room for the class")
+    assert rooms.teachers_room("prefill_decode") is None or not room_store.store().codes()
+    assert any("teacher key" in e.value and one_sentence(e.value) for e in at.error), [e.value for e in at.error]
+    assert at.session_state["lesson_run"] is not None  # the lesson goes on
+    at.text_input(key="room_teacher_key").set_value("the staff room's key")
+    click(at, "Open a room for the class")
+    room = room_of(at)
+    assert room is not None and not at.error
+    rooms.close_room(room)

@@ -16,7 +16,7 @@ def replayed_answers():
 
     crafted = "![p](http://kvviz.invalid/x.png) [Log in again](http://kvviz.invalid/login) www.kvviz.invalid"
     room_answers.file_answers(SimpleNamespace(room_answers=[
-        RoomAnswers("K7QW2M", crafted, crafted, 3, 9.0, [4.0, 9.0]),
+        RoomAnswers("K7QW2MXP", crafted, crafted, 3, 9.0, [4.0, 9.0]),
         RoomAnswers(crafted[:12], crafted, "bytes", 6, None, [1000.0])]))
 
 
@@ -38,7 +38,7 @@ def many_answers():
     from kvviz.lessons.files import RoomAnswers
 
     room_answers.file_answers(SimpleNamespace(room_answers=[
-        RoomAnswers("K7QW2M", f"Question {i}?", "bytes", i, 9.0, [float(a) for a in range(60)]) for i in range(100)]))
+        RoomAnswers("K7QW2MXP", f"Question {i}?", "bytes", i, 9.0, [float(a) for a in range(60)]) for i in range(100)]))
 
 
 def test_a_file_of_many_questions_draws_one_chart_at_a_time():
@@ -56,7 +56,7 @@ def unit_answers():
     from kvviz.lessons import room_answers
     from kvviz.lessons.files import RoomAnswers
 
-    room_answers.file_answers(SimpleNamespace(room_answers=[RoomAnswers("K7QW2M", "How many?", "KV_bytes (x)", 3, 9.0,
+    room_answers.file_answers(SimpleNamespace(room_answers=[RoomAnswers("K7QW2MXP", "How many?", "KV_bytes (x)", 3, 9.0,
                                                                      [4.0, 9.0])]))
 
 

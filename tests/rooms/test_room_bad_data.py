@@ -71,7 +71,7 @@ def test_a_question_keeps_at_most_max_answers(redis_url, kind, monkeypatch):  # 
     for module in ("kvviz.ui.room_store", "kvviz.ui.room_redis", "kvviz.ui.room_codec"):
         monkeypatch.setattr(f"{module}.MAX_ANSWERS", 5)
     store = MemoryStore() if kind == "memory" else RedisStore(redis_url.url)
-    room = opened(store, FileLesson()) if kind == "redis" else room_types.Room("K7QW2M", "t", None, "p", FileLesson())
+    room = opened(store, FileLesson()) if kind == "redis" else room_types.Room("K7QW2MXP", "t", None, "p", FileLesson())
     if kind == "memory":
         store.add(room, 10, 10)
     store.ask(room, room_types.RoomQuestion("q", "How many blocks?", "blocks", 3))

@@ -33,7 +33,7 @@ def store(request) -> RoomStore:
         yield RedisStore(server.url, lesson_files=lambda page: (lambda lesson: "{}", lambda text: Lesson()))
 
 
-def opened(store: RoomStore, code: str = "K7QW2M", teacher: str = "teacher", client: str | None = None) -> Room:
+def opened(store: RoomStore, code: str = "K7QW2MXP", teacher: str = "teacher", client: str | None = None) -> Room:
     room = Room(code, teacher, None, PAGE, Lesson(), client=client)
     assert store.add(room, 10, 10) is None
     return store.get(code)
@@ -52,13 +52,13 @@ def test_both_stores_declare_the_interface(store):
 def test_rooms_open_up_to_their_bounds_and_close(store):
     room = opened(store, client="10.0.0.9")
     assert isinstance(room, Room) and room.page == PAGE and room.code in store.codes()
-    assert store.add(Room("K7QW2M", "t", None, PAGE, Lesson()), 10, 10) == ("taken", 0)
+    assert store.add(Room("K7QW2MXP", "t", None, PAGE, Lesson()), 10, 10) == ("taken", 0)
     assert store.add(Room("K7QW2N", "t", None, PAGE, Lesson(), client="10.0.0.9"), 10, 1) == \
         ("KVVIZ_ROOMS_PER_CLIENT", 1)
     assert store.add(Room("K7QW2P", "t", None, PAGE, Lesson()), 1, 10) == ("KVVIZ_MAX_ROOMS", 1)
-    assert [r.code for r in store.teachers("teacher")] == ["K7QW2M"] and store.teachers("nobody") == []
+    assert [r.code for r in store.teachers("teacher")] == ["K7QW2MXP"] and store.teachers("nobody") == []
     store.remove(room)
-    assert store.get("K7QW2M") is None and store.codes() == [] and store.lost_room("teacher") is None
+    assert store.get("K7QW2MXP") is None and store.codes() == [] and store.lost_room("teacher") is None
 
 
 def test_a_snapshot_changed_by_a_page_changes_nothing_kept(store):
@@ -136,7 +136,7 @@ def test_wrong_codes_are_counted_per_key_within_the_window(store):
 
 def test_the_sweep_closes_the_rooms_whose_teacher_left(store):
     """Idle rooms close in the sweep here, or expire on the Redis server on their own (KVVIZ_ROOM_IDLE_S)."""
-    for code in ("BBBBBB", "CCCCCC"):
+    for code in ("BBBBBBBB", "CCCCCCCC"):
         opened(store, code)
-    store.sweep(time.time(), 3600, lambda room: room.code == "BBBBBB")
-    assert store.get("BBBBBB") is None and store.get("CCCCCC") is not None
+    store.sweep(time.time(), 3600, lambda room: room.code == "BBBBBBBB")
+    assert store.get("BBBBBBBB") is None and store.get("CCCCCCCC") is not None

@@ -27,7 +27,7 @@ def test_a_student_on_another_process_follows_and_a_killed_redis_leaves_both_run
         stack.callback(teacher_context.close)
         start_lesson(teacher)
         code = open_room(teacher)
-        assert re.fullmatch(r"[A-Z2-9]{6}", code)
+        assert re.fullmatch(r"[A-Z2-9]{8}", code)
 
         student_context, student = new_page(browser, f"{url_b}/prefill_decode?room={code}")  # process B
         stack.callback(student_context.close)
