@@ -40,9 +40,10 @@ def refusal(lesson: Lesson, kind: str) -> str | None:
     """Why a question of this kind cannot be asked now (its answer's step would never come), or None."""
     step = len(lesson.visible_records) - 1
     ahead = 5 if kind == "bytes_after_five" else 1
-    if lesson.finished and not lesson.replay:  # a chat model's end of turn, or the tokens asked for, came
+    ended = lesson.replay or lesson.finished  # its last step is known: a chat model's end of turn may come early
+    last_step = len(lesson.records) - 1 if ended else lesson.settings.sampling.max_tokens - 1
+    if ended and step >= last_step:  # a live lesson and its replay say the same at the end
         return "The lesson has ended, so no step is left to reveal an answer; press Reset or Prefill to ask again."
-    last_step = len(lesson.records) - 1 if lesson.replay else lesson.settings.sampling.max_tokens - 1
     if step + ahead >= last_step:  # the final step frees the request's blocks
         return f"The lesson ends before {ahead} more step(s) can run; ask earlier or generate more tokens."
     return None
