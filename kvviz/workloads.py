@@ -24,6 +24,7 @@ from kvviz.models import default_heldout_text
 
 MAX_UPLOAD_BYTES = 2 * 1024 * 1024  # a classroom's prompt file, not a dataset
 MAX_PROMPTS_FILE_BYTES = 64 * 2**20  # the command line's --prompts: read only when no larger
+MAX_PROMPTS = 100_000  # prompts one file may hold: the engine's requests, their outputs and the JSONL stay bounded
 MAX_PROMPT_CHARS = 1_000_000  # one prompt, about 250,000 tokens: checked before the tokenizer reads it
 MAX_UPLOAD_PROMPTS = 1024  # prompts in one uploaded file
 MAX_JOB_TOKENS = 200_000  # prompt tokens plus tokens to generate, over the whole job
@@ -173,6 +174,9 @@ def parse_prompts(text: str, name: str) -> list[str]:
         prompts = [line for line in lines if line.strip()]
     if not prompts:
         raise ValueError(f"{name} holds no prompts; write at least one non-empty line.")
+    if len(prompts) > MAX_PROMPTS:  # 2,000,000 one-character lines ran 121 CPU s and 3.8 GB, no request done
+        raise ValueError(f"{name} holds {len(prompts):,} prompts, more than the {MAX_PROMPTS:,} one run takes; "
+                         "split it into several files.")
     return prompts
 
 

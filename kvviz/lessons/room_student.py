@@ -11,6 +11,7 @@ import streamlit as st
 
 from kvviz.lessons.catalog import BY_KEY
 from kvviz.lessons.room_view import CAUGHT_UP, FALLBACK_S, FollowedLesson
+from kvviz.ui.stage import reported_step
 from kvviz.ui import room_types, room_wake, rooms, streamlit_door
 from kvviz.ui.common import load_linked_model
 
@@ -71,7 +72,7 @@ def followed_room(lesson: FollowedLesson) -> room_types.Room | None:
         room_wake.forget()
         return None
     if room is None and rooms.down():  # the rooms' server went away: the replay stays, at its step
-        copy, held = st.session_state.get(lesson.keys.run), st.session_state.get("room_stage", {}).get("step")
+        copy, held = st.session_state.get(lesson.keys.run), reported_step(st.session_state.get("room_stage"))
         if copy is not None and held is not None and \
                 st.session_state.get(lesson.keys.view) == st.session_state.get("room_views_step"):  # views not moved
             st.session_state[lesson.keys.view] = min(held, len(copy.records) - 1)  # the step the stage last showed

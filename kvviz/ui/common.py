@@ -75,8 +75,15 @@ def shared_model(source: str):
 
 
 def current_model():
-    """The model this session picked (the bundled one until another loads)."""
-    return shared_model(session_source())
+    """The model this session picked (the bundled one until another loads). A model the server can no longer load
+    for it (past its memory budget, once Streamlit's cache let it go) leaves the session on the bundled model, with
+    the sidebar's sentence saying why."""
+    try:
+        return shared_model(session_source())
+    except ModelLoadError as error:
+        st.session_state["model_error"] = str(error)
+        st.session_state["model_source"] = DEFAULT_SOURCE
+        return shared_model(DEFAULT_SOURCE)
 
 
 def _load_requested_model(on_model_change) -> None:

@@ -81,7 +81,10 @@ def refusal(adds: int, what: str, advice: str) -> str | None:
 
 
 def check_model_load(source: str) -> None:
-    """ModelLoadError (one sentence) when loading `source` would take the process past the budget."""
+    """ModelLoadError (one sentence) when loading `source` would take the process past the budget. The bundled
+    model (10 MB) always loads: it is every session's fallback."""
+    if source == "bundled":
+        return
     said = refusal(model_bytes(source), f"Loading {source[:80]!r}",
                    "use a model already loaded here, or ask again when fewer lessons run")
     if said:

@@ -22,12 +22,14 @@ def test_a_model_streamlits_cache_let_go_is_not_loaded_twice_while_a_lesson_hold
 def test_a_model_load_past_the_budget_is_refused_in_a_sentence(monkeypatch):
     used = memory_budget.resident_bytes()
     monkeypatch.setenv(memory_budget.BUDGET_VARIABLE, str((used + 2**20) / memory_budget.GiB))  # a MiB of headroom
-    assert memory_budget.model_bytes("bundled") > 4 * 2**20  # its 10 MB of weights do not fit the headroom
+    folder = memory_budget.BUNDLED_DIR  # a folder of weights, loaded by its path: 10 MB past the MiB of headroom
+    assert memory_budget.model_bytes(str(folder)) > 4 * 2**20
     with pytest.raises(ModelLoadError) as refused:
-        memory_budget.check_model_load("bundled")
+        memory_budget.check_model_load(str(folder))
     assert one_sentence(str(refused.value)) and "KVVIZ_MEMORY_GIB" in str(refused.value)
+    memory_budget.check_model_load("bundled")  # the fallback always loads
     monkeypatch.setenv(memory_budget.BUDGET_VARIABLE, str(used / memory_budget.GiB + 4))
-    memory_budget.check_model_load("bundled")  # room enough: no sentence
+    memory_budget.check_model_load(str(folder))  # room enough: no sentence
 
 
 def test_a_lesson_past_the_budget_is_refused_and_the_session_keeps_its_state(monkeypatch):

@@ -183,6 +183,19 @@ def restore_from_query() -> None:
         st.session_state["lesson_error"] = " ".join(notes + [st.session_state.get("lesson_error", "")]).strip()
 
 
+MAX_PROMPT_CHARS = 100_000  # past any context a lesson's model has (32,768 tokens of Gemma 3 are about this)
+
+
+def prompt_too_long() -> str | None:
+    """The sentence refusing the page's prompt when it is longer than any lesson can take, checked before it is
+    tokenized: the box's limit is the browser's, and a script's 20 MB prompt cost 24 CPU s and 2.9 GiB to tokenize."""
+    length = len(str(setting("lesson_prompt")))
+    if length <= MAX_PROMPT_CHARS:
+        return None
+    return (f"The prompt is {length:,} characters long, more than the {MAX_PROMPT_CHARS:,} a lesson takes; "
+            "use a shorter one.")
+
+
 def _model_and_prompt():
     """The loaded model, its device, and how many tokens the page's prompt is: what an estimate needs."""
     lm = current_model()
@@ -202,6 +215,9 @@ def prefill() -> None:
     """Prefill pressed: a new lesson from the page's settings, its prompt through the model, in the page's
     script under a spinner that names the work, its estimate and the seconds so far (shown past 0.5 s: a
     long prompt on a deep model). One forward pass cannot stop midway, so there is no Stop."""
+    if prompt_too_long():
+        st.session_state["lesson_error"] = prompt_too_long()
+        return
     lm, device, prompt_tokens = _model_and_prompt()
     work = lesson_work(lm, prompt_tokens, 0)
     seconds = work.seconds(device)
@@ -225,6 +241,9 @@ def run_to_step(target: int, slot=None, what: str = "the link's lesson", started
     lesson's prefill ran, before the steps after it."""
     st.session_state["lesson_max_tokens"] = min(max(int(setting("lesson_max_tokens")), target + 1),
                                                 MAX_LESSON_TOKENS)
+    if prompt_too_long():
+        st.session_state["lesson_error"] = prompt_too_long()
+        return
     lm, device, prompt_tokens = _model_and_prompt()
     reachable = furthest_step(lm, prompt_tokens, target, device)
     if reachable < 0:  # not even the prefill fits: check_click says so

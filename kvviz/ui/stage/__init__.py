@@ -81,10 +81,23 @@ def show_stage(data: dict | bytes, key: str, on_step=None, step: int | None = No
     step = data["step"] if step is None else step
     result = _stage(key=key, data=data, default={"step": step}, on_step_change=on_step or (lambda: None),
                     on_lost_change=on_lost or (lambda: None))
-    return int(result.get("step", step))
+    reported = reported_step(result)
+    return step if reported is None else reported
 
 
 def chosen_step(key: str) -> int | None:
-    """In an on_step callback: the step the browser moved to."""
-    value = st.session_state.get(key)
-    return None if value is None else value.get("step")
+    """In an on_step callback: the step the browser moved to (None when its report is not a step)."""
+    return reported_step(st.session_state.get(key))
+
+
+MOST_STEP = 10**6  # far past any lesson's last step; a report past it is no step
+
+
+def reported_step(value) -> int | None:
+    """The step in a browser's report ({"step": 3}), checked where it enters: a whole number from 0 to MOST_STEP,
+    else None. A script can send anything ({"step": -2} drew the second-last step with an error box; a 5,000-digit
+    number, [1, 2] or NaN left every later click of its tab failing); the caller keeps the step it had."""
+    step = value.get("step") if isinstance(value, dict) else None
+    if isinstance(step, bool) or not isinstance(step, (int, float)) or step != step:
+        return None
+    return int(step) if 0 <= step <= MOST_STEP and float(step).is_integer() else None
