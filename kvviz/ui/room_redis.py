@@ -24,6 +24,7 @@ answer "no room" for RETRY_S seconds, and `down()` gives the pages their one sen
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -112,6 +113,22 @@ def guess_key(kind: str, name: str) -> str:
     return f"kvviz:guesses:{kind}:{digest(name)}"
 
 
+def heard(message) -> tuple[str, bool, str] | None:
+    """A change message from Redis as (room code, whether the whole page changed, the process that told), or None
+    for anything else: a channel that names no room, data that is not JSON kvviz wrote, or not an object."""
+    channel, data = message.get("channel"), message.get("data")
+    parts = channel.split(":") if isinstance(channel, str) else []
+    if len(parts) != 4 or not valid_code(parts[2]) or not isinstance(data, (str, bytes)) or len(data) > 1000:
+        return None
+    try:
+        news = json.loads(data)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(news, dict) or not isinstance(news.get("by", ""), str):
+        return None
+    return parts[2], news.get("full") is True, news.get("by", "")
+
+
 def valid_code(code: str) -> bool:
     return len(code) == CODE_LENGTH and all(ch in CODE_LETTERS for ch in code)
 
@@ -191,20 +208,29 @@ class RedisStore:
         self.redis.publish(room_key(code, "changed"), json.dumps({"by": self.me, "full": full}))
 
     def listen(self) -> None:
-        """This process's one subscriber: another process's change wakes the followers here."""
+        """This process's one subscriber: another process's change wakes the followers here. Whatever a message
+        holds, the listener goes on (one PUBLISH of `5` once stopped it in every app process for good); when the
+        server goes away its subscription is closed before a new one is made (each retry once leaked one)."""
         while True:
+            pubsub = None
             try:
                 pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
                 pubsub.psubscribe(room_key("*", "changed"))
                 while True:
                     message = pubsub.get_message(timeout=1.0)
-                    if message is None:
+                    change = heard(message) if message is not None else None
+                    if change is None or change[2] == self.me or self.on_change is None:
                         continue
-                    code, news = message["channel"].split(":")[2], json.loads(message["data"])
-                    if news.get("by") != self.me and self.on_change is not None:
-                        self.on_change(code, bool(news.get("full")))
-            except (redis.RedisError, ValueError, OSError):
+                    try:
+                        self.on_change(change[0], change[1])
+                    except Exception:  # a follower's wake-up that fails must not stop the others'
+                        log.exception("waking room %s's followers failed", change[0])
+            except (redis.RedisError, OSError):
                 time.sleep(1.0)  # the server went away: try again
+            finally:
+                if pubsub is not None:
+                    with contextlib.suppress(redis.RedisError, OSError):
+                        pubsub.close()
 
     # ---- rooms -------------------------------------------------------------------------------------
     @answering(("down", 0))

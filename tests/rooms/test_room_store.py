@@ -192,3 +192,27 @@ def test_every_lesson_a_room_can_follow_has_its_files_served():
         if files is not None:
             export, read = files
             assert callable(export) and callable(read)
+
+
+def test_the_listener_survives_any_message_and_leaks_no_subscription(redis_url):  # noqa: F811
+    """Issue 61 item 9: one `PUBLISH kvviz:room:ANY:changed 5` stopped the room listener in every app process for
+    good (followers fell back to the 10 s beat until a restart), and each non-JSON message leaked a subscription."""
+    calls = []
+    a = RedisStore(redis_url.url, lesson_files=lesson_files)
+    b = RedisStore(redis_url.url, on_change=lambda code, full=False: calls.append((code, full)), lesson_files=lesson_files)
+    room = opened(a, FileLesson([{"step": 0}]))
+    server = redis.Redis.from_url(redis_url.url, decode_responses=True)
+    assert wait_for(lambda: server.pubsub_numpat() >= 1)  # b's listener has subscribed
+    clients = len(server.client_list())
+    for data in ("5", "not json", "[1, 2]", '{"x": 1}', '{"by": 5}', "null", "{" * 5000, '"text"'):
+        server.publish(f"kvviz:room:{room.code}:changed", data)
+    for channel in ("kvviz:room:ANY:changed", "kvviz:room::changed", "kvviz:room:a:b:c:changed"):
+        server.publish(channel, '{"by": "someone", "full": true}')
+    time.sleep(0.5)
+    lesson = a.get(room.code).lesson
+    lesson.records.append({"step": 1})
+    calls.clear()
+    assert a.publish(room, 1, 0, time.time())  # the teacher steps: b still hears of it
+    assert wait_for(lambda: (room.code, False) in calls), calls
+    assert all(code == room.code for code, _ in calls)  # no code a message made up was passed on
+    assert len(server.client_list()) <= clients  # no subscription leaked
