@@ -52,8 +52,16 @@ def ready_folder(key: str) -> Path | None:
 def damage(folder: Path, hashes: bool = False) -> str | None:
     """What is wrong with a published folder (one phrase), or None. Sizes always; with `hashes`, every
     file's SHA-256 against READY's too (a second or two for SmolLM2's 542 MB)."""
-    listed = read_ready(folder).get("files", {})
-    for name, (size, sha256) in listed.items():
+    listed = read_ready(folder).get("files")
+    # READY without its list of files (unreadable, `{}`, damaged) turned every size and hash check off, and a
+    # folder whose weights had changed was "ready, nothing to do": such a folder is damaged, fetched again
+    if not isinstance(listed, dict) or "config.json" not in listed or not any(
+            name.endswith(".safetensors") for name in listed):
+        return "its READY lists no files to check"
+    for name, entry in listed.items():
+        if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], int) and isinstance(entry[1], str)):
+            return "its READY is damaged"
+        size, sha256 = entry
         path = folder / name
         if not path.is_file() or path.stat().st_size != size:
             return f"{name} is missing or cut short"

