@@ -56,6 +56,14 @@ def next_token(page) -> bool:
     return True
 
 
+def prefilled(page, address: str) -> None:
+    """Open `address` (a Prefill and decode link) with a model's long timeouts and press Prefill."""
+    page.set_default_timeout(SLOW_S * 1000)
+    page.goto(address)
+    wait_drawn(page, page.get_by_role("button", name="Prefill", exact=True), timeout=SLOW_S)
+    press(page, "Prefill", shows=stage_caption(page), timeout=SLOW_S)
+
+
 def audit(page, where: str, found: dict) -> None:
     problems = violations(page)
     if problems:
@@ -66,10 +74,7 @@ def audit(page, where: str, found: dict) -> None:
 def test_smollm2_fills_one_projector_screen_to_the_lessons_end(app_url):  # noqa: F811
     found, far = {}, {}
     with browser_page(1280, HEIGHT) as page:
-        page.set_default_timeout(SLOW_S * 1000)
-        page.goto(f"{app_url}/prefill_decode?model=smollm2&presenter=1")
-        wait_drawn(page, page.get_by_role("button", name="Prefill", exact=True), timeout=SLOW_S)
-        press(page, "Prefill", shows=stage_caption(page), timeout=SLOW_S)
+        prefilled(page, f"{app_url}/prefill_decode?model=smollm2&presenter=1")
         far["prefill"] = off_screen(page)
         audit(page, "after Prefill", found)
         steps = 0
@@ -96,10 +101,7 @@ def test_smollm2_fills_one_projector_screen_to_the_lessons_end(app_url):  # noqa
 def test_gemma3s_sliding_layers_give_blocks_back_on_one_screen(app_url):  # noqa: F811
     found, far = {}, {}
     with browser_page(1280, HEIGHT) as page:
-        page.set_default_timeout(SLOW_S * 1000)
-        page.goto(f"{app_url}/prefill_decode?model=gemma3&presenter=1&tokens=14&prompt={quote(PAST_THE_WINDOW)}")
-        wait_drawn(page, page.get_by_role("button", name="Prefill", exact=True), timeout=SLOW_S)
-        press(page, "Prefill", shows=stage_caption(page), timeout=SLOW_S)
+        prefilled(page, f"{app_url}/prefill_decode?model=gemma3&presenter=1&tokens=14&prompt={quote(PAST_THE_WINDOW)}")
         expect(page.locator("[data-testid='stage-head-groups']")).to_contain_text("4 query heads share 1 KV head (MQA)")
         assert page.locator("[data-testid='stage-block-table-0']").count() == 1  # a table and a pool per group
         assert page.locator("[data-testid='stage-pool-1']").count() == 1

@@ -354,18 +354,16 @@ class Lesson:
             # all-layers count would bill the sliding layers for every position, past their window)
             size, by_kind = self.settings.block_size, bytes_per_token_by_kind(shape, dtype_bytes)
             group_blocks = [sum(block is not None for block in table) for table in tables]
-            oldest = len(tables[-1]) - group_blocks[-1]
-            token_bytes = cached_tokens * by_kind.get(FULL, 0) + (cached_tokens - oldest * size) * by_kind.get(SLIDING, 0)
+            sliding_held = cached_tokens - self.given_back(step)  # positions the sliding layers still hold
+            token_bytes = cached_tokens * by_kind.get(FULL, 0) + sliding_held * by_kind.get(SLIDING, 0)
             block_bytes = size * (group_blocks[0] * by_kind.get(FULL, 0) + group_blocks[-1] * by_kind.get(SLIDING, 0))
             blocks = [block for table in tables for block in table if block is not None]
-            slack_slots = len(blocks) * size - cached_tokens - (cached_tokens - oldest * size)
+            slack_slots = len(blocks) * size - cached_tokens - sliding_held
         # a sliding layer gives a block back only once its window has passed all of the block's positions: its
         # oldest block may still hold positions outside the window, which the formula (the window alone) leaves out
         outside, outside_bytes = 0, 0
         if group_blocks and shape.sliding_window and tokens > shape.sliding_window:
-            sliding_table = tables[-1]
-            oldest_held = next((logical for logical, block in enumerate(sliding_table) if block is not None), 0)
-            outside = max(0, tokens - shape.sliding_window - oldest_held * self.settings.block_size)
+            outside = max(0, tokens - shape.sliding_window - self.given_back(step))
             outside_bytes = outside * bytes_per_token_by_kind(shape, dtype_bytes).get(SLIDING, 0)
         return {"tokens": tokens, "formula": [line.formula for line in lines],
                 "outside_window": outside, "outside_window_bytes": outside_bytes, "window": shape.sliding_window,
