@@ -333,7 +333,11 @@ def _load_pretrained(where: str, name: str, source: str, device, dtype) -> Loade
                              "parts of it would run on random numbers; download or copy it again in full.")
     try:
         tokenizer = AutoTokenizer.from_pretrained(where, local_files_only=True, trust_remote_code=False)
-    except Exception:  # a checkpoint without tokenizer still runs on token ids
+    except Exception as error:  # a checkpoint without tokenizer still runs on token ids
+        if "trust_remote_code" in str(error):  # there is one, but only its own Python would read it
+            raise ModelLoadError(f"The tokenizer of {name!r} needs its own code to run (trust_remote_code), and "
+                                 "kvviz runs no code from a checkpoint; use a checkpoint whose tokenizer "
+                                 "transformers reads by itself.") from None
         tokenizer = None
     vocab_size = model.get_input_embeddings().weight.shape[0]
     if tokenizer is not None and len(tokenizer) > vocab_size:  # its ids past the table: an IndexError mid-lesson

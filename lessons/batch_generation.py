@@ -9,6 +9,7 @@ from kvviz.lessons.batch_generation import figures
 from kvviz.lessons.batch_generation import state as bs
 from kvviz.lessons.batch_generation.logic import COMPARE_REPEATS, run_batch
 from kvviz.lessons.budget import click_seconds
+from kvviz.lessons.uploads import browser_megabytes
 from kvviz.throughput import DEFINITION, throughput_text
 from kvviz.ui.common import current_model, show_code
 from kvviz.ui.text import plain
@@ -34,7 +35,7 @@ with workload_col:
     if source == bs.UPLOAD:
         st.file_uploader(f"A .txt file (one prompt per line) or a .jsonl file (one {{\"prompt\": ...}} per line), "
                          f"{UPLOAD_LIMITS}", key="batch_upload", on_change=bs.on_new_upload,
-                         max_upload_size=MAX_UPLOAD_BYTES // 2**20)  # the browser refuses a bigger file unsent
+                         max_upload_size=browser_megabytes(MAX_UPLOAD_BYTES))  # a bigger one refused unsent
         summary, upload_problem = bs.upload_summary()
         if not hasattr(st.session_state.get("batch_upload"), "getvalue"):
             st.caption("Nothing uploaded yet.")

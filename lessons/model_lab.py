@@ -4,13 +4,14 @@ import dataclasses
 
 import streamlit as st
 
-from kvviz.lessons.budget import WorkTooLarge, timed
+from kvviz.lessons.budget import WorkTooLarge, click_seconds, says, timed
 from kvviz.engine.errors import EngineError
 from kvviz.lessons.model_lab import figures
 from kvviz.lessons.model_lab import logic as lab
 from kvviz.models import CustomShape, ModelLoadError
 from kvviz.shapes import format_bytes
 from kvviz.ui.common import show_code
+from kvviz.ui.progress import StopBar, how_it_stopped
 
 LONGEST_CONTEXTS = [128, 256, 512, 1024, 2048]
 
@@ -40,15 +41,20 @@ def _measure(slot) -> None:
     rounds timed by then wait under "lab_measuring" for the next run of the page."""
     for key in ("lab_error", "lab_stopped"):
         st.session_state.pop(key, None)
-    with slot.container():
-        bar = st.progress(0.0, text="Building the model with random weights")
-        st.button("Stop", key="lab_stop", icon=":material/stop:",
-                  help="Keep the rounds timed so far: every length, timed fewer times.")
+    shape, device = _shape(), lab.pick_device(None)
+    try:
+        lab.check_lab_size(shape, device)  # refused in a sentence before any bar: too big, or past the budget
+    except ValueError as error:  # ModelLoadError, WorkTooLarge
+        st.session_state["lab_error"] = str(error)
+        return
+    seconds = lab.measurement_work(shape, lab.LAB_REPEATS).seconds(device)
+    bar = StopBar(slot, "lab_stop", f"Estimated about {seconds:,.0f} s on this server, {says(device, 'lab')}; "
+                  "building the model with random weights", "Keep the rounds timed so far: every length, timed "
+                  "fewer times.", estimate_s=seconds, budget_s=click_seconds())
 
     def progress(done: int, total: int, text: str) -> None:
-        bar.progress(done / total, text=f"{text} ({done} of {total} rounds done)")
+        bar.move(done / total, f"{text} ({done} of {total} rounds done)", every_s=0.0)
 
-    shape = _shape()
     st.session_state["lab_measuring"] = (shape, None)  # stopped now: nothing timed yet
     try:
         lm = built_model(shape)
@@ -72,13 +78,17 @@ def _keep_a_stopped_measurement() -> None:
     if "lab_measuring" not in st.session_state:
         return
     shape, result = st.session_state.pop("lab_measuring")
+    how = how_it_stopped()
     if result is not None and result.timings:
         # a copy: the stopped run's thread may still finish the round it was timing, until its next bar move
         kept = dataclasses.replace(result, timings=list(result.timings))
         st.session_state["lab_result"], st.session_state["lab_result_shape"] = kept, shape
+        if how != "Stopped":  # the result below says how many rounds; this says why
+            st.session_state["lab_stopped"] = (f"{how} so the rounds timed by then are shown; a shorter longest "
+                                               "context or fewer layers make a measurement shorter.")
     else:
         planned = f" of {result.rounds_planned}" if result is not None else ""
-        st.session_state["lab_stopped"] = (f"Stopped after 0{planned} rounds: nothing was timed, so nothing new "
+        st.session_state["lab_stopped"] = (f"{how} after 0{planned} rounds: nothing was timed, so nothing new "
                                            "is shown. Press **Measure** to start again.")
 
 

@@ -12,7 +12,7 @@ import streamlit as st
 from kvviz.lessons.catalog import BY_KEY
 from kvviz.lessons.room_view import CAUGHT_UP, FALLBACK_S, FollowedLesson
 from kvviz.ui.stage import reported_step
-from kvviz.ui import room_types, room_wake, rooms, streamlit_door
+from kvviz.ui import fair_share, room_types, room_wake, rooms, streamlit_door
 from kvviz.ui.common import load_linked_model
 
 
@@ -145,10 +145,17 @@ def take_over(lesson: FollowedLesson, slot) -> None:
     if refused:  # the student's own copy would run on another model: a different lesson, so none
         st.session_state["room_error"] = f"Take over needs the teacher's model; you still follow room {room.code}. {refused}"
         return
-    st.session_state.pop(lesson.keys.run, None)  # the replay followed: the student's own run takes its place
     left = []
-    lesson.room.take_over(lesson, room.lesson, min(room.step, len(room.lesson.records) - 1), slot,
-                          lambda: left.append(stop_following(lesson, keep_lesson=True)))
+    with fair_share.TAKE_OVERS.turn() as mine:
+        if not mine:
+            st.session_state["room_error"] = (
+                f"{fair_share.TAKE_OVERS.at_once} other student{'s are' if fair_share.TAKE_OVERS.at_once > 1 else ' is'} "
+                f"taking over on this server right now, which is all it runs at once so the teacher's clicks stay "
+                f"quick; you still follow room {room.code}, so press Take over again in a few seconds.")
+            return
+        st.session_state.pop(lesson.keys.run, None)  # the replay followed: the student's own run takes its place
+        lesson.room.take_over(lesson, room.lesson, min(room.step, len(room.lesson.records) - 1), slot,
+                              lambda: left.append(stop_following(lesson, keep_lesson=True)))
     slot.empty()
     if not left:
         reason = st.session_state.pop(lesson.keys.error, "")

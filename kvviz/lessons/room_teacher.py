@@ -37,8 +37,7 @@ def teacher_panel(lesson: FollowedLesson, run, step: int) -> None:
     if room is None:
         lost = rooms.lost_room()
         if lost:
-            st.warning(f"Room {lost} is gone from the class room server (it restarted without its data, or the "
-                       "room was deleted there); open a new room and give the class its new link.")
+            st.warning(lost)
         typed = (st.text_input("Teacher key", type="password", key="room_teacher_key", max_chars=200,
                                help="This class server opens rooms for its teachers only (KVVIZ_TEACHER_KEY).")
                  if rooms.teacher_key_needed() else "")

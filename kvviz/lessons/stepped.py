@@ -22,6 +22,7 @@ import streamlit as st
 from kvviz.engine.errors import EngineError
 from kvviz.lessons import room_student, room_teacher
 from kvviz.lessons.budget import click_seconds
+from kvviz.lessons.files import MAX_LESSON_BYTES, LessonFileError
 from kvviz.lessons.room_view import RoomPart
 from kvviz.lessons.uploads import file_buttons
 from kvviz.ui import live_lessons, room_types, rooms
@@ -88,8 +89,15 @@ class Stepped:
     room: RoomPart | None = None  # how a room follows it (kvviz.lessons.room_view)
 
     def room_file(self, run) -> str:
-        """The teacher's run as its lesson file's text, as a room in Redis carries it."""
-        return self.export(run, 0)
+        """The teacher's run as its lesson file's text, as a room in Redis carries it; LessonFileError past the
+        size every process's replay of it would refuse (a lesson file's, MAX_LESSON_BYTES)."""
+        text = self.export(run, 0)
+        if len(text) > MAX_LESSON_BYTES:  # characters: never more than the bytes the replay counts
+            raise LessonFileError(
+                f"This lesson's file is {len(text) / 2**20:,.1f} MiB, more than the {MAX_LESSON_BYTES // 2**20} MiB a "
+                "room carries to the class's other server processes; a room holds a shorter lesson (fewer tokens, "
+                "or a smaller model).")
+        return text
 
     def from_room_file(self, text):
         """A replay of a lesson file's text that a room carried (raises LessonFileError)."""

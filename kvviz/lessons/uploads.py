@@ -8,6 +8,14 @@ from kvviz.lessons.files import MAX_LESSON_BYTES, LessonFileError
 from kvviz.ui.text import plain
 
 
+def browser_megabytes(limit_bytes: int) -> int:
+    """The upload size to give Streamlit for a limit of `limit_bytes`: its browser counts a megabyte as 10**6
+    bytes (on Linux and macOS), so a limit of 20 MiB given as 20 refused a 20 MiB file as "must be 20.0MB or
+    smaller"; the whole megabytes above the limit let the file reach kvviz's own check, which says the limit
+    in MiB."""
+    return -(-limit_bytes // 10**6)
+
+
 def file_buttons(export, file_name: str, upload_key: str, replay) -> None:
     """Export (when `export`, a function giving the JSON, is not None) and replay buttons. An upload
     goes to `replay(data)`, which raises LessonFileError on a bad file: its sentence shows once."""
@@ -19,7 +27,7 @@ def file_buttons(export, file_name: str, upload_key: str, replay) -> None:
         a.download_button("Export lesson (JSON)", export, file_name=file_name, mime="application/json",
                           width="stretch", on_click="ignore")
     b.file_uploader("Replay a lesson file", type=["json"], key=upload_key, on_change=_on_upload,
-                    args=(upload_key, replay), max_upload_size=MAX_LESSON_BYTES // 2**20,
+                    args=(upload_key, replay), max_upload_size=browser_megabytes(MAX_LESSON_BYTES),
                     help=f"Replays every view from the recorded steps, with no model. Files up to "
                          f"{MAX_LESSON_BYTES // 2**20} MiB.")
     if upload_key + "_error" in st.session_state:  # shown once: the next action clears it

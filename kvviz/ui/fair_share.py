@@ -21,6 +21,7 @@ Streamlit's session object is reached through kvviz.ui.streamlit_door, the one d
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -161,3 +162,30 @@ def running() -> Iterator[None]:
     finally:
         if session is not None:
             pacer_of(session).last_run_s = time.perf_counter() - started
+
+
+# ---- the server's cores, among its long clicks ---------------------------------------------------------
+class Turns:
+    """How many clicks of one heavy kind may run at once on this server (a Take over replays a lesson to the
+    teacher's step: 30 s of a core). Twenty students pressing it together ran twenty such runs side by
+    side, and the teacher's Next token waited 6-7 s for a core (issue 61); past `at_once` a press is
+    refused in a sentence instead, and the runs that do go keep the pace they learn near the truth."""
+
+    def __init__(self, at_once: int):
+        self.at_once = at_once
+        self._free = threading.BoundedSemaphore(at_once)
+
+    @contextlib.contextmanager
+    def turn(self) -> Iterator[bool]:
+        """Yields whether this click may run now; a turn taken is given back however the click ends (a Stop
+        or the clock's stop included)."""
+        taken = self._free.acquire(blocking=False)
+        try:
+            yield taken
+        finally:
+            if taken:
+                self._free.release()
+
+
+# half the cores, so that a teacher's click always finds one; one on a 2-core server
+TAKE_OVERS = Turns(max(1, (os.cpu_count() or 2) // 2))

@@ -107,10 +107,19 @@ def add_answers(questions: list[RoomQuestion], answers: dict) -> None:
         log.warning("dropped %d answers in Redis that kvviz did not write", dropped)
 
 
+PAYLOAD_FIELDS = {"lesson": str, "step": int, "progress": int, "steps_from": int, "sentence": str, "stage": str}
+
+
 def decode_payload(text) -> dict:
+    """The teacher's step as followers draw it (kvviz.lessons.room_student.step_payload): {} before the first, else
+    an object with exactly PAYLOAD_FIELDS, each of its type (steps whole numbers from 0); raises RoomDataError."""
     payload = decode_json(text, "payload")
-    if payload is None:
+    if payload is None or payload == {}:
         return {}
-    if not isinstance(payload, dict):
-        raise RoomDataError("the room's payload is not an object")
+    if not isinstance(payload, dict) or set(payload) != set(PAYLOAD_FIELDS):
+        raise RoomDataError("the room's payload is not the object kvviz writes")
+    for name, kind in PAYLOAD_FIELDS.items():
+        value = payload[name]
+        if not isinstance(value, kind) or isinstance(value, bool) or (kind is int and not 0 <= value < 2**31):
+            raise RoomDataError(f"the room's payload field {name} is not what kvviz writes")
     return payload

@@ -38,7 +38,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from kvviz.ui.room_codec import RoomDataError, add_answers, answer_key, decode_payload, decode_questions, room_number, \
+from kvviz.ui.room_codec import MAX_FIELD_CHARS, RoomDataError, add_answers, answer_key, decode_payload, decode_questions, room_number, \
     room_text
 from kvviz.ui.room_types import CODE_LENGTH, CODE_LETTERS, GUESS_WINDOW_S, MAX_ANSWERS, MAX_QUESTIONS, LessonFiles, \
     Room, RoomQuestion, lesson_token, setting, valid_seat
@@ -178,12 +178,13 @@ class RedisStore:
         kvviz.lessons.registry.lesson_files); without it a room carries no lesson."""
         self.url, self.on_change = url, on_change
         self.lesson_files: LessonFiles = lesson_files or (lambda page: None)
+        self.pages_known = lesson_files is not None  # a room on a page it does not know is not the app's
         self.redis = redis.Redis.from_url(url, socket_timeout=TIMEOUT_S, socket_connect_timeout=TIMEOUT_S,
                                           retry=Retry(NoBackoff(), 1), decode_responses=True)
         self.me = secrets.token_hex(6)  # this process, in the changes it tells
         self.mine: dict[str, Mine] = {}  # code -> its teacher here
         self.replays: dict[str, tuple[int, object]] = {}  # code -> (lesson_version, the replay rebuilt here)
-        self.lost: dict[str, str] = {}  # teacher -> the code of their room that vanished from the server
+        self.lost: dict[str, str] = {}  # teacher -> why their room closed without them: it vanished, or outgrew a room
         self.lock = threading.Lock()
         self.quiet_until, self.failing = 0.0, False
         self.scripts = {name: self.redis.register_script(text)
@@ -249,7 +250,11 @@ class RedisStore:
             return answer, int(count)
         with self.lock:
             self.mine[room.code] = Mine(room.teacher, room.teacher_runtime, room.page, room.lesson)
-        self.share(room.code, room.lesson, 0, new=True)
+        try:
+            self.share(room.code, room.lesson, 0, new=True)
+        except ValueError:  # a lesson past what a room carries (its sentence goes to the teacher): no ghost room
+            self.remove(room)
+            raise
         return None
 
     @answering(None)
@@ -266,12 +271,21 @@ class RedisStore:
                 mine = self.mine.pop(code, None)
                 self.replays.pop(code, None)
                 if mine is not None:  # not closed here: the server restarted empty, or someone deleted it
-                    self.lost[mine.teacher] = code
+                    self.lost[mine.teacher] = (f"Room {code} is gone from the class room server (it restarted "
+                                               "without its data, or the room was deleted there); open a new room "
+                                               "and give the class its new link.")
             return None
         try:
             return self.decode(code, fields, seats, answers)
         except RoomDataError as error:  # not what kvviz writes: the room is gone for this page, never a traceback
             log.warning("room %s in Redis cannot be read (%s); treated as closed", code, error)
+            mine = self.mine.get(code)
+            if mine is not None:  # the teacher's process closes it, so that no count or follower waits on it
+                self._close(code)
+                with self.lock:
+                    self.lost[mine.teacher] = (f"Room {code} closed: its data on the class room server was changed "
+                                               f"there ({error}), so its students could not follow it; open a new "
+                                               "room and give the class its new link.")
             return None
 
     def decode(self, code: str, fields: dict, seats: list, answers: dict) -> Room:
@@ -279,6 +293,8 @@ class RedisStore:
         questions = decode_questions(fields.get("questions"))
         add_answers(questions, answers)
         page = room_text(fields, "page")
+        if self.pages_known and self.lesson_files(page) is None:  # no lesson of the app follows that page
+            raise RoomDataError("the room's page has no lesson a room can follow")
         mine = self.mine.get(code)
         room = Room(code, room_text(fields, "teacher"), mine.teacher_runtime if mine else None, page,
                     self.lesson(code, page, room_number(fields, "lesson_version"), fields.get("lesson_token")),
@@ -313,19 +329,23 @@ class RedisStore:
 
     @answering(None)
     def remove(self, room: Room) -> None:
-        fields = self.redis.hmget(room_key(room.code), "client")
+        self._close(room.code)
+
+    def _close(self, code: str) -> None:
+        """The room's keys gone from Redis, its count with them, its followers woken to find it closed."""
+        fields = self.redis.hmget(room_key(code), "client")
         with self.redis.pipeline() as pipe:
-            pipe.delete(*(room_key(room.code, part) for part in ("", "seats", "answers", "lesson")))
-            pipe.zrem("kvviz:rooms", digest(room.code))
+            pipe.delete(*(room_key(code, part) for part in ("", "seats", "answers", "lesson")))
+            pipe.zrem("kvviz:rooms", digest(code))
             if fields[0]:
-                pipe.zrem(f"kvviz:client:{fields[0]}", digest(room.code))
-            pipe.publish(room_key(room.code, "changed"), json.dumps({"by": self.me, "full": True}))
+                pipe.zrem(f"kvviz:client:{fields[0]}", digest(code))
+            pipe.publish(room_key(code, "changed"), json.dumps({"by": self.me, "full": True}))
             pipe.execute()
         with self.lock:
-            self.mine.pop(room.code, None)
+            self.mine.pop(code, None)
 
     def lost_room(self, teacher: str) -> str | None:
-        """The code of this teacher's room that vanished from the server (once), else None."""
+        """Why this teacher's room closed without the teacher closing it (once), else None."""
         with self.lock:
             return self.lost.pop(teacher, None)
 
@@ -372,13 +392,27 @@ class RedisStore:
     # ---- the teacher's page ------------------------------------------------------------------------
     @answering(False)
     def publish(self, room: Room, step: int, progress: int, now: float) -> bool:
-        self.share(room.code, self.mine[room.code].lesson if room.code in self.mine else None, progress)
+        """The teacher's step and the payload its followers draw; a lesson grown past what a room carries (or a
+        payload past a field's MAX_FIELD_CHARS, which no follower would read) closes the room, and the teacher's
+        next look at it says why (lost_room), rather than leave a room its students see as closed."""
+        payload = json.dumps(getattr(room, "payload", None))
+        try:
+            if len(payload) > MAX_FIELD_CHARS:
+                raise ValueError(f"one step of this lesson is {len(payload) / 2**20:,.1f} MiB to send, more than "
+                                 f"the {MAX_FIELD_CHARS / 2**20:,.1f} MiB a room's step carries; a room holds a "
+                                 "shorter lesson (fewer tokens, or a smaller model).")
+            self.share(room.code, self.mine[room.code].lesson if room.code in self.mine else None, progress)
+        except ValueError as error:
+            teacher = self.mine[room.code].teacher if room.code in self.mine else room.teacher
+            self.remove(room)
+            with self.lock:
+                self.lost[teacher] = f"Room {room.code} closed: {str(error)[0].lower()}{str(error)[1:]}"
+            return False
         client = self.redis.hget(room_key(room.code), "client") or "-"
         moved = self.scripts["publish"](
             keys=[room_key(room.code), *(room_key(room.code, part) for part in ("seats", "answers", "lesson")),
                   "kvviz:rooms", f"kvviz:client:{client}"],
-            args=[now, setting("KVVIZ_ROOM_IDLE_S"), step, progress,
-                  json.dumps(getattr(room, "payload", None)), digest(room.code)])
+            args=[now, setting("KVVIZ_ROOM_IDLE_S"), step, progress, payload, digest(room.code)])
         room.touched, room.step, room.progress = now, step, progress
         if moved == 1:
             room.version += 1

@@ -159,7 +159,7 @@ class RoomStore(Protocol):
     def questions(self, room: Room) -> list[RoomQuestion]: ...
 
     def lost_room(self, teacher: str) -> str | None:
-        """The code of this teacher's room that vanished from the store (said once), else None."""
+        """Why this teacher's room closed without the teacher closing it (said once), else None."""
 
     def guessed_too_often(self, keys: list[tuple[str, str]], limits: dict, now: float) -> bool: ...
 

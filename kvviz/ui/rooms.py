@@ -142,7 +142,8 @@ def teachers_room(page: str) -> Room | None:
 
 
 def lost_room() -> str | None:
-    """The code of this session's room that the room server lost (a restart without its data), told once."""
+    """Why this session's room closed without its teacher closing it (the room server lost it, or the lesson
+    outgrew what a room carries), told once."""
     return _store().lost_room(session_id())
 
 

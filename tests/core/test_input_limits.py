@@ -80,3 +80,23 @@ def test_a_tokenizer_larger_than_the_vocabulary_is_refused_at_load(tmp_path):
     message = str(refusal.value)
     assert "has 4,096 tokens but the model's embedding table holds 96" in message and one_sentence(message)
     assert json.loads((folder / "config.json").read_text())["vocab_size"] == 96
+
+
+def test_a_tokenizer_that_needs_remote_code_is_refused_saying_so(tmp_path):
+    """Issue 61, minor: a checkpoint whose tokenizer is a class of its own (auto_map, run only with
+    trust_remote_code) loaded with no tokenizer, and every text prompt then said "This model has no tokenizer"."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from tiny_models import tiny_config
+
+    torch.manual_seed(0)
+    folder = tmp_path / "remote-tokenizer"
+    AutoModelForCausalLM.from_config(tiny_config("llama")).save_pretrained(folder)
+    (folder / "tokenizer_config.json").write_text(json.dumps(
+        {"tokenizer_class": "OwnTokenizer", "auto_map": {"AutoTokenizer": ["own_tokenizer.OwnTokenizer", None]}}))
+    (folder / "own_tokenizer.py").write_text("raise SystemExit('kvviz ran code from a checkpoint')\n")
+    with pytest.raises(ModelLoadError) as refusal:
+        load_model(str(folder))
+    message = str(refusal.value)
+    assert "its own code to run (trust_remote_code)" in message and one_sentence(message), message

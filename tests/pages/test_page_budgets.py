@@ -14,6 +14,7 @@ from kvviz.lessons.batch_generation import logic as batch
 from kvviz.lessons.batch_generation.logic import BatchSettings, compare_with_transformers
 from kvviz.lessons.files import MAX_LESSON_BYTES
 from kvviz.lessons.model_lab import logic as lab
+from kvviz.lessons.uploads import browser_megabytes
 from kvviz.engine.config import EngineConfig
 from kvviz.models import CustomShape
 from kvviz.workloads import MAX_UPLOAD_BYTES, WorkloadError, synthetic_workload
@@ -157,14 +158,22 @@ def test_compare_stops_both_sides_at_the_context(tiny_lm):
 # ---- item 10: uploads ----------------------------------------------------------------------------
 def test_the_server_takes_no_upload_larger_than_the_app_reads():
     config = tomllib.loads((ROOT / ".streamlit" / "config.toml").read_text())
-    assert config["server"]["maxUploadSize"] == MAX_LESSON_BYTES // 2**20 == 20  # Streamlit's default: 200
+    assert config["server"]["maxUploadSize"] == browser_megabytes(MAX_LESSON_BYTES) == 21  # Streamlit's default: 200
+    assert config["server"]["maxUploadSize"] * 2**20 - MAX_LESSON_BYTES <= 2**20  # the server counts MiB: one more at most
+
+
+def test_the_browser_lets_a_file_at_the_limit_reach_kvvizs_own_check_in_mib():
+    """Issue 61, minor: the browser counts a megabyte as 10**6 bytes, so a 20 MiB lesson file and a 2 MiB prompt
+    file were refused there as "must be 20.0MB / 2.0MB or smaller"; the limit the README says is in MiB."""
+    for limit in (MAX_LESSON_BYTES, MAX_UPLOAD_BYTES):
+        assert limit <= browser_megabytes(limit) * 10**6 < limit + 10**6
 
 
 def test_a_prompt_file_is_refused_by_its_size_on_arrival():
     at = open_lesson("lessons/batch_generation.py")
     at.radio(key="batch_source").set_value("Upload a file").run()
     uploader = at.file_uploader(key="batch_upload")
-    assert uploader.proto.max_upload_size_mb == MAX_UPLOAD_BYTES // 2**20  # the browser sends nothing bigger
+    assert uploader.proto.max_upload_size_mb == browser_megabytes(MAX_UPLOAD_BYTES)  # the browser sends nothing bigger
     uploader.set_value(("big.txt", b"ROMEO:\n" * (MAX_UPLOAD_BYTES // 7 + 1), "text/plain")).run()
     assert not at.exception and len(at.error) == 1
     assert "big.txt is 2.0 MiB, more than the 2 MiB limit" in shown(at.error[0])

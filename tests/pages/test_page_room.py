@@ -247,3 +247,27 @@ def test_a_server_with_a_teacher_key_opens_rooms_for_its_teachers_only(monkeypat
     room = room_of(at)
     assert room is not None and not at.error
     rooms.close_room(room)
+
+
+def test_a_take_over_storm_is_refused_in_a_sentence_past_the_servers_turns(teacher):
+    """Issue 61 item 5: twenty students pressing Take over together ran twenty lessons side by side and the
+    teacher's Next token waited 6-7 s. The server runs fair_share.TAKE_OVERS.at_once at a time; a press past
+    them keeps the student in the room, told why in one sentence, and works once a turn is free."""
+    from kvviz.ui import fair_share
+
+    room = room_of(teacher)
+    pupil = student(room.code)
+    held = [fair_share.TAKE_OVERS.turn() for _ in range(fair_share.TAKE_OVERS.at_once)]
+    assert all(turn.__enter__() for turn in held)  # other students' Take overs, running now
+    try:
+        click(pupil, "Take over")
+        assert not pupil.exception
+        said = next(e.value for e in pupil.error if "taking over" in e.value)
+        assert one_sentence(said) and "taking over on this server right now" in said, said
+        assert pupil.session_state.get("room_code") == room.code and len(room.students) == 1  # still following
+        assert pupil.session_state["lesson_run"].replay
+    finally:
+        for turn in held:
+            turn.__exit__(None, None, None)
+    click(pupil, "Take over")
+    assert not pupil.session_state["lesson_run"].replay and pupil.session_state.get("room_code") is None

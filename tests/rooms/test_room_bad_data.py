@@ -19,6 +19,9 @@ from test_room_store import FileLesson, opened
     ("step", "abc"), ("questions", "not json"), ("payload", "{"), ("questions", json.dumps([{"id": 1}])),
     ("questions", json.dumps([{"id": "q", "text": "t", "unit": "u", "target": "three"}])),
     ("questions", "[" * 100_000), ("opened", "nan"), ("version", ""), ("payload", "[1, 2]"),
+    ("payload", json.dumps({"x": 1})),  # issue 61 item 9: followers showed an error box
+    ("payload", json.dumps({"lesson": "a", "step": -2, "progress": 0, "steps_from": 0, "sentence": "", "stage": "{}"})),
+    ("payload", json.dumps({"lesson": "a", "step": 1, "progress": 0, "steps_from": 0, "sentence": 5, "stage": "{}"})),
 ])
 def test_a_damaged_field_reads_as_a_gone_room_not_a_traceback(redis_url, field, value):  # noqa: F811
     teacher, follower = RedisStore(redis_url.url), RedisStore(redis_url.url)
@@ -27,6 +30,9 @@ def test_a_damaged_field_reads_as_a_gone_room_not_a_traceback(redis_url, field, 
     redis.Redis.from_url(redis_url.url).hset(f"kvviz:room:{room.code}", field, value)
     assert follower.get(room.code) is None and teacher.get(room.code) is None
     assert follower.down() is None  # the server answers: nothing says it is down
+    said = teacher.lost_room("teacher")  # the teacher's process closed it and says why, once
+    assert said.startswith(f"Room {room.code} closed: its data on the class room server was changed there")
+    assert not redis.Redis.from_url(redis_url.url).exists(f"kvviz:room:{room.code}")
     seat = rooms.new_seat()
     assert follower.answer(room, "q", 3.0, seat) in ("gone", None)  # no traceback on the answer's path either
 
@@ -61,7 +67,8 @@ def test_a_room_the_server_lost_is_told_to_its_teacher_once(redis_url):  # noqa:
     room = opened(store, FileLesson())
     redis.Redis.from_url(redis_url.url).flushall()  # a restart without persistence
     assert store.teachers("teacher") == []
-    assert store.lost_room("teacher") == room.code and store.lost_room("teacher") is None
+    said = store.lost_room("teacher")
+    assert said.startswith(f"Room {room.code} is gone from the class room server") and store.lost_room("teacher") is None
 
 
 @pytest.mark.parametrize("kind", ["memory", "redis"])

@@ -84,12 +84,14 @@ def test_seats_are_taken_freed_and_bounded(store):
 
 def test_a_step_moves_the_room_once_and_carries_its_payload(store):
     room, now = opened(store), time.time()
-    room.payload = {"steps": [1, 2, 3]}
+    payload = {"lesson": "t1", "step": 3, "progress": 0, "steps_from": 3, "sentence": "Decode step 3.",
+               "stage": '{"steps": [1, 2, 3]}'}  # as kvviz.lessons.room_student.step_payload builds it
+    room.payload = dict(payload)
     version = store.get(room.code).version
     assert store.publish(room, 3, 0, now) and room.step == 3 and room.version == version + 1
     assert not store.publish(room, 3, 0, now)  # the same step: nothing to redraw
     kept = store.get(room.code)
-    assert (kept.step, kept.version, kept.payload) == (3, version + 1, {"steps": [1, 2, 3]})
+    assert (kept.step, kept.version, kept.payload) == (3, version + 1, payload)
 
 
 def test_questions_are_asked_answered_and_revealed(store):

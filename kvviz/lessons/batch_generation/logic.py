@@ -116,6 +116,16 @@ def batch_work(lm, workload: Workload, settings: BatchSettings) -> Work:
                 click="batch")
 
 
+def batch_seconds(lm, workload: Workload, settings: BatchSettings) -> float:
+    """The batch's estimated seconds on this server, or one sentence (WorkloadError, WorkTooLarge) saying why
+    it cannot run: no prompts, or past one click's budget."""
+    if not len(workload):
+        raise WorkloadError("There are no prompts to run; upload a file or make a synthetic workload.")
+    return check_click(batch_work(lm, workload, settings), next(model_parts(lm).model.parameters()).device,
+                       f"This batch of {len(workload)} requests", "ask for fewer prompts or fewer tokens to generate, "
+                       "or let more requests run at once")
+
+
 def generate_work(model, workload: Workload, batch_size: int) -> Work:
     """transformers' generate in static, left-padded batches: every row of a batch runs its widest
     prompt and its longest output."""
@@ -215,12 +225,9 @@ def run_batch(lm, workload: Workload, settings: BatchSettings | None = None, pro
     WorkloadError or kvviz.lessons.budget.WorkTooLarge for a pool or a batch past its bounds, before any work.
     """
     settings = settings or BatchSettings()
-    if not len(workload):
-        raise WorkloadError("There are no prompts to run; upload a file or make a synthetic workload.")
-    num_blocks = settings.pool_blocks(lm, workload)
+    num_blocks = settings.pool_blocks(lm, workload) if len(workload) else 0
+    batch_seconds(lm, workload, settings)
     work, device = batch_work(lm, workload, settings), next(model_parts(lm).model.parameters()).device
-    check_click(work, device, f"This batch of {len(workload)} requests", "ask for fewer prompts or fewer tokens to "
-                "generate, or let more requests run at once")
     timing = stopwatch(work, device)  # reported when every request is done: budget.Pace
     engine = Engine(lm, settings.engine, num_blocks=num_blocks)
     params = [settings.sampling(n, i) for i, n in enumerate(workload.max_tokens)]
@@ -346,7 +353,7 @@ def generate_twin(model):
 
 def compare_with_transformers(lm, workload: Workload, settings: BatchSettings | None = None,
                               hf_batch_size: int = 16, repeats: int = COMPARE_REPEATS,
-                              progress=None) -> TransformersComparison:
+                              progress=None, estimated=None) -> TransformersComparison:
     """Run the workload greedily in kvviz's engine and in transformers `generate`: one untimed
     warm-up of each on the first two requests (WARMUP_TOKENS each), then `repeats` timed runs of each,
     in turns.
@@ -358,7 +365,8 @@ def compare_with_transformers(lm, workload: Workload, settings: BatchSettings | 
     page's defaults; `batch_requests` keeps the batch's size), timing each side fewer times (not under
     two, a spread to show) when not even two requests fit, and refuses when they still do not.
 
-    progress: optional callable(done, total, text), called before each of the 2 + 2 x repeats runs."""
+    progress: optional callable(done, total, text), called before each of the 2 + 2 x repeats runs;
+    estimated: optional callable(seconds), told the whole comparison's estimate before the first."""
     settings = settings or BatchSettings()
     if not len(workload):
         raise WorkloadError("There are no prompts to run; upload a file or make a synthetic workload.")
@@ -388,8 +396,10 @@ def compare_with_transformers(lm, workload: Workload, settings: BatchSettings | 
         workload, cut = within_context(asked.head(fits), parts.max_context)
     elif fits < 2:
         runs = max(1, repeats)  # not even two requests fit: the refusal names the whole comparison
-    check_click(work(len(workload), runs), device, f"Comparing {len(workload)} requests {runs} times each way",
-                "compare a smaller batch: run one with fewer prompts or fewer tokens to generate first")
+    seconds = check_click(work(len(workload), runs), device, f"Comparing {len(workload)} requests {runs} times each way",
+                          "compare a smaller batch: run one with fewer prompts or fewer tokens to generate first")
+    if estimated is not None:
+        estimated(seconds)
     timing = stopwatch(work(len(workload), runs), device)  # reported when every run is done: budget.Pace
     twin = generate_twin(model)
     total = 2 + 2 * runs

@@ -15,17 +15,21 @@ from dataclasses import replace
 import streamlit as st
 
 from kvviz.engine.config import EngineConfig
+from kvviz.engine.model_parts import model_parts
 from kvviz.engine.sampling import SamplingParams
 from kvviz.lessons.batch_generation import figures
 from kvviz.lessons.batch_generation.logic import (
     BatchResult,
     BatchSettings,
+    batch_seconds,
     compare_with_transformers,
     live_summary,
     run_batch,
+    within_context,
 )
 from kvviz.ui.common import current_model, page_sampling
-from kvviz.ui.progress import StopBar
+from kvviz.lessons.budget import click_seconds, says
+from kvviz.ui.progress import StopBar, how_it_stopped
 from kvviz.ui.session_keys import Keys
 from kvviz.ui.text import plain
 from kvviz.vllm.backend import batch_on_vllm, find_python
@@ -132,29 +136,35 @@ def run(progress_slot, live_slot) -> None:
     """Run the batch, moving a progress bar and redrawing live charts; keep the result or one sentence.
 
     A Stop button sits under the bar. Pressing it (or any widget) interrupts this script run at the
-    bar's next move, within one engine step; "batch_running" then tells the next run of the page
-    how far it got, and the stopped run is not kept."""
+    bar's next move, within one engine step, and so does the clock past one click's budget (the estimate
+    the bar starts with may be wrong); "batch_running" then tells the next run of the page how far it
+    got, and the stopped run is not kept."""
     for key in ("batch_error", "batch_run_stopped"):
         st.session_state.pop(key, None)
     lm = current_model()
     try:
         work, chosen = workload(), settings()
         num_blocks = chosen.pool_blocks(lm, work)  # a pool the prompts can fill and memory holds, or a sentence
-    except WorkloadError as problem:
+        # sized once: the live view and the engine agree
+        chosen = replace(chosen, engine=replace(chosen.engine, num_blocks=num_blocks))
+        seconds = batch_seconds(lm, work, chosen)
+    except ValueError as problem:  # WorkloadError, kvviz.lessons.budget.WorkTooLarge
         st.session_state["batch_error"] = str(problem)
         return
-    # sized once: the live view and the engine agree
-    chosen = replace(chosen, engine=replace(chosen.engine, num_blocks=num_blocks))
-    bar = StopBar(progress_slot, "batch_run_stop", f"Starting {len(work)} requests…",
-                  "Ends the run at its next step; a stopped run is not kept.")
+    bar = StopBar(progress_slot, "batch_run_stop", f"Estimated about {seconds:,.0f} s on this server, "
+                  f"{says(next(lm.model.parameters()).device, 'batch')}; starting {len(work)} requests",
+                  "Ends the run at its next step; a stopped run is not kept.", estimate_s=seconds,
+                  budget_s=click_seconds())
     st.session_state["batch_running"] = (0, len(work))
-    last_draw = [0.0]
+    last_draw, sampled = [0.0], [0]
+    to_sample = max(1, within_context(work, model_parts(lm).max_context)[0].num_output_tokens)
 
     def on_step(num_finished, num_total, points):
         point, now = points[-1], time.perf_counter()
         st.session_state["batch_running"] = (num_finished, num_total)
-        bar.move(num_finished / num_total, f"{num_finished} of {num_total} requests finished · step {point.step} · "
-                                           f"{point.running} running, {point.waiting} waiting")
+        sampled[0] += point.tokens_sampled  # the bar goes as the tokens do: requests finish in bursts
+        bar.move(min(sampled[0] / to_sample, 1.0), f"{num_finished} of {num_total} requests finished · step "
+                 f"{point.step} · {point.running} running, {point.waiting} waiting")
         if now - last_draw[0] >= LIVE_EVERY_S:
             last_draw[0] = now
             with live_slot.container():
@@ -209,7 +219,7 @@ def compare(slot) -> None:
     for key in ("batch_compare_error", "batch_compare_stopped"):
         st.session_state.pop(key, None)
     bar = StopBar(slot, "batch_compare_stop", "Estimating the work",
-                  "A comparison needs all its runs, so nothing of this one is kept.")
+                  "A comparison needs all its runs, so nothing of this one is kept.", budget_s=click_seconds())
 
     def progress(done: int, total: int, text: str) -> None:
         if done == 0:  # the work starts: the last comparison is being replaced
@@ -218,8 +228,10 @@ def compare(slot) -> None:
         bar.move(done / total, f"{text} ({done} of {total} runs done)", every_s=0.0)
 
     def compared(done: BatchResult):
-        outcome = compare_with_transformers(current_model(), done.workload, done.settings,
-                                            int(setting("batch_hf_batch_size")), progress=progress)
+        lm = current_model()
+        outcome = compare_with_transformers(lm, done.workload, done.settings, int(setting("batch_hf_batch_size")),
+                                            progress=progress, estimated=lambda seconds: bar.expect(
+                                                seconds, says(next(lm.model.parameters()).device, "compare")))
         bar.move(1.0, "Compared", every_s=0.0)  # a run stopped meanwhile ends here, storing nothing
         return outcome
 
@@ -236,7 +248,7 @@ def note_a_stopped_run() -> None:
         shown = (" The results below are from the last run that finished." if "batch_run" in st.session_state
                  else "")
         st.session_state["batch_run_stopped"] = (
-            f"Stopped after {done} of {total} requests had finished; a stopped run is not kept.{shown} "
+            f"{how_it_stopped()} after {done} of {total} requests had finished; a stopped run is not kept.{shown} "
             "Press **Run the batch** to start again.")
 
 
@@ -249,7 +261,7 @@ def note_a_stopped_comparison() -> None:
     if "batch_comparing" in st.session_state:
         done, total = st.session_state.pop("batch_comparing")
         st.session_state["batch_compare_stopped"] = (
-            f"Stopped after {done} of {total} runs: a comparison needs all of them for its medians, so none is "
+            f"{how_it_stopped()} after {done} of {total} runs: a comparison needs all of them for its medians, so none is "
             "shown. Press **Run both and compare** to start again.")
 
 

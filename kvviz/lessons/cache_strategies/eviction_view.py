@@ -13,7 +13,7 @@ from __future__ import annotations
 import streamlit as st
 
 from kvviz.engine.model_parts import model_parts
-from kvviz.lessons.budget import says, timed, tokens_that_fit
+from kvviz.lessons.budget import click_seconds, says, timed, tokens_that_fit
 from kvviz.lessons.cache_strategies import eviction_figures as figures
 from kvviz.lessons.cache_strategies import state as cache_strategies_state
 from kvviz.lessons.cache_strategies.figures import divergence_html
@@ -23,7 +23,7 @@ from kvviz.strategies.heavy_hitters import HeavyHitterKV
 from kvviz.strategies.run import tokenize
 from kvviz.strategies.sinks import SinkWindowKV
 from kvviz.ui.common import current_model, show_code
-from kvviz.ui.progress import estimated_bar
+from kvviz.ui.progress import estimated_bar, how_it_stopped
 from kvviz.ui.session_keys import Keys
 
 DEFAULTS = {"strategies_eviction_budget": 16, "strategies_eviction_sinks": 4}
@@ -52,7 +52,8 @@ def run(slot) -> None:
     model, tokenizer, _ = model_parts(lm)
     device = next(model.parameters()).device
     bar = estimated_bar(slot, lambda: eviction_seconds(lm, prompt, max_tokens), says(device, "eviction"),
-                        "strategies_eviction_error", "strategies_eviction_run_stop", "Ends at the next step and keeps the policies measured so far.")
+                        "strategies_eviction_error", "strategies_eviction_run_stop", "Ends at the next step and keeps the policies measured so far.",
+                        click_seconds())
     if bar is None:  # past the budget, or a prompt the model cannot take: one sentence
         return
     runs = []
@@ -91,14 +92,14 @@ def keep_a_stopped_run() -> None:
         finished = "strategies_eviction_run" in st.session_state
         shown_now = " The result below is the last lab that finished." if finished else ""
         st.session_state["strategies_eviction_stopped"] = (
-            f"Stopped before any of the {total} policies was measured, so nothing new is kept.{shown_now}")
+            f"{how_it_stopped()} before any of the {total} policies was measured, so nothing new is kept.{shown_now}")
         return
     lm, budget = current_model(), running["budget"]
     lab = EvictionLab(tokenize(running["prompt"], lm.tokenizer), budget, running["sinks"], budget // 2, list(runs))
     st.session_state["strategies_eviction_run"] = shown(lm, lab)
     names = ", ".join(r.label for r in runs[1:])
     st.session_state["strategies_eviction_stopped"] = (
-        f"Stopped after {len(runs) - 1} of {total} policies: the lab below keeps the full cache and {names}; "
+        f"{how_it_stopped()} after {len(runs) - 1} of {total} policies: the lab below keeps the full cache and {names}; "
         "press **Run the eviction lab** to measure them all.")
 
 

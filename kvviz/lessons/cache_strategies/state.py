@@ -27,10 +27,10 @@ from kvviz.lessons.cache_strategies.logic import (
     eight_bit_rows,
     lesson_specs,
 )
-from kvviz.lessons.budget import says, tokens_that_fit
+from kvviz.lessons.budget import click_seconds, says, tokens_that_fit
 from kvviz.ui.common import current_model
 from kvviz.ui.session_keys import Keys
-from kvviz.ui.progress import estimated_bar
+from kvviz.ui.progress import estimated_bar, how_it_stopped
 
 # longer than the default window (24) on every model here (41-44 tokens): the sliding window drops tokens from
 # the prefill on, whatever number of tokens one click's budget leaves to generate
@@ -97,7 +97,7 @@ def run(slot) -> None:
     bar = estimated_bar(slot, lambda: comparison_seconds(lm, prompt, settings["max_tokens"], specs, TIMING_RUNS),
                         says(next(lm.model.parameters()).device, "strategies"),
                         "strategies_error", "strategies_run_stop",
-                        "Ends at the next step and keeps the strategies measured so far.")
+                        "Ends at the next step and keeps the strategies measured so far.", click_seconds())
     if bar is None:  # past the budget, or a prompt the model cannot take: one sentence
         return
     results = []
@@ -134,7 +134,7 @@ def keep_a_stopped_run() -> None:
     if not running["results"]:
         shown = " The comparison below is the last one that finished." if strategies() is not None else ""
         st.session_state["strategies_stopped"] = (
-            f"Stopped during the full cache's reference run, before any of the {total} strategies was measured, "
+            f"{how_it_stopped()} during the full cache's reference run, before any of the {total} strategies was measured, "
             f"so nothing new is kept.{shown}")
         return
     results = [replace(r, decode_ms=list(r.decode_ms)) for r in running["results"]]
@@ -143,11 +143,11 @@ def keep_a_stopped_run() -> None:
                                                      {**running["settings"], "timing_runs": timed[0]})
     if len(results) < total:
         names = ", ".join(r.label for r in results)
-        said = (f"Stopped after {len(results)} of {total} strategies: the page keeps {names}, each timed once; "
+        said = (f"{how_it_stopped()} after {len(results)} of {total} strategies: the page keeps {names}, each timed once; "
                 "press **Run every strategy** to measure them all.")
     else:
         times = "-".join(map(str, (timed[0], timed[-1]))) if len(timed) > 1 else str(timed[0])
-        said = (f"Stopped during the extra timing runs: the page keeps all {total} strategies, each timed "
+        said = (f"{how_it_stopped()} during the extra timing runs: the page keeps all {total} strategies, each timed "
                 f"{times} of {TIMING_RUNS} times, so the Time tab's spread is narrower than a full run's.")
     st.session_state["strategies_stopped"] = said
 

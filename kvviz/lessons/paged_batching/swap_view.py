@@ -12,10 +12,11 @@ from kvviz.lessons.paged_batching.events import event_words
 from kvviz.lessons.paged_batching.state import request_specs
 from kvviz.shapes import format_bytes
 from kvviz.ui.common import current_model, kept_defaults, show_code
-from kvviz.ui.progress import StopBar
+from kvviz.lessons.budget import click_seconds
+from kvviz.ui.progress import StopBar, how_it_stopped
 from kvviz.ui.session_keys import Keys
 
-KEYS = Keys(clears=frozenset({"paged_swap_run", "paged_swap_error"}),
+KEYS = Keys(clears=frozenset({"paged_swap_run", "paged_swap_error", "paged_swap_comparing"}),
             kept=("paged_swap_num_blocks", "paged_swap_max_tokens", "paged_swap_timed_runs"))  # the run's settings
 
 
@@ -29,7 +30,9 @@ def _compare() -> None:
     state.pop("paged_swap_error", None)
     timed = int(state.get("paged_swap_timed_runs", TIMED_RUNS))
     slot = st.empty()
-    bar = StopBar(slot, "paged_swap_stop", "Comparing swap and recompute", "Ends the comparison; the last one stays.")
+    bar = StopBar(slot, "paged_swap_stop", "Comparing swap and recompute", "Ends the comparison; the last one stays.",
+                  budget_s=click_seconds())
+    state["paged_swap_comparing"] = True  # still there in the next run of the page: Stop or the clock ended it
     try:
         state["paged_swap_run"] = swap_lesson.compare(
             current_model(), [spec.prompt for spec in request_specs()], block_size=8,
@@ -38,7 +41,16 @@ def _compare() -> None:
             runs=timed + 1 if timed else 1, progress=bar.move)
     except EngineError as error:
         state["paged_swap_error"] = str(error)
+    state.pop("paged_swap_comparing")
     slot.empty()
+
+
+def _note_a_stopped_comparison() -> None:
+    """A comparison that Stop or the clock ended keeps nothing of its own: say so, and what to change."""
+    if st.session_state.pop("paged_swap_comparing", False):
+        st.session_state["paged_swap_error"] = (
+            f"{how_it_stopped()} before both modes had run, so the comparison below (if any) is the last one that "
+            "finished; fewer tokens per request or a larger pool make it shorter.")
 
 
 TIMED_RUNS = 0  # timing repeats each mode several times: seconds of waiting per run on a small CPU
@@ -64,6 +76,7 @@ def swap_view() -> None:
                    help="0 (default): one run each, not timed, so the comparison comes back at once. "
                         "1-5: a warm-up run, then the median and spread of that many timed runs per mode.")
     st.button("Compare swap and recompute", on_click=_on_compare, type="primary", key="paged_swap_press")
+    _note_a_stopped_comparison()
     if st.session_state.pop("swap_requested", False):
         _compare()
     if "paged_swap_error" in st.session_state:
