@@ -3,6 +3,7 @@
     python scripts/follower_load.py --followers 100                 # the usual run (issue 34)
     python scripts/follower_load.py --followers 300 --steps 5 --browsers 2
     python scripts/follower_load.py --followers 3 --teacher ws      # no Chromium at all
+    python scripts/follower_load.py --followers 60 --processes 2    # a Redis room over two app processes
 
 A teacher opens the Prefill and decode lesson, presses Prefill, opens a room ("Open a room for the
 class") and reads its code, and presses Next token twice with nobody following (what its own step
@@ -46,12 +47,18 @@ Figures (printed as JSON):
   client_cpu_s               this process's CPU: the followers share the machine with the server
 Server CPU and memory come from /proc (scripts/load_test.py's helpers). Loopback only; bounded in
 followers, steps and time (--timeout).
+
+With --processes N (2 to 4) the room lives in a redis-server (Debian's, started here, nothing saved) and N app
+processes point at it with KVVIZ_ROOMS_URL, the teacher on the first; the followers are dealt to the processes in
+turn, and `per_process` gives each its followers, cpu_ms_per_follower_step (the first's less the teacher's own
+step), lags, and rss_growth_mib_per_step: its resident memory's largest rise during a step, the median over steps.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -71,6 +78,9 @@ from load_test import cpu_seconds, server_cpu_seconds, server_rss_bytes, wait_fo
 
 from kvviz.bench import busy_processes  # noqa: E402
 from kvviz.ui.app_server import CHROMIUM, CHROMIUM_ARGS, running_app  # noqa: E402
+
+sys.path.insert(0, str(HERE.parent / "tests" / "support"))
+from redis_server import running_redis  # noqa: E402
 
 PAGE = "prefill_decode"
 STEP_TEXT = re.compile(r"Decode step (\d+)\.")
@@ -335,9 +345,10 @@ async def browser_followers(url: str, code: str, count: int, step: int, timeout:
 
 
 # ---- the measurement -----------------------------------------------------------------------------
-async def join(url: str, code: str, count: int, timeout: float) -> tuple[list[Page], list[Page]]:
-    """Open `count` followers, a few at a time as a class does; (seated, refused)."""
-    pages = [Page(url, PAGE, f"room={code}") for _ in range(count)]
+async def join(urls: list[str], code: str, count: int, timeout: float) -> tuple[list[Page], list[Page]]:
+    """Open `count` followers, dealt to the app processes at `urls` in turn, a few at a time as a class does;
+    (seated, refused)."""
+    pages = [Page(urls[index % len(urls)], PAGE, f"room={code}") for index in range(count)]
     opening = asyncio.Semaphore(20)
 
     async def one(page: Page) -> None:
@@ -359,10 +370,10 @@ def percentile(values: list[float], share: float) -> float:
     return ordered[int(share * (len(ordered) - 1))]
 
 
-async def step_all(teacher, step: int, seated: list[Page], browsers: list, left) -> tuple[list, list, int, str, float | None]:
+async def step_all(teacher, step: int, seated: list[Page], browsers: list, left) -> tuple[list, list, int, str, float | None, float]:
     """The teacher presses Next token; when each follower showed `step`: (websocket lags, browser lags,
     followers that never did, why the teacher's page did not show it or "", seconds from the click to the
-    teacher's own page showing it)."""
+    teacher's own page showing it, the click's time.perf_counter())."""
     clicked = await teacher.next_token(left())
     within = min(left(), STEP_TIMEOUT_S)
 
@@ -383,7 +394,7 @@ async def step_all(teacher, step: int, seated: list[Page], browsers: list, left)
         teacher_s, stopped = await own, ""
     except (TimeoutError, ConnectionError) as error:
         teacher_s, stopped = None, f"step {step}: {error}"[:400]
-    return lags, browser_lags, sum(isinstance(s, Exception) for s in shown), stopped, teacher_s
+    return lags, browser_lags, sum(isinstance(s, Exception) for s in shown), stopped, teacher_s, clicked
 
 
 async def teacher_alone(teacher, port: int, left) -> float:
@@ -395,13 +406,45 @@ async def teacher_alone(teacher, port: int, left) -> float:
     return (server_cpu_seconds(port) - cpu) / ALONE_STEPS
 
 
+@contextlib.contextmanager
+def app_processes(count: int):
+    """The URLs of `count` app processes: one alone, or several sharing a fresh redis-server's rooms."""
+    with contextlib.ExitStack() as stack:
+        env = {}
+        if count > 1:
+            env["KVVIZ_ROOMS_URL"] = stack.enter_context(running_redis()).url
+        yield [stack.enter_context(running_app(env=env)) for _ in range(count)]
+
+
+class MemoryWatch:
+    """The largest resident memory of some app processes, sampled every 50 ms while it runs."""
+
+    def __init__(self, ports: list[int]):
+        self.ports, self.peaks, self.task = ports, {}, None
+
+    async def sample(self) -> None:
+        while True:
+            for port in self.ports:
+                self.peaks[port] = max(self.peaks.get(port, 0), server_rss_bytes(port))
+            await asyncio.sleep(0.05)
+
+    def start(self) -> None:
+        self.peaks = {port: server_rss_bytes(port) for port in self.ports}
+        self.task = asyncio.create_task(self.sample())
+
+    def stop(self) -> dict[int, int]:
+        self.task.cancel()
+        return self.peaks
+
+
 async def measure(args) -> dict:
     os.environ.setdefault("KVVIZ_ROOM_STUDENTS", str(args.followers + args.browsers))
     deadline = time.perf_counter() + args.timeout
     left = lambda: max(1.0, deadline - time.perf_counter())  # noqa: E731
     load_start, client_start = os.getloadavg()[0], cpu_seconds(Path("/proc/self"))
-    with running_app() as url, busy_processes(args.contend):
-        port = int(url.rsplit(":", 1)[1])
+    with app_processes(args.processes) as urls, busy_processes(args.contend):
+        url = urls[0]
+        port, ports = int(url.rsplit(":", 1)[1]), [int(each.rsplit(":", 1)[1]) for each in urls]
         teacher = WsTeacher() if args.teacher == "ws" else BrowserTeacher()
         code = await teacher.open(url, left())
         progress(f"room {code} open")
@@ -409,18 +452,30 @@ async def measure(args) -> dict:
         progress(f"the teacher's own step: {alone_cpu:.2f} CPU-seconds")
         rss_before = server_rss_bytes(port)
         joined_at = time.perf_counter()
-        seated, refused = await join(url, code, args.followers, left())
+        seated, refused = await join(urls, code, args.followers, left())
         join_s = time.perf_counter() - joined_at
         progress(f"{len(seated)} followers joined in {join_s:.0f} s, {len(refused)} without a seat")
         chromium, browsers = await browser_followers(url, code, args.browsers, ALONE_STEPS, left())
         rss_joined = server_rss_bytes(port)
         cpu_idle_start = server_cpu_seconds(port)
+        idle_each = {each: server_cpu_seconds(each) for each in ports}
         await asyncio.sleep(args.idle)  # the followers sit in the room; what the server does for them now
         idle_rate = (server_cpu_seconds(port) - cpu_idle_start) / args.idle
+        idle_each = {each: (server_cpu_seconds(each) - idle_each[each]) / args.idle for each in ports}
         cpu_steps_start, stepping = server_cpu_seconds(port), time.perf_counter()
+        cpu_each = {each: server_cpu_seconds(each) for each in ports}
+        runs_before = {id(page): (page.finished, page.full_runs) for page in seated}
         lags, browser_lags, missed, stopped, done, teacher_times = [], [], 0, "", 0, []
+        growth = {each: [] for each in ports}  # per step, each process's largest rise in resident memory
+        clicks: dict[int, float] = {}  # step -> when the teacher clicked
         for step in range(ALONE_STEPS + 1, ALONE_STEPS + args.steps + 1):
-            more, more_browser, more_missed, stopped, teacher_s = await step_all(teacher, step, seated, browsers, left)
+            watch = MemoryWatch(ports)
+            watch.start()
+            before = dict(watch.peaks)
+            more, more_browser, more_missed, stopped, teacher_s, clicks[step] = await step_all(
+                teacher, step, seated, browsers, left)
+            for each, peak in watch.stop().items():
+                growth[each].append(peak - before[each])
             teacher_times += [teacher_s] if teacher_s is not None else []
             done += 1
             progress(f"step {step}: {len(more)} followers showed it, the last {max(more, default=0):.1f} s after the click")
@@ -433,6 +488,23 @@ async def measure(args) -> dict:
                                           left(), "the last run") for page in seated], return_exceptions=True)
         steps_s = time.perf_counter() - stepping
         cpu_steps = server_cpu_seconds(port) - cpu_steps_start
+        cpu_each = {each: server_cpu_seconds(each) - cpu_each[each] for each in ports}
+        per_process = []
+        for index, (each_url, each) in enumerate(zip(urls, ports)):
+            mine = [page for page in seated if page.url == each_url]
+            own = [page.steps[step] - clicked for page in mine for step, clicked in clicks.items() if step in page.steps]
+            spent = cpu_each[each] - idle_each[each] * steps_s - (alone_cpu * done if index == 0 else 0.0)
+            per_process.append({
+                "followers": len(mine),
+                "cpu_ms_per_follower_step": round(1000 * spent / (max(1, len(mine)) * max(1, done)), 1),
+                "lag_p50_s": round(statistics.median(own), 2) if own else None,
+                "lag_p95_s": round(percentile(own, 0.95), 2) if own else None,
+                "rss_growth_mib_per_step": round(statistics.median(growth[each]) / 2**20, 1) if growth[each] else None,
+                "runs_per_follower_step": round(sum(page.finished - runs_before[id(page)][0] for page in mine)
+                                                / (max(1, len(mine)) * max(1, done)), 2),
+                "whole_page_runs_per_follower_step": round(sum(page.full_runs - runs_before[id(page)][1] for page in mine)
+                                                           / (max(1, len(mine)) * max(1, done)), 2),
+                "rss_mib": round(server_rss_bytes(each) / 2**20, 1)})
         exceptions = sum(page.exceptions for page in seated)
         for page in seated + refused:
             await page.close()
@@ -466,7 +538,7 @@ async def measure(args) -> dict:
         "idle_cpu_ms_per_follower_s": round(1000 * idle_rate / followers, 2),
         "load_average": [round(load_start, 2), round(os.getloadavg()[0], 2)],
         "client_cpu_s": round(cpu_seconds(Path("/proc/self")) - client_start, 1),
-        "exceptions": exceptions,
+        "exceptions": exceptions, "processes": args.processes, "per_process": per_process,
     }
 
 
@@ -480,12 +552,14 @@ def main() -> int:
     parser.add_argument("--idle", type=float, default=10.0, help="seconds the room sits still for the idle figure")
     parser.add_argument("--timeout", type=float, default=600.0, help="give up after this many seconds")
     parser.add_argument("--json", type=Path, help="also write the report here")
+    parser.add_argument("--processes", type=int, default=1, help="app processes sharing a Redis room (1 to 4)")
     parser.add_argument("--contend", type=int, default=0, metavar="N",
                         help="N busy processes (python -c 'while True: pass') beside the server, as on a shared one")
     args = parser.parse_args()
     if not (1 <= args.followers <= MAX_FOLLOWERS and 1 <= args.steps <= MAX_STEPS and 0 <= args.browsers <= 5
-            and 1 <= args.idle <= 120 and 0 <= args.contend <= 16):
-        parser.error(f"use 1 to {MAX_FOLLOWERS} followers, 1 to {MAX_STEPS} steps, 0 to 5 browsers, 1 to 120 s idle, 0 to 16 busy processes")
+            and 1 <= args.idle <= 120 and 0 <= args.contend <= 16 and 1 <= args.processes <= 4):
+        parser.error(f"use 1 to {MAX_FOLLOWERS} followers, 1 to {MAX_STEPS} steps, 0 to 5 browsers, 1 to 120 s idle, "
+                     "0 to 16 busy processes, 1 to 4 processes")
     report = asyncio.run(asyncio.wait_for(measure(args), args.timeout + 60))
     print(json.dumps(report, indent=2))
     if args.json:

@@ -184,6 +184,7 @@ class RedisStore:
         self.me = secrets.token_hex(6)  # this process, in the changes it tells
         self.mine: dict[str, Mine] = {}  # code -> its teacher here
         self.replays: dict[str, tuple[int, object]] = {}  # code -> (lesson_version, the replay rebuilt here)
+        self.rebuilding: dict[str, threading.Lock] = {}  # code -> held while one session rebuilds its replay
         self.lost: dict[str, str] = {}  # teacher -> why their room closed without them: it vanished, or outgrew a room
         self.lock = threading.Lock()
         self.quiet_until, self.failing = 0.0, False
@@ -270,6 +271,7 @@ class RedisStore:
             with self.lock:
                 mine = self.mine.pop(code, None)
                 self.replays.pop(code, None)
+                self.rebuilding.pop(code, None)
                 if mine is not None:  # not closed here: the server restarted empty, or someone deleted it
                     self.lost[mine.teacher] = (f"Room {code} is gone from the class room server (it restarted "
                                                "without its data, or the room was deleted there); open a new room "
@@ -308,24 +310,33 @@ class RedisStore:
 
     def lesson(self, code: str, page: str, version: int, token: str | None = None):
         """The teacher's lesson object on the teacher's process; elsewhere a replay of its file, rebuilt once
-        per version, named as the teacher's lesson (`token`), so that its followers' payloads fit it."""
+        per version per process, named as the teacher's lesson (`token`), so that its followers' payloads fit it.
+        Each teacher's step makes a new version, and every follower on this process wakes to it at once: one
+        of them rebuilds the replay while the others wait for it (60 followers each reading the whole file
+        again cost 55-128 ms of CPU each per step, and hundreds of MiB, issue 62)."""
         mine = self.mine.get(code)
         if mine is not None:
             return mine.lesson
         cached = self.replays.get(code)
-        if cached is not None and cached[0] == version:
+        if cached is not None and cached[0] >= version:
             return cached[1]
-        text, read = self.redis.get(room_key(code, "lesson")), (self.lesson_files(page) or (None, None))[1]
-        if text is None or read is None:
-            return None
-        try:
-            replay = read(text)
-        except ValueError:  # a file kvviz will not replay (LessonFileError): no lesson to follow
-            return None
-        replay.room_token = token
         with self.lock:
-            self.replays[code] = (version, replay)
-        return replay
+            rebuilding = self.rebuilding.setdefault(code, threading.Lock())
+        with rebuilding:
+            cached = self.replays.get(code)  # another follower may have rebuilt it while this one waited
+            if cached is not None and cached[0] >= version:
+                return cached[1]
+            text, read = self.redis.get(room_key(code, "lesson")), (self.lesson_files(page) or (None, None))[1]
+            if text is None or read is None:
+                return None
+            try:
+                replay = read(text)
+            except ValueError:  # a file kvviz will not replay (LessonFileError): no lesson to follow
+                return None
+            replay.room_token = token
+            with self.lock:
+                self.replays[code] = (version, replay)
+            return replay
 
     @answering(None)
     def remove(self, room: Room) -> None:
