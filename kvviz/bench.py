@@ -429,8 +429,7 @@ def bench_hf(model, workload, warmup, repeats, hf_batch_size, engine_settings) -
         runs.append(run_hf_generate_batch(batch_twin, workload, **engine_settings))  # keep its reason
     else:
         runs.append(repeated(lambda: run_hf_generate_batch(batch_twin, workload, **engine_settings), repeats))
-    del twin, batch_twin
-    return runs
+    return runs  # the twins go with this function's frame
 
 
 def mixed_results(workload: Workload, runs: list[SystemRun]) -> dict:

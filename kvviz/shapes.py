@@ -13,6 +13,10 @@ import json
 import math
 import os
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # only the annotation names it: torch loads when a checkpoint is read
+    import torch
 
 # What a layer caches per token: K and V for every token (full), for the last `window` tokens
 # (sliding), or one compressed latent per token (MLA). The first two are transformers' names.

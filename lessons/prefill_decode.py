@@ -13,7 +13,7 @@ from kvviz.lessons.prefill_decode import state as ls
 from kvviz.lessons.prefill_decode.classroom import predict_panel, sync_query_params
 from kvviz.lessons.prefill_decode.explain import bill_note, cache_per_layer_text, logit_difference_note, work_table
 from kvviz.lessons.prefill_decode.explain_views import inside_attention, memory_bound
-from kvviz.lessons.prefill_decode.logic import per_token_formula, steps_text
+from kvviz.lessons.prefill_decode.logic import steps_text
 from kvviz.lessons import room_answers, room_student, stepped
 from kvviz.lessons.prefill_decode.stage import stage_data
 from kvviz.shapes import format_bytes

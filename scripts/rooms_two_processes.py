@@ -65,10 +65,10 @@ def main() -> None:
                 _, page = new_page(browser, f"{url}/prefill_decode?room={code}")
                 try:
                     page.get_by_text(f"Following room {code}").wait_for(timeout=120_000)
-                except Exception:
+                except Exception as error:
                     page.screenshot(path=str(ROOT / "artifacts" / f"follower-{where}-{len(followers)}.png"))
                     raise SystemExit(f"follower {len(followers)} on {where} did not follow: "
-                                     + page.locator("[data-testid='stMain']").inner_text()[:600])
+                                     + page.locator("[data-testid='stMain']").inner_text()[:600]) from error
                 wait_for_step(page, 1, 120)
                 page.evaluate(STEPS_JS)
                 followers.append((where, page))

@@ -199,7 +199,7 @@ def test_the_listener_survives_any_message_and_leaks_no_subscription(redis_url):
     good (followers fell back to the 10 s beat until a restart), and each non-JSON message leaked a subscription."""
     calls = []
     a = RedisStore(redis_url.url, lesson_files=lesson_files)
-    b = RedisStore(redis_url.url, on_change=lambda code, full=False: calls.append((code, full)), lesson_files=lesson_files)
+    RedisStore(redis_url.url, on_change=lambda code, full=False: calls.append((code, full)), lesson_files=lesson_files)
     room = opened(a, FileLesson([{"step": 0}]))
     server = redis.Redis.from_url(redis_url.url, decode_responses=True)
     assert wait_for(lambda: server.pubsub_numpat() >= 1)  # b's listener has subscribed

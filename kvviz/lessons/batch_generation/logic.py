@@ -388,7 +388,7 @@ def compare_with_transformers(lm, workload: Workload, settings: BatchSettings | 
                        click="compare")
 
     while True:  # past the budget: the first requests that fit; fewer timed runs (not under two) when two do not
-        fits = most_that_fits(lambda requests: work(requests, runs).seconds(device), batch_requests, 2)
+        fits = most_that_fits(lambda requests, runs=runs: work(requests, runs).seconds(device), batch_requests, 2)
         if fits >= 2 or runs <= min(2, repeats):
             break
         runs -= 1
