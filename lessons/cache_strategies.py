@@ -9,6 +9,7 @@ from kvviz.lessons.cache_strategies.gqa import mean_pool_heads
 from kvviz.lessons.cache_strategies.logic import (
     PRESENTER_COLUMNS,
     STATIC_MOST_TOKENS,
+    beside_full_cache,
     compare_strategies,
     engine_quality_note,
     static_reservation,
@@ -117,6 +118,11 @@ else:
         st.plotly_chart(figures.time_per_step(results), width="stretch")
         if (note := busy_note([[ms / 1e3 for ms in r.decode_ms] for r in results], None)) is not None:
             st.warning(note)
+        noise = [r.label for r in results[1:] if beside_full_cache(r, results[0]) == "within noise"]
+        if noise:
+            st.caption(f"Within this run's noise of the full cache: {', '.join(noise)}. Their fastest and slowest "
+                       "runs overlap the full cache's, so these bars do not say which is faster; the Table says "
+                       "where they differ.")
         st.caption("Left, the work, which is the same on every run: step 0 runs the whole prompt; after it "
                    "a cached step runs one token, while without a cache every step runs the whole sequence "
                    "again. Right, the time, measured: each bar is the median over the timed runs of the mean "

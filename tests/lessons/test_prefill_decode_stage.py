@@ -104,3 +104,17 @@ def test_a_lesson_that_ends_early_says_why_its_stop_token_or_the_context():
     note = stop_note(lesson)
     assert "Paris" in lesson.answer() and len(lesson.records) < 24
     assert f"ended its turn with “{plain('<|im_end|>')}”" in note and "context" not in note  # markdown
+
+
+def test_a_lesson_that_ends_before_the_steps_asked_for_tells_the_stage_so():
+    """Issue 59 item 8: Play on a chat model's lesson went from "Step 17 of 47" to "Step 18 of 18" without a word.
+    The stage gets the step the lesson was to end at beside the one it ends at (stage.js names the difference)."""
+    lm = load_model(shape=CustomShape(num_layers=2, hidden_size=64, num_heads=2, num_kv_heads=1, max_context=24))
+    lesson = Lesson.start(lm, LessonSettings("The cache holds keys and values", SamplingParams(max_tokens=48,
+                                                                                               ignore_eos=True)))
+    lesson.prefill()
+    assert stage_data(lesson, 0)["asked_last_step"] == stage_data(lesson, 0)["last_step"] == 47
+    while not lesson.finished:
+        lesson.next_token()
+    data = stage_data(lesson, len(lesson.records) - 1)
+    assert data["last_step"] == len(lesson.records) - 1 < data["asked_last_step"] == 47  # the context filled first

@@ -38,7 +38,8 @@ def stage_data(lesson, step: int, presenter: bool = False) -> dict:
             "bytes_per_token": per_token,
             "per_token_formula": per_token_formula(info),
             "presenter": presenter, "step": min(step, len(steps) - 1), "steps": steps,
-            "last_step": lesson.last_step(), "windows": layer_windows_of(lesson)}
+            "last_step": lesson.last_step(), "asked_last_step": lesson.settings.sampling.max_tokens - 1,
+            "windows": layer_windows_of(lesson)}
 
 
 def layer_windows_of(lesson) -> list[int | None] | None:

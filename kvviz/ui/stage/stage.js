@@ -19,7 +19,10 @@ function stepName(d, index, last) {
   const from = d.count_from || 0;
   const end = Math.max(last, d.last_step ?? last); // the lesson's last step, taken or not
   if (!d.step_word && index === 0 && d.steps[0].attention) return `Prefill (step 0 of ${end})`;
-  return `${word} ${index + from} of ${end + from}`;
+  // asked_last_step: where the lesson was to end; one that ended sooner (the model ended its answer, the
+  // context filled) says so at its last step, where "Step 17 of 47" became "Step 18 of 18" without a word
+  const early = d.asked_last_step > end && index === end ? ` (ended early: ${d.asked_last_step} were asked for)` : "";
+  return `${word} ${index + from} of ${end + from}${early}`;
 }
 
 // The data comes whole, or (a room's follower, woken by the teacher's step) as JSON bytes holding the
