@@ -21,7 +21,7 @@ function stepName(d, index, last) {
   if (!d.step_word && index === 0 && d.steps[0].attention) return `Prefill (step 0 of ${end})`;
   // asked_last_step: where the lesson was to end; one that ended sooner (the model ended its answer, the
   // context filled) says so at its last step, where "Step 17 of 47" became "Step 18 of 18" without a word
-  const early = d.asked_last_step > end && index === end ? ` (ended early: ${d.asked_last_step} were asked for)` : "";
+  const early = d.asked_last_step > end && index === end ? ` (ended early: ${d.asked_last_step} steps were asked for)` : "";
   return `${word} ${index + from} of ${end + from}${early}`;
 }
 
