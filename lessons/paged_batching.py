@@ -66,7 +66,7 @@ def requests_and_settings() -> None:
     table = table.drop(index=[i for i in edited.get("deleted_rows", []) if i in table.index])
     st.session_state["paged_requests_table"] = table.to_dict("records")
 
-    kept_defaults({"paged_block_size": 8, "paged_num_blocks": 40, "paged_prefix": True})  # a replay or a room sets them
+    kept_defaults(ps.DEFAULTS)  # a replay or a room sets them
     a, b, c = st.columns(3)
     a.slider("Block size (tokens)", *ps.BLOCK_SIZES, key="paged_block_size")
     b.slider("Pool size (blocks)", *ps.POOL_SIZES, key="paged_num_blocks")

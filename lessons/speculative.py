@@ -9,7 +9,6 @@ from kvviz.engine.speculative import accept, propose_drafts
 from kvviz.lessons import room_answers, stepped
 from kvviz.lessons.speculative import figures
 from kvviz.lessons.speculative import state as ss
-from kvviz.lessons.speculative.logic import DEFAULT_PROMPT
 from kvviz.lessons.speculative.stage import stage_data
 from kvviz.ui.common import kept_defaults, show_code
 from kvviz.ui.text import plain
@@ -37,7 +36,7 @@ def introduction() -> None:
 
 def prompt_and_settings() -> None:
     """The prompt and the run's settings: in full before a run, folded into a popover during one."""
-    kept_defaults({"spec_prompt": DEFAULT_PROMPT, "spec_k": 4, "spec_max_tokens": 48, "spec_block_size": 4})
+    kept_defaults(ss.DEFAULTS)
     st.text_area("Prompt (a line that comes back gives the lookup something to copy)", key="spec_prompt",
                  height=130)
     a, b, c = st.columns(3)

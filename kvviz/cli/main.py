@@ -1,4 +1,4 @@
-"""Command line: python -m kvviz generate | bench | bill | fetch."""
+"""Command line: python -m kvviz generate | bench | bill | fetch | page."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from kvviz.cli import bill
 from kvviz.cli.bench import add_bench_arguments, run_bench
 from kvviz.cli.fetch import add_fetch_arguments, cmd_fetch
 from kvviz.cli.generate import add_generate_arguments, cmd_generate
+from kvviz.cli.page import add_page_arguments, cmd_page
 
 
 class ShowDefaults(argparse.HelpFormatter):
@@ -46,6 +47,11 @@ def build_parser() -> argparse.ArgumentParser:
                                        **with_defaults)
     add_fetch_arguments(fetch_parser)
     fetch_parser.set_defaults(func=cmd_fetch)
+
+    page_parser = commands.add_parser("page", help="a stepped lesson as one web page that opens from disk",
+                                      **with_defaults)
+    add_page_arguments(page_parser)
+    page_parser.set_defaults(func=cmd_page)
     return parser
 
 

@@ -23,8 +23,10 @@ from kvviz.engine.errors import EngineError
 from kvviz.lessons import room_student, room_teacher
 from kvviz.lessons.budget import click_seconds
 from kvviz.lessons.files import MAX_LESSON_BYTES, LessonFileError
+from kvviz.lessons.room_address import room_address
 from kvviz.lessons.room_view import RoomPart
 from kvviz.lessons.uploads import file_buttons
+from kvviz.page.build import page_or_refusal
 from kvviz.ui import live_lessons, room_types, rooms
 from kvviz.ui.common import bound_export, drop, show_file_settings
 from kvviz.ui.progress import StopBar
@@ -268,6 +270,17 @@ def exporter(lesson: Stepped):
     return bound_export(run, lesson.keys.view, lesson.export)
 
 
+def web_page_maker(lesson: Stepped):
+    """Download as a web page's function (None before a run), bound as the page draws, as the export's is: the
+    lesson file of the run on screen made into one page (kvviz.page), or a page saying why it cannot be."""
+    export = exporter(lesson)
+    if export is None:
+        return None
+    link = f"{room_address(lesson.page)[0]}/{lesson.page}"  # this server, as a student's device reaches it
+    tokenizer = getattr(current(lesson), "tokenizer", None)
+    return lambda: page_or_refusal(lesson, export(), link, tokenizer)
+
+
 def reset_run(lesson: Stepped) -> None:
     """The Reset button: forget the run; the settings stay."""
     drop(st.session_state, lesson.keys.run_keys())
@@ -358,7 +371,8 @@ def player(lesson: Stepped, run) -> bool:
 
 def files(lesson: Stepped) -> None:
     """The export and replay buttons (kvviz.lessons.uploads)."""
-    file_buttons(exporter(lesson), lesson.file_name, lesson.keys.upload, partial(replay, lesson))
+    file_buttons(exporter(lesson), lesson.file_name, lesson.keys.upload, partial(replay, lesson),
+                 web_page_maker(lesson))
 
 
 def files_expander(lesson: Stepped) -> None:

@@ -16,9 +16,10 @@ def browser_megabytes(limit_bytes: int) -> int:
     return -(-limit_bytes // 10**6)
 
 
-def file_buttons(export, file_name: str, upload_key: str, replay) -> None:
-    """Export (when `export`, a function giving the JSON, is not None) and replay buttons. An upload
-    goes to `replay(data)`, which raises LessonFileError on a bad file: its sentence shows once."""
+def file_buttons(export, file_name: str, upload_key: str, replay, web_page=None) -> None:
+    """Export (when `export`, a function giving the JSON, is not None) and replay buttons, and Download as a
+    web page (when `web_page`, a function giving the page's HTML, is not None). An upload goes to
+    `replay(data)`, which raises LessonFileError on a bad file: its sentence shows once."""
     a, b = st.columns(2)
     if export is not None:
         # on_click="ignore": a click that also reran the page would re-register the button's function and
@@ -26,6 +27,11 @@ def file_buttons(export, file_name: str, upload_key: str, replay) -> None:
         # step, another session) deletes it before the browser fetches it, and no file comes
         a.download_button("Export lesson (JSON)", export, file_name=file_name, mime="application/json",
                           width="stretch", on_click="ignore")
+    if web_page is not None:
+        a.download_button("Download as a web page", web_page, file_name=file_name.removesuffix(".json") + ".html",
+                          mime="text/html", width="stretch", on_click="ignore", icon=":material/language:",
+                          help="The stage of this lesson as one HTML file, stepped in any browser with no server "
+                               "and no network: for students at home or on a phone.")
     b.file_uploader("Replay a lesson file", type=["json"], key=upload_key, on_change=_on_upload,
                     args=(upload_key, replay), max_upload_size=browser_megabytes(MAX_LESSON_BYTES),
                     help=f"Replays every view from the recorded steps, with no model. Files up to "

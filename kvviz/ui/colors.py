@@ -11,8 +11,9 @@ PHASE = {
 BLOCK_STATE = {"free": "#E5E7EB", "cached_free": "#A7F3D0", "shared": "#7C3AED"}
 # Strong colours readable from the back of a room, each away in hue from the block states beside
 # them (mint for a free block with a cached prefix, violet for a shared one) and from the stage's
-# yellow highlight (--lit in ui/stage/stage.css), so that a request's block never reads as one of those
-_REQUEST = ["#3969AC", "#D9480F", "#008695", "#CF1C90", "#6B8E23", "#8C564B", "#9B2226", "#2F4858"]
+# yellow highlight (--lit in ui/stage/stage.css), so that a request's block never reads as one of those; and
+# dark enough that its label in white (the stage's R1, R2 chips) keeps 4.5:1
+_REQUEST = ["#3969AC", "#C74B0C", "#007C8A", "#CF1C90", "#5E7D1F", "#8C564B", "#9B2226", "#2F4858"]
 _LAYER = ["#1F77B4", "#FF7F0E", "#2CA02C", "#D62728", "#9467BD", "#8C564B",
           "#E377C2", "#7F7F7F", "#BCBD22", "#17BECF"]
 FONT = dict(size=16)

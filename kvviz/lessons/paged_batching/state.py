@@ -15,6 +15,7 @@ from kvviz.ui.session_keys import Keys
 
 BLOCK_SIZES, POOL_SIZES = (2, 32), (2, 128)  # what the sliders offer
 DEFAULT_TABLE = [{"prompt": p, "arrives at step": a, "max tokens": m} for p, a, m in DEFAULT_REQUESTS]
+DEFAULTS = {"paged_block_size": 8, "paged_num_blocks": 40, "paged_prefix": True}  # the pool's settings
 
 
 def request_specs() -> list[RequestSpec]:
@@ -29,10 +30,13 @@ def request_specs() -> list[RequestSpec]:
     return specs
 
 
+def _setting(key: str):
+    return st.session_state.get(key, DEFAULTS[key])
+
+
 def _new() -> PagedLesson:
-    state = st.session_state
-    return PagedLesson.start(current_model(), request_specs(), int(state.get("paged_block_size", 8)),
-                             int(state.get("paged_num_blocks", 40)), bool(state.get("paged_prefix", True)))
+    return PagedLesson.start(current_model(), request_specs(), int(_setting("paged_block_size")),
+                             int(_setting("paged_num_blocks")), bool(_setting("paged_prefix")))
 
 
 def _file_settings(run: PagedLesson) -> dict:

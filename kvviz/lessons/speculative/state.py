@@ -18,13 +18,16 @@ from kvviz.ui.session_keys import Keys
 
 DRAFTS, MAX_TOKENS, BLOCK_SIZES = (1, 8), (8, 128), (2, 16)  # what the sliders offer
 PROMPT_BOX_CHARS = 20_000  # the longest prompt a replayed file puts into the prompt box
+DEFAULTS = {"spec_prompt": DEFAULT_PROMPT, "spec_k": 4, "spec_max_tokens": 48, "spec_block_size": 4}
+
+
+def _setting(key: str):
+    return st.session_state.get(key, DEFAULTS[key])
 
 
 def _new() -> SpeculativeLesson:
-    state = st.session_state
-    return SpeculativeLesson.start(current_model(), state.get("spec_prompt", DEFAULT_PROMPT),
-                                   int(state.get("spec_k", 4)), int(state.get("spec_max_tokens", 48)),
-                                   int(state.get("spec_block_size", 4)))
+    return SpeculativeLesson.start(current_model(), _setting("spec_prompt"), int(_setting("spec_k")),
+                                   int(_setting("spec_max_tokens")), int(_setting("spec_block_size")))
 
 
 def _file_settings(run: SpeculativeLesson) -> dict:

@@ -68,10 +68,11 @@ import streamlit as st
 
 HERE = Path(__file__).resolve().parent
 JS_PARTS = ("dom.js", "cache.js", "requests.js", "blocks.js", "stage.js")  # stage.js last: it exports the component
-_stage = st.components.v2.component(
-    "kvviz.stage", html='<div class="kvviz-stage" data-testid="kvviz-stage"></div>',
-    css=(HERE / "stage.css").read_text(encoding="utf-8"),
-    js="\n".join((HERE / part).read_text(encoding="utf-8") for part in JS_PARTS))
+# what the app loads, and what a lesson's web page inlines (kvviz/page): one stage for both
+STAGE_HTML = '<div class="kvviz-stage" data-testid="kvviz-stage"></div>'
+STAGE_CSS = (HERE / "stage.css").read_text(encoding="utf-8")
+STAGE_JS = "\n".join((HERE / part).read_text(encoding="utf-8") for part in JS_PARTS)
+_stage = st.components.v2.component("kvviz.stage", html=STAGE_HTML, css=STAGE_CSS, js=STAGE_JS)
 
 
 def show_stage(data: dict | bytes, key: str, on_step=None, step: int | None = None, on_lost=None) -> int:
