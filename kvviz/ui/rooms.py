@@ -30,8 +30,10 @@ MAX_QUESTIONS questions a room (50).
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
+import threading
 import time
 import unicodedata
 
@@ -101,6 +103,31 @@ def sweep() -> None:
     _store().sweep(time.time(), setting("KVVIZ_ROOM_IDLE_S"), _gone)
 
 
+SWEEP_EVERY_S = 20.0  # a closed teacher's page frees its room within this, though no page asks for rooms
+_sweeper: list[threading.Thread] = []
+_sweeper_guard = threading.Lock()
+
+
+def keep_sweeping() -> None:
+    """Sweep every SWEEP_EVERY_S seconds in a thread of this process, from the first room opened on: a room is
+    swept when a page asks for rooms, and on another app process (KVVIZ_ROOMS_URL) a closed teacher's room was
+    counted against KVVIZ_MAX_ROOMS for an hour when nobody on its own process did."""
+    with _sweeper_guard:
+        if _sweeper and _sweeper[0].is_alive():
+            return
+        _sweeper[:] = [threading.Thread(target=_sweep_forever, name="kvviz-rooms-sweeper", daemon=True)]
+        _sweeper[0].start()
+
+
+def _sweep_forever() -> None:
+    while True:
+        time.sleep(SWEEP_EVERY_S)
+        try:
+            sweep()
+        except Exception:  # a store that failed once may answer next time; the thread goes on
+            logging.getLogger(__name__).exception("sweeping the rooms failed")
+
+
 def _gone(room: Room) -> bool:
     ended = room.teacher_runtime is not None and _session_ended(room.teacher_runtime)
     return ended or getattr(room.lesson, "released", False)
@@ -110,6 +137,7 @@ def open_room(lesson, page: str, client: str | None = None, model: str = "") -> 
     """A new room for this session's lesson on `model` (its source, for Take over), opened from `client`'s
     address (the one it had is closed); ValueError says why not."""
     sweep()
+    keep_sweeping()
     store, teacher = _store(), session_id()
     for room in store.teachers(teacher):
         store.remove(room)

@@ -17,8 +17,6 @@ from kvviz.ui import room_types
 from kvviz.ui.room_codec import MAX_FIELD_CHARS
 from kvviz.ui.room_redis import RedisStore
 
-from redis_server import redis_url  # noqa: F401  (the fixture)
-
 CODE = "K7QW2MXP"
 
 
@@ -36,7 +34,7 @@ def rooms_counted(url: str) -> int:
     return redis.Redis.from_url(url).zcard("kvviz:rooms")
 
 
-def test_a_lesson_past_what_a_room_carries_is_refused_in_a_sentence_and_leaves_no_room(redis_url, lesson,  # noqa: F811
+def test_a_lesson_past_what_a_room_carries_is_refused_in_a_sentence_and_leaves_no_room(redis_url, lesson,
                                                                                        monkeypatch):
     monkeypatch.setattr(stepped, "MAX_LESSON_BYTES", len(LESSON.room_file(lesson)) - 1)  # this lesson is 1 past it
     store = RedisStore(redis_url.url, lesson_files=registry.lesson_files)
@@ -49,7 +47,7 @@ def test_a_lesson_past_what_a_room_carries_is_refused_in_a_sentence_and_leaves_n
     assert store.get(CODE) is None and rooms_counted(redis_url.url) == 0  # no ghost
 
 
-def test_a_lesson_that_grows_past_it_closes_the_room_and_tells_its_teacher(redis_url, lesson, monkeypatch):  # noqa: F811
+def test_a_lesson_that_grows_past_it_closes_the_room_and_tells_its_teacher(redis_url, lesson, monkeypatch):
     monkeypatch.setattr(stepped, "MAX_LESSON_BYTES", len(LESSON.room_file(lesson)) + 100)  # fits now, not two steps on
     store = RedisStore(redis_url.url, lesson_files=registry.lesson_files)
     room = room_types.Room(CODE, "teacher", None, "prefill_decode", lesson)
@@ -64,7 +62,7 @@ def test_a_lesson_that_grows_past_it_closes_the_room_and_tells_its_teacher(redis
     assert store.lost_room("teacher") is None  # told once
 
 
-def test_a_step_past_a_fields_limit_closes_the_room_rather_than_leave_it_unreadable(redis_url, lesson):  # noqa: F811
+def test_a_step_past_a_fields_limit_closes_the_room_rather_than_leave_it_unreadable(redis_url, lesson):
     store = RedisStore(redis_url.url, lesson_files=registry.lesson_files)
     room = room_types.Room(CODE, "teacher", None, "prefill_decode", lesson)
     assert store.add(room, 10, 10) is None
@@ -74,7 +72,7 @@ def test_a_step_past_a_fields_limit_closes_the_room_rather_than_leave_it_unreada
     assert "one step of this lesson is" in store.lost_room("teacher")
 
 
-def test_a_room_on_a_page_no_lesson_follows_reads_as_gone(redis_url, lesson):  # noqa: F811
+def test_a_room_on_a_page_no_lesson_follows_reads_as_gone(redis_url, lesson):
     """Issue 61 item 9: a room whose page was set to one no lesson has stopped its followers silently, while the
     teacher's panel went on counting them; it reads as gone (the follower is told the room closed)."""
     teacher, follower = (RedisStore(redis_url.url, lesson_files=registry.lesson_files) for _ in range(2))
@@ -82,3 +80,22 @@ def test_a_room_on_a_page_no_lesson_follows_reads_as_gone(redis_url, lesson):  #
     assert teacher.add(room, 10, 10) is None and follower.get(CODE) is not None
     redis.Redis.from_url(redis_url.url).hset(f"kvviz:room:{CODE}", "page", "no_such_page")
     assert follower.get(CODE) is None
+
+
+def test_a_room_whose_teacher_left_is_freed_though_no_page_asks_for_rooms(monkeypatch):
+    """Issue 61: rooms of closed pages freed within a minute. A room was swept only when some page asked for rooms;
+    on another app process nobody did, and a closed teacher's room counted against KVVIZ_MAX_ROOMS for an hour.
+    The process sweeps on its own every rooms.SWEEP_EVERY_S (20 s; a fifth of a second here)."""
+    from kvviz.ui import room_store, rooms
+
+    monkeypatch.delenv("KVVIZ_ROOMS_URL", raising=False)
+    monkeypatch.setattr(rooms, "SWEEP_EVERY_S", 0.2)
+    lesson = type("Ended", (), {"records": [], "released": False})()  # a lesson object as live_lessons marks one
+    room = rooms.open_room(lesson, "prefill_decode")
+    store = room_store.store()
+    assert store.get(room.code) is not None
+    lesson.released = True  # its teacher's page closed: kvviz.ui.live_lessons released the lesson
+    deadline = time.time() + 30  # a sweeper another test started may be asleep for its 20 s
+    while store.get(room.code) is not None and time.time() < deadline:
+        time.sleep(0.05)
+    assert store.get(room.code) is None
