@@ -19,8 +19,8 @@ from kvviz.cli.common import check_output_path, write_atomically
 from kvviz.lessons.catalog import BY_KEY
 from kvviz.lessons.files import MAX_LESSON_BYTES, load_json
 from kvviz.models import load_model
-from kvviz.page.build import checked_link, describe_size, lecture_index, web_page
-from kvviz.page.record import STEPPED_BY_KEY, check_settings, record_lesson
+from kvviz.page.build import checked_link, describe_size, web_page
+from kvviz.page.record import STEPPED_BY_KEY, check_settings, lecture_pages, record_lesson
 from kvviz.ui.common import default_source
 
 LOCAL_APP = "http://localhost:8501"  # where `streamlit run app.py` opens
@@ -30,8 +30,8 @@ def add_page_arguments(parser: argparse.ArgumentParser) -> None:
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--lesson", help=f"record this lesson on --model: {', '.join(STEPPED_BY_KEY)}")
     source.add_argument("--file", help="a lesson file saved with Export lesson (checked as the app checks an upload)")
-    source.add_argument("--lecture", action="store_true",
-                        help="every stepped lesson at its defaults on --model, and an index.html, into the folder --out")
+    source.add_argument("--lecture", action="store_true", help="every stepped lesson at its defaults on --model, "
+                                                               "and an index.html, into the folder --out")
     parser.add_argument("--model", default=None,
                         help="bundled | smollm2 | a Hugging Face id (local cache) | a folder (default: the app's: "
                              "KVVIZ_DEFAULT_MODEL, else smollm2 once fetched, else bundled)")
@@ -83,15 +83,11 @@ def _lecture(args, base: str) -> int:
         raise ValueError(f"There is no folder {str(folder.parent)!r} to make {folder.name!r} in; create it first.")
     folder.mkdir(exist_ok=True)
     lm = load_model(args.model or default_source())
-    pages = []
-    for key, lesson in STEPPED_BY_KEY.items():
-        print(f"recording {BY_KEY[key].title} on {lm.name}", file=sys.stderr)
-        text = web_page(lesson, record_lesson(lesson, lm), f"{base}/{key}", up="index.html", tokenizer=lm.tokenizer)
-        name = Path(lesson.file_name).with_suffix(".html").name
+    pages = lecture_pages(lm, base, lambda done, total, title: print(f"recording {title} on {lm.name}",
+                                                                     file=sys.stderr))
+    for name, text in pages:
         write_atomically(folder / name, [text])
-        pages.append((key, name, len(text.encode("utf-8"))))
-    write_atomically(folder / "index.html", [lecture_index(pages, lm.name)])
-    print(f"wrote {folder / 'index.html'} and {len(pages)} lesson pages")
+    print(f"wrote {folder / 'index.html'} and {len(pages) - 1} lesson pages")
     return 0
 
 

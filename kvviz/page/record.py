@@ -78,3 +78,21 @@ def _speculative(lm, prompt, tokens, chat) -> SpeculativeLesson:
 
 
 NEW_RUN = {"prefill_decode": _prefill_decode, "paged_batching": _paged_batching, "speculative": _speculative}
+
+
+def lecture_pages(lm, base: str, recorded=None) -> list[tuple[str, str]]:
+    """The lecture pack: each stepped lesson at its page's defaults on `lm`, as (file name, page), in lecture
+    order, then index.html linking them; `base` is the app's address the pages link back to. recorded(done,
+    total, title), when given, is told before each lesson is recorded (`kvviz page --lecture` prints it, the
+    app moves its bar)."""
+    from kvviz.page.build import lecture_index, web_page  # build imports the stage, which imports Streamlit
+
+    pages, sizes = [], []
+    for done, (key, lesson) in enumerate(STEPPED_BY_KEY.items()):
+        if recorded is not None:
+            recorded(done, len(STEPPED_BY_KEY), BY_KEY[key].title)
+        text = web_page(lesson, record_lesson(lesson, lm), f"{base}/{key}", up="index.html", tokenizer=lm.tokenizer)
+        name = lesson.file_name.removesuffix(".json") + ".html"
+        pages.append((name, text))
+        sizes.append((key, name, len(text.encode("utf-8"))))
+    return [*pages, ("index.html", lecture_index(sizes, lm.name))]
