@@ -22,6 +22,7 @@ from kvviz.ui.room_types import GUESS_WINDOW_S, MAX_ANSWERS, MAX_QUESTIONS, Less
 
 URL_VARIABLE = "KVVIZ_ROOMS_URL"
 _chosen: dict = {}  # url ("" for memory) -> its store, made once per process
+_choosing = threading.Lock()  # 60 students' first pages on a fresh process ask at once
 _lesson_files: list[LessonFiles] = []  # what app.py serves (serve_lesson_files): a Redis store writes lessons by it
 
 
@@ -40,14 +41,16 @@ def store() -> RoomStore:
     """The rooms' store for KVVIZ_ROOMS_URL as it is now (memory when unset). A Redis store's listener hears
     other processes' changes and wakes this process's followers (kvviz.ui.room_wake.changed)."""
     url = os.environ.get(URL_VARIABLE, "").strip()
-    if url not in _chosen:
-        if url:
-            from kvviz.ui.room_redis import RedisStore  # the redis client only where a server is named
+    with _choosing:  # one store, so one listener: a process whose first 30 followers arrived together made 30,
+        # each waking every follower at each of the teacher's steps (55-128 ms of CPU a follower a step, issue 62)
+        if url not in _chosen:
+            if url:
+                from kvviz.ui.room_redis import RedisStore  # the redis client only where a server is named
 
-            _chosen[url] = RedisStore(url, on_change=room_wake.changed, lesson_files=lesson_files)
-        else:
-            _chosen[url] = MemoryStore()
-    return _chosen[url]
+                _chosen[url] = RedisStore(url, on_change=room_wake.changed, lesson_files=lesson_files)
+            else:
+                _chosen[url] = MemoryStore()
+        return _chosen[url]
 
 
 def snapshot(room: Room) -> Room:

@@ -99,3 +99,29 @@ def test_a_room_whose_teacher_left_is_freed_though_no_page_asks_for_rooms(monkey
     while store.get(room.code) is not None and time.time() < deadline:
         time.sleep(0.05)
     assert store.get(room.code) is None
+
+
+def test_a_process_whose_first_followers_arrive_together_makes_one_store_and_one_listener(redis_url):  # noqa: F811
+    """Issue 62: 30 followers' first pages on a fresh app process each made a RedisStore of their own, each with a
+    listener, so every teacher's step woke every follower 30 times (about 7 fragment runs a second each, 75 ms of
+    CPU a follower a step). The stores' cache is filled once, under a lock, whoever asks first."""
+    import threading
+
+    from kvviz.ui import room_store
+
+    room_store._chosen.pop(redis_url.url, None)
+    before = {thread.ident for thread in threading.enumerate() if thread.name == "kvviz-rooms-listener"}
+    start, made = threading.Barrier(24), []
+
+    def first_page() -> None:
+        start.wait()
+        made.append(room_store.store())
+
+    pages = [threading.Thread(target=first_page) for _ in range(24)]
+    for page in pages:
+        page.start()
+    for page in pages:
+        page.join()
+    assert len({id(store) for store in made}) == 1
+    listeners = {thread.ident for thread in threading.enumerate() if thread.name == "kvviz-rooms-listener"} - before
+    assert len(listeners) == 1
