@@ -4,7 +4,6 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
 FOLDER_MARKERS = {"browser": pytest.mark.browser, "vllm": pytest.mark.vllm,  # tests/<folder>/ -> its tier
                   "rooms": pytest.mark.rooms}
 # tests of the quick tier that take about a second or more (scripts/slow_tests.py times them): marked slow
@@ -101,32 +100,6 @@ def tiny_lm(bundled):
     config.vocab_size = len(bundled.tokenizer)
     model = AutoModelForCausalLM.from_config(config).eval()
     return LoadedModel(model, bundled.tokenizer, torch.device("cpu"), torch.float32, "tiny llama", "custom", 256)
-
-
-def open_lesson(path: str):
-    """A fresh AppTest session of the real app, switched to the lesson at `path`."""
-    from streamlit.testing.v1 import AppTest
-
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
-    at.run()
-    at.switch_page(path).run()
-    assert not at.exception
-    return at
-
-
-def button(at, label):
-    """The AppTest button with this label."""
-    return next(b for b in at.button if b.label == label)
-
-
-def one_sentence(message: str) -> bool:
-    return message.endswith(".") and ". " not in message
-
-
-def page_view(at) -> dict:
-    """What a page shows: every metric (value and delta) and every table, as plain data."""
-    return {"metrics": {m.label: (m.value, m.delta) for m in at.metric},
-            "tables": [t.value.to_dict() for t in at.table]}
 
 
 def pytest_sessionfinish(session):

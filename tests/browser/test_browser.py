@@ -1,64 +1,14 @@
 """The real app in a real browser: open each page, run a short lesson, keep screenshots."""
 
-import re
-import shutil
-
-import pytest
 from playwright.sync_api import expect
 
-from kvviz.ui.app_server import CHROMIUM, ROOT
+from app_reads import no_exceptions, view_shows
+from chromium import click_to_next_step, run_finished, screenshot, wait_drawn
+from lesson_steps import prefill_lesson
 
-from app_reads import metric_box
-from chromium import (browser_page, click_to_next_step, run_finished, screenshot, shared_app_url, shared_browser,
-                      wait_drawn, stage_caption)
-
-pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
-                                reason="Debian's chromium is not installed (.ci/run installs it)")
-
-
-@pytest.fixture(scope="module")  # the session's one app server (tests/support/chromium.py)
-def app_url():
-    return shared_app_url()
-
-
-@pytest.fixture(scope="module")  # the session's one Chromium; each test opens its own context in it
-def browser():
-    chromium = shared_browser()
-    yield chromium
-    for context in chromium.contexts:  # what a failed test left open goes with its module
-        context.close()
-
-
-@pytest.fixture()
-def page():
-    with browser_page() as page:
-        yield page
-
-
-def no_exceptions(page):
-    assert page.locator("[data-testid='stException']").count() == 0
-    assert page.locator("text=Traceback").count() == 0
-
-
-def view_shows(page, view: str):
-    """What only the Prefill and decode page's run for `view` draws (one of its View radio's options,
-    kvviz.lessons.prefill_decode.state.VIEWS): the locator to wait on after choosing it."""
-    return {"Cache per layer": page.get_by_text(re.compile(r"^Every position costs")),
-            "Keys and values": page.get_by_role("combobox", name="KV head"),
-            # its caption, GQA's or MLA's (the stage has a label "9 query heads share 3 KV heads:" too)
-            "Attention": page.get_by_test_id("stCaptionContainer").filter(has_text=re.compile(r"^\d+ query heads")),
-            "Inside attention": page.get_by_role("heading", name=re.compile("Where q, k and v come from")),
-            "Work saved": metric_box(page, "Tokens run, with cache"),
-            "Memory bill": metric_box(page, "Blocks in use"),
-            "Why decode is memory-bound": page.get_by_role("combobox", name="Accelerator")}[view]
-
-
-def prefill_lesson(page, app_url):
-    """Open the first lesson by its own address and press Prefill."""
-    page.goto(f"{app_url}/prefill_decode")
-    wait_drawn(page, page.get_by_role("button", name="Prefill"))
-    page.get_by_role("button", name="Prefill").click()
-    wait_drawn(page, stage_caption(page))  # the stage shows once the prefill ran
+# Only while tests/browser/test_browser_page.py still imports app_url from here, where the fixture was: the fixture
+# is tests/browser/conftest.py's now, and this name goes once that import does.
+app_url = None
 
 
 def test_home_page(app_url, page):

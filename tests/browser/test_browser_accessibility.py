@@ -3,33 +3,13 @@ presenter mode, after Prefill on the first lesson: no serious or critical violat
 AA rules. Also: the focus ring of a control and of the stage is visible (3:1 against white), focus is on Next
 token after Prefill, and the stage tells a screen reader each step in a sentence (an aria-live region)."""
 
-import shutil
-from pathlib import Path
-
 import pytest
 
 from kvviz.lessons.catalog import LECTURE
-from kvviz.ui.app_server import CHROMIUM, ROOT
 
+from axe_audit import violations
 from chromium import browser_page, stage_caption, wait_drawn
-from test_browser_presenter import app_url, url_of  # noqa: F401  (app_url is the fixture)
-
-pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
-                                reason="Debian's chromium is not installed (.ci/run installs it)")
-axe_module = pytest.importorskip("axe_playwright_python", reason="axe-playwright-python is in requirements-dev.txt")
-AXE_JS = Path(axe_module.__file__).with_name("axe.min.js")
-TAGS = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa", "wcag22aa"]
-AXE_RUN = """async (tags) => {
-  const result = await axe.run(document, {runOnly: {type: 'tag', values: tags}});
-  return result.violations.filter(v => ['serious', 'critical'].includes(v.impact))
-    .map(v => ({id: v.id, impact: v.impact, nodes: v.nodes.slice(0, 4).map(n => n.target.join(' ') + ' :: ' +
-                                                                      (n.failureSummary || '').slice(0, 160))}));
-}"""
-
-
-def violations(page) -> list:
-    page.add_script_tag(path=str(AXE_JS))
-    return page.evaluate(AXE_RUN, TAGS)
+from lesson_steps import url_of
 
 
 @pytest.mark.parametrize("mode", ["normal", "presenter"])
@@ -90,8 +70,10 @@ def test_focus_is_visible_lands_on_next_token_and_the_stage_speaks(app_url):
 
 
 # the focused element's ring, inside a component's shadow root where the stage lives
-RING_JS = """() => { let e = document.activeElement; while (e.shadowRoot && e.shadowRoot.activeElement) e = e.shadowRoot.activeElement;
-  const s = getComputedStyle(e); return [s.outlineStyle, s.outlineWidth, s.outlineColor, (e.innerText || '').trim()]; }"""
+RING_JS = """() => { let e = document.activeElement;
+  while (e.shadowRoot && e.shadowRoot.activeElement) e = e.shadowRoot.activeElement;
+  const s = getComputedStyle(e);
+  return [s.outlineStyle, s.outlineWidth, s.outlineColor, (e.innerText || '').trim()]; }"""
 
 
 def test_the_keyboard_goes_through_every_token_and_block_of_the_stage(app_url):

@@ -7,13 +7,10 @@ Screenshots go to screenshots/beyond/ (ignored by git).
 """
 
 import re
-import shutil
 from urllib.parse import urlparse
 
 import pytest
 from playwright.sync_api import expect
-from test_browser import app_url, no_exceptions  # noqa: F401  (fixture)
-from test_browser_presenter import CUT_TEXT_JS
 
 from kvviz.lessons.paged_batching import fork as fork_lesson
 from kvviz.lessons.paged_batching import swap as swap_lesson
@@ -23,13 +20,12 @@ from kvviz.lessons.speculative.logic import DEFAULT_PROMPT as SPEC_PROMPT
 from kvviz.lessons.speculative.logic import SpeculativeLesson
 from kvviz.models import load_model
 from kvviz.shapes import format_bytes
-from kvviz.ui.app_server import CHROMIUM, ROOT
+from kvviz.ui.app_server import ROOT
 
-from app_reads import metric, metric_box, metric_shows
+from app_reads import metric, metric_box, metric_shows, no_exceptions
 from chromium import browser_page, open_tab, press, stage_caption, still, wait_drawn
+from page_texts import CUT_TEXT_JS
 
-pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
-                                reason="Debian's chromium is not installed (.ci/run installs it)")
 SHOTS = ROOT / "screenshots" / "beyond"
 FORK_TAB, SWAP_TAB = "Parallel sampling: one prompt, n samples", "Preemption: swap or recompute"
 
@@ -143,7 +139,7 @@ def test_paged_fork_and_swap_tabs_match_the_engine(app_url, lm):
         check(page, "swap")
 
 
-def test_the_fork_tabs_prompt_outlives_another_page_and_streamlit_warns_nothing(app_url):  # noqa: F811
+def test_the_fork_tabs_prompt_outlives_another_page_and_streamlit_warns_nothing(app_url):
     """Issue 50: the Fork tab's prompt, kept across a visit to another page, was a widget with a value= beside a
     value the Session State API had set, which Streamlit logs as a warning (once a server process)."""
     mine = "JULIET:\nO happy dagger, this is thy sheath."

@@ -7,7 +7,7 @@ the page shows for them is checked against the engine run directly in this test.
 2. Prefill and decode on the tiny MLA model, loaded from the sidebar as a student would: Prefill and
    three Next token; "Cache per layer" says the engine's bytes per token; "Keys and values" shows the
    cached latent rows.
-In presenter mode no text in these views is under 16 px (TEXTS_JS from test_browser_fonts).
+In presenter mode no text in these views is under 16 px (TEXTS_JS, tests/support/page_texts.py).
 
 The third kind, sliding-window layer groups (the built-in tiny-gemma3 on the Paged page), is driven in
 test_browser_sliding_groups.py.
@@ -16,9 +16,6 @@ test_browser_sliding_groups.py.
 import re
 
 import pytest
-from test_browser import app_url, no_exceptions, pytestmark  # noqa: F401  (fixture, skip rule)
-from test_browser_fonts import TEXTS_JS
-from test_browser_stage import SLOW_S
 
 from kvviz.engine.cache_dtype import measured_bytes_per_token
 from kvviz.engine.engine import Engine
@@ -29,8 +26,10 @@ from kvviz.lessons.prefill_decode.state import DEFAULTS
 from kvviz.models import TINY_MLA, load_model
 from kvviz.shapes import PRESETS, format_bytes
 
-from app_reads import pick
-from chromium import browser_page, click_to_next_step, stage_caption, wait_drawn
+from app_reads import no_exceptions, pick
+from chromium import SLOW_S, browser_page, click_to_next_step, stage_caption, wait_drawn
+from lesson_steps import start_on_model
+from page_texts import TEXTS_JS
 
 MODES = pytest.mark.parametrize("presenter", [False, True], ids=["normal", "presenter"])
 PRESENTER_LEAST_PX = 16
@@ -61,26 +60,8 @@ def small_texts(page) -> list[str]:
     return sorted({f"{t['size']} px: {t['text']!r}" for t in texts if t["size"] < PRESENTER_LEAST_PX - 0.05})
 
 
-def start_on_model(page, address: str, start: str, source: str, shown_name: str, presenter: bool) -> None:
-    """Open a lesson, load a built-in model from the sidebar's field as a student would (in presenter
-    mode then turn the sidebar's switch on, as a teacher does after picking the model), and press the
-    lesson's first button, `start`."""
-    page.goto(address)
-    wait_drawn(page, page.get_by_role("button", name=start, exact=True), timeout=SLOW_S)
-    field = page.get_by_label(re.compile(r"^bundled, .*tiny-mla, .*a Hugging Face id"))
-    field.fill(source)
-    field.press("Enter")
-    # the sidebar's caption names the model once it has loaded (it named the bundled model before)
-    wait_drawn(page, page.locator("[data-testid='stSidebar']").get_by_text(shown_name, exact=False), timeout=SLOW_S)
-    if presenter:
-        page.locator("[data-testid='stSidebar']").get_by_text("Presenter mode", exact=True).click()
-        wait_drawn(page, page.get_by_role("button", name=re.compile("Leave presenter mode")), timeout=SLOW_S)
-    page.get_by_role("button", name=start, exact=True).click()
-    wait_drawn(page, stage_caption(page), timeout=SLOW_S)
-
-
 @MODES
-def test_memory_bill_fp8_and_mla_notes_show_the_engines_bytes(app_url, presenter, tiny_mla):  # noqa: F811
+def test_memory_bill_fp8_and_mla_notes_show_the_engines_bytes(app_url, presenter, tiny_mla):
     with browser_page(1280, 720) as page:
         page.goto(f"{app_url}/memory_bill" + ("?presenter=1" if presenter else ""))
         wait_drawn(page, page.get_by_text("The formula, filled in"), timeout=SLOW_S)
@@ -105,7 +86,7 @@ def test_memory_bill_fp8_and_mla_notes_show_the_engines_bytes(app_url, presenter
 
 
 @MODES
-def test_prefill_and_decode_on_tiny_mla_shows_latent_rows_and_its_bytes(app_url, presenter, tiny_mla):  # noqa: F811
+def test_prefill_and_decode_on_tiny_mla_shows_latent_rows_and_its_bytes(app_url, presenter, tiny_mla):
     with browser_page(1280, 720) as page:
         start_on_model(page, f"{app_url}/prefill_decode", "Prefill", TINY_MLA, "tiny MLA (random DeepSeek-V3)",
                        presenter)

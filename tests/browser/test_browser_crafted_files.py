@@ -8,21 +8,16 @@ usable: its own lesson still starts (Prefill, Start) or its Run button stays ena
 
 import json
 import re
-import shutil
 import time
 
 import pytest
 from playwright.sync_api import expect
-from test_browser import app_url, browser  # noqa: F401  (fixtures)
 
-from conftest import one_sentence
+from app_tests import one_sentence
 
-from kvviz.ui.app_server import CHROMIUM, ROOT
+from kvviz.ui.app_server import ROOT
 
 from chromium import run_finished, screenshot, stage_caption, wait_drawn
-
-pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
-                                reason="Debian's chromium is not installed (.ci/run installs it)")
 
 UPLOAD_S = 20  # generous: the readers refuse these in well under a second without a browser
 HOST = "kvviz.invalid"

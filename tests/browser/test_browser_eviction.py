@@ -1,17 +1,9 @@
 """The eviction lab tab in a real browser at a projector's 1280x720, with screenshots."""
 
-import shutil
-
-import pytest
 from playwright.sync_api import expect
-from test_browser import app_url, no_exceptions  # noqa: F401  (fixture)
 
-from kvviz.ui.app_server import CHROMIUM, ROOT
-
+from app_reads import no_exceptions
 from chromium import SCREENSHOTS, browser_page, open_tab, screenshot, still, wait_drawn
-
-pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
-                                reason="Debian's chromium is not installed (.ci/run installs it)")
 
 
 def test_eviction_lab_tab(app_url):

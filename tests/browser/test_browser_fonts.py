@@ -11,58 +11,19 @@ a picture of each chart go to artifacts/fonts/; the first screen in presenter mo
 
 import json
 import re
-import shutil
 
 import pytest
-from test_browser import app_url, no_exceptions, view_shows  # noqa: F401  (fixture)
-from test_browser_presenter import CUT_TEXT_JS
-from test_browser_stage import SHOTS
 
 from kvviz.lessons.prefill_decode.state import VIEWS
-from kvviz.ui.app_server import CHROMIUM, ROOT
+from kvviz.ui.app_server import ROOT
 
-from app_reads import metric_box
+from app_reads import metric_box, no_exceptions, view_shows
 from chromium import SLOW_S, browser_page, click_to_next_step, open_tab, press, stage_caption, still, wait_drawn
+from page_texts import CUT_TEXT_JS, TEXTS_JS
 
-pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
-                                reason="Debian's chromium is not installed (.ci/run installs it)")
+SHOTS = ROOT / "docs" / "screenshots"
 SIZES = {"presenter": 16, "normal": 12}  # the smallest font in px the issue allows, per mode
 MEASURED = ROOT / "artifacts" / "fonts"  # the smallest size per lesson, mode and view, for people to read
-
-# Every visible text under the main area (shadow roots too, so the stage's): its rendered size in px (an SVG
-# text's computed size times its screen scale), its words, and whether it is chart text (Plotly's SVG).
-TEXTS_JS = r"""() => {
-  const found = [];
-  const walk = (root) => {
-    for (const node of root.querySelectorAll('*')) {
-      if (node.shadowRoot) walk(node.shadowRoot);
-      const text = [...node.childNodes].filter(c => c.nodeType === 3).map(c => c.textContent).join('')
-        .replace(/[\u200b-\u200d\u2060\ufeff]/g, '').trim();  // zero-width marks are not text
-      if (!text || !node.checkVisibility({opacityProperty: true, visibilityProperty: true})) continue;
-      const box = node.getBoundingClientRect();
-      if (box.width < 2 || box.height < 2) continue;  // a screen reader's 1 px copy, not seen
-      let size = parseFloat(getComputedStyle(node).fontSize);
-      if (node instanceof SVGElement && node.getScreenCTM()) {
-        const m = node.getScreenCTM();
-        size *= Math.sqrt(Math.abs(m.a * m.d - m.b * m.c));
-      }
-      const chart = node.closest('.js-plotly-plot');
-      found.push({text: text.slice(0, 50), size: Math.round(size * 10) / 10, chart: !!chart});
-    }
-  };
-  walk(document.querySelector('[data-testid="stMain"]'));
-  // a data frame draws its cells on a canvas, in the font its grid's style names
-  for (const grid of document.querySelectorAll('[data-testid="stMain"] .stDataFrameGlideDataEditor')) {
-    if (!grid.checkVisibility()) continue;
-    const header = grid.querySelector('th')?.textContent || '';
-    for (const part of ['header', 'base']) {
-      const style = getComputedStyle(grid).getPropertyValue(`--gdg-${part}-font-style`);  // "400 17.5px"
-      const size = parseFloat(style.match(/([\d.]+)px/)[1]);
-      found.push({text: `data frame ${part === 'header' ? 'headers' : 'cells'} (${header} …)`, size, chart: false});
-    }
-  }
-  return found;
-}"""
 
 # Per Plotly chart: a legend that overlaps the plot area, and text that runs past the chart's edge.
 CHART_PROBLEMS_JS = """() => {
@@ -186,7 +147,7 @@ def started(page, url, lesson, first_button, presenter) -> Survey:
 
 
 @pytest.mark.parametrize("presenter", [False, True], ids=["normal", "presenter"])
-def test_prefill_and_decode_text_is_legible_in_every_view(app_url, presenter):  # noqa: F811
+def test_prefill_and_decode_text_is_legible_in_every_view(app_url, presenter):
     with browser_page(1280, 720) as page:
         survey = started(page, app_url, "prefill_decode", "Prefill", presenter)
         for _ in range(3):
@@ -200,7 +161,7 @@ def test_prefill_and_decode_text_is_legible_in_every_view(app_url, presenter):  
 
 
 @pytest.mark.parametrize("presenter", [False, True], ids=["normal", "presenter"])
-def test_paged_cache_text_is_legible_in_the_run_and_each_tab(app_url, presenter):  # noqa: F811
+def test_paged_cache_text_is_legible_in_the_run_and_each_tab(app_url, presenter):
     with browser_page(1280, 720) as page:
         survey = started(page, app_url, "paged_batching", "Start", presenter)
         for _ in range(8):  # R4 arrives at step 8: shared prefix blocks, several events
@@ -219,7 +180,7 @@ def test_paged_cache_text_is_legible_in_the_run_and_each_tab(app_url, presenter)
 
 
 @pytest.mark.parametrize("presenter", [False, True], ids=["normal", "presenter"])
-def test_speculative_text_is_legible_after_the_run(app_url, presenter):  # noqa: F811
+def test_speculative_text_is_legible_after_the_run(app_url, presenter):
     with browser_page(1280, 720) as page:
         survey = started(page, app_url, "speculative", "Start", presenter)
         press(page, "Run to the end", shows=page.get_by_text("Both finished", exact=False))

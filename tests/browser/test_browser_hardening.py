@@ -3,22 +3,17 @@ lesson freed, and lesson files (the first lesson's, the Paged one's) checked as 
 
 import os
 import re
-import shutil
 import time
 
 import pytest
-from test_browser import browser  # noqa: F401  (fixture)
 
-from kvviz.ui.app_server import CHROMIUM, ROOT, running_app
+from kvviz.ui.app_server import ROOT, running_app
 
 from app_reads import metric
 from chromium import changed, click_to_next_step, run_finished, stage_caption, wait_drawn
 
-pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
-                                reason="Debian's chromium is not installed (.ci/run installs it)")
 
-
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module")  # this module's own server, in place of tests/browser/conftest.py's shared one
 def app_url():
     (ROOT / "artifacts").mkdir(exist_ok=True)
     os.environ["KVVIZ_MAX_LESSONS"] = "1"  # the server started below inherits it

@@ -6,26 +6,18 @@ Paged cache and batching, Speculative decoding and Batch generation are run to t
 """
 
 import re
-import shutil
 from urllib.parse import urlencode
-
-import pytest
-from test_browser import app_url, no_exceptions  # noqa: F401  (fixture)
 
 from kvviz.lessons.prefill_decode.logic import Lesson, LessonSettings
 from kvviz.lessons.prefill_decode.state import EXAMPLE_PROMPTS, PAGE_SAMPLING
 from kvviz.models import load_model
 from kvviz.shapes import format_bytes
-from kvviz.ui.app_server import CHROMIUM, ROOT
 
-from app_reads import metric, metric_box, metric_shows
+from app_reads import metric, metric_box, metric_shows, no_exceptions
 from chromium import SLOW_S, browser_page, press, stage_caption, wait_drawn
 
-pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
-                                reason="Debian's chromium is not installed (.ci/run installs it)")
 
-
-def test_prefill_and_decode_at_its_last_step_bills_what_it_held(app_url):  # noqa: F811
+def test_prefill_and_decode_at_its_last_step_bills_what_it_held(app_url):
     lesson = Lesson.start(load_model("bundled"), LessonSettings(EXAMPLE_PROMPTS[0], PAGE_SAMPLING))
     lesson.prefill()
     while lesson.next_token() is not None:
@@ -50,7 +42,7 @@ def test_prefill_and_decode_at_its_last_step_bills_what_it_held(app_url):  # noq
         assert f"prefill + {last} decode steps" in done.lower()
 
 
-def test_speculative_decoding_at_its_end_adds_up(app_url):  # noqa: F811
+def test_speculative_decoding_at_its_end_adds_up(app_url):
     with browser_page(1280, 720) as page:
         page.goto(f"{app_url}/speculative")
         wait_drawn(page, page.get_by_role("button", name="Start", exact=True), timeout=SLOW_S)
@@ -64,7 +56,7 @@ def test_speculative_decoding_at_its_end_adds_up(app_url):  # noqa: F811
         assert accepted <= proposed
 
 
-def test_paged_batching_at_its_end_adds_up(app_url):  # noqa: F811
+def test_paged_batching_at_its_end_adds_up(app_url):
     with browser_page(1280, 720) as page:
         page.goto(f"{app_url}/paged_batching")
         wait_drawn(page, page.get_by_role("button", name="Start", exact=True), timeout=SLOW_S)
@@ -76,7 +68,7 @@ def test_paged_batching_at_its_end_adds_up(app_url):  # noqa: F811
         assert page.get_by_text("0% wasted").count() == 0 or page.get_by_text("no request holds memory").count()
 
 
-def test_batch_generation_at_its_end_adds_up(app_url):  # noqa: F811
+def test_batch_generation_at_its_end_adds_up(app_url):
     """The default batch run to its end: the tokens/s metric is the caption's division, the generated
     tokens are the caption's, and the peak of blocks in use is within the pool."""
     with browser_page(1280, 720) as page:

@@ -7,24 +7,18 @@ artifacts/screenshots/.
 """
 
 import re
-import shutil
 import time
 
-import pytest
 from playwright.sync_api import expect
-from test_browser import app_url, no_exceptions, view_shows  # noqa: F401  (fixture)
 
 from kvviz.lessons.prefill_decode.logic import Lesson, LessonSettings
 from kvviz.lessons.prefill_decode.state import EXAMPLE_PROMPTS, PAGE_SAMPLING
 from kvviz.models import load_model
 from kvviz.shapes import format_bytes
-from kvviz.ui.app_server import CHROMIUM, ROOT
 
-from app_reads import metric, metric_box, metric_delta, pick
+from app_reads import metric, metric_box, metric_delta, no_exceptions, pick, view_shows
 from chromium import SLOW_S, browser_page, click_to_next_step, open_tab, press, screenshot, stage_caption, wait_drawn
 
-pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
-                                reason="Debian's chromium is not installed (.ci/run installs it)")
 ROWS = """(root) => [...root.querySelectorAll('tr')].map(tr => [...tr.querySelectorAll('th, td')]
     .map(c => c.innerText.trim()))"""
 
@@ -37,7 +31,7 @@ def cut_metrics(page) -> list[str]:
         .map(box => box.innerText)""")
 
 
-def test_prefill_and_decode_stepped_to_its_end_bills_what_it_holds_at_every_step(app_url):  # noqa: F811
+def test_prefill_and_decode_stepped_to_its_end_bills_what_it_holds_at_every_step(app_url):
     lesson = Lesson.start(load_model("bundled"), LessonSettings(EXAMPLE_PROMPTS[0], PAGE_SAMPLING))
     lesson.prefill()
     while lesson.next_token() is not None:
@@ -82,7 +76,7 @@ def peaks(page) -> tuple[int, int]:
     return int(shared), int(separate)
 
 
-def test_the_fork_tab_stepped_to_its_end_never_lowers_a_peak(app_url):  # noqa: F811
+def test_the_fork_tab_stepped_to_its_end_never_lowers_a_peak(app_url):
     with browser_page(1280, 900) as page:
         page.goto(f"{app_url}/paged_batching")
         wait_drawn(page, page.get_by_role("button", name="Start", exact=True), timeout=SLOW_S)
@@ -113,7 +107,7 @@ def test_the_fork_tab_stepped_to_its_end_never_lowers_a_peak(app_url):  # noqa: 
         screenshot(page, "lecture_fork_end")
 
 
-def test_the_memory_bill_split_over_eight_gpus_gives_its_verdict_on_the_per_gpu_figure(app_url):  # noqa: F811
+def test_the_memory_bill_split_over_eight_gpus_gives_its_verdict_on_the_per_gpu_figure(app_url):
     from kvviz import memory_bill
     from kvviz.shapes import PRESETS
 
@@ -147,7 +141,7 @@ def test_the_memory_bill_split_over_eight_gpus_gives_its_verdict_on_the_per_gpu_
         screenshot(page, "lecture_memory_bill_tp8")
 
 
-def test_cache_strategies_at_its_defaults_agree_between_table_chart_and_bill(app_url):  # noqa: F811
+def test_cache_strategies_at_its_defaults_agree_between_table_chart_and_bill(app_url):
     with browser_page(1400, 1000) as page:
         page.goto(f"{app_url}/cache_strategies")
         wait_drawn(page, page.get_by_role("button", name="Run every strategy", exact=True), timeout=SLOW_S)

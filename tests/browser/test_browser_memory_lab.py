@@ -1,9 +1,6 @@
 """The Memory bill and Model lab pages in a real browser: interact a little, keep screenshots."""
 
-# the same browser, app and skip rule as the other browser tests (pytest registers imported fixtures)
-from test_browser import app_url, no_exceptions, page, pytestmark  # noqa: F401
-
-from app_reads import pick
+from app_reads import no_exceptions, pick
 from chromium import open_tab, screenshot, wait_drawn
 
 

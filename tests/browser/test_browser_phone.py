@@ -4,18 +4,12 @@ the cache band takes the width and the block table, pool and bill go under it; a
 took over see the same. Screenshots go to screenshots/phone/ (ignored by git)."""
 
 import re
-import shutil
 
-import pytest
-from test_browser import app_url, browser  # noqa: F401  (fixtures)
-
-from kvviz.ui.app_server import CHROMIUM, ROOT
+from kvviz.ui.app_server import ROOT
 
 from chromium import SLOW_S, press, wait_drawn
 from room_pages import new_page, step_sentence
 
-pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
-                                reason="Debian's chromium is not installed (.ci/run installs it)")
 SHOTS = ROOT / "screenshots" / "phone"
 PHONE = (390, 844)
 
@@ -33,7 +27,7 @@ def whole_stage(page, name: str) -> None:
     page.locator(".kvviz-stage").first.screenshot(path=str(SHOTS / f"{name}.png"))
 
 
-def test_a_follower_and_a_student_who_took_over_see_the_whole_stage_on_a_phone(browser, app_url):  # noqa: F811
+def test_a_follower_and_a_student_who_took_over_see_the_whole_stage_on_a_phone(browser, app_url):
     teacher_context, teacher = new_page(browser, f"{app_url}/prefill_decode")
     student_context = None
     try:

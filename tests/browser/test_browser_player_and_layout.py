@@ -2,21 +2,16 @@
 app asks no host but its own for anything."""
 
 import re
-import shutil
 import time
 from urllib.parse import urlparse
 
 import pytest
 from playwright.sync_api import expect
-from test_browser import no_exceptions, prefill_lesson
 
-from kvviz.ui.app_server import CHROMIUM, ROOT
-
-from chromium import SLOW_S, browser_page, click_to_next_step, run_finished, shared_app_url, stage_caption, wait_drawn
+from app_reads import no_exceptions
+from chromium import SLOW_S, browser_page, click_to_next_step, run_finished, stage_caption, wait_drawn
+from lesson_steps import prefill_lesson
 from room_pages import shown_step, step_sentence
-
-pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
-                                reason="Debian's chromium is not installed (.ci/run installs it)")
 
 SLOW_MS = SLOW_S * 1000
 
@@ -52,11 +47,6 @@ SHOWN_STEPS_JS = """() => {
   new MutationObserver(read).observe(document.body, {subtree: true, childList: true, characterData: true});
   read();
 }"""
-
-
-@pytest.fixture(scope="module")  # the session's one app server
-def app_url():
-    return shared_app_url()
 
 
 def view_slider(page):

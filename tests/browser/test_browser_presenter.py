@@ -4,38 +4,15 @@ The screenshots go to screenshots/presenter/ (ignored by git, so a test run neve
 tree); copy them to docs/presenter/ by hand to refresh the pictures the docs show.
 """
 
-import shutil
-
-import pytest
-from test_browser import view_shows
-
 from kvviz.lessons.catalog import LECTURE
-from kvviz.ui.app_server import CHROMIUM, ROOT
+from kvviz.ui.app_server import ROOT
 
-from chromium import browser_page, shared_app_url, stage_caption, still, wait_drawn
+from app_reads import view_shows
+from chromium import browser_page, stage_caption, still, wait_drawn
+from lesson_steps import url_of
+from page_texts import CUT_TEXT_JS
 
-pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
-                                reason="Debian's chromium is not installed (.ci/run installs it)")
 SHOTS = ROOT / "screenshots" / "presenter"
-
-# Text elements whose content is wider than their box while the box clips it (hidden, clip, ellipsis).
-CUT_TEXT_JS = """() => [...document.querySelectorAll('[data-testid="stMain"] *')].filter(e => {
-    const text = [...e.childNodes].some(n => n.nodeType === 3 && n.textContent.trim());
-    if (!text || e.clientWidth === 0) return false;
-    const style = getComputedStyle(e);
-    const clips = ['hidden', 'clip'].includes(style.overflowX) || style.textOverflow === 'ellipsis';
-    return clips && e.scrollWidth > e.clientWidth + 1;
-  }).map(e => e.textContent.trim().slice(0, 60))"""
-
-
-@pytest.fixture(scope="module")  # the session's one app server
-def app_url():
-    return shared_app_url()
-
-
-def url_of(app_url, lesson):
-    name = lesson.path.removeprefix("lessons/").removesuffix(".py")
-    return f"{app_url}/" if name == "home" else f"{app_url}/{name}"
 
 
 def check(page, name, where, cut):

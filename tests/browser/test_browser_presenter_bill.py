@@ -7,11 +7,10 @@ Screenshots go to screenshots/presenter/bill-*.png (ignored by git).
 
 import pytest
 from playwright.sync_api import expect
-from test_browser import app_url, no_exceptions, pytestmark  # noqa: F401  (fixture, skip rule)
 
 from kvviz.ui.app_server import ROOT
 
-from app_reads import metric_shows
+from app_reads import metric_shows, no_exceptions
 from chromium import browser_page, run_finished, wait_drawn
 
 MODES = pytest.mark.parametrize("presenter", [False, True], ids=["normal", "presenter"])
@@ -33,7 +32,7 @@ def bill_value(page) -> str:
 
 
 @MODES
-def test_the_bills_sliders_and_its_figures_share_the_first_screen(app_url, presenter):  # noqa: F811
+def test_the_bills_sliders_and_its_figures_share_the_first_screen(app_url, presenter):
     SHOTS.mkdir(parents=True, exist_ok=True)
     mode = "presenter" if presenter else "normal"
     with browser_page(WIDTH, HEIGHT) as page:
@@ -66,7 +65,7 @@ def test_the_bills_sliders_and_its_figures_share_the_first_screen(app_url, prese
 
 
 @MODES
-def test_the_stages_bill_of_blocks_and_slack_is_on_the_first_screen_after_prefill(app_url, presenter):  # noqa: F811
+def test_the_stages_bill_of_blocks_and_slack_is_on_the_first_screen_after_prefill(app_url, presenter):
     """Issue 33, item 11: the stage's bill line (blocks held, slack) sat just below the fold."""
     mode = "presenter" if presenter else "normal"
     with browser_page(WIDTH, HEIGHT) as page:
@@ -87,10 +86,11 @@ def test_the_stages_bill_of_blocks_and_slack_is_on_the_first_screen_after_prefil
 
 
 @MODES
-def test_a_long_prompts_block_table_and_pool_are_windowed_and_the_bill_stays_up(app_url, presenter):  # noqa: F811
+def test_a_long_prompts_block_table_and_pool_are_windowed_and_the_bill_stays_up(app_url, presenter):
     """Issue 50 item 4: a 1,548-token lesson's 98 block-table entries pushed the pool and the bill 1,800 px down.
     The table and the pool show the newest entries and blocks, with a count of the rest."""
-    prompt = " ".join(["ROMEO: But soft, what light through yonder window breaks? It is the east."] * 18)  # 412 tokens: 26 blocks
+    # 412 tokens: 26 blocks
+    prompt = " ".join(["ROMEO: But soft, what light through yonder window breaks? It is the east."] * 18)
     with browser_page(WIDTH, HEIGHT) as page:
         page.set_default_timeout(300_000)
         page.goto(f"{app_url}/prefill_decode" + ("?presenter=1" if presenter else ""))
@@ -104,7 +104,8 @@ def test_a_long_prompts_block_table_and_pool_are_windowed_and_the_bill_stays_up(
         page.evaluate("() => window.scrollTo(0, 0)")
         table = page.locator("[data-testid='stage-block-table'] .entry")
         texts = table.all_inner_texts()
-        assert texts[0].startswith("+") and texts[0].endswith("earlier") and len(texts) == (7 if presenter else 13), texts[:3]
+        assert (texts[0].startswith("+") and texts[0].endswith("earlier")
+                and len(texts) == (7 if presenter else 13)), texts[:3]
         assert page.locator("[data-testid='stage-pool'] .block.more").count() >= 1
         on_first_screen(page.locator("[data-testid='stage-bill-blocks']"), "the stage's blocks held")
         no_exceptions(page)

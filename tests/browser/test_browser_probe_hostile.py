@@ -10,11 +10,9 @@ import json
 import subprocess
 import sys
 
-from test_browser import pytestmark  # noqa: F401  (the same skip rule)
-
 from kvviz.ui.app_server import ROOT
 
-from conftest import one_sentence
+from app_tests import one_sentence
 
 
 def test_crafted_files_and_a_markdown_link_are_refused_or_handled_within_the_bounds(tmp_path):

@@ -10,31 +10,28 @@ Skipped where a model is not fetched. Screenshots go to artifacts/screenshots/ (
 """
 
 import re
-import shutil
 from urllib.parse import quote
 
 import pytest
 from playwright.sync_api import expect
-from test_browser import app_url, no_exceptions  # noqa: F401  (fixture)
-from test_browser_accessibility import violations
 
 from kvviz.hub.fetch import fetched_folder
 from kvviz.lessons.prefill_decode.state import PAST_THE_WINDOW
-from kvviz.ui.app_server import CHROMIUM, ROOT
 
+from app_reads import no_exceptions
+from axe_audit import violations
 from chromium import SCREENSHOTS, SLOW_S, browser_page, click_to_next_step, press, stage_caption, still, wait_drawn
 
-pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
-                                reason="Debian's chromium is not installed (.ci/run installs it)")
 HEIGHT = 720
 # what the class must see, each a locator's CSS: the first match of each must lie within the first screen
-PARTS = {"step bar": ".kvviz-stage .bar", "tokens": "[data-testid='stage-chips']", "cache": "[data-testid='stage-cache']",
-         "block table": "[data-testid^='stage-block-table']", "pool": "[data-testid^='stage-pool']",
-         "bill": "[data-testid='stage-bill']"}
+PARTS = {"step bar": ".kvviz-stage .bar", "tokens": "[data-testid='stage-chips']",
+         "cache": "[data-testid='stage-cache']", "block table": "[data-testid^='stage-block-table']",
+         "pool": "[data-testid^='stage-pool']", "bill": "[data-testid='stage-bill']"}
 
 
 def fetched(name: str):
-    return pytest.mark.skipif(fetched_folder(name) is None, reason=f"{name} is not fetched here; run `kvviz fetch {name}`")
+    return pytest.mark.skipif(fetched_folder(name) is None,
+                              reason=f"{name} is not fetched here; run `kvviz fetch {name}`")
 
 
 def off_screen(page) -> dict:
@@ -71,7 +68,7 @@ def audit(page, where: str, found: dict) -> None:
 
 
 @fetched("smollm2")
-def test_smollm2_fills_one_projector_screen_to_the_lessons_end(app_url):  # noqa: F811
+def test_smollm2_fills_one_projector_screen_to_the_lessons_end(app_url):
     found, far = {}, {}
     with browser_page(1280, HEIGHT) as page:
         prefilled(page, f"{app_url}/prefill_decode?model=smollm2&presenter=1")
@@ -98,7 +95,7 @@ def test_smollm2_fills_one_projector_screen_to_the_lessons_end(app_url):  # noqa
 
 
 @fetched("gemma3")
-def test_gemma3s_sliding_layers_give_blocks_back_on_one_screen(app_url):  # noqa: F811
+def test_gemma3s_sliding_layers_give_blocks_back_on_one_screen(app_url):
     found, far = {}, {}
     with browser_page(1280, HEIGHT) as page:
         prefilled(page, f"{app_url}/prefill_decode?model=gemma3&presenter=1&tokens=14&prompt={quote(PAST_THE_WINDOW)}")
@@ -139,7 +136,7 @@ def test_gemma3s_sliding_layers_give_blocks_back_on_one_screen(app_url):  # noqa
 
 @fetched("gemma3")
 @pytest.mark.parametrize("mode, size", [("normal", (1280, 720)), ("phone", (390, 844))])
-def test_gemma3s_last_step_passes_axe(app_url, mode, size):  # noqa: F811
+def test_gemma3s_last_step_passes_axe(app_url, mode, size):
     with browser_page(*size) as page:
         page.set_default_timeout(SLOW_S * 1000)
         page.goto(f"{app_url}/prefill_decode?model=gemma3&tokens=14&step=13&prompt={quote(PAST_THE_WINDOW)}")
@@ -152,7 +149,7 @@ def test_gemma3s_last_step_passes_axe(app_url, mode, size):  # noqa: F811
     assert not problems, problems
 
 
-def test_left_steps_back_from_the_page_and_a_stage_control_keeps_the_focus(app_url):  # noqa: F811
+def test_left_steps_back_from_the_page_and_a_stage_control_keeps_the_focus(app_url):
     with browser_page(1280, HEIGHT) as page:
         page.goto(f"{app_url}/prefill_decode?model=bundled")
         press(page, "Prefill", shows=stage_caption(page))
@@ -166,7 +163,8 @@ def test_left_steps_back_from_the_page_and_a_stage_control_keeps_the_focus(app_u
         page.keyboard.press("Enter")  # picks the head: the stage draws itself again around it
         expect(page.locator(".kvviz-stage .qhead.on[data-head='1']")).to_have_count(1)
         focused = page.evaluate("() => { const stage = [document, ...[...document.querySelectorAll('*')]"
-                                ".filter(e => e.shadowRoot).map(e => e.shadowRoot)].map(r => r.querySelector('.kvviz-stage'))"
+                                ".filter(e => e.shadowRoot).map(e => e.shadowRoot)]"
+                                ".map(r => r.querySelector('.kvviz-stage'))"
                                 ".find(Boolean); const a = stage.getRootNode().activeElement; "
                                 "return a && stage.contains(a) ? a.dataset.head : null; }")
         assert focused == "1"

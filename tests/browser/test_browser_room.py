@@ -7,26 +7,22 @@ with two students. Screenshots go to docs/screenshots/.
 """
 
 import re
-import shutil
 import time
 
-import pytest
 from playwright.sync_api import expect
-from test_browser import app_url, browser  # noqa: F401  (fixtures)
 
-from kvviz.ui.app_server import CHROMIUM, ROOT
+from kvviz.ui.app_server import ROOT
 
 from app_reads import metrics
 from chromium import SLOW_S, open_tab, press, run_finished, stage_caption, wait_drawn
 from room_pages import new_page, shown_step, step_sentence, wait_for_step
 
-pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
-                                reason="Debian's chromium is not installed (.ci/run installs it)")
 SHOTS = ROOT / "docs" / "screenshots"
 STUDENTS = 5
 
 
-WATCH_RERUNS = """() => {  // counts the whole page's reruns: each marks the student's banner stale, a fragment's does not
+# counts the whole page's reruns: each marks the student's banner stale, a fragment's does not
+WATCH_RERUNS = """() => {
     window.__pageReruns = 0;
     const box = [...document.querySelectorAll("[data-testid='stElementContainer']")]
         .find((element) => element.innerText.includes("Following room"));
@@ -44,7 +40,7 @@ def room_link(page):
     return page.locator("[data-testid='stCode']").filter(has_text="?room=")
 
 
-def test_five_students_follow_the_teacher_answer_and_take_over(browser, app_url):  # noqa: F811
+def test_five_students_follow_the_teacher_answer_and_take_over(browser, app_url):
     teacher_context, teacher = new_page(browser, f"{app_url}/prefill_decode")
     wait_drawn(teacher, teacher.get_by_role("button", name="Prefill", exact=True), timeout=SLOW_S)
     press(teacher, "Prefill", shows=step_sentence(teacher, 0), exact=False)
@@ -154,7 +150,7 @@ def wait_for_paged_step(page, step, within_s, shown=look_back_value):
     return time.time()
 
 
-def test_two_students_follow_a_paged_run_choose_their_own_tab_and_take_over(browser, app_url):  # noqa: F811
+def test_two_students_follow_a_paged_run_choose_their_own_tab_and_take_over(browser, app_url):
     teacher_context, teacher = new_page(browser, f"{app_url}/paged_batching")
     wait_drawn(teacher, teacher.get_by_role("button", name="Start", exact=True).first, timeout=SLOW_S)
     press(teacher, "Start", shows=stage_caption(teacher).filter(has_text=re.compile("^Step 0 of")), exact=False)

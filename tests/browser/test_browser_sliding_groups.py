@@ -8,14 +8,14 @@ requests and settings. The screenshot goes to docs/screenshots/paged_sliding_gro
 """
 
 import pytest
-from test_browser import app_url, no_exceptions, pytestmark  # noqa: F401  (fixture, skip rule)
-from test_browser_cache_kinds import SLOW_S, start_on_model
 
 from kvviz.lessons.paged_batching.logic import DEFAULT_REQUESTS, PagedLesson, RequestSpec
 from kvviz.models import TINY_GEMMA3, load_model
 from kvviz.ui.app_server import ROOT
 
-from chromium import browser_page, click_to_next_step, still
+from app_reads import no_exceptions
+from chromium import SLOW_S, browser_page, click_to_next_step, still
+from lesson_steps import start_on_model
 
 BLOCK_SIZE, NUM_BLOCKS, PREFIX = 8, 40, True  # the page's defaults (lessons/paged_batching.py)
 STEPS = 12  # after Start's step 0: the first request's 25-token prompt is already past the 16-token window
@@ -67,7 +67,7 @@ def held(cells: list[list], row: str) -> int:
 
 
 @pytest.mark.parametrize("presenter", [False, True], ids=["normal", "presenter"])
-def test_sliding_group_table_stays_flat_while_the_full_one_grows(app_url, presenter, engine_run):  # noqa: F811
+def test_sliding_group_table_stays_flat_while_the_full_one_grows(app_url, presenter, engine_run):
     with browser_page(1280, 720) as page:
         start_on_model(page, f"{app_url}/paged_batching", "Start", TINY_GEMMA3, "tiny Gemma-3", presenter)
         drawn = []

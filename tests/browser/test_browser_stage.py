@@ -6,47 +6,23 @@ Screenshots go to docs/screenshots/ (kept in the repository, for people to look 
 """
 
 import re
-import shutil
 import time
 
 import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 from playwright.sync_api import expect
-from test_browser import app_url, no_exceptions  # noqa: F401  (fixture)
-
 
 from kvviz.lessons.prefill_decode.state import PAGE_SAMPLING
 from kvviz.shapes import format_bytes
-from kvviz.ui.app_server import CHROMIUM, ROOT
+from kvviz.ui.app_server import ROOT
 
+from app_reads import no_exceptions
 from chromium import SLOW_S, browser_page, click_to_next_step, press, stage_caption, still, wait_drawn
+from lesson_steps import replay
+from page_texts import SMALLEST_FONT_JS
 from room_pages import step_sentence
 
-pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
-                                reason="Debian's chromium is not installed (.ci/run installs it)")
 SHOTS = ROOT / "docs" / "screenshots"
-
-# the smallest font of any visible text inside the stage (HTML and SVG)
-SMALLEST_FONT_JS = """(stage) => {
-  let smallest = 1000;
-  for (const node of [stage, ...stage.querySelectorAll('*')]) {
-    const own = [...node.childNodes].some(c => c.nodeType === 3 && c.textContent.trim());
-    if (!own || !node.getClientRects().length) continue;
-    smallest = Math.min(smallest, parseFloat(getComputedStyle(node).fontSize));
-  }
-  return smallest;
-}"""
-
-
-def replay(page, url, lesson, ready, text):
-    """Open a lesson's page (ready once the button `ready` shows) and replay the lesson file `text`."""
-    page.goto(f"{url}/{lesson}")
-    wait_drawn(page, page.get_by_role("button", name=ready, exact=True), timeout=SLOW_S)
-    page.get_by_text("Export or replay a lesson").click()
-    page.locator("[data-testid='stFileUploaderDropzoneInput']").set_input_files(files=[{
-        "name": "lesson.json", "mimeType": "application/json", "buffer": text.encode()}])
-    # the stage, which the page draws once it has a run: the replay (the page was opened without one)
-    wait_drawn(page, stage_caption(page), timeout=SLOW_S)
 
 
 def stage_step_after(page, text: str, timeout_s: float) -> int:
@@ -86,7 +62,7 @@ def lesson_at_step_3():
 
 
 @pytest.mark.parametrize("presenter", [False, True])
-def test_the_stage_fits_one_screen_lights_a_token_everywhere_and_is_legible(app_url, presenter,  # noqa: F811
+def test_the_stage_fits_one_screen_lights_a_token_everywhere_and_is_legible(app_url, presenter,
                                                                            lesson_at_step_3):
     with browser_page(1280, 720) as page:
         open_and_step(page, app_url, presenter)
@@ -150,7 +126,7 @@ PAUSES_JS = """() => {
 }"""
 
 
-def test_a_replayed_lesson_steps_in_the_browser_without_a_rerun_per_step(app_url, tmp_path):  # noqa: F811
+def test_a_replayed_lesson_steps_in_the_browser_without_a_rerun_per_step(app_url, tmp_path):
     from kvviz.lessons.prefill_decode.file import export_lesson
     from kvviz.lessons.prefill_decode.logic import Lesson, LessonSettings
     from kvviz.lessons.prefill_decode.state import EXAMPLE_PROMPTS, PAGE_SAMPLING
@@ -195,7 +171,8 @@ def test_a_replayed_lesson_steps_in_the_browser_without_a_rerun_per_step(app_url
 # that step to the server (its data-reporting attribute goes), → `on` times: before any answer can arrive.
 # window.__pressedFrom: the step the stage had reported.
 BACK_THEN_ON_AS_REPORTED_JS = """([back, on]) => {
-  const host = [...document.querySelectorAll('*')].find(e => e.shadowRoot && e.shadowRoot.querySelector('.kvviz-stage'));
+  const host = [...document.querySelectorAll('*')]
+    .find(e => e.shadowRoot && e.shadowRoot.querySelector('.kvviz-stage'));
   const root = host.shadowRoot.querySelector('.kvviz-stage');
   const key = (name) => root.dispatchEvent(new KeyboardEvent('keydown', {key: name, bubbles: true}));
   window.__pressedFrom = new Promise(done => new MutationObserver((_, observer) => {
@@ -209,7 +186,7 @@ BACK_THEN_ON_AS_REPORTED_JS = """([back, on]) => {
 }"""
 
 
-def stage_at_step_8(page, app_url):  # noqa: F811 (the fixture's value)
+def stage_at_step_8(page, app_url):
     """Prefill and decode opened, its Prefill and 8 Next token pressed: the stage, at step 8 of 8."""
     page.goto(f"{app_url}/prefill_decode")
     wait_drawn(page, page.get_by_role("button", name="Prefill", exact=True), timeout=SLOW_S)
@@ -219,7 +196,7 @@ def stage_at_step_8(page, app_url):  # noqa: F811 (the fixture's value)
     return page.locator("[data-testid='kvviz-stage']")
 
 
-def test_keys_pressed_while_the_server_draws_the_stages_report_are_kept(app_url):  # noqa: F811
+def test_keys_pressed_while_the_server_draws_the_stages_report_are_kept(app_url):
     """The stage reports its step to the server 0.35 s after the last key; the server draws the page again at that
     step. Keys pressed before that drawing arrives go on from the step reported, and the drawing (the stage's own
     report, echoed) does not pull the stage back to it."""
@@ -238,9 +215,12 @@ def test_keys_pressed_while_the_server_draws_the_stages_report_are_kept(app_url)
 # On the stage: ← `back` times, then, once that report has left, → `on` times, and once that one has left too, →
 # `more` times (their report waits its 0.35 s). The steps reported and the step reached: [first, second, now].
 TWO_REPORTS_JS = """([back, on, more]) => new Promise(done => {
-  const host = [...document.querySelectorAll('*')].find(e => e.shadowRoot && e.shadowRoot.querySelector('.kvviz-stage'));
+  const host = [...document.querySelectorAll('*')]
+    .find(e => e.shadowRoot && e.shadowRoot.querySelector('.kvviz-stage'));
   const root = host.shadowRoot.querySelector('.kvviz-stage');
-  const keys = (name, n) => { for (let i = 0; i < n; i++) root.dispatchEvent(new KeyboardEvent('keydown', {key: name, bubbles: true})); };
+  const keys = (name, n) => {
+    for (let i = 0; i < n; i++) root.dispatchEvent(new KeyboardEvent('keydown', {key: name, bubbles: true}));
+  };
   const reported = [];
   new MutationObserver((_, observer) => {
     if (root.dataset.reporting) return;
@@ -254,7 +234,7 @@ TWO_REPORTS_JS = """([back, on, more]) => new Promise(done => {
 })"""
 
 
-def test_keys_pressed_while_two_reports_are_on_their_way_are_kept(app_url):  # noqa: F811
+def test_keys_pressed_while_two_reports_are_on_their_way_are_kept(app_url):
     """A busy server: two of the stage's step reports are on their way before the drawing of the first comes back.
     That drawing is the stage's own report, not a move of the server's: the keys pressed since stay. The server's
     messages are held (Playwright's WebSocket route) while the keys go, so the order is the one a busy server gives.
@@ -287,7 +267,7 @@ LONG_PROMPT = ("ROMEO:\nBut soft, what light through yonder window breaks? It is
 
 
 @pytest.mark.parametrize("presenter", [False, True])
-def test_a_long_lesson_keeps_its_diagram_on_the_first_screen_with_readable_columns(app_url, presenter):  # noqa: F811
+def test_a_long_lesson_keeps_its_diagram_on_the_first_screen_with_readable_columns(app_url, presenter):
     """Issue 33 item 5: a prompt of some 380 tokens (a link, prefilled) filled the first screen with chips and
     drew 2 px columns below the fold. Now the chips sit in a band of three rows (two in presenter mode) scrolled
     to the newest, and the

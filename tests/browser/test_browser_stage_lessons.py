@@ -9,31 +9,22 @@ Screenshots go to docs/screenshots/ (kept in the repository, for people to look 
 """
 
 import re
-import shutil
 
 import pytest
 from playwright.sync_api import expect
-from test_browser import app_url, no_exceptions  # noqa: F401  (fixture)
-from test_browser_stage import SHOTS, SMALLEST_FONT_JS, replay
 
-from kvviz.ui.app_server import CHROMIUM, ROOT
+from kvviz.ui.app_server import ROOT
 
-from chromium import (SLOW_S, browser_page, click_to_next_step, open_tab, press, run_finished, stage_caption, still,
+from app_reads import no_exceptions
+from chromium import (SLOW_S, browser_page, open_tab, press, run_finished, stage_caption, still,
     wait_drawn)
+from lesson_steps import replay, start_and_step
+from page_texts import SMALLEST_FONT_JS
 
-pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
-                                reason="Debian's chromium is not installed (.ci/run installs it)")
+SHOTS = ROOT / "docs" / "screenshots"
 PAGED_STEPS = 8  # R4 arrives at step 8 and shares R1's prompt blocks: reference count 3
 SPEC_STEPS = 5  # pass 6 rejects every draft: four slots rolled back, one block back to the pool
 DRAWN_MS = 60_000  # steps the browser draws on its own: waited for, not timed (two browsers share a busy CI machine)
-
-
-def start_and_step(page, url, lesson, steps, presenter):
-    page.goto(f"{url}/{lesson}" + ("?presenter=1" if presenter else ""))
-    wait_drawn(page, page.get_by_role("button", name="Start", exact=True), timeout=SLOW_S)
-    press(page, "Start", shows=stage_caption(page), exact=False)  # the run's stage
-    for _ in range(steps):
-        click_to_next_step(page, page.get_by_role("button", name="Step", exact=True), timeout=SLOW_S)
 
 
 def open_stage(page, url, lesson, steps, presenter, shown, parts):
@@ -86,7 +77,7 @@ def speculative_run():
 
 
 @pytest.mark.parametrize("presenter", [False, True])
-def test_paged_stage_fits_lights_a_request_and_a_block_and_shows_the_records(app_url, presenter,  # noqa: F811
+def test_paged_stage_fits_lights_a_request_and_a_block_and_shows_the_records(app_url, presenter,
                                                                             paged_run):
     with browser_page(1280, 720) as page:
         open_stage(page, app_url, "paged_batching", PAGED_STEPS, presenter, f"Step {PAGED_STEPS} of {PAGED_STEPS}",
@@ -131,7 +122,7 @@ def test_paged_stage_fits_lights_a_request_and_a_block_and_shows_the_records(app
             page.screenshot(path=str(SHOTS / "stage_paged_hover_block_normal_1280x720.png"))
 
 
-def test_a_replayed_paged_run_shows_a_preemption_as_blocks_given_back(app_url, tmp_path):  # noqa: F811
+def test_a_replayed_paged_run_shows_a_preemption_as_blocks_given_back(app_url, tmp_path):
     from kvviz.lessons.paged_batching.file import export_paged
     from kvviz.lessons.paged_batching.logic import PagedLesson
     from kvviz.lessons.paged_batching.state import request_specs
@@ -170,7 +161,7 @@ def test_a_replayed_paged_run_shows_a_preemption_as_blocks_given_back(app_url, t
         no_exceptions(page)
 
 
-def test_the_fork_tabs_stage_splits_a_shared_block_at_copy_on_write(app_url):  # noqa: F811
+def test_the_fork_tabs_stage_splits_a_shared_block_at_copy_on_write(app_url):
     from kvviz.lessons.paged_batching import fork as fork_lesson
     from kvviz.lessons.paged_batching.fork_view import DEFAULT_PROMPT
     from kvviz.models import load_model
@@ -199,7 +190,7 @@ def test_the_fork_tabs_stage_splits_a_shared_block_at_copy_on_write(app_url):  #
 
 
 @pytest.mark.parametrize("presenter", [False, True])
-def test_speculative_stage_fits_fills_and_empties_draft_slots_as_the_records_say(app_url, presenter,  # noqa: F811
+def test_speculative_stage_fits_fills_and_empties_draft_slots_as_the_records_say(app_url, presenter,
                                                                                 speculative_run):
     with browser_page(1280, 720) as page:
         stage = open_stage(page, app_url, "speculative", SPEC_STEPS, presenter,

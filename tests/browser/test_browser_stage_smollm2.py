@@ -6,31 +6,25 @@ Skipped where SmolLM2 is not fetched (`kvviz fetch smollm2`). Screenshots go to 
 """
 
 import re
-import shutil
 from urllib.parse import quote
 
 import pytest
 from playwright.sync_api import expect
-from test_browser import app_url, no_exceptions  # noqa: F401  (fixture)
 
 from kvviz.hub.fetch import fetched_folder
-from kvviz.ui.app_server import CHROMIUM, ROOT
 
+from app_reads import no_exceptions
 from chromium import SCREENSHOTS, SLOW_S, browser_page, click_to_next_step, press, stage_caption, still, wait_drawn
 from room_pages import step_sentence
 
-pytestmark = [
-    pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
-                       reason="Debian's chromium is not installed (.ci/run installs it)"),
-    pytest.mark.skipif(fetched_folder("smollm2") is None,
-                       reason="SmolLM2 is not fetched here; run `kvviz fetch smollm2` once"),
-]
+pytestmark = pytest.mark.skipif(fetched_folder("smollm2") is None,
+                                reason="SmolLM2 is not fetched here; run `kvviz fetch smollm2` once")
 QUESTION = "What is a KV cache? Answer in one sentence."
 NEXT_TOKENS = 3
 
 
 @pytest.mark.parametrize("presenter", [False, True])
-def test_the_stage_holds_smollm2_on_one_screen(app_url, presenter):  # noqa: F811
+def test_the_stage_holds_smollm2_on_one_screen(app_url, presenter):
     with browser_page(1280, 720) as page:
         page.set_default_timeout(SLOW_S * 1000)
         page.goto(f"{app_url}/prefill_decode?model=smollm2&tokens=8&prompt={quote(QUESTION)}"
@@ -72,7 +66,7 @@ def test_the_stage_holds_smollm2_on_one_screen(app_url, presenter):  # noqa: F81
         assert page.locator("[data-testid='stage-legend'] .chip.special").count() == 1
 
 
-def test_a_long_prompts_prefill_shows_what_it_runs_and_for_how_long(app_url):  # noqa: F811
+def test_a_long_prompts_prefill_shows_what_it_runs_and_for_how_long(app_url):
     """Issue 33 item 1: Prefill of a long prompt on SmolLM2 ran for seconds with the page only dimmed; now a
     spinner names the work (prompt tokens, layers), its estimate and the seconds so far, until the stage draws."""
     prompt = " ".join(["The cache keeps every key and value the model has computed so far."] * 40)  # about 550 tokens

@@ -3,121 +3,18 @@
 ends the script run within one unit of work (one context length, one engine step, one timed run),
 says how far it got, and leaves the page able to start again."""
 
-import os
 import re
 import time
-from pathlib import Path
 
 import pytest
 from playwright.sync_api import expect
 
-# the same browser, app and skip rule as the other browser tests (pytest registers imported fixtures)
-from test_browser import app_url, no_exceptions, page, pytestmark  # noqa: F401
-
-from chromium import click_to_next_step, open_tab, run_finished, screenshot, stage_caption, wait_drawn
-
-ONE_UNIT_S = 45  # the longest unit seen here under a load of 11 on 2 cores: 22 s (a context length), 15 s (a run)
+from app_reads import no_exceptions
+from chromium import click_to_next_step, open_tab, screenshot, stage_caption, wait_drawn
+from stop_bars import says, stop_button, stop_mid_run, wait_for_bar
 
 
-def stop_button(page, key: str):  # noqa: F811 (the fixture)
-    """The page's own Stop button (Streamlit's status widget has one too, for the whole script)."""
-    return page.locator(f".st-key-{key}").get_by_role("button", name=re.compile("Stop$"))
-
-
-def says(page, pattern: str) -> bool:  # noqa: F811 (the fixture)
-    """Whether the page's main area shows text matching `pattern`."""
-    return re.search(pattern, page.locator("[data-testid='stMain']").inner_text()) is not None
-
-
-BAR_RECORDER = """() => {
-    if (window.kvvizBars) return;
-    window.kvvizBars = [];
-    const record = () => document.querySelectorAll("[data-testid='stProgress']").forEach(bar => {
-        const text = bar.innerText;
-        if (window.kvvizBars[window.kvvizBars.length - 1] !== text) window.kvvizBars.push(text);
-    });
-    new MutationObserver(record).observe(document.body, {subtree: true, childList: true, characterData: true});
-}"""
-
-
-def record_bars(page) -> None:  # noqa: F811 (the fixture)
-    """From now on, keep every text the page's progress bars show (for wait_for_bar(seen=True)): a phase
-    of a run can pass in under a poll on a quiet machine (the strategies' reference run takes 0.08 s)."""
-    page.evaluate(BAR_RECORDER)
-
-
-# whether a progress bar says `pattern` now or said it since record_bars, or an error sentence shows instead
-SEEN_OR_ERROR_JS = """(pattern) => { const said = new RegExp(pattern);
-    const bars = [...document.querySelectorAll("[data-testid='stProgress']")].map(bar => bar.innerText);
-    return [...(window.kvvizBars || []), ...bars].some(text => said.test(text))
-        || document.querySelector("[data-testid='stAlertContentError']") !== null; }"""
-
-
-def wait_for_bar(page, pattern: str, timeout: float = 180.0, seen: bool = False) -> None:  # noqa: F811
-    """Wait for a progress bar whose text matches `pattern`; with seen, a text shown since record_bars counts
-    (Playwright waits on the texts kept in the page then, as one that has gone is on the page no more). An
-    error sentence in the bar's place ends the wait: the test fails, saying what the page said. Playwright's
-    wait_for, which sees the bar the frame it is drawn: the tests press Stop while the bar still counts, and
-    expect's 0.5 s polls once let a warm Model lab run end before Stop was pressed (a clean-clone run)."""
-    errors = page.locator("[data-testid='stAlertContentError']")
-    if seen:
-        page.wait_for_function(SEEN_OR_ERROR_JS, arg=pattern, timeout=timeout * 1000)
-    else:
-        bar = page.locator("[data-testid='stProgress']").filter(has_text=re.compile(pattern))
-        bar.or_(errors).first.wait_for(timeout=timeout * 1000)
-    assert errors.count() == 0, f"the page said {errors.first.inner_text()!r} where a bar should say {pattern!r}"
-
-
-def server_cpu_s(url: str) -> float:
-    """CPU seconds the app's server process (started by the fixture, on this port) has used."""
-    port = url.rsplit(":", 1)[1].encode()
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            args = cmdline.read_bytes().split(b"\0")
-            if b"streamlit" in b" ".join(args) and port in args:
-                fields = (cmdline.parent / "stat").read_text().rsplit(")", 1)[1].split()
-                return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
-        except OSError:
-            continue
-    raise LookupError(f"no streamlit process on port {port.decode()}")
-
-
-def stop_and_time(page, app_url: str, key: str, stopped_text: str) -> tuple[float, float]:  # noqa: F811
-    """Press Stop; return the seconds until the page says it stopped and no script run is left, and
-    until the server's work has ended too (its process using under a third of a core over a second):
-    the stopped run's thread finishes the unit it is in, then stops at its next progress call."""
-    started = time.perf_counter()
-    stop_button(page, key).click()
-    # the run after Stop draws the sentence (the stopped run never does), then no script run is left: Streamlit
-    # marks its app element (it shows no status widget here)
-    expect(page.get_by_test_id("stMain"), "the script run went on after Stop").to_contain_text(
-        re.compile(stopped_text), timeout=ONE_UNIT_S * 1000)
-    left_s = ONE_UNIT_S - (time.perf_counter() - started)
-    expect(page.locator("[data-testid='stApp'][data-test-script-state='running']"),
-           "the script run went on after Stop").to_have_count(0, timeout=max(left_s, 0.001) * 1000)
-    idle_s = time.perf_counter() - started
-    assert idle_s < ONE_UNIT_S, "the script run went on after Stop"
-    while True:  # the server's own CPU time, which no page shows: read from /proc over one second at a time
-        before = server_cpu_s(app_url)
-        time.sleep(1.0)
-        if server_cpu_s(app_url) - before < 0.33:
-            return idle_s, time.perf_counter() - started - 1.0
-        assert time.perf_counter() - started < ONE_UNIT_S, "the server kept working after Stop"
-
-
-def stop_mid_run(page, app_url: str, key: str, bar_text: str, stopped_text: str, what: str) -> None:  # noqa: F811
-    """Wait for the Stop button `key` and for the bar to say `bar_text`, press Stop, and check that the
-    page and the server go idle within one unit, with the page saying `stopped_text` and no bar or Stop left."""
-    stop_button(page, key).wait_for(timeout=30_000)
-    wait_for_bar(page, bar_text)
-    idle_s, ended_s = stop_and_time(page, app_url, key, stopped_text)
-    print(f"{what}: {idle_s:.1f} s from Stop to an idle page, {ended_s:.1f} s to an idle server")
-    run_finished(page)  # the run that drew the stopped sentence (stop_and_time waited for it) has drawn everything
-    assert stop_button(page, key).count() == 0
-    assert page.locator("[data-testid='stProgress']").count() == 0
-
-
-def test_model_lab_measure_stops_keeps_what_was_timed_and_measures_again(app_url, page):  # noqa: F811 (the fixture)
+def test_model_lab_measure_stops_keeps_what_was_timed_and_measures_again(app_url, page):
     page.goto(f"{app_url}/model_lab")
     wait_drawn(page, page.get_by_role("button", name="Measure"))
     # the default shape, 4 layers of 256, to 512 tokens: five rounds over six context lengths
@@ -138,7 +35,7 @@ def test_model_lab_measure_stops_keeps_what_was_timed_and_measures_again(app_url
     no_exceptions(page)
 
 
-def test_batch_compare_stops_keeps_nothing_and_compares_again(app_url, page):  # noqa: F811 (the fixture)
+def test_batch_compare_stops_keeps_nothing_and_compares_again(app_url, page):
     page.goto(f"{app_url}/batch_generation")
     wait_drawn(page, page.get_by_role("button", name="Run the batch"))
     page.get_by_role("button", name="Run the batch").click()  # the default 16 requests
@@ -163,7 +60,7 @@ def test_batch_compare_stops_keeps_nothing_and_compares_again(app_url, page):  #
     screenshot(page, "batch_compare_after_stop")
 
 
-def test_batch_run_stops_keeps_nothing_and_runs_again(app_url, page):  # noqa: F811 (the fixture)
+def test_batch_run_stops_keeps_nothing_and_runs_again(app_url, page):
     page.goto(f"{app_url}/batch_generation")
     wait_drawn(page, page.get_by_role("button", name="Run the batch"))
     prompts = page.locator("input[type='range'][aria-label='Prompts']")
@@ -187,7 +84,7 @@ def test_batch_run_stops_keeps_nothing_and_runs_again(app_url, page):  # noqa: F
     no_exceptions(page)
 
 
-def test_a_late_step_link_shows_progress_and_stop_keeps_the_step_reached(app_url, page):  # noqa: F811 (the fixture)
+def test_a_late_step_link_shows_progress_and_stop_keeps_the_step_reached(app_url, page):
     """Issue 33 items 1 and 5: a link to a late step ran with only the navigation on screen; now a bar counts
     the steps under a Stop button, and Stop leaves the lesson at the step it reached, saying so."""
     page.goto(f"{app_url}/prefill_decode?step=200&prompt=ROMEO%3A%0ABut%20soft")
@@ -205,7 +102,7 @@ def test_a_late_step_link_shows_progress_and_stop_keeps_the_step_reached(app_url
     no_exceptions(page)
 
 
-def test_take_over_at_a_late_step_shows_progress_and_stop_keeps_the_step_reached(app_url, page):  # noqa: F811
+def test_take_over_at_a_late_step_shows_progress_and_stop_keeps_the_step_reached(app_url, page):
     """Issue 33 item 1: Take over reruns the room's lesson to the teacher's step on the student's own engine;
     at a late step that ran with the page only dimmed. Now a bar counts the steps under a Stop button, the
     student is out of the room from the first step, and Stop leaves their own lesson at the step reached."""
@@ -243,7 +140,7 @@ BUSY_TAB = """() => { const app = document.querySelector('[data-testid="stApp"]'
 
 
 @pytest.mark.parametrize("presenter", [False, True], ids=["normal", "presenter"])
-def test_a_long_click_shows_a_running_tab_the_room_can_see(app_url, page, presenter):  # noqa: F811
+def test_a_long_click_shows_a_running_tab_the_room_can_see(app_url, page, presenter):
     """Issue 33: while the server works on a click for more than a moment a tab at the top of the window says
     so, in large type in presenter mode; it is gone once the page is idle."""
     page.goto(f"{app_url}/prefill_decode?step=120&prompt=ROMEO%3A%0ABut%20soft" + ("&presenter=1" if presenter else ""))

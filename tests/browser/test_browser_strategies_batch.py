@@ -1,17 +1,8 @@
 """The "Batch generation" page in a real browser, with screenshots. (Cache strategies' run, each of its tabs
 and the GQA conversion are walked at the page's defaults in test_browser_lecture_stepped.py.)"""
 
-import shutil
-
-import pytest
-from test_browser import app_url, no_exceptions, page  # noqa: F401  (fixtures)
-
-from kvviz.ui.app_server import CHROMIUM, ROOT
-
+from app_reads import no_exceptions
 from chromium import SLOW_S, open_tab, screenshot, wait_drawn
-
-pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
-                                reason="Debian's chromium is not installed (.ci/run installs it)")
 
 
 def tab_shot(page, name, shot):

@@ -7,13 +7,11 @@ import re
 
 from playwright.sync_api import expect
 
-# the same browser, app and skip rule as the other browser tests (pytest registers imported fixtures)
-from test_browser import app_url, no_exceptions, pytestmark  # noqa: F401
-from test_browser_stop import record_bars, says, stop_button, stop_mid_run, wait_for_bar
-
 from kvviz.lessons.cache_strategies.logic import PRESENTER_COLUMNS
 
+from app_reads import no_exceptions
 from chromium import SCREENSHOTS, SLOW_S, browser_page, open_tab, screenshot, wait_drawn
+from stop_bars import record_bars, says, stop_button, stop_mid_run, wait_for_bar
 
 ROWS = """(root) => [...root.querySelectorAll('tr')].map(tr => [...tr.querySelectorAll('th, td')]
     .map(c => c.innerText.trim()))"""
@@ -33,7 +31,7 @@ def set_tokens(page, tokens: int) -> None:
     expect(slider.locator("[data-testid='stSliderThumbValue']")).to_have_text(str(tokens))
 
 
-def test_run_every_strategy_shows_progress_and_stop_keeps_what_was_measured(app_url):  # noqa: F811
+def test_run_every_strategy_shows_progress_and_stop_keeps_what_was_measured(app_url):
     with browser_page(width=1280, height=720) as page:
         page.goto(f"{app_url}/cache_strategies")
         wait_drawn(page, page.get_by_role("button", name="Run every strategy"), timeout=SLOW_S)
@@ -71,7 +69,7 @@ def test_run_every_strategy_shows_progress_and_stop_keeps_what_was_measured(app_
         no_exceptions(page)
 
 
-def test_presenter_mode_strategies_table_fits_1280_with_rounded_numbers(app_url):  # noqa: F811
+def test_presenter_mode_strategies_table_fits_1280_with_rounded_numbers(app_url):
     with browser_page(width=1280, height=720) as page:
         page.goto(f"{app_url}/cache_strategies?presenter=1")
         wait_drawn(page, page.get_by_role("button", name="Run every strategy"), timeout=SLOW_S)

@@ -5,9 +5,7 @@ The app runs on a server of its own with KVVIZ_MAX_LESSONS=1, so the teacher's l
 import contextlib
 import re
 
-from test_browser import pytestmark  # noqa: F401  (the same skip rule)
-
-from conftest import one_sentence
+from app_tests import one_sentence
 from kvviz.ui.app_server import running_app
 
 from chromium import shared_browser, wait_drawn

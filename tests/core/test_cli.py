@@ -3,33 +3,10 @@
 One test runs `python -m kvviz` in a new process; the others call the same main() in this one,
 which saves a torch import and a model load per run (about 4 s each on a 2-core CPU)."""
 
-import contextlib
-import io
 import json
 import re
-import subprocess
-import sys
-from types import SimpleNamespace
 
-from conftest import ROOT
-from kvviz.cli.main import main
-
-
-def run_cli(*args):
-    """`python -m kvviz *args` in a new process: the entry point as a user runs it."""
-    return subprocess.run([sys.executable, "-m", "kvviz", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300)
-
-
-def call_cli(*args):
-    """kvviz.cli.main.main(args) in this process, with what it printed; the result reads like run_cli's."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = main(list(args))
-        except SystemExit as exit_:  # argparse refusals
-            code = exit_.code
-    return SimpleNamespace(returncode=code, stdout=out.getvalue(), stderr=err.getvalue())
+from cli_calls import call_cli, run_cli
 
 
 def test_generate_from_txt_and_jsonl(tmp_path, bundled):

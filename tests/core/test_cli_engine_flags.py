@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from conftest import one_sentence
+from app_tests import one_sentence
 from kvviz.cli.main import build_parser, main
 from kvviz.engine.config import DEFAULTS, EngineConfig
 

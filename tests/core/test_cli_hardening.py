@@ -14,7 +14,8 @@ from kvviz.cli.main import main
 from kvviz.engine.cpu.threads import CpuShare, threads_for
 from kvviz.shapes import shape_from_pretrained
 
-EVIL_MODULE = "import pathlib\npathlib.Path({marker!r}).write_text('ran')\nfrom transformers import PretrainedConfig\n" \
+EVIL_MODULE = "import pathlib\npathlib.Path({marker!r}).write_text('ran')\n" \
+              "from transformers import PretrainedConfig\n" \
               "class EvilConfig(PretrainedConfig):\n    model_type = 'evil'\n"
 
 

@@ -12,21 +12,9 @@ from kvviz.cli.bench import add_bench_arguments, run_bench
 from kvviz.cli.common import check_output_path, write_atomically
 from kvviz.cli.main import main
 
+from cli_calls import cli_error
+
 NO_MODEL = ("--model", "/no/such/model")  # a refusal that names the flag came before the model was loaded
-
-
-def cli_error(capsys, *argv) -> str:
-    assert main(list(argv)) == 2
-    message = capsys.readouterr().err.strip()
-    assert message.startswith("error: ") and "\n" not in message and "Traceback" not in message, message
-    return message
-
-
-@pytest.fixture
-def prompts(tmp_path):
-    path = tmp_path / "p.txt"
-    path.write_text("ROMEO:\n")
-    return path
 
 
 # ---- output paths: a regular file or a new one, nothing else -----------------------------------

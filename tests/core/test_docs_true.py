@@ -176,7 +176,8 @@ def test_every_path_the_docs_name_exists():
 
 def test_the_vllm_version_the_docs_quote_is_the_one_setup_installs():
     pinned = re.search(r"^VLLM_VERSION=(\S+)", (ROOT / "scripts" / "setup_vllm.sh").read_text(), flags=re.M).group(1)
-    quoted = {version for p in DOCS for version in re.findall(r"vLLM (0\.\d+(?:\.\d+)?)\b", p.read_text())}  # 0.x: not tok/s
+    # 0.x: not tok/s
+    quoted = {version for p in DOCS for version in re.findall(r"vLLM (0\.\d+(?:\.\d+)?)\b", p.read_text())}
     assert quoted and all(pinned == v or pinned.startswith(v + ".") for v in quoted), (pinned, quoted)
 
 
@@ -218,7 +219,8 @@ def imports_of(path: Path, inside_functions: bool) -> list[str]:
 
 
 def test_streamlit_is_imported_only_where_the_docs_say():
-    """design.md and kvviz/ui/__init__.py: the pages, kvviz/ui and kvviz/lessons import Streamlit; nothing else in kvviz."""
+    """design.md and kvviz/ui/__init__.py: the pages, kvviz/ui and kvviz/lessons import Streamlit; nothing else in
+    kvviz."""
     importers = {str(p.relative_to(ROOT / "kvviz")).split("/")[0] for p in (ROOT / "kvviz").rglob("*.py")
                  if any(m.split(".")[0] == "streamlit" for m in imports_of(p, inside_functions=False))}
     assert importers <= {"ui", "lessons"}, importers

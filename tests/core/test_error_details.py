@@ -7,7 +7,7 @@ import tomllib
 from streamlit import config
 from streamlit.testing.v1 import AppTest
 
-from conftest import ROOT
+from app_tests import ROOT
 
 FAILING = "raise RuntimeError('/srv/kvviz/secret_path.py line 12')"
 

@@ -7,7 +7,6 @@ import pytest
 
 from kvviz import SamplingParams
 from kvviz.cli.common import write_atomically
-from kvviz.cli.main import main
 from kvviz.engine.engine import Engine
 from kvviz.engine.errors import EngineError
 from kvviz.models import BUNDLED_DIR, ModelLoadError, allowed_source, load_model
@@ -19,6 +18,8 @@ from kvviz.workloads import (
     parse_upload,
     upload_workload,
 )
+
+from cli_calls import cli_error
 
 DEEP = "[" * 100_000 + "]" * 100_000
 
@@ -53,13 +54,6 @@ def test_uploads_are_limited_in_prompts_and_tokens(bundled):
 
 
 # ---- the command line --------------------------------------------------------------------------
-def cli_error(capsys, *argv) -> str:
-    assert main(list(argv)) == 2
-    message = capsys.readouterr().err.strip()
-    assert message.startswith("error: ") and "\n" not in message and "Traceback" not in message
-    return message
-
-
 def test_an_unwritable_out_path_is_refused_before_generating(tmp_path, capsys):
     prompts = tmp_path / "p.txt"
     prompts.write_text("ROMEO:\n")
@@ -167,7 +161,7 @@ def test_a_checkpoint_missing_weights_is_refused(tmp_path):
 
 
 def test_typed_model_names_show_as_text_in_the_sidebar(monkeypatch):
-    from conftest import open_lesson
+    from app_tests import open_lesson
 
     monkeypatch.setenv("KVVIZ_MODELS", "bundled,folders")  # a refusal that quotes the typed text
     at = open_lesson("lessons/home.py")

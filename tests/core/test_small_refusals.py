@@ -12,7 +12,7 @@ from kvviz.models import ModelLoadError, load_model
 from kvviz.ui import rooms
 from kvviz.workloads import WorkloadError, parse_upload, read_prompts
 
-from test_cli_refusals import cli_error, prompts  # noqa: F401 (a fixture)
+from cli_calls import cli_error
 
 
 def test_max_num_seqs_zero_is_refused_as_itself(tmp_path, capsys, prompts):

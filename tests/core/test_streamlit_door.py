@@ -18,7 +18,8 @@ from kvviz.ui import streamlit_door
 
 ROOT = Path(__file__).resolve().parents[2]
 CLASSES = {"Runtime": Runtime, "SessionManager": SessionManager, "AppSession": AppSession,
-           "ScriptRunContext": ScriptRunContext, "ThreadState": ThreadState, "FragmentThreadState": FragmentThreadState, "ClientState": ClientState,
+           "ScriptRunContext": ScriptRunContext, "ThreadState": ThreadState,
+           "FragmentThreadState": FragmentThreadState, "ClientState": ClientState,
            "DeltaGenerator": DeltaGenerator, "StarletteSessionClient": StarletteSessionClient}
 
 
@@ -69,6 +70,7 @@ def test_the_engines_teaching_modules_reach_the_cpu_fast_path_only_through_its_s
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and (
                     (node.module or "").startswith(fast)
-                    or (node.module == "kvviz.engine.cpu" and {a.name for a in node.names} & {"kernels", "packed_layers"})):
+                    or (node.module == "kvviz.engine.cpu"
+                        and {a.name for a in node.names} & {"kernels", "packed_layers"})):
                 reaching.append(f"{path.name}: {node.module}")
     assert not reaching, reaching

@@ -10,7 +10,7 @@ from kvviz import Engine, SamplingParams
 from kvviz.engine.chat import chat_answer, chat_params, chat_prompt, has_chat_template, special_token_ids
 from kvviz.models import BUNDLED_DIR
 
-from conftest import one_sentence
+from app_tests import one_sentence
 from tiny_gguf import CHATML
 
 

@@ -5,24 +5,7 @@ import torch
 
 from kvviz import Engine, SamplingParams
 
-from tiny_models import ARCHS, VOCAB, hf_greedy, tiny_model
-
-MAX_TOKENS = 10
-ENGINE_SETTINGS = {
-    "prefix caching": dict(),
-    "no prefix caching": dict(enable_prefix_caching=False),
-    "chunked prefill": dict(max_num_batched_tokens=7),
-    "tight pool": dict(num_blocks=12, block_size=4),
-    "no cache": dict(use_cache=False),
-}
-
-
-def mixed_prompts(seed=1):
-    generator = torch.Generator().manual_seed(seed)
-    shared = torch.randint(0, VOCAB - 1, (20,), generator=generator).tolist()
-    lengths = (5, 19, 33, 2)
-    prompts = [torch.randint(0, VOCAB - 1, (n,), generator=generator).tolist() for n in lengths]
-    return prompts + [shared + [3, 4], shared + [5]]  # two share a 20-token prefix
+from tiny_models import ARCHS, ENGINE_SETTINGS, MAX_TOKENS, hf_greedy, mixed_prompts, tiny_model
 
 
 @pytest.fixture(scope="module", params=ARCHS)

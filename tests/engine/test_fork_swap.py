@@ -130,7 +130,8 @@ def test_swap_and_recompute_give_identical_outputs_under_preemption(llama):
     recomputed = {mode: sum(r.num_recomputed_tokens for r in engines[mode].requests.values()) for mode in engines}
     assert recomputed["recompute"] > 0 and recomputed["swap"] == 0  # swapped blocks come back, nothing reruns
     swap_records = records["swap"]
-    swap_outs, swap_ins = ([e for r in swap_records for e in r.events if e.kind == kind] for kind in ("swap_out", "swap_in"))
+    swap_outs, swap_ins = ([e for r in swap_records for e in r.events if e.kind == kind]
+                           for kind in ("swap_out", "swap_in"))
     assert swap_outs and len(swap_outs) == len(swap_ins)
     bytes_per_block = engines["swap"].cache.bytes_per_block
     for event in swap_outs + swap_ins:

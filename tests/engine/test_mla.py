@@ -10,8 +10,8 @@ from kvviz import Engine, EngineError, SamplingParams
 from kvviz.memory_bill import compare_attention_variants, kv_bytes_per_token
 from kvviz.shapes import ModelShape
 
-from test_engine_matches_hf import ENGINE_SETTINGS as HF_SETTINGS, MAX_TOKENS, mixed_prompts
-from tiny_models import VOCAB, hf_greedy, tiny_config, tiny_model
+from tiny_models import (ENGINE_SETTINGS as HF_SETTINGS, MAX_TOKENS, VOCAB, hf_greedy, mixed_prompts, tiny_config,
+                         tiny_model)
 
 # the settings every architecture is checked under, and swap preemption, whose blocks hold latent rows
 ENGINE_SETTINGS = {**HF_SETTINGS, "tight pool, swap": dict(num_blocks=12, block_size=4, preemption_mode="swap")}

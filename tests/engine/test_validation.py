@@ -11,7 +11,7 @@ from kvviz import Engine, EngineError, SamplingParams
 from kvviz.engine.config import MAX_NUM_BLOCKS
 from kvviz.engine.sampling import non_finite_rows
 
-from conftest import one_sentence
+from app_tests import one_sentence
 from tiny_models import tiny_model
 
 

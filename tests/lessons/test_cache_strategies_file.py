@@ -13,7 +13,7 @@ from kvviz.lessons.prefill_decode.file import import_lesson
 from kvviz.lessons.speculative.file import import_speculative
 from kvviz.ui.text import plain
 
-from conftest import one_sentence, open_lesson
+from app_tests import one_sentence, open_lesson
 
 SETTINGS = {"max_tokens": 6, "window": 4, "group_size": 8, "residual": 2, "timing_runs": 2}
 

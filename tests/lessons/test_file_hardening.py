@@ -22,7 +22,7 @@ from kvviz.lessons.speculative.file import export_speculative, import_speculativ
 from kvviz.lessons.speculative.logic import DEFAULT_PROMPT, SpeculativeLesson
 from kvviz.ui.text import chart_text, plain
 
-from conftest import one_sentence
+from app_tests import one_sentence
 
 
 @pytest.fixture(scope="module")

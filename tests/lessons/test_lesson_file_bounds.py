@@ -18,7 +18,7 @@ from kvviz.lessons.paged_batching.stage import stage_data
 from kvviz.lessons.prefill_decode.file import MAX_REPLAY_TOKENS, export_lesson, import_lesson
 from kvviz.lessons.prefill_decode.logic import Lesson, LessonSettings, lesson_sampling
 
-from conftest import one_sentence
+from app_tests import one_sentence
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ from kvviz.lessons.paged_batching.logic import DEFAULT_REQUESTS, PagedLesson, Re
 from kvviz.lessons.prefill_decode.file import export_lesson, import_lesson
 from kvviz.lessons.prefill_decode.logic import Lesson, LessonSettings, lesson_sampling
 
-from conftest import one_sentence, open_lesson, page_view
+from app_tests import click_cleanly, one_sentence, open_lesson, page_view
 
 SPECS = [RequestSpec(*request) for request in DEFAULT_REQUESTS]
 
@@ -102,16 +102,11 @@ def test_each_page_refuses_the_other_lessons_file(run, tiny_lm):
 
 
 # ---- the page ------------------------------------------------------------------------------------
-def click(at, label):
-    next(b for b in at.button if b.label == label).click().run()
-    assert not at.exception
-
-
 def test_a_replayed_file_renders_the_same_page_with_no_engine():
     live = open_lesson("lessons/paged_batching.py")
     live.slider(key="paged_num_blocks").set_value(12).run()
-    click(live, "Start")
-    click(live, "Run to the end")
+    click_cleanly(live, "Start")
+    click_cleanly(live, "Run to the end")
     lesson = live.session_state["paged_run"]
     last = len(lesson.records) - 1
     preempted = next(s for s in range(last + 1) if lesson.num_preemptions(s))

@@ -12,7 +12,7 @@ from kvviz.lessons.prefill_decode import predict
 from kvviz.lessons.prefill_decode.file import export_lesson, import_lesson
 from kvviz.lessons.prefill_decode.logic import Lesson, LessonSettings, lesson_sampling
 
-from conftest import ROOT, one_sentence, open_lesson
+from app_tests import ROOT, one_sentence, open_lesson
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +116,8 @@ def damage(lesson, change):
     (lambda d: d["token_texts"].pop(), "token_texts"),
     (lambda d: d["twin_records"].append(d["twin_records"][0]), "twin_records"),  # fewer: a twin that stopped early
     (lambda d: d["records"][1]["requests"][0].update(block_table=[10**12]), r"records\[1\].requests\[0\].block_table"),
-    (lambda d: d["records"][0]["requests"][0].update(block_table=[0] * 5000), r"records\[0\].requests\[0\].block_table"),
+    (lambda d: d["records"][0]["requests"][0].update(block_table=[0] * 5000),
+     r"records\[0\].requests\[0\].block_table"),
 ])
 def test_damaged_fields_are_named_at_import(lesson, change, field):
     with pytest.raises(LessonFileError, match=f"field {field} "):

@@ -45,7 +45,8 @@ def test_the_chat_templates_special_tokens_are_flagged(gqa_lm):
     data = stage_data(lesson, step=0)
     ids = lesson.prompt_token_ids
     assert data["special"] == [position for position, token in enumerate(ids) if token == 0]
-    assert len(data["special"]) == 3 and data["special"][0] == 0  # <|endoftext|>user ... <|endoftext|> <|endoftext|>assistant
+    # <|endoftext|>user ... <|endoftext|> <|endoftext|>assistant
+    assert len(data["special"]) == 3 and data["special"][0] == 0
     assert all(data["tokens"][p] == "<|endoftext|>" for p in data["special"])
     json.dumps(data)  # plain JSON for the browser
 

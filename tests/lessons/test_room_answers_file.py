@@ -12,7 +12,7 @@ from kvviz.lessons.prefill_decode.logic import Lesson, LessonSettings, lesson_sa
 from kvviz.lessons.speculative.file import export_speculative, import_speculative
 from kvviz.lessons.speculative.logic import SpeculativeLesson
 
-from conftest import one_sentence
+from app_tests import one_sentence
 
 ANSWERS = [RoomAnswers("K7QW2MXP", "Which physical block id will the pool give R2?", "block id", 3, 9.0,
                        [4.0, 9.0, 9.0], exact=True),

@@ -8,7 +8,7 @@ from kvviz.lessons.files import LessonFileError
 from kvviz.lessons.speculative.file import MAX_PASSES, export_speculative, import_speculative
 from kvviz.lessons.speculative.logic import DEFAULT_PROMPT, SpeculativeLesson
 
-from conftest import one_sentence, open_lesson, page_view
+from app_tests import one_sentence, open_lesson, page_view
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ from kvviz import memory_bill
 
 from kvviz.shapes import FULL, PRESETS, SLIDING, ModelShape, format_bytes
 
-from conftest import open_lesson
+from app_tests import open_lesson
 
 
 def test_tensor_parallel_share_splits_weights_and_kv_heads():
@@ -64,7 +64,8 @@ def test_bill_page_weights_dtype_tensor_parallel_mla_and_sliding():
     text = next(m.value for m in at.markdown if "by layer type" in m.value)
     assert f"52 sliding-window layers: **{format_bytes(by_kind[SLIDING])}**" in text
     assert f"10 full attention layers: **{format_bytes(by_kind[FULL])}**" in text
-    assert metric("Per token, at this length") == format_bytes(memory_bill.kv_cache_bytes(gemma, 8192, 1, **int4) / 8192)
+    assert metric("Per token, at this length") == format_bytes(
+        memory_bill.kv_cache_bytes(gemma, 8192, 1, **int4) / 8192)
 
 
 def _traces(at) -> list[dict]:
@@ -89,7 +90,8 @@ def test_tensor_parallel_verdict_is_the_per_gpu_figure():
     share = memory_bill.tensor_parallel_share(seventy, 8, 8192)
     verdict = at.success[0].value
     assert verdict.startswith("Fits on each of 8 GPUs")
-    assert f"weights {format_bytes(share.weights_bytes_per_gpu)} + cache {format_bytes(share.cache_bytes_per_gpu)} per GPU" in verdict
+    assert (f"weights {format_bytes(share.weights_bytes_per_gpu)} + "
+            f"cache {format_bytes(share.cache_bytes_per_gpu)} per GPU") in verdict
     # the section below says the same per-GPU total, and the reverse questions count per GPU too
     per_gpu_total = format_bytes(share.weights_bytes_per_gpu + share.cache_bytes_per_gpu)
     assert any(f"= {per_gpu_total}, which fits" in c.value for c in at.caption)

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT
+from app_tests import ROOT
 
 FOLLOWERS, STEPS, ALONE_STEPS = 3, 2, 2  # the script presses Next token ALONE_STEPS times before anyone joins
 

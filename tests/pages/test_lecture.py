@@ -11,7 +11,7 @@ from kvviz.engine.engine import Engine
 from kvviz.memory_bill import kv_cache_bytes
 from kvviz.shapes import format_bytes
 
-from conftest import ROOT, button, open_lesson
+from app_tests import ROOT, button, open_lesson
 
 
 def registered_pages(at) -> list[dict]:

@@ -7,7 +7,7 @@ from kvviz.lessons.cache_strategies import logic as strategies
 from kvviz.lessons.catalog import BY_KEY, LECTURE
 from kvviz.lessons.sources.logic import SOURCES
 
-from conftest import ROOT, open_lesson
+from app_tests import ROOT, open_lesson
 
 KEYS = [lesson.key for lesson in LECTURE]
 

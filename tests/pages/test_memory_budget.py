@@ -8,7 +8,7 @@ import pytest
 from kvviz.models import ModelLoadError
 from kvviz.ui import common, memory_budget
 
-from conftest import button, one_sentence, open_lesson
+from app_tests import button, one_sentence, open_lesson
 
 
 def test_a_model_streamlits_cache_let_go_is_not_loaded_twice_while_a_lesson_holds_it():

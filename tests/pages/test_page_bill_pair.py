@@ -7,7 +7,7 @@ import pytest
 from kvviz.hub.fetch import fetched_folder
 from kvviz.lessons.memory_bill.pair import PAIR
 
-from conftest import button, open_lesson
+from app_tests import button, open_lesson
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(any(fetched_folder(name) is None for name in PAIR),

@@ -19,14 +19,9 @@ from kvviz.engine.config import EngineConfig
 from kvviz.models import CustomShape
 from kvviz.workloads import MAX_UPLOAD_BYTES, WorkloadError, synthetic_workload
 
-from conftest import ROOT, button, one_sentence, open_lesson
+from app_tests import ROOT, button, one_sentence, open_lesson, shown
 
 LARGEST_LAB_SHAPE = CustomShape(num_layers=18, hidden_size=1024, intermediate_size=2048, max_context=2048)
-
-
-def shown(element) -> str:
-    """An st.error's sentence as the reader sees it (the page escapes it for markdown)."""
-    return element.value.replace("\\", "").replace("\u2060", "")
 
 
 # ---- item 7: the Model lab ---------------------------------------------------------------------
@@ -159,7 +154,8 @@ def test_compare_stops_both_sides_at_the_context(tiny_lm):
 def test_the_server_takes_no_upload_larger_than_the_app_reads():
     config = tomllib.loads((ROOT / ".streamlit" / "config.toml").read_text())
     assert config["server"]["maxUploadSize"] == browser_megabytes(MAX_LESSON_BYTES) == 21  # Streamlit's default: 200
-    assert config["server"]["maxUploadSize"] * 2**20 - MAX_LESSON_BYTES <= 2**20  # the server counts MiB: one more at most
+    # the server counts MiB: one more at most
+    assert config["server"]["maxUploadSize"] * 2**20 - MAX_LESSON_BYTES <= 2**20
 
 
 def test_the_browser_lets_a_file_at_the_limit_reach_kvvizs_own_check_in_mib():

@@ -19,7 +19,7 @@ from kvviz.lessons.prefill_decode.logic import Lesson, LessonSettings, lesson_sa
 from kvviz.lessons.prefill_decode.state import VIEWS
 from kvviz.models import TINY_GEMMA3, TINY_MLA, load_model
 
-from conftest import button, open_lesson, page_view
+from app_tests import button, open_lesson, page_view
 
 
 def screen(at) -> dict:

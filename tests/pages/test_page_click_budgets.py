@@ -16,14 +16,9 @@ from kvviz.lessons.cache_strategies.state import DEFAULTS, EXAMPLE_PROMPT
 from kvviz.lessons.prefill_decode.logic import furthest_step, lesson_work
 from kvviz.lessons.prefill_decode.state import DEFAULTS as LESSON_DEFAULTS, EXAMPLE_PROMPTS
 
-from conftest import ROOT, button, one_sentence
+from app_tests import ROOT, button, one_sentence, shown
 
 CPU = torch.device("cpu")
-
-
-def shown(element) -> str:
-    """An st.error's sentence as the reader sees it (the page escapes it for markdown)."""
-    return element.value.replace("\\", "").replace("\u2060", "")
 
 
 def open_link(step: int, prompt: str = EXAMPLE_PROMPTS[0]) -> AppTest:
@@ -49,7 +44,8 @@ def test_the_furthest_step_of_a_link_is_the_last_whose_estimate_fits(bundled, mo
     monkeypatch.setenv("KVVIZ_CLICK_SECONDS", f"{whole / 2}")
     reachable = furthest_step(bundled, 250, 255, CPU)
     assert 0 < reachable < 255
-    assert lesson_work(bundled, 250, reachable).seconds(CPU) <= whole / 2 < lesson_work(bundled, 250, reachable + 1).seconds(CPU)
+    assert (lesson_work(bundled, 250, reachable).seconds(CPU) <= whole / 2
+            < lesson_work(bundled, 250, reachable + 1).seconds(CPU))
 
 
 def test_a_link_past_the_budget_opens_the_furthest_step_it_allows(bundled, monkeypatch):
@@ -62,11 +58,13 @@ def test_a_link_past_the_budget_opens_the_furthest_step_it_allows(bundled, monke
     assert one_sentence(message)
     # the furthest step the estimate allows, at the pace the server had then; or, where the run went slower
     # than that pace (a test beside it), the step it reached when the budget's seconds ran out
-    estimated = re.fullmatch(r"Step 255 would take about [\d.,]+ s to reach on this server, more than the 2 s one click may "
-                             r"take, so the lesson stops at step (\d+); press Next token or Play to go on from there\.",
+    estimated = re.fullmatch(r"Step 255 would take about [\d.,]+ s to reach on this server, more than the 2 s one "
+                             r"click may take, so the lesson stops at step (\d+); press Next token or Play to go on "
+                             r"from there\.",
                              message)
     ran_out = re.fullmatch(r"Stopped at step (\d+) after 2 s, the 2 s one click may take on this server \(it is "
-                           r"busier than the estimate assumed\); press Next token or Play to go on from there\.", message)
+                           r"busier than the estimate assumed\); press Next token or Play to go on from there\.",
+                           message)
     assert estimated or ran_out, message
     reachable = int((estimated or ran_out).group(1))
     assert 0 < reachable < 255
@@ -152,7 +150,8 @@ def test_run_every_strategy_past_the_budget_at_one_token_runs_nothing_and_keeps_
     assert not at.exception and not at.error
     results = at.session_state["strategies_run"]
     monkeypatch.setenv("KVVIZ_CLICK_SECONDS", "1")
-    at.text_area(key="strategies_prompt").set_value(" ".join(["But soft, what light through yonder window?"] * 40)).run()
+    at.text_area(key="strategies_prompt").set_value(
+        " ".join(["But soft, what light through yonder window?"] * 40)).run()
     started = time.perf_counter()
     button(at, "Run every strategy").click().run()
     assert time.perf_counter() - started < 30  # nothing ran

@@ -12,7 +12,7 @@ from kvviz.lessons import budget
 from kvviz.lessons.budget import Rate
 from kvviz.ui.progress import seconds_left
 
-from conftest import ROOT, button
+from app_tests import ROOT, button
 
 BUDGET_S = 1.0
 CLOCK = "Stopped by the clock at "

@@ -6,7 +6,7 @@ from streamlit.testing.v1 import AppTest
 
 from kvviz.hub.fetch import fetched_folder
 
-from conftest import ROOT
+from app_tests import ROOT
 
 needs_smollm2 = pytest.mark.skipif(fetched_folder("smollm2") is None,
                                    reason="SmolLM2 is not fetched here (scripts/test.sh runs kvviz fetch smollm2)")

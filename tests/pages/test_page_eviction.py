@@ -6,7 +6,7 @@ import re
 from kvviz.lessons.cache_strategies.state import EXAMPLE_PROMPT
 from kvviz.strategies.eviction import eviction_lab, eviction_table
 
-from conftest import open_lesson
+from app_tests import open_lesson
 
 
 def run_lab(at):

@@ -8,20 +8,12 @@ from kvviz.lessons.paged_batching import fork as fork_lesson
 from kvviz.shapes import format_bytes
 from kvviz.ui.text import plain
 
-from conftest import open_lesson
+from app_tests import click, metric, open_lesson
 
 
 @pytest.fixture()
 def app():
     return open_lesson("lessons/paged_batching.py")
-
-
-def click(at, label):
-    next(b for b in at.button if b.label == label).click().run()
-
-
-def metric(at, label):
-    return next(m for m in at.metric if m.label == label)
 
 
 def test_the_fork_view_shows_shared_blocks_copies_and_memory_saved(app):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from streamlit.testing.v1 import AppTest
 
-from conftest import ROOT
+from app_tests import ROOT
 
 
 def open_link(params: dict) -> AppTest:

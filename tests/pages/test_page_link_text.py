@@ -4,7 +4,7 @@ fetch that address, and a [text](address) value put a working link in the app's 
 
 from streamlit.testing.v1 import AppTest
 
-from conftest import ROOT
+from app_tests import ROOT
 
 IMAGE, LINK = "![a](http://kvviz.invalid/x)", "[CLICK ME](http://kvviz.invalid/y)"
 

@@ -4,7 +4,7 @@ in the Prefill and decode lesson, and the engine's measured bytes in the Memory 
 from kvviz.memory_bill import kv_cache_bytes
 from kvviz.shapes import PRESETS, format_bytes
 
-from conftest import button, open_lesson
+from app_tests import button, open_lesson
 
 
 def test_the_prefill_lesson_shows_an_mla_models_latent_rows():

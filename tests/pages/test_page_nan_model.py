@@ -11,7 +11,7 @@ from transformers import AutoModelForCausalLM
 
 from kvviz.models import BUNDLED_DIR
 
-from conftest import button, open_lesson
+from app_tests import button, open_lesson
 from tiny_models import tiny_config
 
 

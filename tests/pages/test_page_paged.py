@@ -2,16 +2,12 @@
 
 import pytest
 
-from conftest import open_lesson
+from app_tests import click, open_lesson
 
 
 @pytest.fixture()
 def app():
     return open_lesson("lessons/paged_batching.py")
-
-
-def click(at, label):
-    next(b for b in at.button if b.label == label).click().run()
 
 
 def test_steps_keep_tables_and_pool_consistent(app):

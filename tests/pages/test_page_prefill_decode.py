@@ -11,7 +11,7 @@ from kvviz.lessons.prefill_decode.state import DEFAULTS
 from kvviz.shapes import format_bytes
 from kvviz.ui.common import code_key
 
-from conftest import button, open_lesson
+from app_tests import button, open_lesson
 
 
 @pytest.fixture()

@@ -7,7 +7,7 @@ from kvviz.lessons.putting_it_together.logic import BLOCK_SIZE, quant_group
 from kvviz.memory_bill import kv_bytes_per_token, kv_cache_bytes
 from kvviz.shapes import format_bytes
 
-from conftest import open_lesson
+from app_tests import open_lesson
 
 
 @pytest.fixture(scope="module")

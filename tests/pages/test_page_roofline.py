@@ -7,7 +7,7 @@ from kvviz.lessons.prefill_decode import roofline
 
 from kvviz.shapes import PRESETS, format_bytes
 
-from conftest import open_lesson
+from app_tests import metric_value, open_lesson
 
 
 @pytest.fixture(scope="module")
@@ -17,10 +17,6 @@ def bound():
     at.radio(key="lesson_view").set_value("Why decode is memory-bound").run()
     assert not at.exception
     return at
-
-
-def metric(at, label: str) -> str:
-    return next(m.value for m in at.metric if m.label == label)
 
 
 def test_the_three_words_are_on_screen(bound):
@@ -34,7 +30,7 @@ def test_llama_reads_its_matrices_not_its_input_embedding(bound):
     bound.selectbox(key="lesson_roofline_context").set_value(8192).run()
     assert not bound.warning  # fits an H100, within the model's context
     # (8,030,261,248 - 525,336,576) × 2 bytes of weights + 1 GiB of cache
-    assert metric(bound, "Bytes read") == format_bytes(15_009_849_344 + 2**30)
+    assert metric_value(bound, "Bytes read") == format_bytes(15_009_849_344 + 2**30)
     assert "525,336,576 of the input embedding are looked up" in " ".join(m.value for m in bound.markdown)
 
 
@@ -43,7 +39,7 @@ def test_what_ifs_past_memory_or_context_say_so(bound):
     bound.select_slider(key="lesson_roofline_batch").set_value(256).run()
     bound.selectbox(key="lesson_roofline_context").set_value(131072).run()
     assert len(bound.warning) == 1 and "10.13 TiB in memory" in bound.warning[0].value.replace("\\", "")
-    assert metric(bound, "Ceiling (tokens/s)") == "does not fit"
+    assert metric_value(bound, "Ceiling (tokens/s)") == "does not fit"
     bound.selectbox(key="lesson_roofline_model").set_value("gpt2").run()
     bound.select_slider(key="lesson_roofline_batch").set_value(1).run()
     bound.selectbox(key="lesson_roofline_context").set_value(32768).run()

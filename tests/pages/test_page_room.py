@@ -14,11 +14,7 @@ from kvviz.lessons.prefill_decode.stage import stage_data
 from kvviz.ui import live_lessons, room_store, rooms
 
 from open_room import room_of
-from conftest import ROOT, one_sentence, open_lesson
-
-
-def click(at, label):
-    next(b for b in at.button if b.label == label).click().run()
+from app_tests import ROOT, click, one_sentence, open_lesson
 
 
 def student(code: str, seat: str | None = None) -> AppTest:

@@ -10,14 +10,9 @@ from streamlit.testing.v1 import AppTest
 from kvviz.ui import room_store, rooms
 
 from open_room import room_of
-from conftest import ROOT, one_sentence, open_lesson
+from app_tests import ROOT, click_cleanly, one_sentence, open_lesson
 
 PAGED, SPECULATIVE = "lessons/paged_batching.py", "lessons/speculative.py"
-
-
-def click(at, label):
-    next(b for b in at.button if b.label == label).click().run()
-    assert not at.exception
 
 
 def student(code: str, path: str) -> AppTest:
@@ -45,19 +40,19 @@ def close_rooms():
 @pytest.fixture()
 def paged_teacher(close_rooms):
     at = open_lesson(PAGED)
-    click(at, "Start")
-    click(at, "Step")
-    click(at, "Step")
-    click(at, "Open a room for the class")
+    click_cleanly(at, "Start")
+    click_cleanly(at, "Step")
+    click_cleanly(at, "Step")
+    click_cleanly(at, "Open a room for the class")
     return at
 
 
 @pytest.fixture()
 def speculative_teacher(close_rooms):
     at = open_lesson(SPECULATIVE)
-    click(at, "Start")
-    click(at, "Step")
-    click(at, "Open a room for the class")
+    click_cleanly(at, "Start")
+    click_cleanly(at, "Step")
+    click_cleanly(at, "Open a room for the class")
     return at
 
 
@@ -78,7 +73,7 @@ def test_paged_students_follow_the_teachers_step_and_numbers_and_move_nobody(pag
     assert pupils[0].session_state["paged_view_step"] == 0 and room.step == 2
     pupils[1].run()
     assert pupils[1].session_state["paged_view_step"] == 2 and teacher.session_state["paged_view_step"] == 2
-    click(teacher, "Step")
+    click_cleanly(teacher, "Step")
     payload = room.payload  # one for every follower: the step that moved, its stage data already JSON
     stage = json.loads(payload["stage"])
     assert payload["step"] == 3 and stage["steps_from"] == 3 and len(stage["steps"]) == 1
@@ -87,7 +82,7 @@ def test_paged_students_follow_the_teachers_step_and_numbers_and_move_nobody(pag
         pupil.run()  # the page's rerun: the views follow, but for the student who looked back
         assert len(pupil.session_state["paged_run"].records) == 4
         assert pupil.session_state["paged_view_step"] == shown
-    click(pupils[0], "Catch up")
+    click_cleanly(pupils[0], "Catch up")
     for pupil in pupils:
         assert pupil.session_state["paged_view_step"] == 3 and numbers(pupil) == numbers(teacher)
     rooms.close_room(room)  # the teacher closed it: one sentence, and the student's page runs on its own
@@ -101,7 +96,7 @@ def test_a_paged_question_goes_through_the_room_and_is_revealed_exactly(paged_te
     teacher = paged_teacher
     room = room_of(teacher)
     teacher.selectbox(key="paged_question_request").select_index(0).run()
-    click(teacher, "Commit")
+    click_cleanly(teacher, "Commit")
     question = room.open_question
     assert question is not None and "Which physical block id" in question.text and question.exact
     pupils = [student(room.code, PAGED) for _ in range(2)]
@@ -117,7 +112,7 @@ def test_a_paged_question_goes_through_the_room_and_is_revealed_exactly(paged_te
         question = room.question(question.id)  # as the store keeps it now
         if question.revealed:
             break
-        click(teacher, "Step")
+        click_cleanly(teacher, "Step")
     question = room.question(question.id)
     assert question.revealed and free.records[question.target].step == question.target
     right = sum(guess == question.answer for guess in (0, 39))
@@ -135,14 +130,14 @@ def test_a_paged_student_takes_over_at_the_rooms_step(paged_teacher):
     room = room_of(paged_teacher)
     pupil = student(room.code, PAGED)
     teachers = room.lesson
-    click(pupil, "Take over")
+    click_cleanly(pupil, "Take over")
     lesson = pupil.session_state["paged_run"]
     assert lesson.engine is not None and lesson is not teachers and len(lesson.records) == 3
     assert [r.block_table for s in lesson.records for r in s.requests] == [
         r.block_table for s in teachers.records for r in s.requests]  # the same steps, run again
     assert pupil.session_state.get("room_code") is None and not room.students
     assert numbers(pupil) == numbers(paged_teacher) and not pupil.warning
-    click(pupil, "Step")  # its own now; the teacher's run did not move
+    click_cleanly(pupil, "Step")  # its own now; the teacher's run did not move
     assert len(pupil.session_state["paged_run"].records) == 4 and len(teachers.records) == 3 and room.step == 2
 
 
@@ -154,12 +149,12 @@ def test_speculative_students_follow_to_the_end_and_take_over(speculative_teache
     assert pupil.session_state["spec_run"].engine is None
     assert numbers(pupil) == numbers(teacher) and "Forward passes" in numbers(pupil)
     assert not any(b.label in ("Step", "Run to the end") for b in pupil.button)
-    click(teacher, "Run to the end")  # plain decoding goes on after the drafts' run: followers see it too
+    click_cleanly(teacher, "Run to the end")  # plain decoding goes on after the drafts' run: followers see it too
     pupil.run()
     assert numbers(pupil) == numbers(teacher)
     finished = [s.value for s in teacher.success if s.value.startswith("Both finished")]
     assert finished and [s.value for s in pupil.success if s.value.startswith("Both finished")] == finished
-    click(pupil, "Take over")
+    click_cleanly(pupil, "Take over")
     own = pupil.session_state["spec_run"]
     assert own.engine is not None and len(own.records) == len(room.lesson.records)
     assert own.output(len(own.records) - 1) == room.lesson.output(len(room.lesson.records) - 1)
@@ -198,5 +193,5 @@ def test_a_wrong_code_gets_one_sentence_and_a_run_of_ones_own(path, run_button, 
     pupil = student("NOSUCH", path)
     assert len(pupil.error) == 1 and "No open room has a seat for the code NOSUCH" in pupil.error[0].value
     assert one_sentence(pupil.error[0].value)
-    click(pupil, run_button)
+    click_cleanly(pupil, run_button)
     assert not pupil.error

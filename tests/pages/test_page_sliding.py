@@ -1,7 +1,7 @@
 """The built-in tiny Gemma-3 in the app (Streamlit's AppTest): picked in the sidebar, its sliding
 layers' block table drawn beside the full layers' one in the Paged lesson, holding fewer blocks."""
 
-from conftest import button, open_lesson
+from app_tests import button, open_lesson
 
 
 def test_the_paged_lesson_draws_both_groups_of_tiny_gemma3():

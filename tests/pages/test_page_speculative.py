@@ -4,7 +4,7 @@ import pytest
 
 from kvviz.lessons.speculative import figures
 
-from conftest import open_lesson
+from app_tests import open_lesson
 
 
 @pytest.fixture()

@@ -8,7 +8,7 @@ from kvviz.lessons.cache_strategies.file import export_strategies, import_strate
 from kvviz.lessons.cache_strategies.state import replayed
 from kvviz.strategies.quantized import QuantizedKV
 
-from conftest import button, open_lesson
+from app_tests import button, open_lesson
 
 
 def eight_bit_table(at) -> dict[str, int]:

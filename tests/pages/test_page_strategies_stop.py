@@ -21,7 +21,7 @@ from kvviz.lessons.cache_strategies.logic import (
 from kvviz.lessons.cache_strategies.state import EXAMPLE_PROMPT, TIMING_RUNS
 from kvviz.strategies.eviction import eviction_lab
 
-from conftest import button, open_lesson
+from app_tests import button, open_lesson
 
 
 class Interrupted(Exception):
@@ -84,7 +84,8 @@ def test_a_finished_run_leaves_no_bar_and_a_stopped_run_keeps_the_strategies_mea
     assert kept["results"][1].token_ids == finished["results"][1].token_ids  # the same measurement, kept
     table = next(d for d in at.dataframe if "first divergence" in d.value.columns).value
     assert list(table["strategy"]) == ["dynamic", "static"] and list(table["first divergence"]) == ["never"] * 2
-    assert list(table["decode step (median)"])[0].endswith(" ms") and table["bytes held"][0] == kept["results"][0].held_bytes[-1]
+    assert (list(table["decode step (median)"])[0].endswith(" ms")
+            and table["bytes held"][0] == kept["results"][0].held_bytes[-1])
 
     # stopped during the reference run: nothing new, the kept comparison stays
     at.session_state["strategies_running"] = {"results": [], "prompt": EXAMPLE_PROMPT, "strategies": 7,

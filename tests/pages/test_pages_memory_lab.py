@@ -1,4 +1,5 @@
-"""The Memory bill and Model lab pages under Streamlit's AppTest, and kvviz.lessons.model_lab.logic without Streamlit."""
+"""The Memory bill and Model lab pages under Streamlit's AppTest, and kvviz.lessons.model_lab.logic without
+Streamlit."""
 
 from dataclasses import replace
 from pathlib import Path
@@ -14,6 +15,8 @@ from kvviz.memory_bill import cache_format, kv_cache_bytes
 from kvviz.models import CustomShape, ModelLoadError
 from kvviz.shapes import PRESETS, ModelShape, format_bytes
 
+from app_tests import metric_value
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -25,10 +28,6 @@ def open_page(path: str) -> AppTest:
     return at
 
 
-def metric(at: AppTest, label: str) -> str:
-    return next(m.value for m in at.metric if m.label == label)
-
-
 # ---- Memory bill ---------------------------------------------------------------------------
 
 @pytest.fixture()
@@ -38,7 +37,7 @@ def bill():
 
 def test_bill_opens_on_llama_with_the_formula_filled_in(bill):
     llama = PRESETS["llama-3.1-8b"]
-    assert metric(bill, "KV cache") == format_bytes(kv_cache_bytes(llama, 8192, 1, 2)) == "1.00 GiB"
+    assert metric_value(bill, "KV cache") == format_bytes(kv_cache_bytes(llama, 8192, 1, 2)) == "1.00 GiB"
     assert any("32 layers × 8 KV heads × 128 dims × 8,192 tokens" in code.value for code in bill.code)
     assert not bill.error
 
@@ -46,7 +45,7 @@ def test_bill_opens_on_llama_with_the_formula_filled_in(bill):
 def test_bill_follows_the_preset_and_the_sliders(bill):
     bill.selectbox(key="bill_preset").set_value("gemma-2-9b").run()
     gemma = PRESETS["gemma-2-9b"]
-    assert metric(bill, "KV cache") == format_bytes(kv_cache_bytes(gemma, 8192, 1, 2))
+    assert metric_value(bill, "KV cache") == format_bytes(kv_cache_bytes(gemma, 8192, 1, 2))
     assert bill.slider(key="bill_layers").value == gemma.num_layers  # the sliders took the preset's numbers
     assert len(bill.code) >= 2  # a hybrid: one formula line for full layers, one for sliding ones
 
@@ -56,7 +55,7 @@ def test_bill_follows_the_preset_and_the_sliders(bill):
     bill.select_slider(key="bill_context").set_value(32768).run()
     expected = kv_cache_bytes(replace(gemma, num_kv_heads=4), 32768, 16, **cache_format("int4"))
     assert not bill.exception
-    assert metric(bill, "KV cache") == format_bytes(expected)
+    assert metric_value(bill, "KV cache") == format_bytes(expected)
 
 
 def test_bill_fp8_row_shows_the_engines_measured_bytes_per_token(bill):
@@ -75,11 +74,11 @@ def test_bill_answers_the_reverse_questions(bill):
 
     bill.selectbox(key="bill_device").set_value("A100 40GB").run()
     llama = PRESETS["llama-3.1-8b"]
-    assert metric(bill, "Requests that fit") == f"{memory_bill.max_requests(llama, 8192, 'A100 40GB', 2, 0.9):,}"
-    assert metric(bill, "Token slots") == f"{memory_bill.max_cached_tokens(llama, 'A100 40GB', 2, 0.9):,}"
+    assert metric_value(bill, "Requests that fit") == f"{memory_bill.max_requests(llama, 8192, 'A100 40GB', 2, 0.9):,}"
+    assert metric_value(bill, "Token slots") == f"{memory_bill.max_cached_tokens(llama, 'A100 40GB', 2, 0.9):,}"
     bill.selectbox(key="bill_device").set_value("custom size").run()
     bill.number_input(key="bill_custom_gib").set_value(24).run()
-    assert metric(bill, "Requests that fit") == f"{memory_bill.max_requests(llama, 8192, 24 * 2**30, 2, 0.9):,}"
+    assert metric_value(bill, "Requests that fit") == f"{memory_bill.max_requests(llama, 8192, 24 * 2**30, 2, 0.9):,}"
     bill.selectbox(key="bill_device").set_value("this machine").run()
     assert not bill.exception
 
@@ -93,7 +92,7 @@ def test_bill_bad_settings_give_one_sentence_and_keep_the_page(bill, key, value,
     widget.set_value(value).run()
     assert not bill.exception
     assert len(bill.error) == 1 and words in bill.error[0].value
-    assert metric(bill, "KV cache") == "1.00 GiB"  # the last settings that made sense are still shown
+    assert metric_value(bill, "KV cache") == "1.00 GiB"  # the last settings that made sense are still shown
 
 
 def test_bill_kv_heads_cannot_be_set_below_one(bill):
@@ -106,7 +105,7 @@ def test_bill_compares_dtypes_and_handles_mla(bill):
     bill.selectbox(key="bill_preset").set_value("deepseek-v3").run()
     deepseek = PRESETS["deepseek-v3"]
     assert not bill.exception and not bill.error
-    assert metric(bill, "KV cache") == format_bytes(kv_cache_bytes(deepseek, 8192, 1, 2))
+    assert metric_value(bill, "KV cache") == format_bytes(kv_cache_bytes(deepseek, 8192, 1, 2))
 
 
 # ---- Model lab -----------------------------------------------------------------------------
@@ -125,14 +124,14 @@ def test_lab_measures_and_keeps_results_through_a_bad_setting():
     for timing in result.timings:
         assert timing.cache_bytes == timing.formula_bytes == timing.context * result.bytes_per_token
         assert timing.cached_s > 0 and timing.uncached_s > 0
-    assert metric(at, "Parameters") == f"{result.num_params / 1e6:,.2f}M"
+    assert metric_value(at, "Parameters") == f"{result.num_params / 1e6:,.2f}M"
 
     at.slider(key="lab_heads").set_value(7).run()  # 256 does not divide into 7 heads
     press_measure(at)
     assert not at.exception
     assert len(at.error) == 1 and "7 heads" in at.error[0].value
     assert at.session_state["lab_result"] is result  # the earlier measurement stays
-    assert metric(at, "Parameters") == f"{result.num_params / 1e6:,.2f}M"
+    assert metric_value(at, "Parameters") == f"{result.num_params / 1e6:,.2f}M"
 
     at.slider(key="lab_heads").set_value(8).run()
     at.slider(key="lab_layers").set_value(32).run()
@@ -217,7 +216,7 @@ def test_the_lab_page_measures_its_default_shape_with_a_progress_bar():
     result = at.session_state["lab_result"]
     assert [t.context for t in result.timings] == lab.lab_contexts(512)  # the default longest context
     assert result.load_before is None or result.load_before >= 0
-    assert metric(at, "With the cache").endswith("ms")
+    assert metric_value(at, "With the cache").endswith("ms")
 
 
 def test_a_measurement_fills_its_result_in_place_round_by_round_and_a_stopped_one_says_so(tiny):
@@ -246,7 +245,7 @@ def test_the_lab_page_keeps_a_stopped_measurement_marked_as_stopped(tiny):
     assert "lab_measuring" not in at.session_state
     assert at.session_state["lab_result"].timings == partial.timings
     assert any(w.value.startswith("Stopped after 1 of 2 rounds") for w in at.warning)
-    assert metric(at, "Parameters") == f"{partial.num_params / 1e6:,.2f}M"
+    assert metric_value(at, "Parameters") == f"{partial.num_params / 1e6:,.2f}M"
 
     at.session_state["lab_measuring"] = (TINY, None)  # stopped while the model was being built
     at.run()

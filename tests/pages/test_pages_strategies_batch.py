@@ -19,7 +19,7 @@ from kvviz.lessons.cache_strategies.state import EXAMPLE_PROMPT, gqa_choices, gr
 from kvviz.shapes import format_bytes
 from kvviz.workloads import MAX_UPLOAD_BYTES, Workload, WorkloadError, parse_upload, synthetic_workload
 
-from conftest import ROOT, button
+from app_tests import ROOT, button
 
 APP = ROOT / "app.py"
 

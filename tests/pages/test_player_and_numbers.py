@@ -1,14 +1,6 @@
 """Numbers and controls a teacher found wrong by driving the pages (issue 12), under AppTest."""
 
-from conftest import open_lesson
-
-
-def click(at, label):
-    next(b for b in at.button if b.label == label).click().run()
-
-
-def metric(at, label):
-    return next(m for m in at.metric if m.label == label)
+from app_tests import click, metric, open_lesson
 
 
 def test_paged_waste_counts_a_shared_prefix_block_once():
@@ -137,7 +129,7 @@ def test_batch_tokens_per_second_names_what_it_divides_by():
 def test_a_link_to_another_prompt_clears_the_example_box():
     from streamlit.testing.v1 import AppTest
 
-    from conftest import ROOT
+    from app_tests import ROOT
 
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
     at.query_params["prompt"] = "KING:\nWho goes there?"
@@ -216,7 +208,7 @@ def test_a_sampled_lesson_reopens_from_its_link_with_the_same_tokens_step_and_vi
     """The URL carries tokens to generate, the sampling and the view, not only the prompt and step."""
     from streamlit.testing.v1 import AppTest
 
-    from conftest import ROOT
+    from app_tests import ROOT
 
     at = open_lesson("lessons/prefill_decode.py")
     at.slider(key="lesson_max_tokens").set_value(9).run()
@@ -246,7 +238,7 @@ def test_a_sampled_lesson_reopens_from_its_link_with_the_same_tokens_step_and_vi
 def test_a_link_with_bad_settings_says_which_and_keeps_the_defaults():
     from streamlit.testing.v1 import AppTest
 
-    from conftest import ROOT
+    from app_tests import ROOT
 
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
     at.query_params.update({"prompt": "KING:\n", "tokens": "lots", "temperature": "nan", "view": "<b>x</b>",

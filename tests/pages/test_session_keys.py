@@ -9,7 +9,7 @@ import pytest
 from kvviz.lessons import registry
 from kvviz.lessons.catalog import BY_KEY, LECTURE
 
-from conftest import open_lesson
+from app_tests import click_cleanly, open_lesson
 
 
 def declared() -> dict:
@@ -64,30 +64,25 @@ def session_keys(at) -> set[str]:
 RUN_BUTTONS = ("Prefill", "Next token", "Start", "Step")  # the prefill lesson's, then the paged and speculative ones
 
 
-def click(at, label):
-    next(b for b in at.button if b.label == label).click().run()
-    assert not at.exception
-
-
 @pytest.mark.parametrize("path", [lesson.path for lesson in LECTURE])
 def test_every_key_a_page_makes_has_one_owner(path):
     at = open_lesson(path)
     for label in RUN_BUTTONS:
         if any(b.label == label and not b.disabled for b in at.button):
-            click(at, label)
+            click_cleanly(at, label)
     for key in session_keys(at):
         assert len(registry.owners(key)) == 1, (path, key, registry.owners(key))
 
 
 def load_model_again(at):
     at.text_input(key="model_request").set_value("bundled")
-    click(at, "Load model")
+    click_cleanly(at, "Load model")
 
 
 def test_loading_a_model_leaves_no_paged_key_behind():
     at = open_lesson("lessons/paged_batching.py")
-    click(at, "Start")
-    click(at, "Step")
+    click_cleanly(at, "Start")
+    click_cleanly(at, "Step")
     before = session_keys(at)
     assert {"paged_run", "paged_view_step", "paged_questions"} <= before
     load_model_again(at)
@@ -99,8 +94,8 @@ def test_loading_a_model_leaves_no_paged_key_behind():
 
 def test_loading_a_model_reruns_the_linked_prefill_lesson_on_it():
     at = open_lesson("lessons/prefill_decode.py")
-    click(at, "Prefill")
-    click(at, "Next token")
+    click_cleanly(at, "Prefill")
+    click_cleanly(at, "Next token")
     old = at.session_state["lesson_run"]
     before = session_keys(at)
     load_model_again(at)
@@ -120,10 +115,10 @@ def test_the_reset_button_clears_its_lessons_run(lesson):
     at = open_lesson(BY_KEY[lesson.page].path)
     for label in RUN_BUTTONS:
         if any(b.label == label and not b.disabled for b in at.button):
-            click(at, label)
+            click_cleanly(at, label)
     assert run_keys & session_keys(at)
     assert all(registry.cleared(key) for key in run_keys)  # a model change clears the run too
-    click(at, "Reset")
+    click_cleanly(at, "Reset")
     assert not run_keys & session_keys(at)
 
 
@@ -155,7 +150,7 @@ def test_a_rooms_lesson_file_round_trips_through_its_lesson(lesson):
     at = open_lesson(BY_KEY[lesson.page].path)
     for label in RUN_BUTTONS:
         if any(b.label == label and not b.disabled for b in at.button):
-            click(at, label)
+            click_cleanly(at, label)
     run = at.session_state[lesson.keys.run]
     export, read = registry.lesson_files(lesson.page)
     replay = read(export(run))
@@ -178,7 +173,7 @@ def test_the_sidebars_model_wins_over_the_links_and_the_address_follows_it():
     on it, and ?model= names it."""
     from streamlit.testing.v1 import AppTest
 
-    from conftest import ROOT
+    from app_tests import ROOT
 
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
     at.query_params.update({"model": "tiny-gemma3", "prompt": "KING:\nWho goes there?", "step": "1"})
@@ -200,9 +195,9 @@ def test_a_visit_to_another_page_keeps_the_step_in_view(path, first, step):
     """Issue 59 item 5: Next: Memory bill, then Previous, showed "Prefill (step 0 of 47)" while the engine was at
     step 11, and the next click jumped to 12: Streamlit forgot the look-back slider's value while its page was away."""
     at = open_lesson(path)
-    click(at, first)
+    click_cleanly(at, first)
     for _ in range(3):
-        click(at, step)
+        click_cleanly(at, step)
     lesson = next(each for each in registry.STEPPED if BY_KEY[each.page].path == path)
     assert at.session_state[lesson.keys.view] == 3
     at.switch_page("lessons/memory_bill.py").run()

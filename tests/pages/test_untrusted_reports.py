@@ -1,6 +1,7 @@
-"""Issue 61 items 7 and 10: what a browser sends is checked where it enters. The stage's report of its step ({"step": -2}
-drew the second-last step with an error box; a 4,000-digit number, [1, 2] or NaN left every later click failing),
-and the prompt box's length (a 20 MB prompt over the websocket was tokenized before any check: 24 CPU s, 2.9 GiB)."""
+"""Issue 61 items 7 and 10: what a browser sends is checked where it enters. The stage's report of its step
+({"step": -2} drew the second-last step with an error box; a 4,000-digit number, [1, 2] or NaN left every later
+click failing), and the prompt box's length (a 20 MB prompt over the websocket was tokenized before any check:
+24 CPU s, 2.9 GiB)."""
 
 import time
 
@@ -9,7 +10,7 @@ import pytest
 from kvviz.lessons.prefill_decode.state import MAX_PROMPT_CHARS
 from kvviz.ui.stage import MOST_STEP, reported_step
 
-from conftest import one_sentence, open_lesson
+from app_tests import one_sentence, open_lesson
 
 
 @pytest.mark.parametrize("report", [{"step": -2}, {"step": int("9" * 4000)}, [1, 2], "abc", {"step": "3"},

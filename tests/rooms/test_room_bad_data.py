@@ -11,8 +11,7 @@ from kvviz.ui import rooms, room_types
 from kvviz.ui.room_redis import RedisStore
 from kvviz.ui.room_store import MemoryStore
 
-from redis_server import redis_url  # noqa: F401  (the fixture)
-from test_room_store import FileLesson, opened
+from store_rooms import FileLesson, opened
 
 
 @pytest.mark.parametrize("field, value", [
@@ -23,7 +22,7 @@ from test_room_store import FileLesson, opened
     ("payload", json.dumps({"lesson": "a", "step": -2, "progress": 0, "steps_from": 0, "sentence": "", "stage": "{}"})),
     ("payload", json.dumps({"lesson": "a", "step": 1, "progress": 0, "steps_from": 0, "sentence": 5, "stage": "{}"})),
 ])
-def test_a_damaged_field_reads_as_a_gone_room_not_a_traceback(redis_url, field, value):  # noqa: F811
+def test_a_damaged_field_reads_as_a_gone_room_not_a_traceback(redis_url, field, value):
     teacher, follower = RedisStore(redis_url.url), RedisStore(redis_url.url)
     room = opened(teacher, FileLesson([{"step": 0}]))
     assert follower.get(room.code) is not None
@@ -37,7 +36,7 @@ def test_a_damaged_field_reads_as_a_gone_room_not_a_traceback(redis_url, field, 
     assert follower.answer(room, "q", 3.0, seat) in ("gone", None)  # no traceback on the answer's path either
 
 
-def test_a_deleted_teacher_field_and_a_wrong_type_seats_key(redis_url):  # noqa: F811
+def test_a_deleted_teacher_field_and_a_wrong_type_seats_key(redis_url):
     store, raw = RedisStore(redis_url.url), redis.Redis.from_url(redis_url.url)
     room = opened(store, FileLesson())
     raw.hdel(f"kvviz:room:{room.code}", "teacher")
@@ -49,7 +48,7 @@ def test_a_deleted_teacher_field_and_a_wrong_type_seats_key(redis_url):  # noqa:
     assert store.sit(other, rooms.new_seat(), 0.0, 60) is False
 
 
-def test_a_bad_answer_is_dropped_and_the_others_kept(redis_url):  # noqa: F811
+def test_a_bad_answer_is_dropped_and_the_others_kept(redis_url):
     store, raw = RedisStore(redis_url.url), redis.Redis.from_url(redis_url.url)
     room = opened(store, FileLesson())
     assert store.ask(room, room_types.RoomQuestion("q", "How many blocks?", "blocks", 3)) == "asked"
@@ -62,17 +61,18 @@ def test_a_bad_answer_is_dropped_and_the_others_kept(redis_url):  # noqa: F811
     assert store.get(room.code).question("q").answers == {seat: 7.0}
 
 
-def test_a_room_the_server_lost_is_told_to_its_teacher_once(redis_url):  # noqa: F811
+def test_a_room_the_server_lost_is_told_to_its_teacher_once(redis_url):
     store = RedisStore(redis_url.url)
     room = opened(store, FileLesson())
     redis.Redis.from_url(redis_url.url).flushall()  # a restart without persistence
     assert store.teachers("teacher") == []
     said = store.lost_room("teacher")
-    assert said.startswith(f"Room {room.code} is gone from the class room server") and store.lost_room("teacher") is None
+    assert (said.startswith(f"Room {room.code} is gone from the class room server")
+            and store.lost_room("teacher") is None)
 
 
 @pytest.mark.parametrize("kind", ["memory", "redis"])
-def test_a_question_keeps_at_most_max_answers(redis_url, kind, monkeypatch):  # noqa: F811
+def test_a_question_keeps_at_most_max_answers(redis_url, kind, monkeypatch):
     """1,010 join-answer-leave cycles gave 1,011 answers, and the teacher's file failed its own replay."""
     monkeypatch.setattr(room_types, "MAX_ANSWERS", 5)
     for module in ("kvviz.ui.room_store", "kvviz.ui.room_redis", "kvviz.ui.room_codec"):

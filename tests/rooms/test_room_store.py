@@ -2,11 +2,9 @@
 (each has its own teachers, its own replays and its own listener), so what one process does the other
 must read from Redis alone."""
 
-import json
 import signal
 import threading
 import time
-from dataclasses import dataclass, field
 
 import redis
 import streamlit as st
@@ -16,32 +14,7 @@ from kvviz.lessons.catalog import LECTURE
 from kvviz.ui import room_store, room_types, room_wake, rooms
 from kvviz.ui.room_redis import RedisStore
 
-from redis_server import redis_url  # noqa: F401  (the fixture)
-
-PAGE = "store_test"  # a lesson page of this test's own, with the lesson file below
-
-
-@dataclass
-class FileLesson:
-    """A lesson as a room reads it: records, and a file it is written to and rebuilt from."""
-
-    records: list = field(default_factory=list)
-    released: bool = False
-
-
-def lesson_files(page: str):
-    """The test page's lesson file: its records as JSON (the app serves kvviz.lessons.registry.lesson_files)."""
-    if page != PAGE:
-        return None
-    return (lambda lesson: json.dumps({"records": lesson.records}), lambda text: FileLesson(json.loads(text)["records"]))
-
-
-def opened(store: RedisStore, lesson, teacher: str = "teacher", client: str | None = None) -> room_types.Room:
-    code = "K7QW2MXP"
-    room = room_types.Room(code, teacher, None, PAGE, lesson, client=client)
-    while store.add(room, 10, 10) == ("taken", 0):
-        room.code = "".join(ch for ch in rooms.new_seat().upper() if ch in room_types.CODE_LETTERS)[:8]
-    return room
+from store_rooms import PAGE, FileLesson, lesson_files, opened
 
 
 def wait_for(condition, timeout: float = 5.0) -> bool:
@@ -53,10 +26,11 @@ def wait_for(condition, timeout: float = 5.0) -> bool:
     return False
 
 
-def test_a_room_opened_on_one_process_is_followed_on_another(redis_url, monkeypatch):  # noqa: F811
+def test_a_room_opened_on_one_process_is_followed_on_another(redis_url, monkeypatch):
     calls = []  # what each process's listener passed on (room_store passes room_wake.changed), which still runs
     heard = lambda code, full=False: calls.append((code, full)) or room_wake.changed(code, full)  # noqa: E731
-    a, b = RedisStore(redis_url.url, on_change=heard, lesson_files=lesson_files), RedisStore(redis_url.url, on_change=heard, lesson_files=lesson_files)
+    a, b = (RedisStore(redis_url.url, on_change=heard, lesson_files=lesson_files),
+            RedisStore(redis_url.url, on_change=heard, lesson_files=lesson_files))
     lesson = FileLesson([{"step": 0}])
     room = opened(a, lesson)
     assert a.get(room.code).lesson is lesson  # the teacher's own object on the teacher's process
@@ -79,7 +53,7 @@ def test_a_room_opened_on_one_process_is_followed_on_another(redis_url, monkeypa
     assert wait_for(lambda: (room.code, True) in calls) and b.get(room.code) is None
 
 
-def test_questions_and_answers_cross_processes(redis_url):  # noqa: F811
+def test_questions_and_answers_cross_processes(redis_url):
     a, b = RedisStore(redis_url.url, lesson_files=lesson_files), RedisStore(redis_url.url, lesson_files=lesson_files)
     room = opened(a, FileLesson([{}]))
     assert a.ask(room, room_types.RoomQuestion("q", "How many blocks?", "blocks", 3)) == "asked"
@@ -99,7 +73,7 @@ def test_questions_and_answers_cross_processes(redis_url):  # noqa: F811
     assert b.get(room.code).questions == [] and len(b.get(room.code).lesson.records) == 2
 
 
-def test_bounds_hold_across_processes(redis_url, monkeypatch):  # noqa: F811
+def test_bounds_hold_across_processes(redis_url, monkeypatch):
     a, b = RedisStore(redis_url.url, lesson_files=lesson_files), RedisStore(redis_url.url, lesson_files=lesson_files)
     first = opened(a, FileLesson([{}]), client="10.0.0.9")
     room = room_types.Room("ABCDEF", "t2", None, PAGE, FileLesson([{}]), client="10.0.0.9")
@@ -117,7 +91,7 @@ def test_bounds_hold_across_processes(redis_url, monkeypatch):  # noqa: F811
     assert a.sit(first, seats[0], time.time(), 2) and b.seats(first, time.time()) == 2
 
 
-def test_wrong_codes_count_across_processes_and_codes_are_never_listed(redis_url):  # noqa: F811
+def test_wrong_codes_count_across_processes_and_codes_are_never_listed(redis_url):
     a, b = RedisStore(redis_url.url, lesson_files=lesson_files), RedisStore(redis_url.url, lesson_files=lesson_files)
     room = opened(a, FileLesson([{}]), client="10.0.0.9")
     keys = [("session", "s1")]
@@ -136,7 +110,7 @@ def test_wrong_codes_count_across_processes_and_codes_are_never_listed(redis_url
     assert outside and not any(room.code in server.dump(name).decode("latin-1") for name in outside)  # digests
 
 
-def test_the_rooms_functions_use_redis_when_the_variable_names_it(redis_url):  # noqa: F811
+def test_the_rooms_functions_use_redis_when_the_variable_names_it(redis_url):
     room_store.serve_lesson_files(lesson_files)  # as app.py serves the lessons' own
     st.session_state[rooms.SESSION_KEY] = "a teacher's tab"
     assert isinstance(room_store.store(), RedisStore)
@@ -151,7 +125,7 @@ def test_the_rooms_functions_use_redis_when_the_variable_names_it(redis_url):  #
     assert rooms.find(room.code) is None and rooms.teachers_room(PAGE) is None
 
 
-def test_a_server_that_went_away_answers_no_room_in_bounded_time(redis_url):  # noqa: F811
+def test_a_server_that_went_away_answers_no_room_in_bounded_time(redis_url):
     a = RedisStore(redis_url.url, lesson_files=lesson_files)
     room = opened(a, FileLesson([{}]))
     assert a.down() is None
@@ -165,7 +139,7 @@ def test_a_server_that_went_away_answers_no_room_in_bounded_time(redis_url):  # 
                         "not answer; the lesson goes on without a room.")
 
 
-def test_a_server_late_once_is_not_taken_for_gone(redis_url):  # noqa: F811
+def test_a_server_late_once_is_not_taken_for_gone(redis_url):
     """A busy class server: Redis answers 1.5 s late once, past the 1 s read timeout (stopped with SIGSTOP, then
     SIGCONT). The call is tried again and answers, and the rooms are not said to be down: a student's page that
     hears "down" leaves its room, and a teacher's step published then would be lost."""
@@ -194,7 +168,7 @@ def test_every_lesson_a_room_can_follow_has_its_files_served():
             assert callable(export) and callable(read)
 
 
-def test_the_listener_survives_any_message_and_leaks_no_subscription(redis_url):  # noqa: F811
+def test_the_listener_survives_any_message_and_leaks_no_subscription(redis_url):
     """Issue 61 item 9: one `PUBLISH kvviz:room:ANY:changed 5` stopped the room listener in every app process for
     good (followers fell back to the 10 s beat until a restart), and each non-JSON message leaked a subscription."""
     calls = []

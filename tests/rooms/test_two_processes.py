@@ -12,14 +12,13 @@ from playwright.sync_api import expect
 from kvviz.ui.app_server import CHROMIUM, running_app
 
 from chromium import run_finished, shared_browser, wait_drawn
-from redis_server import redis_url  # noqa: F401  (the fixture)
 from room_pages import SLOW_S, click_at, new_page, open_room, shown_step, start_lesson, step_sentence, wait_for_step
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow,
               pytest.mark.skipif(shutil.which(CHROMIUM) is None, reason="Debian's chromium is not installed")]
 
 
-def test_a_student_on_another_process_follows_and_a_killed_redis_leaves_both_running(redis_url):  # noqa: F811
+def test_a_student_on_another_process_follows_and_a_killed_redis_leaves_both_running(redis_url):
     with contextlib.ExitStack() as stack:
         url_a, url_b = stack.enter_context(running_app()), stack.enter_context(running_app())  # both read
         browser = shared_browser()  # KVVIZ_ROOMS_URL from the redis_url fixture

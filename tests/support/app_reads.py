@@ -47,3 +47,22 @@ def pick(page, label: str, option: str, shows) -> None:
     page.get_by_role("option", name=option, exact=True).click()
     expect(box).to_have_value(option)
     wait_drawn(page, shows)
+
+
+def no_exceptions(page) -> None:
+    """Expect the page to show no exception and no traceback."""
+    assert page.locator("[data-testid='stException']").count() == 0
+    assert page.locator("text=Traceback").count() == 0
+
+
+def view_shows(page, view: str):
+    """What only the Prefill and decode page's run for `view` draws (one of its View radio's options,
+    kvviz.lessons.prefill_decode.state.VIEWS): the locator to wait on after choosing it."""
+    return {"Cache per layer": page.get_by_text(re.compile(r"^Every position costs")),
+            "Keys and values": page.get_by_role("combobox", name="KV head"),
+            # its caption, GQA's or MLA's (the stage has a label "9 query heads share 3 KV heads:" too)
+            "Attention": page.get_by_test_id("stCaptionContainer").filter(has_text=re.compile(r"^\d+ query heads")),
+            "Inside attention": page.get_by_role("heading", name=re.compile("Where q, k and v come from")),
+            "Work saved": metric_box(page, "Tokens run, with cache"),
+            "Memory bill": metric_box(page, "Blocks in use"),
+            "Why decode is memory-bound": page.get_by_role("combobox", name="Accelerator")}[view]

@@ -17,8 +17,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
-
 from kvviz.ui.app_server import free_port
 
 REDIS_SERVER = Path("/usr/bin/redis-server")
@@ -59,14 +57,3 @@ def running_redis(timeout: float = 10.0):
             yield server
         finally:
             server.stop()
-
-
-@pytest.fixture()
-def redis_url(monkeypatch):
-    """A fresh redis-server for one test, and KVVIZ_ROOMS_URL naming it (import this fixture into the
-    test module); skipped where Debian's redis-server is not installed."""
-    if not REDIS_SERVER.exists():
-        pytest.skip("redis-server is not installed (/usr/bin/redis-server; scripts/test.sh installs it)")
-    with running_redis() as server:
-        monkeypatch.setenv("KVVIZ_ROOMS_URL", server.url)
-        yield server

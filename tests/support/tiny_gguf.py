@@ -30,7 +30,8 @@ def tiny_llama(vocab_size: int, seed: int = 0) -> LlamaForCausalLM:
 
 def _permute(weight: np.ndarray, heads: int) -> np.ndarray:
     """llama.cpp's rotary layout for q and k (transformers undoes it when it reads the file)."""
-    return weight.reshape(heads, 2, weight.shape[0] // heads // 2, *weight.shape[1:]).swapaxes(1, 2).reshape(weight.shape)
+    return (weight.reshape(heads, 2, weight.shape[0] // heads // 2, *weight.shape[1:])
+            .swapaxes(1, 2).reshape(weight.shape))
 
 
 def write_tiny_gguf(path: Path, architecture: str = "llama", seed: int = 0) -> LlamaForCausalLM:
@@ -67,8 +68,10 @@ def write_tiny_gguf(path: Path, architecture: str = "llama", seed: int = 0) -> L
     for layer in range(config.num_hidden_layers):
         hf, block = f"model.layers.{layer}.", f"blk.{layer}."
         writer.add_tensor(block + "attn_norm.weight", state[hf + "input_layernorm.weight"])
-        writer.add_tensor(block + "attn_q.weight", _permute(state[hf + "self_attn.q_proj.weight"], config.num_attention_heads))
-        writer.add_tensor(block + "attn_k.weight", _permute(state[hf + "self_attn.k_proj.weight"], config.num_key_value_heads))
+        writer.add_tensor(block + "attn_q.weight",
+                          _permute(state[hf + "self_attn.q_proj.weight"], config.num_attention_heads))
+        writer.add_tensor(block + "attn_k.weight",
+                          _permute(state[hf + "self_attn.k_proj.weight"], config.num_key_value_heads))
         writer.add_tensor(block + "attn_v.weight", state[hf + "self_attn.v_proj.weight"])
         writer.add_tensor(block + "attn_output.weight", state[hf + "self_attn.o_proj.weight"])
         writer.add_tensor(block + "ffn_norm.weight", state[hf + "post_attention_layernorm.weight"])

@@ -41,6 +41,25 @@ def tiny_config(arch: str):
 
 ARCHS = ("llama", "qwen2", "qwen3", "mistral", "gemma2", "olmo2", "gpt2")
 
+# what the engine's greedy outputs are checked against transformers' under (tests/engine/test_engine_matches_hf.py,
+# test_mla.py): the tokens each prompt generates, the engine's settings, and the prompts
+MAX_TOKENS = 10
+ENGINE_SETTINGS = {
+    "prefix caching": dict(),
+    "no prefix caching": dict(enable_prefix_caching=False),
+    "chunked prefill": dict(max_num_batched_tokens=7),
+    "tight pool": dict(num_blocks=12, block_size=4),
+    "no cache": dict(use_cache=False),
+}
+
+
+def mixed_prompts(seed=1):
+    generator = torch.Generator().manual_seed(seed)
+    shared = torch.randint(0, VOCAB - 1, (20,), generator=generator).tolist()
+    lengths = (5, 19, 33, 2)
+    prompts = [torch.randint(0, VOCAB - 1, (n,), generator=generator).tolist() for n in lengths]
+    return prompts + [shared + [3, 4], shared + [5]]  # two share a 20-token prefix
+
 
 def tiny_model(arch: str, seed: int = 0):
     from transformers import AutoModelForCausalLM
@@ -56,5 +75,6 @@ def hf_greedy(model, prompt: list[int], max_new_tokens: int) -> list[int]:
     """transformers' own greedy generation, one prompt at a time (no padding involved)."""
     with torch.no_grad():
         out = model.generate(torch.tensor([prompt]), max_new_tokens=max_new_tokens, do_sample=False,
-                             eos_token_id=None, pad_token_id=0, attention_mask=torch.ones(1, len(prompt), dtype=torch.long))
+                             eos_token_id=None, pad_token_id=0,
+                             attention_mask=torch.ones(1, len(prompt), dtype=torch.long))
     return out[0, len(prompt):].tolist()

@@ -40,7 +40,8 @@ def tiny_folder(arch: str, folder) -> str:
 
 def prompts(seed: int, vocab: int, count: int = 6) -> list[list[int]]:
     rng = torch.Generator().manual_seed(seed)
-    return [torch.randint(3, vocab, (int(n),), generator=rng).tolist() for n in torch.randint(4, 40, (count,), generator=rng)]
+    return [torch.randint(3, vocab, (int(n),), generator=rng).tolist()
+            for n in torch.randint(4, 40, (count,), generator=rng)]
 
 
 def kvviz_greedy(folder: str, prompt_ids, max_tokens: int, eos_stop: bool) -> list[list[int]]:
@@ -60,8 +61,10 @@ def vllm_runs(tmp_path_factory):
     work = {"llama": (prompts(0, 512), 24), "bundled": (prompts(1, 4096), 32)}
     jobs = []
     for name, (prompt_ids, max_tokens) in work.items():
-        greedy = [{"max_tokens": max_tokens, "temperature": 0.0, "stop_token_ids": vllm_backend.eos_token_ids(folders[name])}]
-        jobs.append({"kind": "generate", "model": folders[name], "prompts": prompt_ids, "sampling": greedy * len(prompt_ids),
+        greedy = [{"max_tokens": max_tokens, "temperature": 0.0,
+                   "stop_token_ids": vllm_backend.eos_token_ids(folders[name])}]
+        jobs.append({"kind": "generate", "model": folders[name], "prompts": prompt_ids,
+                     "sampling": greedy * len(prompt_ids),
                      "llm": {"dtype": "float32", "enforce_eager": True, "kv_cache_memory_bytes": KV_BYTES}})
     jobs += [vllm_backend.allocation_job(folders[name], "float32", KV_BYTES, CONTEXT) for name in ("llama", "qwen3")]
     results = vllm_backend.run_jobs(jobs)
@@ -154,7 +157,7 @@ def test_bench_against_vllm_missing_says_how(capsys, tmp_path):
 
 @needs_vllm
 def test_batch_page_runs_the_same_batch_on_vllm():
-    from conftest import open_lesson
+    from app_tests import open_lesson
 
     at = open_lesson("lessons/batch_generation.py")
     at.slider(key="batch_count").set_value(4)
