@@ -174,7 +174,8 @@ PRESETS = {p.name: p for p in (
     _preset("llama-3.1-405b", 126, 128, 8, 128, 16384, 405_853_388_800, 131072, 128256, False),  # ...Llama-3.1-405B
     _preset("mistral-7b-v0.1", 32, 32, 8, 128, 4096, 7_241_732_096, 32768, 32000, False,    # mistralai/Mistral-7B-v0.1
             sliding_window=4096),
-    _preset("mixtral-8x7b", 32, 32, 8, 128, 4096, 46_702_792_704, 32768, 32000, False),     # mistralai/Mixtral-8x7B-v0.1
+    # mistralai/Mixtral-8x7B-v0.1
+    _preset("mixtral-8x7b", 32, 32, 8, 128, 4096, 46_702_792_704, 32768, 32000, False),
     _preset("qwen2.5-0.5b", 24, 14, 2, 64, 896, 494_032_768, 32768, 151936, True),         # Qwen/Qwen2.5-0.5B
     _preset("qwen2.5-7b", 28, 28, 4, 128, 3584, 7_615_616_512, 131072, 152064, False),      # Qwen/Qwen2.5-7B
     _preset("qwen2.5-72b", 80, 64, 8, 128, 8192, 72_706_203_648, 131072, 152064, False),    # Qwen/Qwen2.5-72B
@@ -195,7 +196,8 @@ PRESETS = {p.name: p for p in (
     _preset("deepseek-v3", 61, 128, 128, 192, 7168, 671_000_000_000, 163840, 129280, False,
             v_head_dim=128, kv_lora_rank=512, qk_rope_head_dim=64),
     _preset("smollm2-135m", 30, 9, 3, 64, 576, 134_515_008, 8192, 49152, True),            # HuggingFaceTB/SmolLM2-135M
-    _preset("bundled", 6, 8, 2, 32, 256, 5_278_976, 512, 4096, True),                      # scripts/train_bundled_model.py
+    # scripts/train_bundled_model.py
+    _preset("bundled", 6, 8, 2, 32, 256, 5_278_976, 512, 4096, True),
 )}
 
 

@@ -300,7 +300,8 @@ st.markdown(
     "text through both, cut to 2,000 of each model's tokens, and read what each engine's cache really holds.")
 missing = [name for name in PAIR if fetched_folder(name) is None]
 if missing:
-    st.caption("This needs both models on the server: run " + " and ".join(f"`{fetch_command(name)}`" for name in missing)
+    st.caption("This needs both models on the server: run "
+               + " and ".join(f"`{fetch_command(name)}`" for name in missing)
                + " once (the app itself never downloads).")
 else:
     # the models load on the click, not on every visit; the run takes what fits one click on this server now
@@ -328,6 +329,7 @@ else:
     if rows:
         st.markdown(bill.pair_table(rows))
         for row in rows:
-            st.caption(f"**{row.name}**: " + "; ".join(f"{kind.formula.split(' = ')[0]} = {format_bytes(kind.formula_bytes)}"
-                                                       f" by the formula, {format_bytes(kind.held_bytes)} held"
-                                                       for kind in row.kinds) + ".")
+            st.caption(f"**{row.name}**: "
+                       + "; ".join(f"{kind.formula.split(' = ')[0]} = {format_bytes(kind.formula_bytes)}"
+                                   f" by the formula, {format_bytes(kind.held_bytes)} held" for kind in row.kinds)
+                       + ".")

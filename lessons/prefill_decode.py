@@ -41,7 +41,8 @@ def prompt_and_settings() -> None:
     with left:
         st.selectbox("Example prompts", ls.example_prompts(current_model().describe()), key="lesson_example",
                      on_change=ls.on_example, index=None, placeholder="Your own prompt", format_func=ls.example_label)
-        st.text_area("Prompt", key="lesson_prompt", height=90, on_change=ls.on_prompt_edit, max_chars=ls.MAX_PROMPT_CHARS)
+        st.text_area("Prompt", key="lesson_prompt", height=90, on_change=ls.on_prompt_edit,
+                     max_chars=ls.MAX_PROMPT_CHARS)
         if has_chat_template(current_model().tokenizer):  # a chat model: the prompt may be a message to it
             st.toggle("Chat: apply the model's chat template", key="lesson_chat",  # one line in a popover
                       help="The prompt becomes a message to the model, and the lesson stops at the end of its turn.")
@@ -111,7 +112,8 @@ stepped.stage(LESSON, stage_data(lesson, step, bool(st.session_state.get("presen
 stepped.look_back(LESSON, step, last_step, "Look back at step (0 = prefill)", disabled=playing,
                   help="Or step in the diagram (its arrows, or ← → when it has the focus). While playing, the "
                        "views follow the newest step.")
-link_note = None if room is not None else sync_query_params(lesson.settings.prompt, step)  # a follower keeps the room link
+# a follower keeps the room link
+link_note = None if room is not None else sync_query_params(lesson.settings.prompt, step)
 if link_note:
     st.caption(link_note)
 

@@ -67,7 +67,8 @@ def fork_case(model, prompt: list[int], n: int, max_tokens: int, runs: int) -> d
     for name, (facts, seconds) in timed(cases, runs).items():
         result[name] = {"peak_blocks": facts["peak_blocks"],
                         "tokens_per_s": spread([n * max_tokens / s for s in seconds]), "samples": facts["samples"]}
-    result["outputs_equal"] = all(result[k]["samples"] == result["fork"]["samples"] for k in result if k.startswith("sep"))
+    result["outputs_equal"] = all(result[k]["samples"] == result["fork"]["samples"]
+                                  for k in result if k.startswith("sep"))
     for key in ("fork", "separate, prefix cache on", "separate, prefix cache off"):
         del result[key]["samples"]
     return result

@@ -25,7 +25,8 @@ WORKLOAD = [
     "But when I came to man's estate,\nWith hey, ho, the wind and the rain,\n",
     "Sing willow, willow, willow;\nHer salt tears fell from her, and soften'd the stones;\n"
     "Sing willow, willow, willow;\nSing all a green willow must be my garland.\nSing willow, willow, willow;\n",
-    "KING RICHARD:\nWhat is the matter?\n\nQUEEN:\nMy lord, the king.\n\nKING RICHARD:\nWhat is the matter?\n\nQUEEN:\n",
+    "KING RICHARD:\nWhat is the matter?\n\nQUEEN:\nMy lord, the king.\n\n"
+    "KING RICHARD:\nWhat is the matter?\n\nQUEEN:\n",
     "ROMEO:\n",
 ]
 MODES = {"plain": 0, "k=3": 3, "k=5": 5}

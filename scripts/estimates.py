@@ -2,13 +2,14 @@
 
     python scripts/estimates.py                          # the bundled model, a quiet machine
     python scripts/estimates.py --model smollm2 --contend 1
-    python scripts/estimates.py --calibrate bundled.json; python scripts/estimates.py --model smollm2 --calibrate smollm2.json
+    python scripts/estimates.py --calibrate bundled.json
+    python scripts/estimates.py --model smollm2 --calibrate smollm2.json
     python scripts/estimates.py --fit bundled.json smollm2.json       # kvviz.lessons.budget.QUIET_PACE
 
 One process plays a teacher's session on one model, calling the functions each page's click runs (no
 browser), in this order: Prefill and eight Next tokens; a link to step 40; Prefill of a 1,000-token
-prompt (496 on the bundled model) and three Next tokens; Cache strategies' Run every strategy and the eviction lab; Batch
-generation's Run and Run both and compare; Model lab's Measure; and a second link to step 40. Before
+prompt (496 on the bundled model) and three Next tokens; Cache strategies' Run every strategy and the eviction
+lab; Batch generation's Run and Run both and compare; Model lab's Measure; and a second link to step 40. Before
 each click it prints the estimate at the quiet machine's RATES and the one the server would show now
 (kvviz.lessons.budget.Pace, learned from the clicks before it), then the measured seconds and
 measured / estimate. --contend N runs N busy processes beside it (kvviz.bench.busy_processes).
@@ -78,8 +79,8 @@ def teacher(lm) -> list:
     length = min(1000, lm.max_context - 16)  # the bundled model holds 512
     long = lm.tokenizer.decode(lm.tokenizer(default_heldout_text())["input_ids"][:length])
     long_lesson = Lesson.start(lm, LessonSettings(prompt=long, sampling=lesson_sampling(max_tokens=8)))
-    rows.append(row(f"Prefill ({len(long_lesson.prompt_token_ids):,}-token prompt)", lesson_work(lm, len(long_lesson.prompt_token_ids), 0),
-                    long_lesson.prefill))
+    rows.append(row(f"Prefill ({len(long_lesson.prompt_token_ids):,}-token prompt)",
+                    lesson_work(lm, len(long_lesson.prompt_token_ids), 0), long_lesson.prefill))
     for _ in range(3):
         rows.append(row("Next token (after it)", long_lesson.step_work(long_lesson.twin_runs_next()),
                         long_lesson.next_token))
@@ -108,7 +109,8 @@ def teacher(lm) -> list:
     page = batch.BatchSettings(PAGE_ENGINE)
     rows.append(row("Batch: Run", batch.batch_work(lm, work, page), lambda: batch.run_batch(lm, work, page)))
     both = replace(batch.batch_work(lm, work.head(2), page) + batch.generate_work(lm.model, work.head(2), 16)
-                   + (batch.batch_work(lm, work, page) + batch.generate_work(lm.model, work, 16)) * batch.COMPARE_REPEATS,
+                   + (batch.batch_work(lm, work, page) + batch.generate_work(lm.model, work, 16))
+                   * batch.COMPARE_REPEATS,
                    click="compare")
     rows.append(row("Batch: Run both and compare", both,  # the warm-up counted at its full length: a little over
                     lambda: batch.compare_with_transformers(lm, work, page, 16)))

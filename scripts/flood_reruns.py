@@ -70,7 +70,8 @@ def time_clicks(page, clicks: int) -> list[float]:
     times = []
     for _ in range(clicks):
         caption = page.locator("[data-testid='stage-step']").inner_text()
-        step = int(caption.split("step ")[-1].split(" ")[0]) if caption.startswith("Prefill") else int(caption.split()[1])
+        step = (int(caption.split("step ")[-1].split(" ")[0]) if caption.startswith("Prefill")
+                else int(caption.split()[1]))
         started = time.perf_counter()
         page.get_by_role("button", name="Next token").first.click()
         page.locator("[data-testid='stage-step']").filter(has_text=f"Step {step + 1} of").wait_for(timeout=300_000)
@@ -105,9 +106,11 @@ def main() -> int:
         flooder.join(timeout=10)
         flood_cpu = server_cpu_seconds(server) - cpu
         browser.close()
-    print(json.dumps({"tabs": args.tabs, "rate_per_tab": args.rate or "unlimited", "requests_sent": sent[0], "sockets_closed_by_the_server": reconnects[0],
+    print(json.dumps({"tabs": args.tabs, "rate_per_tab": args.rate or "unlimited", "requests_sent": sent[0],
+                      "sockets_closed_by_the_server": reconnects[0],
                       "quiet_click_s": {"median": round(statistics.median(quiet), 2), "max": round(max(quiet), 2)},
-                      "flooded_click_s": {"median": round(statistics.median(flooded), 2), "max": round(max(flooded), 2)},
+                      "flooded_click_s": {"median": round(statistics.median(flooded), 2),
+                                          "max": round(max(flooded), 2)},
                       "server_cpu_s": {"quiet": round(quiet_cpu, 1), "flooded": round(flood_cpu, 1)}}, indent=1))
     return 0
 

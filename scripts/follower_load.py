@@ -370,7 +370,8 @@ def percentile(values: list[float], share: float) -> float:
     return ordered[int(share * (len(ordered) - 1))]
 
 
-async def step_all(teacher, step: int, seated: list[Page], browsers: list, left) -> tuple[list, list, int, str, float | None, float]:
+async def step_all(teacher, step: int, seated: list[Page], browsers: list,
+                   left) -> tuple[list, list, int, str, float | None, float]:
     """The teacher presses Next token; when each follower showed `step`: (websocket lags, browser lags,
     followers that never did, why the teacher's page did not show it or "", seconds from the click to the
     teacher's own page showing it, the click's time.perf_counter())."""
@@ -478,7 +479,8 @@ async def measure(args) -> dict:
                 growth[each].append(peak - before[each])
             teacher_times += [teacher_s] if teacher_s is not None else []
             done += 1
-            progress(f"step {step}: {len(more)} followers showed it, the last {max(more, default=0):.1f} s after the click")
+            progress(f"step {step}: {len(more)} followers showed it, "
+                     f"the last {max(more, default=0):.1f} s after the click")
             lags, browser_lags, missed = lags + more, browser_lags + more_browser, missed + more_missed
             if stopped:  # the teacher's page did not show its step: report what was measured
                 progress(stopped)
@@ -492,7 +494,8 @@ async def measure(args) -> dict:
         per_process = []
         for index, (each_url, each) in enumerate(zip(urls, ports)):
             mine = [page for page in seated if page.url == each_url]
-            own = [page.steps[step] - clicked for page in mine for step, clicked in clicks.items() if step in page.steps]
+            own = [page.steps[step] - clicked
+                   for page in mine for step, clicked in clicks.items() if step in page.steps]
             spent = cpu_each[each] - idle_each[each] * steps_s - (alone_cpu * done if index == 0 else 0.0)
             per_process.append({
                 "followers": len(mine),
@@ -502,8 +505,9 @@ async def measure(args) -> dict:
                 "rss_growth_mib_per_step": round(statistics.median(growth[each]) / 2**20, 1) if growth[each] else None,
                 "runs_per_follower_step": round(sum(page.finished - runs_before[id(page)][0] for page in mine)
                                                 / (max(1, len(mine)) * max(1, done)), 2),
-                "whole_page_runs_per_follower_step": round(sum(page.full_runs - runs_before[id(page)][1] for page in mine)
-                                                           / (max(1, len(mine)) * max(1, done)), 2),
+                "whole_page_runs_per_follower_step": round(
+                    sum(page.full_runs - runs_before[id(page)][1] for page in mine)
+                    / (max(1, len(mine)) * max(1, done)), 2),
                 "rss_mib": round(server_rss_bytes(each) / 2**20, 1)})
         exceptions = sum(page.exceptions for page in seated)
         for page in seated + refused:

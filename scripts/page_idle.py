@@ -54,5 +54,6 @@ BUSY_JS = """() => {
   const state = app && app.getAttribute("data-test-script-state");
   return Boolean(waiting || !["notRunning", "compilationError"].includes(state)
     || document.querySelector('[data-stale="true"], [data-testid="stSkeleton"], [data-testid="stStatusWidget"]')
-    || [...document.querySelectorAll('*')].some(e => e.shadowRoot && e.shadowRoot.querySelector('.kvviz-stage[data-reporting]')));
+    || [...document.querySelectorAll('*')]
+      .some(e => e.shadowRoot && e.shadowRoot.querySelector('.kvviz-stage[data-reporting]')));
 }"""

@@ -49,7 +49,8 @@ CPU_BOUND_S, RSS_BOUND_MIB = 30.0, 500.0  # issue 35's Done when
 HOST = "kvviz.invalid"
 IMAGE, LINK = f"![a](http://{HOST}/x)", f"[CLICK ME](http://{HOST}/y)"
 POINTING = f"""() => [...document.querySelectorAll('*')]
-    .filter(e => ['href', 'src', 'srcset', 'xlink:href', 'data'].some(a => (e.getAttribute(a) || '').includes('{HOST}')))
+    .filter(e => ['href', 'src', 'srcset', 'xlink:href', 'data']
+      .some(a => (e.getAttribute(a) || '').includes('{HOST}')))
     .length"""
 ERRORS = "[data-testid='stAlertContentError']"
 
@@ -225,7 +226,8 @@ async def run_case(key: str, browser, url: str, lm, meter: RssPeak, port: int, t
             await box.fill(prompt)
             await box.press("Control+Enter")
             await wait_idle(page)
-            tokens = page.locator("[data-testid='stSlider']").filter(has_text="Tokens to generate").get_by_role("slider")
+            tokens = (page.locator("[data-testid='stSlider']").filter(has_text="Tokens to generate")
+                      .get_by_role("slider"))
             await tokens.focus()
             await tokens.press("End")
             await wait_idle(page)
@@ -335,7 +337,8 @@ async def probe(keys: list[str], timeout: float) -> list[dict]:
     return results
 
 
-HEADER = f"| case | what | CPU s | wall s | peak RSS above idle (MiB) | PASS (≤{CPU_BOUND_S:.0f} s, ≤{RSS_BOUND_MIB:.0f} MiB) | outcome |"
+HEADER = (f"| case | what | CPU s | wall s | peak RSS above idle (MiB) "
+          f"| PASS (≤{CPU_BOUND_S:.0f} s, ≤{RSS_BOUND_MIB:.0f} MiB) | outcome |")
 
 
 def row(r: dict) -> str:

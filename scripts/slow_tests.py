@@ -39,7 +39,8 @@ def main() -> None:
     LIST.write_text("# written by scripts/slow_tests.py: tests of the quick tier that take at least "
                     f"{args.least:g} s here; tests/conftest.py marks them slow\n" + "\n".join(slow) + "\n")
     print(f"{len(slow)} of the quick tier's tests took at least {args.least:g} s "
-          f"({sum(seconds[t] for t in slow):,.0f} of {sum(seconds.values()):,.0f} s); written to {LIST.relative_to(ROOT)}")
+          f"({sum(seconds[t] for t in slow):,.0f} of {sum(seconds.values()):,.0f} s); "
+          f"written to {LIST.relative_to(ROOT)}")
 
 
 if __name__ == "__main__":

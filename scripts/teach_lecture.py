@@ -70,7 +70,8 @@ QUIET_S = 0.5  # idle means quiet for this long
 TEXTS_JS = """() => {
   if (window.__kvvizTexts) return;
   window.__kvvizTexts = [];
-  const keep = () => document.querySelectorAll("[data-testid='stProgress'], [data-testid='stSpinner']").forEach((node) => {
+  const shown = "[data-testid='stProgress'], [data-testid='stSpinner']";
+  const keep = () => document.querySelectorAll(shown).forEach((node) => {
     const text = node.innerText;
     if (window.__kvvizTexts[window.__kvvizTexts.length - 1] !== text) window.__kvvizTexts.push(text);
   });

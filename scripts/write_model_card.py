@@ -63,7 +63,8 @@ the held-out text, used by kvviz to measure loss (for example for the GQA/MQA co
 | parameters | {log['num_params']:,} (embeddings tied with the output layer) |
 | layers | {config.num_hidden_layers} |
 | hidden size | {config.hidden_size} |
-| query heads / KV heads | {config.num_attention_heads} / {config.num_key_value_heads} (4 query heads share each KV head) |
+| query heads / KV heads | {config.num_attention_heads} / {config.num_key_value_heads} \
+(4 query heads share each KV head) |
 | head size | {config.head_dim} |
 | MLP size | {config.intermediate_size} (SwiGLU) |
 | context | {config.max_position_embeddings} tokens (RoPE) |
@@ -72,7 +73,8 @@ the held-out text, used by kvviz to measure loss (for example for the GQA/MQA co
 | files | {size_mb:.1f} MB in all |
 
 The KV cache costs 2 × {config.num_hidden_layers} layers × {config.num_key_value_heads} KV heads ×
-{config.head_dim} values = {2 * config.num_hidden_layers * config.num_key_value_heads * config.head_dim} values per token
+{config.head_dim} values = {2 * config.num_hidden_layers * config.num_key_value_heads * config.head_dim} \
+values per token
 ({2 * config.num_hidden_layers * config.num_key_value_heads * config.head_dim * 4:,} bytes in float32).
 
 ## Training

@@ -77,7 +77,8 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     add("--json", metavar="OUT", default=None,
         help="also write the results to this JSON file: a new or regular file, replaced whole at the end "
              "(a folder, link, device or pipe is refused before the bench starts)")
-    add("--against", choices=("vllm",), default=None, help="also run vLLM on the mixed workload (kvviz/vllm/backend.py)")
+    add("--against", choices=("vllm",), default=None,
+        help="also run vLLM on the mixed workload (kvviz/vllm/backend.py)")
     add("--contend", default="", metavar="N[,N...]",
         help="also run the mixed workload beside N busy processes (python -c 'while True: pass'), kvviz "
              "Engine(model) and, with --against vllm, vLLM; a table puts them beside the quiet run")
@@ -167,7 +168,8 @@ def run_bench(args: argparse.Namespace) -> int:
     if too_big:
         print(f"\nskipping pools of {too_big} blocks: they would take more than half of the free memory")
         sizes = [n for n in sizes if n not in too_big]
-    results["pool_sizes"] = [step_overhead(model, mixed.head(requests_that_fit(mixed, min(sizes))), n) for n in sizes] if sizes else []
+    results["pool_sizes"] = ([step_overhead(model, mixed.head(requests_that_fit(mixed, min(sizes))), n) for n in sizes]
+                             if sizes else [])
     print_pool_sizes(results["pool_sizes"])
 
     prefix = shared_prefix_workload(args.prefix_requests, args.prefix_len, args.suffix_len,
@@ -295,7 +297,8 @@ def print_contended(results: dict) -> None:
         kvviz = row["kvviz"]
         line = f"{str(row['busy_processes']) + (' (quiet)' if not row['busy_processes'] else ''):<16}" \
                f"{kvviz['output_tokens_per_s']:>10.1f}{100 * kvviz['kept']:>6.0f}%"
-        equal = [f"kvviz {kvviz['outputs_equal']}/{results['mixed']['requests']}"] if "outputs_equal" in kvviz else ["(reference)"]
+        equal = ([f"kvviz {kvviz['outputs_equal']}/{results['mixed']['requests']}"] if "outputs_equal" in kvviz
+                 else ["(reference)"])
         if "vllm" in row:
             vllm = row["vllm"]
             kept = vllm["output_tokens_per_s"] / quiet_vllm["output_tokens_per_s"]

@@ -29,7 +29,8 @@ def add_bill_arguments(parser: argparse.ArgumentParser) -> None:
 def run_bill(args: argparse.Namespace) -> str:
     """The bill as text: the model, each layer kind's formula filled in, the total, weights, fit."""
     model = getattr(args, "model", None)
-    preset = "bundled" if model == "bundled" else getattr(args, "preset", None)  # --model bundled, as load_model reads it
+    # --model bundled, as load_model reads it
+    preset = "bundled" if model == "bundled" else getattr(args, "preset", None)
     shape = (shapes.shape_from_pretrained(model) if model and model != "bundled"
              else shapes.get_preset(preset or "bundled"))
     dtype_name = getattr(args, "dtype", "bf16")
@@ -95,7 +96,8 @@ def add_vllm_arguments(parser) -> None:
     parser.add_argument("--against-vllm", action="store_true",
                         help="start vLLM with --kv-space and compare its allocation with the bill (needs --model)")
     parser.add_argument("--kv-space", default="256MiB", help="with --against-vllm: KV cache space given to vLLM")
-    parser.add_argument("--vllm-python", default=None, help="vLLM's interpreter (default: $KVVIZ_VLLM_PYTHON or .venv-vllm/bin/python)")
+    parser.add_argument("--vllm-python", default=None,
+                        help="vLLM's interpreter (default: $KVVIZ_VLLM_PYTHON or .venv-vllm/bin/python)")
 
 
 def bill_against_vllm(args) -> str:
@@ -112,8 +114,9 @@ def bill_against_vllm(args) -> str:
         raise ValueError(f"vLLM runs this comparison in float32, float16 or bfloat16, not {args.dtype!r}.")
     kv_bytes = memory_bill.memory_bytes(args.kv_space)
     context = min(args.tokens, shape.max_context or args.tokens)
-    result = vllm.check_result(vllm.run_jobs([vllm.allocation_job(folder, dtype, kv_bytes, context, args.block_size)], python)[0],
-                          args.model)
+    result = vllm.check_result(vllm.run_jobs([vllm.allocation_job(folder, dtype, kv_bytes, context, args.block_size)],
+                                             python)[0],
+                               args.model)
     return format_comparison(shape.name, dtype, kv_bytes, context, result["block_size"],
                              vllm.compare_allocation(shape, dtype_bytes, kv_bytes, context, result))
 
@@ -123,7 +126,8 @@ def format_comparison(name: str, dtype: str, kv_bytes: int, context: int, block_
     rows = [("KV blocks", f"{k['num_blocks']:,}", f"{v['num_blocks']:,}"),
             ("tokens that fit", f"{k['kv_cache_tokens']:,}", f"{v['kv_cache_tokens']:,}"),
             (f"requests of {context:,} tokens at once", f"{k['max_concurrency']:.2f}", f"{v['max_concurrency']:.2f}")]
-    lines = [f"{name}, {dtype}, {kv_bytes:,} bytes ({shapes.format_bytes(kv_bytes)}) of KV space, blocks of {block_size}",
+    lines = [f"{name}, {dtype}, {kv_bytes:,} bytes ({shapes.format_bytes(kv_bytes)}) of KV space, "
+             f"blocks of {block_size}",
              f"{'':<36}{'kvviz bill':>14}{'vLLM':>14}"]
     lines += [f"{label:<36}{a:>14}{b:>14}" for label, a, b in rows]
     lines.append(c["explanation"])

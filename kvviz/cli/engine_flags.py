@@ -88,7 +88,8 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
 # EngineConfig field -> vLLM's LLM(...) argument of the same meaning
 VLLM_ARGUMENTS = {"block_size": "block_size", "num_blocks": "num_gpu_blocks_override",
                   "enable_prefix_caching": "enable_prefix_caching", "max_num_seqs": "max_num_seqs",
-                  "max_num_batched_tokens": "max_num_batched_tokens", "enable_chunked_prefill": "enable_chunked_prefill"}
+                  "max_num_batched_tokens": "max_num_batched_tokens",
+                  "enable_chunked_prefill": "enable_chunked_prefill"}
 # kvviz's kv_cache_dtype -> vLLM's of the same scheme (vLLM 0.32's names): a scale per token and KV head, or
 # fp8 with one scale
 VLLM_KV_CACHE_DTYPES = {"auto": "auto", "int8": "int8_per_token_head", "fp8": "fp8_per_token_head",

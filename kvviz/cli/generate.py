@@ -101,7 +101,8 @@ def add_vllm_arguments(parser) -> None:
     add("--pipeline-parallel-size", type=int, default=None, help="vLLM: GPUs (or machines) that split the layers")
     add("--distributed-executor-backend", choices=("mp", "ray"), default=None,
         help="vLLM: worker processes on this machine (mp) or a Ray cluster (ray)")
-    add("--kv-cache-bytes", type=int, default=None, help="vLLM: bytes for the KV cache (default: 1 GiB on a CPU, vLLM's own on a GPU)")
+    add("--kv-cache-bytes", type=int, default=None,
+        help="vLLM: bytes for the KV cache (default: 1 GiB on a CPU, vLLM's own on a GPU)")
     add("--enforce-eager", action="store_true", help="vLLM: skip torch.compile (starts much sooner)")
 
 
@@ -114,7 +115,8 @@ def check_vllm_sizes(args) -> None:
 
 
 def sampling(args, num_prompts: int, stop_ids: list[int]) -> list[dict]:
-    """kvviz's sampling flags as vLLM SamplingParams fields; with --seed, prompt i uses seed + i (n is refused with vLLM)."""
+    """kvviz's sampling flags as vLLM SamplingParams fields; with --seed, prompt i uses seed + i (n is refused with
+    vLLM)."""
     params = sampling_params(args)
     return [vllm.vllm_sampling(request_sampling(params, i), stop_ids) for i in range(num_prompts)]
 

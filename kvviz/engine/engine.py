@@ -59,7 +59,8 @@ class Engine:
 
     def __init__(self, lm, config: EngineConfig | None = None, **overrides):
         if config is not None and not isinstance(config, EngineConfig):
-            raise EngineError("Give the engine's settings by name, e.g. Engine(lm, block_size=16), or as an EngineConfig.")
+            raise EngineError("Give the engine's settings by name, e.g. Engine(lm, block_size=16), "
+                              "or as an EngineConfig.")
         try:
             config = (config or EngineConfig()).with_overrides(**overrides)
             config.validate()

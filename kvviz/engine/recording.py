@@ -77,7 +77,8 @@ def waiting_record(engine, r: Request) -> RequestRecord:
     return r.last_record
 
 
-def trace_record(trace: Trace, request_id: int, logits: torch.Tensor, sampling_chunks: list[ScheduledChunk]) -> TraceRecord:
+def trace_record(trace: Trace, request_id: int, logits: torch.Tensor,
+                 sampling_chunks: list[ScheduledChunk]) -> TraceRecord:
     """The traced request's keys, values and attention in this step (runner.py's Trace), and
     its row of `logits` (S, V), one row per sampling chunk, if it sampled."""
     row = next((i for i, c in enumerate(sampling_chunks) if c.request.request_id == request_id), None)

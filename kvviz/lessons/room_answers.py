@@ -55,7 +55,8 @@ def answers_chart(unit: str, engine: float, answers: list[float], exact: bool):
     figure.update_layout(height=110 + 48 * len(rows), margin={"l": 10, "r": 10, "t": 10, "b": 50}, bargap=0.25,
                          xaxis={"title": {"text": "students"}, "dtick": 1 if most <= 10 else None,
                                 "rangemode": "tozero", "tickfont": {"size": 14}},
-                         yaxis={"title": {"text": unit}, "type": "category", "automargin": True, "tickfont": {"size": 15}},
+                         yaxis={"title": {"text": unit}, "type": "category", "automargin": True,
+                                "tickfont": {"size": 15}},
                          font={"size": 15})
     return figure
 

@@ -143,13 +143,15 @@ def take_over(lesson: FollowedLesson, slot) -> None:
         return
     refused = load_linked_model(room.model, "The teacher's model") if room.model else None
     if refused:  # the student's own copy would run on another model: a different lesson, so none
-        st.session_state["room_error"] = f"Take over needs the teacher's model; you still follow room {room.code}. {refused}"
+        st.session_state["room_error"] = (f"Take over needs the teacher's model; you still follow room {room.code}. "
+                                          f"{refused}")
         return
     left = []
     with fair_share.TAKE_OVERS.turn() as mine:
         if not mine:
             st.session_state["room_error"] = (
-                f"{fair_share.TAKE_OVERS.at_once} other student{'s are' if fair_share.TAKE_OVERS.at_once > 1 else ' is'} "
+                f"{fair_share.TAKE_OVERS.at_once} other "
+                f"student{'s are' if fair_share.TAKE_OVERS.at_once > 1 else ' is'} "
                 f"taking over on this server right now, which is all it runs at once so the teacher's clicks stay "
                 f"quick; you still follow room {room.code}, so press Take over again in a few seconds.")
             return

@@ -3,17 +3,18 @@
 Every engine-driven lesson's Stepped (kvviz.lessons.stepped) carries a `RoomPart`: a function that
 copies the teacher's run as a replay at a step, one that runs the same settings to that step on the
 student's own engine (Take over), and the stage's data and sentence of a step; where its run and its
-step in view live in session state, its page and its lesson files are the Stepped's. A student's page opened with ?room=CODE (its seat is the session's own, never in the
-link: a link passed on cannot take another student's seat) shows the teacher's lesson as that replay: every view works,
-nothing runs a model, and the student picks views and tabs without moving anyone.
+step in view live in session state, its page and its lesson files are the Stepped's. A student's page
+opened with ?room=CODE (its seat is the session's own, never in the link: a link passed on cannot take
+another student's seat) shows the teacher's lesson as that replay: every view works, nothing runs a
+model, and the student picks views and tabs without moving anyone.
 
 When the teacher steps, the room keeps one payload for every follower (`step_payload`: the stage's
 data for the steps that moved, already JSON, and the step's sentence), and kvviz.ui.room_wake asks
 each follower's session, from the server, to rerun one fragment (`follow_stage`): the stage and its
 sentence, drawn from that payload. The rest of the page does not rerun: the views below show the
 teacher's step as of the page's last rerun (or the step the student picked), and Catch up brings
-them to the teacher's now. A new lesson, a question, a reveal and a closed room rerun the whole page. A link opened on another lesson's page goes to the
-room's own page.
+them to the teacher's now. A new lesson, a question, a reveal and a closed room rerun the whole page. A
+link opened on another lesson's page goes to the room's own page.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""What pages share: the model picker and shared model, sampling settings, kept settings, exports and "Show the code"."""
+"""What pages share: the model picker and shared model, sampling settings, kept settings, exports and "Show the
+code"."""
 
 from __future__ import annotations
 

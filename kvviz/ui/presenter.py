@@ -52,7 +52,8 @@ BUSY_CSS = """
 <style>
   [data-testid="stApp"][data-test-script-state="running"]::after {
     content: "The server is working…"; position: fixed; top: 0; left: 50%; transform: translateX(-50%);
-    z-index: 1000100; padding: 0.1rem 1rem 0.2rem; line-height: 1.2; border-radius: 0 0 0.7rem 0.7rem; pointer-events: none;
+    z-index: 1000100; padding: 0.1rem 1rem 0.2rem; line-height: 1.2; border-radius: 0 0 0.7rem 0.7rem;
+    pointer-events: none;
     background: #B42318; color: #FFFFFF; font-weight: 600; font-size: 1rem; font-family: sans-serif;
     opacity: 0; animation: kvviz-busy 1.2s ease-in-out 0.6s infinite alternate;
   }

@@ -38,8 +38,8 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from kvviz.ui.room_codec import MAX_FIELD_CHARS, RoomDataError, add_answers, answer_key, decode_payload, decode_questions, room_number, \
-    room_text
+from kvviz.ui.room_codec import MAX_FIELD_CHARS, RoomDataError, add_answers, answer_key, decode_payload, \
+    decode_questions, room_number, room_text
 from kvviz.ui.room_types import CODE_LENGTH, CODE_LETTERS, GUESS_WINDOW_S, MAX_ANSWERS, MAX_QUESTIONS, LessonFiles, \
     Room, RoomQuestion, lesson_token, setting, valid_seat
 

@@ -71,7 +71,8 @@ class Room:
     students: dict[str, float] = field(default_factory=dict)  # seat -> last seen
     questions: list[RoomQuestion] = field(default_factory=list)
     version: int = 0  # grows with every change a student's page must show (not another student's answer)
-    payload: dict = field(default_factory=dict)  # the teacher's step as followers draw it (room_student.step_payload), JSON-able
+    # the teacher's step as followers draw it (room_student.step_payload), JSON-able
+    payload: dict = field(default_factory=dict)
     client: str | None = None  # the opener's address, when the server knows it
     model: str = ""  # the teacher's model source ("smollm2", a folder, ...): Take over runs on it too
 

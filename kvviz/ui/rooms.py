@@ -8,11 +8,12 @@
 A room belongs to one lesson page (Prefill and decode, Paged cache and batching, Speculative
 decoding). It holds a reference to the teacher's lesson object (its records are what students
 see, as a replay: no model runs for them), the step the teacher shows, the questions the teacher
-asked and one answer per seat per question (the data and its bounds: kvviz.ui.room_types). Where rooms live is kvviz.ui.room_store's: one dict behind
-one lock, shared by the server's sessions, or, with KVVIZ_ROOMS_URL=redis://HOST:PORT, a Redis server
-that every app process serving the class shares (kvviz.ui.room_redis: the lesson travels as its lesson
-file, written and read as app.py serves them (room_store.serve_lesson_files), and changes by pub/sub). A room closes when its teacher's session ends, when it has been idle for
-KVVIZ_ROOM_IDLE_S seconds, or when the teacher closes it.
+asked and one answer per seat per question (the data and its bounds: kvviz.ui.room_types). Where rooms
+live is kvviz.ui.room_store's: one dict behind one lock, shared by the server's sessions, or, with
+KVVIZ_ROOMS_URL=redis://HOST:PORT, a Redis server that every app process serving the class shares
+(kvviz.ui.room_redis: the lesson travels as its lesson file, written and read as app.py serves them
+(room_store.serve_lesson_files), and changes by pub/sub). A room closes when its teacher's session ends,
+when it has been idle for KVVIZ_ROOM_IDLE_S seconds, or when the teacher closes it.
 
 A student holds a seat: a token the session keeps, never in the page's address, so a link passed on
 cannot take another student's seat; a reload is a new session with a new seat, and a seat whose page
@@ -23,9 +24,9 @@ address (a class shares one behind a router; behind a local proxy there is none)
 unguessable (kvviz.ui.room_types), and KVVIZ_TEACHER_KEY, when set, is asked for before a room opens.
 
 Bounds, each an environment variable: KVVIZ_MAX_ROOMS rooms at once (default 10), one room a session (opening
-another closes it), KVVIZ_ROOMS_PER_CLIENT rooms opened from one known address (2), KVVIZ_ROOM_STUDENTS seats a room (60), KVVIZ_SEAT_IDLE_S seconds
-before an unseen seat is freed (30), KVVIZ_ROOM_IDLE_S seconds before an idle room closes (3600), and
-MAX_QUESTIONS questions a room (50).
+another closes it), KVVIZ_ROOMS_PER_CLIENT rooms opened from one known address (2), KVVIZ_ROOM_STUDENTS seats
+a room (60), KVVIZ_SEAT_IDLE_S seconds before an unseen seat is freed (30), KVVIZ_ROOM_IDLE_S seconds before
+an idle room closes (3600), and MAX_QUESTIONS questions a room (50).
 """
 
 from __future__ import annotations
@@ -40,8 +41,8 @@ import unicodedata
 import streamlit as st
 
 from kvviz.ui import room_store, room_wake, streamlit_door
-from kvviz.ui.room_types import (CODE_LENGTH, CODE_LETTERS, GUESSES, MAX_ANSWER, MAX_ANSWERS, MAX_QUESTIONS, Room, RoomQuestion,
-                                 setting)
+from kvviz.ui.room_types import (CODE_LENGTH, CODE_LETTERS, GUESSES, MAX_ANSWER, MAX_ANSWERS, MAX_QUESTIONS, Room,
+                                 RoomQuestion, setting)
 
 SESSION_KEY = "room_session"  # this session's name in rooms, in st.session_state
 
@@ -176,7 +177,8 @@ def lost_room() -> str | None:
 
 
 def normalize(code: str) -> str:
-    """The code as rooms keep it: NFKC first, so a phone's fullwidth "ＫＢ７" is "KB7"; ASCII letters and digits only."""
+    """The code as rooms keep it: NFKC first, so a phone's fullwidth "ＫＢ７" is "KB7"; ASCII letters and digits
+    only."""
     text = unicodedata.normalize("NFKC", str(code)[:CODE_LENGTH * 8]).upper()
     return "".join(ch for ch in text if ch.isascii() and ch.isalnum())[:CODE_LENGTH * 2]
 

@@ -134,7 +134,8 @@ def eos_token_ids(folder: str) -> list[int]:
         eos = None
     if eos is None:
         try:
-            eos = getattr(AutoConfig.from_pretrained(folder, local_files_only=True, trust_remote_code=False).get_text_config(), "eos_token_id", None)
+            config = AutoConfig.from_pretrained(folder, local_files_only=True, trust_remote_code=False)
+            eos = getattr(config.get_text_config(), "eos_token_id", None)
         except Exception:  # no readable config: vLLM will say so when it tries to load the model
             eos = None
     return [] if eos is None else [int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos])]
@@ -189,7 +190,8 @@ def bench_against_vllm(model, workload, kvviz_run, repeats: int = 1, python=None
     print(f"{'vllm ' + result['vllm_version']:<24}{result['seconds']:>9.2f}{tokens_per_s:>14.1f}"
           f"{entry['kvviz_over_vllm']:>9.2f}x   {agreement.describe()}")
     print(f"  vLLM: its default settings, but dtype {str(next(model.parameters()).dtype).removeprefix('torch.')} "
-          f"and, on a CPU, 1 GiB of KV cache; blocks of {result['block_size']}; {result['wall_s']:.0f} s with start-up, compilation and warm-up")
+          f"and, on a CPU, 1 GiB of KV cache; blocks of {result['block_size']}; "
+          f"{result['wall_s']:.0f} s with start-up, compilation and warm-up")
     return entry
 
 

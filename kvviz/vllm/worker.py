@@ -102,7 +102,8 @@ def run_job(job: dict, log_path: str) -> dict:
             result.update(generate(llm, job, watch))
     except Exception as error:  # reported to kvviz, which says it in one sentence
         traceback.print_exc()
-        result["error"] = f"{type(error).__name__}: {str(error).strip().splitlines()[0][:300] if str(error).strip() else ''}"
+        result["error"] = (f"{type(error).__name__}: "
+                           f"{str(error).strip().splitlines()[0][:300] if str(error).strip() else ''}")
     finally:
         if llm is not None:
             _shutdown(llm)

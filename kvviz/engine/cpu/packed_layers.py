@@ -150,7 +150,8 @@ def install(model: torch.nn.Module) -> list[str]:
                     module.forward = types.MethodType(packed_attention, module)
             replaced = {f"{name}.{part}" for name in mlps for part in ("gate_proj", "up_proj")}
             replaced |= {f"{name}.{part}" for name in attentions for part in ("q_proj", "k_proj", "v_proj")}
-            linears = {name: m for name, m in linears.items() if name not in replaced}  # only the packed copy multiplies
+            # only the packed copy multiplies
+            linears = {name: m for name, m in linears.items() if name not in replaced}
             for module in linears.values():
                 if getattr(module, "kvviz_packed", None) is None:
                     module.kvviz_packed = Packed.of(module.weight)
@@ -161,7 +162,8 @@ def install(model: torch.nn.Module) -> list[str]:
             for name in ("kvviz_packed", "kvviz_gate_up_packed", "kvviz_qkv_packed"):
                 if hasattr(module, name):
                     setattr(module, name, None)  # the switched forwards then run the plain product
-        model.kvviz_why_not_packed = f"oneDNN could not pack the linear weights ({error}); linear layers keep MKL's product."
+        model.kvviz_why_not_packed = (f"oneDNN could not pack the linear weights ({error}); "
+                                      "linear layers keep MKL's product.")
         return sorted(norms)
     return sorted(linears) + sorted(mlps) + sorted(attentions) + sorted(norms)
 

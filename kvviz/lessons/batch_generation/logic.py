@@ -396,7 +396,8 @@ def compare_with_transformers(lm, workload: Workload, settings: BatchSettings | 
         workload, cut = within_context(asked.head(fits), parts.max_context)
     elif fits < 2:
         runs = max(1, repeats)  # not even two requests fit: the refusal names the whole comparison
-    seconds = check_click(work(len(workload), runs), device, f"Comparing {len(workload)} requests {runs} times each way",
+    seconds = check_click(work(len(workload), runs), device,
+                          f"Comparing {len(workload)} requests {runs} times each way",
                           "compare a smaller batch: run one with fewer prompts or fewer tokens to generate first")
     if estimated is not None:
         estimated(seconds)

@@ -261,8 +261,8 @@ def note_a_stopped_comparison() -> None:
     if "batch_comparing" in st.session_state:
         done, total = st.session_state.pop("batch_comparing")
         st.session_state["batch_compare_stopped"] = (
-            f"{how_it_stopped()} after {done} of {total} runs: a comparison needs all of them for its medians, so none is "
-            "shown. Press **Run both and compare** to start again.")
+            f"{how_it_stopped()} after {done} of {total} runs: a comparison needs all of them for its medians, "
+            "so none is shown. Press **Run both and compare** to start again.")
 
 
 def compare_stopped() -> str | None:

@@ -52,8 +52,8 @@ def run(slot) -> None:
     model, tokenizer, _ = model_parts(lm)
     device = next(model.parameters()).device
     bar = estimated_bar(slot, lambda: eviction_seconds(lm, prompt, max_tokens), says(device, "eviction"),
-                        "strategies_eviction_error", "strategies_eviction_run_stop", "Ends at the next step and keeps the policies measured so far.",
-                        click_seconds())
+                        "strategies_eviction_error", "strategies_eviction_run_stop",
+                        "Ends at the next step and keeps the policies measured so far.", click_seconds())
     if bar is None:  # past the budget, or a prompt the model cannot take: one sentence
         return
     runs = []
@@ -99,8 +99,8 @@ def keep_a_stopped_run() -> None:
     st.session_state["strategies_eviction_run"] = shown(lm, lab)
     names = ", ".join(r.label for r in runs[1:])
     st.session_state["strategies_eviction_stopped"] = (
-        f"{how_it_stopped()} after {len(runs) - 1} of {total} policies: the lab below keeps the full cache and {names}; "
-        "press **Run the eviction lab** to measure them all.")
+        f"{how_it_stopped()} after {len(runs) - 1} of {total} policies: the lab below keeps the full cache "
+        f"and {names}; press **Run the eviction lab** to measure them all.")
 
 
 def render(replay: bool = False) -> None:

@@ -37,7 +37,8 @@ from kvviz.ui.progress import estimated_bar, how_it_stopped
 EXAMPLE_PROMPT = ("ROMEO:\nBut soft, what light through yonder window breaks?\nIt is the east, and Juliet is the sun.\n"
                   "Arise, fair sun, and kill the envious moon,")
 KEYS = Keys(clears=frozenset({"strategies_run", "strategies_gqa_run", "strategies_error", "strategies_gqa_error",
-                              "strategies_upload_error", "strategies_running", "strategies_stopped", "strategies_note"}))
+                              "strategies_upload_error", "strategies_running", "strategies_stopped",
+                              "strategies_note"}))
 DEFAULTS = {"strategies_prompt": EXAMPLE_PROMPT, "strategies_max_tokens": 32, "strategies_window": 24,
             "strategies_group_size": 32, "strategies_residual": 0}
 
@@ -134,8 +135,8 @@ def keep_a_stopped_run() -> None:
     if not running["results"]:
         shown = " The comparison below is the last one that finished." if strategies() is not None else ""
         st.session_state["strategies_stopped"] = (
-            f"{how_it_stopped()} during the full cache's reference run, before any of the {total} strategies was measured, "
-            f"so nothing new is kept.{shown}")
+            f"{how_it_stopped()} during the full cache's reference run, before any of the {total} strategies "
+            f"was measured, so nothing new is kept.{shown}")
         return
     results = [replace(r, decode_ms=list(r.decode_ms)) for r in running["results"]]
     timed = sorted({len(r.decode_ms) for r in results})
@@ -143,8 +144,8 @@ def keep_a_stopped_run() -> None:
                                                      {**running["settings"], "timing_runs": timed[0]})
     if len(results) < total:
         names = ", ".join(r.label for r in results)
-        said = (f"{how_it_stopped()} after {len(results)} of {total} strategies: the page keeps {names}, each timed once; "
-                "press **Run every strategy** to measure them all.")
+        said = (f"{how_it_stopped()} after {len(results)} of {total} strategies: the page keeps {names}, "
+                "each timed once; press **Run every strategy** to measure them all.")
     else:
         times = "-".join(map(str, (timed[0], timed[-1]))) if len(timed) > 1 else str(timed[0])
         said = (f"{how_it_stopped()} during the extra timing runs: the page keeps all {total} strategies, each timed "

@@ -77,7 +77,8 @@ def variants_note(shape: ModelShape, variants: list[AttentionVariant], dtype_nam
         parts.append(f"The DeepSeek-V2 paper (Table 1) counts MHA as 2 × {heads} heads × {key_without_rope} = "
                      f"{paper:,} numbers, keys without their {shape.qk_rope_head_dim} RoPE values: "
                      f"{paper / mla.values_per_token_per_layer:.0f}× the {mla.values_per_token_per_layer:,}-number "
-                     f"latent, where the MHA bar is {mha.values_per_token_per_layer / mla.values_per_token_per_layer:.0f}×.")
+                     "latent, where the MHA bar is "
+                     f"{mha.values_per_token_per_layer / mla.values_per_token_per_layer:.0f}×.")
     if mla.hypothetical:
         parts.append("The hatched MLA bar is hypothetical: this model has no latent, so the bar uses DeepSeek-V3's "
                      "proportions (a latent of 4 head sizes and a RoPE key of half a head) at this head size.")

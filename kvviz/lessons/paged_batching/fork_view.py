@@ -20,7 +20,8 @@ from kvviz.ui.text import plain
 DEFAULT_PROMPT = "JULIET:\nO Romeo, Romeo, wherefore art thou Romeo?"  # 13 tokens: a partly filled last block
 
 KEYS = Keys(clears=frozenset({"paged_fork_run", "paged_fork_error", "paged_fork_view_step"}),
-            kept=("paged_fork_prompt", "paged_fork_n", "paged_fork_block_size", "paged_fork_max_tokens"))  # its settings
+            kept=("paged_fork_prompt", "paged_fork_n", "paged_fork_block_size",
+                  "paged_fork_max_tokens"))  # its settings
 
 
 def _on_fork() -> None:

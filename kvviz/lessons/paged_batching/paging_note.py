@@ -31,6 +31,6 @@ def paging_explained(expanded: bool = False) -> None:
             "**Paging is not caching.** Paging decides *where* a request's keys and values live: memory is "
             "taken one block at a time as tokens arrive, so nothing is reserved ahead and the only unused "
             "room is the empty slots of each request's last block (its slack). It does not keep anything "
-            "that would otherwise be thrown away. **Prefix caching builds on it:** because a block is an addressable unit with a "
-            "hash of the tokens it holds, a new request whose prompt starts with the same tokens can "
-            "point its block table at the existing blocks instead of computing them again.")
+            "that would otherwise be thrown away. **Prefix caching builds on it:** because a block is an "
+            "addressable unit with a hash of the tokens it holds, a new request whose prompt starts with the "
+            "same tokens can point its block table at the existing blocks instead of computing them again.")

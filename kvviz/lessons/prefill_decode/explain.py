@@ -182,7 +182,8 @@ def cache_per_layer_text(lesson, step: int) -> str:
     given_back = lesson.given_back(step)
     return (f"A position costs **{format_bytes(per_token)}** while it is inside the window "
             f"({per_token_formula(info)}): **{format_bytes(by_kind.get(FULL, 0))}** in the "
-            f"{info['layers'] - sliding} full layers, which keep it for good, and **{format_bytes(by_kind.get(SLIDING, 0))}** "
+            f"{info['layers'] - sliding} full layers, which keep it for good, and "
+            f"**{format_bytes(by_kind.get(SLIDING, 0))}** "
             f"in the {sliding} sliding layers, which give it back once their window of {info['sliding_window']:,} "
             f"has passed its whole block. "
             + (f"They have given back the oldest {given_back:,} positions (grey)." if given_back else

@@ -17,8 +17,9 @@ from kvviz.shapes import PRESETS, ModelShape, format_bytes
 from kvviz.ui.session_keys import Keys
 from kvviz.ui.text import plain
 
+# layer and head choices fit one model
 KEYS = Keys(clears=frozenset({"lesson_inside_layer", "lesson_inside_head", "lesson_roofline_device",
-                              "lesson_roofline_batch", "lesson_roofline_model", "lesson_roofline_context"}))  # layer and head choices fit one model
+                              "lesson_roofline_batch", "lesson_roofline_model", "lesson_roofline_context"}))
 
 MACHINE = "this machine (measured)"
 

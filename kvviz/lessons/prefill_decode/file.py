@@ -112,8 +112,9 @@ def _check_record(record: StepRecord, where: str, block_size: int) -> None:
     block_bytes = record.memory.bytes_per_token * block_size
     most = -(-MAX_REPLAY_TOKENS // block_size)  # blocks: the stage draws each of their block_size slots
     if block_bytes and record.memory.allocated_bytes // block_bytes > most:
-        raise FieldError(f"{where}.memory.allocated_bytes", f"makes a pool of more than {most} blocks of "
-                                                            f"{block_size} tokens, more than a lesson's tokens can fill")
+        raise FieldError(f"{where}.memory.allocated_bytes",
+                         f"makes a pool of more than {most} blocks of {block_size} tokens, "
+                         "more than a lesson's tokens can fill")
     pool = record.memory.allocated_bytes // block_bytes if block_bytes else most
     request = record.requests[0]
     for name, table in [("block_table", request.block_table),

@@ -184,7 +184,8 @@ def what_if_problems(shape: ModelShape, step: StepCost, device: Accelerator) -> 
     problems = []
     if not step.fits(device):
         problems.append(f"This step needs {format_bytes(step.held_bytes)} in memory (weights "
-                        f"{format_bytes(step.held_bytes - step.cache_bytes)} + cache {format_bytes(step.cache_bytes)}), "
+                        f"{format_bytes(step.held_bytes - step.cache_bytes)} + "
+                        f"cache {format_bytes(step.cache_bytes)}), "
                         f"more than the {format_bytes(device.memory_bytes)} of the {device.name}, so no ceiling is "
                         "shown; lower the requests or the tokens, or split the model over GPUs (Memory bill).")
     if shape.max_context and step.context > shape.max_context:

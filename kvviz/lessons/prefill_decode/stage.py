@@ -32,7 +32,8 @@ def stage_data(lesson, step: int, presenter: bool = False) -> dict:
     shown = steps[-1]["num_tokens"] + (1 if steps[-1]["sampled"] else 0)
     return {"tokens": lesson.token_texts[:shown], "prompt_tokens": len(lesson.prompt_token_ids),
             "special": special_positions(lesson, shown),
-            "layers": info["layers"], "band_layers": min(info["layers"], BAND_LAYERS), "heads": info["heads"], "head_groups": head_groups(info),
+            "layers": info["layers"], "band_layers": min(info["layers"], BAND_LAYERS), "heads": info["heads"],
+            "head_groups": head_groups(info),
             "block_size": lesson.settings.block_size,
             "num_blocks": lesson.engine.num_blocks if lesson.engine is not None else _pool_blocks(lesson, records),
             "bytes_per_token": per_token,
@@ -85,7 +86,8 @@ def _step(lesson, step: int) -> dict:
             "attention": np.rint(attention * 255).clip(0, 255).astype(int).tolist(),
             "block_table": blocks, "groups": layer_groups(lesson, step),
             "bill": {"formula_bytes": bill["formula_bytes"], "token_bytes": bill["token_bytes"],
-                     "blocks": bill["blocks"], "group_blocks": bill["group_blocks"], "block_bytes": bill["block_bytes"], "slack_bytes": bill["slack_bytes"],
+                     "blocks": bill["blocks"], "group_blocks": bill["group_blocks"], "block_bytes": bill["block_bytes"],
+                     "slack_bytes": bill["slack_bytes"],
                      "bytes_per_token": bill["bytes_per_token"], "note": note,
                      "formula": bill["formula"] if len(bill["formula"]) > 1 else []}}  # one line per kind of layer
 

@@ -127,10 +127,12 @@ def _link_settings(params) -> list[str]:
         try:
             value = kind(params[name])
         except ValueError:
-            notes.append(f"The link's {name} {plain(repr(params[name][:20]))} is not a number; it keeps {DEFAULTS[key]}.")
+            notes.append(f"The link's {name} {plain(repr(params[name][:20]))} is not a number; "
+                         f"it keeps {DEFAULTS[key]}.")
             continue
         if not low <= value <= high:  # NaN too
-            notes.append(f"The link's {name} {plain(params[name][:20])} is outside {low}-{high}; it keeps {DEFAULTS[key]}.")
+            notes.append(f"The link's {name} {plain(params[name][:20])} is outside {low}-{high}; "
+                         f"it keeps {DEFAULTS[key]}.")
             continue
         st.session_state[key] = value
     st.session_state["lesson_greedy"] = params.get("greedy", "1") != "0"
@@ -138,7 +140,8 @@ def _link_settings(params) -> list[str]:
         if params["view"] in VIEWS:
             st.session_state["lesson_view"] = params["view"]
         else:
-            notes.append(f"The link's view {plain(repr(params['view'][:40]))} is not one of this page's; showing the cache.")
+            notes.append(f"The link's view {plain(repr(params['view'][:40]))} is not one of this page's; "
+                         "showing the cache.")
     return notes
 
 
@@ -263,7 +266,8 @@ def run_to_step(target: int, slot=None, what: str = "the link's lesson", started
     if slot is not None and target > 0:
         seconds = lesson_work(lm, prompt_tokens, target).seconds(device)
         bar = StopBar(slot, "lesson_link_stop", f"Estimated about {seconds:,.0f} s on this server, "
-                      f"{says(device, 'lesson')}; opening {what} at step {target:,}", "Ends at the step reached; Next token and Play go on.")
+                      f"{says(device, 'lesson')}; opening {what} at step {target:,}",
+                      "Ends at the step reached; Next token and Play go on.")
     stepped.start(LESSON)
     if started is not None and lesson() is not None:
         started()
@@ -310,7 +314,8 @@ def step_sentence(lesson: Lesson, step: int) -> str:
         return (f"**Prefill.** All {len(lesson.prompt_token_ids)} prompt tokens ran through the model in one "
                 f"pass; each of the {info['layers']} layers now holds their keys and values, and the last "
                 "position's output picked the first new token.")
-    slid = sorted({block for event in lesson.records[step].events if event.kind == "slide" for block in event.block_ids})
+    slid = sorted({block for event in lesson.records[step].events if event.kind == "slide"
+                   for block in event.block_ids})
     if slid:  # a sliding window passed whole blocks in this step: say it where the class reads
         window = info.get("sliding_window")
         return (f"**Decode step {step}.** The newest token joined every layer's cache, and the sliding layers' "

@@ -63,7 +63,8 @@ class SpeculativeLesson:
     def start(cls, lm, prompt: str, num_speculative: int, max_tokens: int, block_size: int) -> "SpeculativeLesson":
         """Both engines with the request queued; raises EngineError with one sentence."""
         if not 1 <= num_speculative <= MAX_SPECULATIVE_TOKENS:
-            raise EngineError(f"Draft tokens per step must be from 1 to {MAX_SPECULATIVE_TOKENS}, not {num_speculative}.")
+            raise EngineError(f"Draft tokens per step must be from 1 to {MAX_SPECULATIVE_TOKENS}, "
+                              f"not {num_speculative}.")
         params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
         prompt_ids = Engine(lm, use_cache=False, max_num_seqs=1).check_request(prompt, params)  # no pool
         # each pool holds what this request can use (its drafts too), not the model's whole context:
