@@ -101,7 +101,7 @@ def test_a_room_whose_teacher_left_is_freed_though_no_page_asks_for_rooms(monkey
     assert store.get(room.code) is None
 
 
-def test_a_process_whose_first_followers_arrive_together_makes_one_store_and_one_listener(redis_url):  # noqa: F811
+def test_a_process_whose_first_followers_arrive_together_makes_one_store_and_one_listener(redis_url):
     """Issue 62: 30 followers' first pages on a fresh app process each made a RedisStore of their own, each with a
     listener, so every teacher's step woke every follower 30 times (about 7 fragment runs a second each, 75 ms of
     CPU a follower a step). The stores' cache is filled once, under a lock, whoever asks first."""
