@@ -135,11 +135,12 @@ def wait_drawn(page, shown, timeout: float = 120.0) -> None:
 
 
 def stage_caption(page, step: int | None = None):
-    """The stage's caption ("Step 3 of 8", "Pass 2 of 6"), which a stepped lesson's first step (Prefill, Start,
-    a replay) draws and a refused press does not; with `step`, only while it shows that step (a locator,
-    empty while it shows another)."""
+    """The stage's caption ("Step 3 of 8", "Pass 2 of 6", "Step 18 of 18, ended early"),
+    which a stepped lesson's first step (Prefill, Start, a replay) draws and a refused press does not; with `step`,
+    only while it shows that step (a locator, empty while it shows another)."""
     caption = page.locator("[data-testid='stage-step']")
-    return caption if step is None else caption.filter(has_text=re.compile(rf"^(Step|Pass) {step} of \d+$"))
+    return caption if step is None else caption.filter(
+        has_text=re.compile(rf"^(Step|Pass) {step} of \d+(, ended early)?$"))
 
 
 def click_to_next_step(page, control, timeout: float = 120.0) -> None:

@@ -21,7 +21,8 @@ function stepName(d, index, last) {
   if (!d.step_word && index === 0 && d.steps[0].attention) return `Prefill (step 0 of ${end})`;
   // asked_last_step: where the lesson was to end; one that ended sooner (the model ended its answer, the
   // context filled) says so at its last step, where "Step 17 of 47" became "Step 18 of 18" without a word
-  const early = d.asked_last_step > end && index === end ? ` (ended early: ${d.asked_last_step} steps were asked for)` : "";
+  // (the step's sentence says why, and the caption's title how many steps were asked for)
+  const early = d.asked_last_step > end && index === end ? ", ended early" : "";
   return `${word} ${index + from} of ${end + from}${early}`;
 }
 
@@ -163,7 +164,10 @@ export default function (component) {
     const back = html("button", { class: "nav", "data-testid": "stage-back", title: "Step back (←)" }, bar, "◀");
     back.disabled = state.step === 0;
     back.onclick = () => go(state.step - 1);
-    html("span", { class: "where", "data-testid": "stage-step" }, bar, stepName(d, state.step, last));
+    const where = html("span", { class: "where", "data-testid": "stage-step" }, bar, stepName(d, state.step, last));
+    if (d.asked_last_step > last && state.step === last) {
+      where.title = `${d.asked_last_step} steps were asked for; the step's sentence says why`;
+    }
     const forward = html("button", { class: "nav", "data-testid": "stage-forward", title: "Step forward (→)" }, bar, "▶");
     forward.disabled = state.step === last;
     forward.onclick = () => go(state.step + 1);
