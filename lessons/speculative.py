@@ -85,7 +85,8 @@ m[0].metric("Forward passes", summary["passes"], help="Each pass runs the last t
 m[1].metric("Tokens generated", summary["tokens"],
             f"{summary['tokens'] - summary['plain_tokens']:+d} vs plain",  # short: a quarter of a projector's row
             delta_color="off", delta_arrow="off",
-            help=f"Plain decoding has {summary['plain_tokens']} tokens after the same {summary['plain_passes']} passes.")
+            help=f"Plain decoding has {summary['plain_tokens']} tokens after the same "
+                 f"{summary['plain_passes']} passes.")
 m[2].metric("Tokens per pass", f"{summary['tokens_per_pass']:.2f}", help="Plain decoding: 1.00.")
 m[3].metric("Drafts accepted", f"{summary['accepted']} of {summary['proposed']}",
             f"{summary['acceptance']:.0%}" if summary["proposed"] else None, delta_color="off", delta_arrow="off")

@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "support")]  # this checkout's kvviz and app.py
 
-from chromium import shared_browser, wait_idle  # noqa: E402
+from chromium import run_finished, shared_browser  # noqa: E402
 from redis_server import running_redis  # noqa: E402
 from room_pages import click_at, new_page, open_room, start_lesson, wait_for_step  # noqa: E402
 
@@ -77,7 +77,7 @@ def main() -> None:
         waits: dict[str, list[float]] = {"A": [], "B": [], "teacher": []}
         load = os.getloadavg()[0]
         for step in range(2, args.steps + 2):
-            wait_idle(teacher)
+            run_finished(teacher)
             clicked = click_at(teacher, "Next token")
             for where, page in followers:
                 page.wait_for_function(f"() => (window.__kvvizSteps || {{}})['{step}'] !== undefined",

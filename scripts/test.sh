@@ -3,6 +3,7 @@
 #   bash scripts/test.sh            the whole suite (extra arguments go to pytest)
 #   bash scripts/test.sh --quick    what needs no browser and no vLLM and takes under a second or so (markers
 #                                   browser, vllm, slow; see pyproject.toml and scripts/slow_tests.py)
+# Both run ruff over the whole tree first (pyproject.toml's [tool.ruff]): a finding fails the run.
 # Both run two pytest-xdist workers, each taking whole files (--dist loadfile; --quick the files with long tests
 # first, tests/conftest.py), each worker with its own app server and Chromium and torch on its share of the
 # cores (tests/conftest.py); `-n 0` after the command runs serially.
@@ -28,6 +29,7 @@ fi
 [ -d .venv ] || python3 -m venv .venv
 . .venv/bin/activate
 pip install -q --disable-pip-version-check -r requirements-dev.txt -e .
+ruff check --quiet .  # the linter: pyproject.toml says which rules
 # SmolLM2-135M-Instruct for the real-model tests (tests/engine/test_smollm2.py): downloaded and converted
 # once into kvviz's cache (93 MB down, 542 MB written); a no-op once ready; offline, its tests are skipped
 python -m kvviz fetch smollm2 || echo "SmolLM2 could not be fetched; tests/engine/test_smollm2.py will be skipped"

@@ -17,8 +17,8 @@ class ShowDefaults(argparse.HelpFormatter):
 
     def _get_help_string(self, action):
         text = action.help or ""
-        if "default" in text or action.default is None or action.default is False or action.default == argparse.SUPPRESS \
-                or not action.option_strings:
+        if ("default" in text or action.default is None or action.default is False
+                or action.default == argparse.SUPPRESS or not action.option_strings):
             return text
         return f"{text} (default: %(default)s)"
 

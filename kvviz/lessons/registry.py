@@ -26,16 +26,17 @@ from kvviz.lessons.speculative.lesson import LESSON as speculative
 from kvviz.lessons.stepped import Stepped
 from kvviz.ui.session_keys import Keys
 
-# in lecture order (kvviz.lessons.catalog.LECTURE, less the home page, which keeps nothing)
+# in lecture order (kvviz.lessons.catalog.LECTURE, less the home page, whose one keeping is the app's: below)
 LESSONS: tuple[LessonState, ...] = (prefill_decode, memory_bill, model_lab, paged_batching, batch_generation,
                                     cache_strategies, putting_it_together, speculative, sources)
 STEPPED: tuple[Stepped, ...] = tuple(lesson.stepped for lesson in LESSONS if lesson.stepped is not None)
 ROOMS = tuple(lesson for lesson in STEPPED if lesson.room is not None)  # the lessons a room can follow
 ROOM_KEYS: Keys = room_view.KEYS  # the room a session follows or teaches, on any lesson's page
 ROOM_PREFIX = "room_"  # every one of them starts with it
-# keys of the app itself, which stay when another model loads: the model picker, presenter mode and
-# whether each "Show the code" is open (kvviz.ui.common.code_key)
-APP_PREFIXES = ("model_", "presenter", "show_code:")
+# keys of the app itself, which stay when another model loads: the model picker, presenter mode,
+# whether each "Show the code" is open (kvviz.ui.common.code_key) and the home page's lecture pack (its pages
+# name the model they were recorded on)
+APP_PREFIXES = ("model_", "presenter", "show_code:", "home_")
 
 
 def lesson_files(page: str):

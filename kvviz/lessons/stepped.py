@@ -409,8 +409,8 @@ def stage(lesson: Stepped, data: dict, room=None, sentence: str | None = None) -
 # however long a sentence grows (a four-line "Done." once pushed a projector's stage 150 px down); in presenter
 # type it is 18 px, the stage's own size, and a longer one scrolls inside its box.
 SENTENCE_CSS = """<style>
-.st-key-step_sentence [data-testid='stAlertContainer'] {height: calc(LINES * 1.35 * 18px + 0.9rem + 2px); overflow-y: auto;
-  box-sizing: border-box; padding: 0.45rem 0.9rem;}
+.st-key-step_sentence [data-testid='stAlertContainer'] {height: calc(LINES * 1.35 * 18px + 0.9rem + 2px);
+  overflow-y: auto; box-sizing: border-box; padding: 0.45rem 0.9rem;}
 .st-key-step_sentence [data-testid='stMarkdownContainer'] p {font-size: 18px !important; line-height: 1.35;}
 @media (max-width: 640px) {  /* a phone scrolls the page, not the box: the whole sentence, however long */
   .st-key-step_sentence [data-testid='stAlertContainer'] {height: auto; overflow-y: visible;}

@@ -18,6 +18,7 @@ from kvviz.lessons.prefill_decode.logic import MAX_LESSON_TOKENS, Lesson, Lesson
 from kvviz.lessons.registry import STEPPED
 from kvviz.lessons.speculative import state as speculative_state
 from kvviz.lessons.speculative.logic import SpeculativeLesson
+from kvviz.page.build import lecture_index, web_page
 
 STEPPED_BY_KEY = {lesson.page: lesson for lesson in STEPPED}  # in lecture order
 
@@ -85,8 +86,6 @@ def lecture_pages(lm, base: str, recorded=None) -> list[tuple[str, str]]:
     order, then index.html linking them; `base` is the app's address the pages link back to. recorded(done,
     total, title), when given, is told before each lesson is recorded (`kvviz page --lecture` prints it, the
     app moves its bar)."""
-    from kvviz.page.build import lecture_index, web_page  # build imports the stage, which imports Streamlit
-
     pages, sizes = [], []
     for done, (key, lesson) in enumerate(STEPPED_BY_KEY.items()):
         if recorded is not None:

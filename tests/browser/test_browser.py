@@ -6,10 +6,6 @@ from app_reads import no_exceptions, view_shows
 from chromium import click_to_next_step, run_finished, screenshot, wait_drawn
 from lesson_steps import prefill_lesson
 
-# Only while tests/browser/test_browser_page.py still imports app_url from here, where the fixture was: the fixture
-# is tests/browser/conftest.py's now, and this name goes once that import does.
-app_url = None
-
 
 def test_home_page(app_url, page):
     page.goto(app_url)

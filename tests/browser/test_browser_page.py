@@ -7,25 +7,20 @@ or critical axe-core violation; its text stays text whatever the prompt held. Sc
 pages go to docs/screenshots/page_*.png, for people to look at."""
 
 import re
-import shutil
 from pathlib import Path
 
 import pytest
+from axe_audit import violations
+from lesson_steps import start_and_step
 from playwright.sync_api import expect
-from test_browser import app_url  # noqa: F401  (fixture)
-from test_browser_accessibility import violations
-from test_browser_stage_lessons import start_and_step
 
 from kvviz.cli.main import main
 from kvviz.page.build import web_page
 from kvviz.page.record import STEPPED_BY_KEY, record_lesson
-from kvviz.ui.app_server import CHROMIUM, ROOT
+from kvviz.ui.app_server import ROOT
 
 from chromium import SLOW_S, click_to_next_step, press, shared_browser, stage_caption, still, wait_drawn
 
-pytestmark = [pytest.mark.browser,
-              pytest.mark.skipif(shutil.which(CHROMIUM) is None and not (ROOT / CHROMIUM).exists(),
-                                 reason="Debian's chromium is not installed (.ci/run installs it)")]
 SHOTS = ROOT / "docs" / "screenshots"
 SIZES = [(1280, 720), (390, 844)]
 NAMES = {"prefill_decode": "kvviz-lesson.html", "paged_batching": "kvviz-paged-batching.html",
@@ -141,7 +136,7 @@ def test_the_lecture_pack_steps_to_the_end_offline(lecture, width, height):
         opened.close()
 
 
-def test_each_lessons_web_page_downloaded_from_the_app_steps_offline(app_url, browser_page_context,  # noqa: F811
+def test_each_lessons_web_page_downloaded_from_the_app_steps_offline(app_url, browser_page_context,
                                                                      tmp_path):
     app = browser_page_context
     for key, start in (("prefill_decode", "Prefill"), ("paged_batching", "Start"), ("speculative", "Start")):

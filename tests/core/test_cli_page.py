@@ -7,7 +7,7 @@ import re
 
 from kvviz.page.record import STEPPED_BY_KEY, record_lesson
 
-from test_cli import call_cli, run_cli
+from cli_calls import call_cli, run_cli
 
 
 def test_a_page_from_a_run_and_from_its_file_in_a_new_process(tmp_path, bundled):
