@@ -17,8 +17,8 @@ from kvviz.ui import fair_share
 fair_share.install()  # first of all: each tab's reruns paced, a flooding tab closed, even while the rest imports
 
 from kvviz.lessons import catalog, navigation, registry, room_student  # noqa: E402
+from kvviz.rooms.store import serve_lesson_files  # noqa: E402
 from kvviz.ui.common import keep_settings, model_from_link, model_sidebar  # noqa: E402
-from kvviz.ui.room_store import serve_lesson_files  # noqa: E402
 from kvviz.ui.presenter import ACCESSIBLE_CSS, BUSY_CSS, presenter_mode  # noqa: E402
 
 # a bundled icon: a :material/...: page icon makes the browser fetch it from a font host

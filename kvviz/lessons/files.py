@@ -21,7 +21,7 @@ from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 
 from kvviz.engine.records import StepRecord
 from kvviz.lessons.catalog import BY_KEY
-from kvviz.ui.room_types import MAX_ANSWERS
+from kvviz.rooms.types import MAX_ANSWERS
 
 LESSON_FORMAT = "kvviz-lesson/4"  # 3: the first lesson's settings hold a SamplingParams; 4: room_answers
 READ_FORMATS = ("kvviz-lesson/3", LESSON_FORMAT)  # a /3 file is a /4 file without room_answers

@@ -41,7 +41,7 @@ APP_PREFIXES = ("model_", "presenter", "show_code:", "home_")
 
 def lesson_files(page: str):
     """(export, read) of the lesson files a room kept in Redis carries for `page`, or None (app.py serves it
-    to kvviz.ui.room_store)."""
+    to kvviz.rooms.store)."""
     lesson = next((lesson for lesson in ROOMS if lesson.page == page), None)
     return (lesson.room_file, lesson.from_room_file) if lesson is not None else None
 

@@ -11,8 +11,9 @@ import streamlit as st
 
 from kvviz.lessons.catalog import BY_KEY
 from kvviz.lessons.room_view import CAUGHT_UP, FALLBACK_S, FollowedLesson
+from kvviz.rooms.types import Room, lesson_token, valid_seat
 from kvviz.ui.stage import reported_step
-from kvviz.ui import fair_share, room_types, room_wake, rooms, streamlit_door
+from kvviz.ui import fair_share, room_wake, rooms, streamlit_door
 from kvviz.ui.common import load_linked_model
 
 
@@ -40,7 +41,7 @@ def restore_from_query(lesson: FollowedLesson) -> None:
 def session_seat() -> str:
     """This session's seat token, made on its first room link and kept while the session lives (across
     a switch to the room's page), never read from a link."""
-    if not room_types.valid_seat(st.session_state.get("room_seat_token")):
+    if not valid_seat(st.session_state.get("room_seat_token")):
         st.session_state["room_seat_token"] = rooms.new_seat()
     return st.session_state["room_seat_token"]
 
@@ -60,7 +61,7 @@ def follow_link_elsewhere(page_key: str) -> None:
     st.error(room if isinstance(room, str) else f"Room {room.code}'s lesson is not on this server's pages.")
 
 
-def followed_room(lesson: FollowedLesson) -> room_types.Room | None:
+def followed_room(lesson: FollowedLesson) -> Room | None:
     """The room of this page's lesson that this session follows, its lesson refreshed to the teacher's
     step; None when it follows none here (a closed room leaves a sentence and no lesson). The views
     start at the teacher's step (on joining, and with each new lesson); then they stay on the student's."""
@@ -94,19 +95,19 @@ def followed_room(lesson: FollowedLesson) -> room_types.Room | None:
     step = st.session_state["room_teachers_step"] = teachers_step(room)
     st.session_state[lesson.keys.run] = lesson.room.follower(room.lesson, step)
     own = st.session_state.get(lesson.keys.view) != st.session_state.get("room_views_step")  # the student moved them
-    if st.session_state.get("room_followed_lesson") != room_types.lesson_token(room.lesson) or not own:
+    if st.session_state.get("room_followed_lesson") != lesson_token(room.lesson) or not own:
         st.session_state[lesson.keys.view] = st.session_state["room_views_step"] = step
-        st.session_state["room_followed_lesson"] = room_types.lesson_token(room.lesson)
+        st.session_state["room_followed_lesson"] = lesson_token(room.lesson)
     return room
 
 
-def teachers_step(room: room_types.Room) -> int:
+def teachers_step(room: Room) -> int:
     return min(room.step, len(room.lesson.records) - 1)
 
 
-def page_state(room: room_types.Room) -> tuple:
+def page_state(room: Room) -> tuple:
     """What only a whole page rerun shows: the lesson, the questions, the reveals."""
-    return room_types.lesson_token(room.lesson), len(room.questions), sum(q.revealed for q in room.questions)
+    return lesson_token(room.lesson), len(room.questions), sum(q.revealed for q in room.questions)
 
 
 def stop_following(lesson: FollowedLesson, keep_lesson: bool = False) -> None:
@@ -165,7 +166,7 @@ def take_over(lesson: FollowedLesson, slot) -> None:
                                           f"room {room.code}: {reason or 'try again in a while.'}")
 
 
-def student_bar(lesson: FollowedLesson, room: room_types.Room) -> None:
+def student_bar(lesson: FollowedLesson, room: Room) -> None:
     """The banner, Take over and Leave, and the room's open question (the page ends with `follow`)."""
     a, b, c = st.columns([4, 1, 1], vertical_alignment="center")
     a.info(f"**Following room {room.code}.** The teacher moves the lesson; pick any view below, it moves only "
@@ -260,7 +261,7 @@ def step_payload(lesson: FollowedLesson, run, step: int, before: dict) -> dict:
     steps before. Plain JSON-able values, so that it can travel between processes."""
     replay = lesson.room.follower(run, step)
     data = lesson.room.stage(replay, step, False)
-    token = room_types.lesson_token(run)
+    token = lesson_token(run)
     first = min(before["step"] + 1, step) if before.get("lesson") == token else step
     data.pop("presenter", None)  # each follower's own (the browser keeps it)
     data["steps_from"], data["steps"] = first, data["steps"][first:]

@@ -12,7 +12,8 @@ from kvviz.lessons.room_address import qr_png, room_address
 from kvviz.lessons.room_answers import results
 from kvviz.lessons.room_student import step_payload
 from kvviz.lessons.room_view import FollowedLesson
-from kvviz.ui import room_types, rooms
+from kvviz.rooms.types import Room, RoomQuestion, setting
+from kvviz.ui import rooms
 from kvviz.ui.common import session_source
 
 
@@ -77,7 +78,7 @@ def teacher_panel(lesson: FollowedLesson, run, step: int) -> None:
     room_status(lesson, room.code)
 
 
-def keep_answers(lesson, room: room_types.Room) -> None:
+def keep_answers(lesson, room: Room) -> None:
     """The room's questions and answers on the teacher's lesson, so its exported file holds them."""
     kept = [row for row in lesson.room_answers if row.room != room.code]
     lesson.room_answers = kept + [RoomAnswers(**row) for row in rooms.answers_table(room)]
@@ -95,7 +96,7 @@ def room_status(lesson: FollowedLesson, code: str) -> None:
     if run is not None and not run.replay and step is not None and room.step != step:
         publish(lesson, run, step)
     st.caption(f"{room.following()} of {rooms.seats(room)} students following now "
-               f"(at most {room_types.setting('KVVIZ_ROOM_STUDENTS')}).")
+               f"(at most {setting('KVVIZ_ROOM_STUDENTS')}).")
     for question in room.questions[-3:]:
         answers = sorted(question.answers.values())
         if question.revealed:
@@ -105,7 +106,7 @@ def room_status(lesson: FollowedLesson, code: str) -> None:
 
 
 
-def _sync_questions(room: room_types.Room, asked: list[room_types.RoomQuestion]) -> None:
+def _sync_questions(room: Room, asked: list[RoomQuestion]) -> None:
     """The questions the teacher asked on the page go to the room, and their answers once the engine gave them."""
     for question in asked:
         refusal = rooms.ask(room, question.id, question.text, question.unit, question.target, question.exact)

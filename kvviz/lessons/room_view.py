@@ -42,7 +42,7 @@ class RoomPart:
     take_over: Callable  # (lesson: Stepped, teacher's run, step, slot, started) -> None: the same settings run to
     # that step, this session's own, a bar with Stop in slot (an st.empty()); started() once its first step ran
     stage: Callable  # (run, step, presenter) -> the stage's data (kvviz.ui.stage)
-    questions: Callable = lambda run: []  # (teacher's run) -> list[room_types.RoomQuestion] asked on the page
+    questions: Callable = lambda run: []  # (teacher's run) -> list[kvviz.rooms.types.RoomQuestion] asked on the page
     progress: Callable = lambda run: 0  # (run) -> a number that grows when followers must redraw the same step
     sentence: Callable = lambda run, step: None  # (run, step) -> the line over the stage, when the page has one
 

@@ -27,7 +27,8 @@ from kvviz.lessons.room_address import room_address
 from kvviz.lessons.room_view import RoomPart
 from kvviz.lessons.uploads import file_buttons
 from kvviz.page.build import page_or_refusal
-from kvviz.ui import live_lessons, room_types, rooms
+from kvviz.rooms.types import Room
+from kvviz.ui import live_lessons, rooms
 from kvviz.ui.common import bound_export, drop, show_file_settings
 from kvviz.ui.progress import StopBar
 from kvviz.ui.stage import chosen_step, show_stage
@@ -287,7 +288,7 @@ def reset_run(lesson: Stepped) -> None:
 
 
 # ---- the page's shared parts -----------------------------------------------------------------------
-def open_page(lesson: Stepped) -> room_types.Room | None:
+def open_page(lesson: Stepped) -> Room | None:
     """Read a ?room=CODE link once; the room this session follows here (None when on its own)."""
     room_student.restore_from_query(lesson)
     room = room_student.followed_room(lesson)

@@ -8,11 +8,12 @@
 A room belongs to one lesson page (Prefill and decode, Paged cache and batching, Speculative
 decoding). It holds a reference to the teacher's lesson object (its records are what students
 see, as a replay: no model runs for them), the step the teacher shows, the questions the teacher
-asked and one answer per seat per question (the data and its bounds: kvviz.ui.room_types). Where rooms
-live is kvviz.ui.room_store's: one dict behind one lock, shared by the server's sessions, or, with
+asked and one answer per seat per question (the data and its bounds: kvviz.rooms.types). Where rooms
+live is kvviz.rooms.store's: one dict behind one lock, shared by the server's sessions, or, with
 KVVIZ_ROOMS_URL=redis://HOST:PORT, a Redis server that every app process serving the class shares
-(kvviz.ui.room_redis: the lesson travels as its lesson file, written and read as app.py serves them
-(room_store.serve_lesson_files), and changes by pub/sub). A room closes when its teacher's session ends,
+(kvviz.rooms.redis_store: the lesson travels as its lesson file, written and read as app.py serves them
+(kvviz.rooms.store.serve_lesson_files), and changes by pub/sub, which wake this process's followers through
+room_wake.changed, the callback given to the store here). A room closes when its teacher's session ends,
 when it has been idle for KVVIZ_ROOM_IDLE_S seconds, or when the teacher closes it.
 
 A student holds a seat: a token the session keeps, never in the page's address, so a link passed on
@@ -21,7 +22,7 @@ has not asked for news for KVVIZ_SEAT_IDLE_S seconds is free again. A wrong code
 the same sentence (a code's existence is not told); a session that tries more than its GUESSES wrong codes in
 GUESS_WINDOW_S seconds waits, and a full room's refusal counts as no wrong code. Nothing is keyed on a browser's
 address (a class shares one behind a router; behind a local proxy there is none): a code's length keeps it
-unguessable (kvviz.ui.room_types), and KVVIZ_TEACHER_KEY, when set, is asked for before a room opens.
+unguessable (kvviz.rooms.types), and KVVIZ_TEACHER_KEY, when set, is asked for before a room opens.
 
 Bounds, each an environment variable: KVVIZ_MAX_ROOMS rooms at once (default 10), one room a session (opening
 another closes it), KVVIZ_ROOMS_PER_CLIENT rooms opened from one known address (2), KVVIZ_ROOM_STUDENTS seats
@@ -40,9 +41,10 @@ import unicodedata
 
 import streamlit as st
 
-from kvviz.ui import room_store, room_wake, streamlit_door
-from kvviz.ui.room_types import (CODE_LENGTH, CODE_LETTERS, GUESSES, MAX_ANSWER, MAX_ANSWERS, MAX_QUESTIONS, Room,
-                                 RoomQuestion, setting)
+from kvviz.rooms.store import shared_store
+from kvviz.rooms.types import (CODE_LENGTH, CODE_LETTERS, GUESSES, MAX_ANSWER, MAX_ANSWERS, MAX_QUESTIONS, Room,
+                               RoomQuestion, setting)
+from kvviz.ui import room_wake, streamlit_door
 
 SESSION_KEY = "room_session"  # this session's name in rooms, in st.session_state
 
@@ -91,7 +93,7 @@ def _session_ended(session: str) -> bool:
 
 
 def _store():
-    return room_store.store()
+    return shared_store(on_change=room_wake.changed)  # another process's change wakes this one's followers
 
 
 def down() -> str | None:

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 COMMANDS = ("generate", "bench", "bill")
 TOP_FOLDERS = ("kvviz", "lessons", "scripts", "tests", "docs", ".streamlit")
-KVVIZ_FOLDERS = ("engine", "strategies", "ui", "cli")  # not vllm/: vLLM's own source is named too
+KVVIZ_FOLDERS = ("engine", "strategies", "ui", "rooms", "cli")  # not vllm/: vLLM's own source is named too
 TOP_FILES = ("app.py", "requirements.txt", "requirements-dev.txt", "pyproject.toml")
 # Where a KVVIZ_* variable may be read: the app, its pages, the package, the scripts, test support.
 READERS = [ROOT / "app.py", *(ROOT / "lessons").glob("*.py"), *(ROOT / "kvviz").rglob("*.py"),
@@ -225,6 +225,15 @@ def test_streamlit_is_imported_only_where_the_docs_say():
     importers = {str(p.relative_to(ROOT / "kvviz")).split("/")[0] for p in (ROOT / "kvviz").rglob("*.py")
                  if any(m.split(".")[0] == "streamlit" for m in imports_of(p, inside_functions=False))}
     assert importers <= {"ui", "lessons"}, importers
+
+
+def test_the_rooms_import_no_page_and_no_streamlit():
+    """design.md: kvviz/rooms/ (a room's data and stores) sits below kvviz/ui and kvviz/lessons; what a store calls
+    back into the pages is handed to it, so no import runs back up."""
+    upward = {(str(p.relative_to(ROOT)), m) for p in (ROOT / "kvviz" / "rooms").rglob("*.py")
+              for m in imports_of(p, inside_functions=False)
+              if m.split(".")[0] == "streamlit" or m.startswith(("kvviz.ui", "kvviz.lessons"))}
+    assert not upward, upward
 
 
 def test_design_counts_the_function_level_imports_there_are():

@@ -7,7 +7,10 @@ import time
 import pytest
 import streamlit as st
 
-from kvviz.ui import room_store, room_types, room_wake, rooms
+import kvviz.rooms.store
+from kvviz.rooms.store import shared_store
+from kvviz.rooms.types import CODE_LENGTH, CODE_LETTERS, GUESSES, Room, valid_seat
+from kvviz.ui import room_wake, rooms
 
 
 class Lesson:  # what a room reads of a lesson here: that it is not released
@@ -18,16 +21,16 @@ class Lesson:  # what a room reads of a lesson here: that it is not released
 def room(monkeypatch):
     monkeypatch.setenv("KVVIZ_ROOM_STUDENTS", "3")
     code = "K7QW2MXP"
-    store = room_store.store()  # the memory store: KVVIZ_ROOMS_URL is unset here
-    store.add(room_types.Room(code, "teacher", None, "prefill_decode", Lesson(), client="10.0.0.9"), 10, 10)
+    store = shared_store()  # the memory store: KVVIZ_ROOMS_URL is unset here
+    store.add(Room(code, "teacher", None, "prefill_decode", Lesson(), client="10.0.0.9"), 10, 10)
     yield store.get(code)
     for other in filter(None, map(store.get, store.codes())):
         store.remove(other)
-    room_store._chosen.clear()  # a fresh store (and no wrong codes counted) for the next test
+    kvviz.rooms.store._chosen.clear()  # a fresh store (and no wrong codes counted) for the next test
 
 
 def fresh(room):
-    return room_store.store().get(room.code)
+    return shared_store().get(room.code)
 
 
 def seated(found, room) -> bool:
@@ -37,7 +40,7 @@ def seated(found, room) -> bool:
 
 def test_a_reload_takes_the_same_seat(room):
     seat = rooms.new_seat()
-    assert room_types.valid_seat(seat) and not room_types.valid_seat("x") and not room_types.valid_seat(None)
+    assert valid_seat(seat) and not valid_seat("x") and not valid_seat(None)
     for _ in range(3):  # one student reloading three times
         assert seated(rooms.take_seat("k7qw 2mxp", seat), room)
     assert len(fresh(room).students) == 1
@@ -59,7 +62,7 @@ def test_a_seat_unseen_for_a_while_is_freed(room, monkeypatch):
     seats = [rooms.new_seat() for _ in range(3)]
     for seat in seats:
         rooms.take_seat(room.code, seat)
-    room_store.store().sit(room, seats[0], time.time() - 10, 3)  # that tab was last seen ten seconds ago
+    shared_store().sit(room, seats[0], time.time() - 10, 3)  # that tab was last seen ten seconds ago
     newcomer = rooms.new_seat()
     assert seated(rooms.take_seat(room.code, newcomer), room)
     assert seats[0] not in fresh(room).students and rooms.seats(room) == 3
@@ -71,7 +74,7 @@ def test_a_seat_unseen_for_a_while_is_freed(room, monkeypatch):
 def test_wrong_codes_are_rate_limited_per_session_and_never_per_address(room):
     """Issue 61 item 3: 300 tabs from one address trying random codes locked every student behind that address
     out. A session waits after its own wrong codes; a classmate's session joins at once."""
-    for _ in range(room_types.GUESSES["session"]):
+    for _ in range(GUESSES["session"]):
         assert isinstance(rooms.take_seat("ZZZZZZZZ", rooms.new_seat(), "one session"), str)
     refused = rooms.take_seat(room.code, rooms.new_seat(), "one session")
     assert isinstance(refused, str) and refused.startswith("Too many room codes")
@@ -81,8 +84,8 @@ def test_wrong_codes_are_rate_limited_per_session_and_never_per_address(room):
 
 
 def test_a_code_is_long_enough_that_guessing_it_is_infeasible():
-    codes, rooms_open = len(room_types.CODE_LETTERS) ** room_types.CODE_LENGTH, 10
-    guesses_a_minute = 50 * 60 * room_types.GUESSES["session"]  # a script opening 50 sessions a second
+    codes, rooms_open = len(CODE_LETTERS) ** CODE_LENGTH, 10
+    guesses_a_minute = 50 * 60 * GUESSES["session"]  # a script opening 50 sessions a second
     assert codes / rooms_open / 2 / guesses_a_minute / 60 / 24 / 365 > 5  # years, on average, to find one room
 
 

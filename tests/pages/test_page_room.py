@@ -11,7 +11,8 @@ from streamlit.testing.v1 import AppTest
 
 from kvviz.lessons import room_address
 from kvviz.lessons.prefill_decode.stage import stage_data
-from kvviz.ui import live_lessons, room_store, rooms
+from kvviz.rooms.store import shared_store
+from kvviz.ui import live_lessons, rooms
 
 from open_room import room_of
 from app_tests import ROOT, click, one_sentence, open_lesson
@@ -35,7 +36,7 @@ def teacher():
     click(at, "Next token")
     click(at, "Open a room for the class")
     yield at
-    store = room_store.store()
+    store = shared_store()
     for room in filter(None, map(store.get, store.codes())):
         rooms.close_room(room)
 
@@ -235,7 +236,7 @@ def test_a_server_with_a_teacher_key_opens_rooms_for_its_teachers_only(monkeypat
     click(at, "Prefill")
     at.text_input(key="room_teacher_key").set_value("a guess")
     click(at, "Open a room for the class")
-    assert rooms.teachers_room("prefill_decode") is None or not room_store.store().codes()
+    assert rooms.teachers_room("prefill_decode") is None or not shared_store().codes()
     assert any("teacher key" in e.value and one_sentence(e.value) for e in at.error), [e.value for e in at.error]
     assert at.session_state["lesson_run"] is not None  # the lesson goes on
     at.text_input(key="room_teacher_key").set_value("the staff room's key")

@@ -7,7 +7,8 @@ import json
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from kvviz.ui import room_store, rooms
+from kvviz.rooms.store import shared_store
+from kvviz.ui import rooms
 
 from open_room import room_of
 from app_tests import ROOT, click_cleanly, one_sentence, open_lesson
@@ -32,7 +33,7 @@ def numbers(at) -> dict[str, tuple[str, str]]:
 @pytest.fixture()
 def close_rooms():
     yield
-    store = room_store.store()
+    store = shared_store()
     for room in filter(None, map(store.get, store.codes())):
         rooms.close_room(room)
 

@@ -7,9 +7,10 @@ import json
 import pytest
 import redis
 
-from kvviz.ui import rooms, room_types
-from kvviz.ui.room_redis import RedisStore
-from kvviz.ui.room_store import MemoryStore
+from kvviz.rooms.redis_store import RedisStore
+from kvviz.rooms.store import MemoryStore
+from kvviz.rooms.types import Room, RoomQuestion
+from kvviz.ui import rooms
 
 from store_rooms import FileLesson, opened
 
@@ -51,7 +52,7 @@ def test_a_deleted_teacher_field_and_a_wrong_type_seats_key(redis_url):
 def test_a_bad_answer_is_dropped_and_the_others_kept(redis_url):
     store, raw = RedisStore(redis_url.url), redis.Redis.from_url(redis_url.url)
     room = opened(store, FileLesson())
-    assert store.ask(room, room_types.RoomQuestion("q", "How many blocks?", "blocks", 3)) == "asked"
+    assert store.ask(room, RoomQuestion("q", "How many blocks?", "blocks", 3)) == "asked"
     seat = rooms.new_seat()
     assert store.answer(room, "q", 7.0, seat) is None
     answers = f"kvviz:room:{room.code}:answers"
@@ -74,14 +75,13 @@ def test_a_room_the_server_lost_is_told_to_its_teacher_once(redis_url):
 @pytest.mark.parametrize("kind", ["memory", "redis"])
 def test_a_question_keeps_at_most_max_answers(redis_url, kind, monkeypatch):
     """1,010 join-answer-leave cycles gave 1,011 answers, and the teacher's file failed its own replay."""
-    monkeypatch.setattr(room_types, "MAX_ANSWERS", 5)
-    for module in ("kvviz.ui.room_store", "kvviz.ui.room_redis", "kvviz.ui.room_codec"):
+    for module in ("kvviz.rooms.types", "kvviz.rooms.store", "kvviz.rooms.redis_store", "kvviz.rooms.codec"):
         monkeypatch.setattr(f"{module}.MAX_ANSWERS", 5)
     store = MemoryStore() if kind == "memory" else RedisStore(redis_url.url)
-    room = opened(store, FileLesson()) if kind == "redis" else room_types.Room("K7QW2MXP", "t", None, "p", FileLesson())
+    room = opened(store, FileLesson()) if kind == "redis" else Room("K7QW2MXP", "t", None, "p", FileLesson())
     if kind == "memory":
         store.add(room, 10, 10)
-    store.ask(room, room_types.RoomQuestion("q", "How many blocks?", "blocks", 3))
+    store.ask(room, RoomQuestion("q", "How many blocks?", "blocks", 3))
     seats = [rooms.new_seat() for _ in range(6)]
     assert [store.answer(room, "q", 1.0, seat) for seat in seats] == [None] * 5 + ["full"]
     assert store.answer(room, "q", 2.0, seats[0]) is None  # a student already counted may change their answer

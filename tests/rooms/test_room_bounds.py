@@ -13,9 +13,9 @@ from kvviz.engine.sampling import SamplingParams
 from kvviz.lessons import registry, stepped
 from kvviz.lessons.prefill_decode.logic import Lesson, LessonSettings
 from kvviz.lessons.prefill_decode.state import LESSON
-from kvviz.ui import room_types
-from kvviz.ui.room_codec import MAX_FIELD_CHARS
-from kvviz.ui.room_redis import RedisStore
+from kvviz.rooms.codec import MAX_FIELD_CHARS
+from kvviz.rooms.redis_store import RedisStore
+from kvviz.rooms.types import Room
 
 CODE = "K7QW2MXP"
 
@@ -38,7 +38,7 @@ def test_a_lesson_past_what_a_room_carries_is_refused_in_a_sentence_and_leaves_n
                                                                                        monkeypatch):
     monkeypatch.setattr(stepped, "MAX_LESSON_BYTES", len(LESSON.room_file(lesson)) - 1)  # this lesson is 1 past it
     store = RedisStore(redis_url.url, lesson_files=registry.lesson_files)
-    room = room_types.Room(CODE, "teacher", None, "prefill_decode", lesson)
+    room = Room(CODE, "teacher", None, "prefill_decode", lesson)
     with pytest.raises(ValueError) as refused:
         store.add(room, 10, 10)
     said = str(refused.value)
@@ -50,7 +50,7 @@ def test_a_lesson_past_what_a_room_carries_is_refused_in_a_sentence_and_leaves_n
 def test_a_lesson_that_grows_past_it_closes_the_room_and_tells_its_teacher(redis_url, lesson, monkeypatch):
     monkeypatch.setattr(stepped, "MAX_LESSON_BYTES", len(LESSON.room_file(lesson)) + 100)  # fits now, not two steps on
     store = RedisStore(redis_url.url, lesson_files=registry.lesson_files)
-    room = room_types.Room(CODE, "teacher", None, "prefill_decode", lesson)
+    room = Room(CODE, "teacher", None, "prefill_decode", lesson)
     assert store.add(room, 10, 10) is None and rooms_counted(redis_url.url) == 1
     assert store.publish(room, 1, 1, time.time())
     lesson.next_token()
@@ -64,9 +64,9 @@ def test_a_lesson_that_grows_past_it_closes_the_room_and_tells_its_teacher(redis
 
 def test_a_step_past_a_fields_limit_closes_the_room_rather_than_leave_it_unreadable(redis_url, lesson):
     store = RedisStore(redis_url.url, lesson_files=registry.lesson_files)
-    room = room_types.Room(CODE, "teacher", None, "prefill_decode", lesson)
+    room = Room(CODE, "teacher", None, "prefill_decode", lesson)
     assert store.add(room, 10, 10) is None
-    room.payload = {"stage": "0" * MAX_FIELD_CHARS}  # no follower would read it (room_codec.decode_json)
+    room.payload = {"stage": "0" * MAX_FIELD_CHARS}  # no follower would read it (kvviz.rooms.codec.decode_json)
     assert not store.publish(room, 1, 1, time.time())
     assert store.get(CODE) is None and rooms_counted(redis_url.url) == 0
     assert "one step of this lesson is" in store.lost_room("teacher")
@@ -76,7 +76,7 @@ def test_a_room_on_a_page_no_lesson_follows_reads_as_gone(redis_url, lesson):
     """Issue 61 item 9: a room whose page was set to one no lesson has stopped its followers silently, while the
     teacher's panel went on counting them; it reads as gone (the follower is told the room closed)."""
     teacher, follower = (RedisStore(redis_url.url, lesson_files=registry.lesson_files) for _ in range(2))
-    room = room_types.Room(CODE, "teacher", None, "prefill_decode", lesson)
+    room = Room(CODE, "teacher", None, "prefill_decode", lesson)
     assert teacher.add(room, 10, 10) is None and follower.get(CODE) is not None
     redis.Redis.from_url(redis_url.url).hset(f"kvviz:room:{CODE}", "page", "no_such_page")
     assert follower.get(CODE) is None
@@ -86,13 +86,14 @@ def test_a_room_whose_teacher_left_is_freed_though_no_page_asks_for_rooms(monkey
     """Issue 61: rooms of closed pages freed within a minute. A room was swept only when some page asked for rooms;
     on another app process nobody did, and a closed teacher's room counted against KVVIZ_MAX_ROOMS for an hour.
     The process sweeps on its own every rooms.SWEEP_EVERY_S (20 s; a fifth of a second here)."""
-    from kvviz.ui import room_store, rooms
+    from kvviz.rooms.store import shared_store
+    from kvviz.ui import rooms
 
     monkeypatch.delenv("KVVIZ_ROOMS_URL", raising=False)
     monkeypatch.setattr(rooms, "SWEEP_EVERY_S", 0.2)
     lesson = type("Ended", (), {"records": [], "released": False})()  # a lesson object as live_lessons marks one
     room = rooms.open_room(lesson, "prefill_decode")
-    store = room_store.store()
+    store = shared_store()
     assert store.get(room.code) is not None
     lesson.released = True  # its teacher's page closed: kvviz.ui.live_lessons released the lesson
     deadline = time.time() + 30  # a sweeper another test started may be asleep for its 20 s
@@ -107,15 +108,15 @@ def test_a_process_whose_first_followers_arrive_together_makes_one_store_and_one
     CPU a follower a step). The stores' cache is filled once, under a lock, whoever asks first."""
     import threading
 
-    from kvviz.ui import room_store
+    import kvviz.rooms.store
 
-    room_store._chosen.pop(redis_url.url, None)
+    kvviz.rooms.store._chosen.pop(redis_url.url, None)
     before = {thread.ident for thread in threading.enumerate() if thread.name == "kvviz-rooms-listener"}
     start, made = threading.Barrier(24), []
 
     def first_page() -> None:
         start.wait()
-        made.append(room_store.store())
+        made.append(kvviz.rooms.store.shared_store())
 
     pages = [threading.Thread(target=first_page) for _ in range(24)]
     for page in pages:

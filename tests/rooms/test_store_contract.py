@@ -1,4 +1,4 @@
-"""Issue 53: both room stores keep one declared contract (kvviz.ui.room_types.RoomStore): every case here runs on
+"""Issue 53: both room stores keep one declared contract (kvviz.rooms.types.RoomStore): every case here runs on
 the memory store and on a Redis store (a real redis-server started by the test), with the same answers and the
 same types. `get` gives snapshots; changes go through the methods, which find the room by its code."""
 
@@ -6,10 +6,9 @@ import time
 
 import pytest
 
-from kvviz.ui import room_types
-from kvviz.ui.room_redis import RedisStore
-from kvviz.ui.room_store import MemoryStore
-from kvviz.ui.room_types import MAX_QUESTIONS, Room, RoomQuestion, RoomStore
+from kvviz.rooms.redis_store import RedisStore
+from kvviz.rooms.store import MemoryStore
+from kvviz.rooms.types import GUESS_WINDOW_S, MAX_QUESTIONS, Room, RoomQuestion, RoomStore
 from kvviz.ui.rooms import new_seat
 
 from redis_server import REDIS_SERVER, running_redis
@@ -133,7 +132,7 @@ def test_wrong_codes_are_counted_per_key_within_the_window(store):
     store.wrong_guess(keys, now)
     assert store.guessed_too_often(keys, limits, now)  # the session's two
     assert not store.guessed_too_often([("session", "s2"), ("address", "10.0.0.9")], limits, now)
-    assert not store.guessed_too_often(keys, limits, now + room_types.GUESS_WINDOW_S + 1)  # the window passed
+    assert not store.guessed_too_often(keys, limits, now + GUESS_WINDOW_S + 1)  # the window passed
 
 
 def test_the_sweep_closes_the_rooms_whose_teacher_left(store):

@@ -6,8 +6,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from kvviz.ui import room_types, rooms
-from kvviz.ui.room_redis import RedisStore
+from kvviz.rooms.types import CODE_LETTERS, Room
+from kvviz.ui import rooms
+from kvviz.rooms.redis_store import RedisStore
 
 PAGE = "store_test"  # a lesson page of this test's own, with the lesson file below
 
@@ -28,9 +29,9 @@ def lesson_files(page: str):
             lambda text: FileLesson(json.loads(text)["records"]))
 
 
-def opened(store: RedisStore, lesson, teacher: str = "teacher", client: str | None = None) -> room_types.Room:
+def opened(store: RedisStore, lesson, teacher: str = "teacher", client: str | None = None) -> Room:
     code = "K7QW2MXP"
-    room = room_types.Room(code, teacher, None, PAGE, lesson, client=client)
+    room = Room(code, teacher, None, PAGE, lesson, client=client)
     while store.add(room, 10, 10) == ("taken", 0):
-        room.code = "".join(ch for ch in rooms.new_seat().upper() if ch in room_types.CODE_LETTERS)[:8]
+        room.code = "".join(ch for ch in rooms.new_seat().upper() if ch in CODE_LETTERS)[:8]
     return room

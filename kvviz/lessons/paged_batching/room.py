@@ -10,7 +10,7 @@ import streamlit as st
 from kvviz.lessons import stepped
 from kvviz.lessons.paged_batching.logic import PagedLesson
 from kvviz.lessons.prefill_decode import predict
-from kvviz.ui.room_types import RoomQuestion
+from kvviz.rooms.types import RoomQuestion
 
 
 def follower(teacher: PagedLesson, step: int) -> PagedLesson:

@@ -9,7 +9,7 @@ import streamlit as st
 
 from kvviz.lessons.prefill_decode import predict
 from kvviz.lessons.prefill_decode.logic import Lesson
-from kvviz.ui.room_types import RoomQuestion
+from kvviz.rooms.types import RoomQuestion
 
 
 def follower(teacher: Lesson, step: int) -> Lesson:

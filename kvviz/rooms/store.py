@@ -1,13 +1,13 @@
 """Where rooms (kvviz.ui.rooms) keep their state: this process's memory, or a Redis server.
 
-    store = room_store.store()     # MemoryStore, or RedisStore when KVVIZ_ROOMS_URL=redis://HOST:PORT[/db]
+    store = shared_store(on_change)   # MemoryStore, or RedisStore when KVVIZ_ROOMS_URL=redis://HOST:PORT[/db]
 
-rooms.py decides (codes, sentences, bounds read from the environment); a store keeps what it
+kvviz.ui.rooms decides (codes, sentences, bounds read from the environment); a store keeps what it
 decided, and counts what must be counted atomically (rooms open, seats taken, wrong codes). Both
-stores implement kvviz.ui.room_types.RoomStore alike: `get` gives a snapshot of the room, and a
+stores implement kvviz.rooms.types.RoomStore alike: `get` gives a snapshot of the room, and a
 change goes through the store's methods, which take the room by its code and bring the snapshot
 they are given up to date. The memory store keeps this process's rooms; the Redis store's
-(kvviz.ui.room_redis) are shared by every app process serving a class. tests/rooms/
+(kvviz.rooms.redis_store) are shared by every app process serving a class. tests/rooms/
 test_store_contract.py runs the same cases on both.
 """
 
@@ -16,9 +16,9 @@ from __future__ import annotations
 import copy
 import os
 import threading
+from collections.abc import Callable
 
-from kvviz.ui import room_wake
-from kvviz.ui.room_types import GUESS_WINDOW_S, MAX_ANSWERS, MAX_QUESTIONS, LessonFiles, Room, RoomQuestion, RoomStore
+from kvviz.rooms.types import GUESS_WINDOW_S, MAX_ANSWERS, MAX_QUESTIONS, LessonFiles, Room, RoomQuestion, RoomStore
 
 URL_VARIABLE = "KVVIZ_ROOMS_URL"
 _chosen: dict = {}  # url ("" for memory) -> its store, made once per process
@@ -28,7 +28,7 @@ _lesson_files: list[LessonFiles] = []  # what app.py serves (serve_lesson_files)
 
 def serve_lesson_files(lesson_files: LessonFiles) -> None:
     """How each page's lesson is written to a file and read back, for rooms kept in Redis: app.py passes
-    kvviz.lessons.registry.lesson_files (the UI imports no lesson)."""
+    kvviz.lessons.registry.lesson_files (the rooms import no lesson)."""
     _lesson_files[:] = [lesson_files]
 
 
@@ -37,17 +37,18 @@ def lesson_files(page: str):
     return _lesson_files[0](page) if _lesson_files else None
 
 
-def store() -> RoomStore:
-    """The rooms' store for KVVIZ_ROOMS_URL as it is now (memory when unset). A Redis store's listener hears
-    other processes' changes and wakes this process's followers (kvviz.ui.room_wake.changed)."""
+def shared_store(on_change: Callable[[str, bool], object] | None = None) -> RoomStore:
+    """This process's rooms' store for KVVIZ_ROOMS_URL as it is now (memory when unset). A Redis store's listener
+    calls on_change(code, full) when another process changed a room: kvviz.ui.rooms passes room_wake.changed, which
+    wakes this process's followers. The first call for a URL makes its store, with that call's on_change."""
     url = os.environ.get(URL_VARIABLE, "").strip()
     with _choosing:  # one store, so one listener: a process whose first 30 followers arrived together made 30,
         # each waking every follower at each of the teacher's steps (55-128 ms of CPU a follower a step, issue 62)
         if url not in _chosen:
             if url:
-                from kvviz.ui.room_redis import RedisStore  # the redis client only where a server is named
+                from kvviz.rooms.redis_store import RedisStore  # the redis client only where a server is named
 
-                _chosen[url] = RedisStore(url, on_change=room_wake.changed, lesson_files=lesson_files)
+                _chosen[url] = RedisStore(url, on_change=on_change, lesson_files=lesson_files)
             else:
                 _chosen[url] = MemoryStore()
         return _chosen[url]

@@ -1,7 +1,7 @@
-"""What a room is (kvviz.ui.rooms): its data, its bounds, and the checks on what a student's link carries.
-
-Below kvviz.ui.rooms and the stores that keep rooms (kvviz.ui.room_store in this process, kvviz.ui.room_redis
-in a Redis server shared by several processes), which all read these names from here.
+"""What a room is: its data, its bounds, the checks on what a student's link carries, and RoomStore, the
+interface of the stores that keep rooms (kvviz.rooms.store in this process, kvviz.rooms.redis_store in a Redis
+server shared by several processes). Those stores, kvviz.ui.rooms and the lessons' room parts read these names
+from here.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ GUESSES = {"session": 5}  # wrong codes a session may try in GUESS_WINDOW_S seco
 # right code for a full room is no wrong code.
 GUESS_WINDOW_S = 60.0
 # page -> (export: lesson -> file text, read: file text -> replay), or None for a page whose lessons a room kept
-# in Redis cannot carry: a room there carries its lesson as that file (kvviz.ui.room_redis)
+# in Redis cannot carry: a room there carries its lesson as that file (kvviz.rooms.redis_store)
 LessonFiles = Callable[[str], "tuple[Callable, Callable] | None"]
 
 
@@ -104,12 +104,12 @@ def valid_seat(token) -> bool:
 def lesson_token(lesson) -> str:
     """A name for one teacher's lesson while it lives, the same on every process: a payload says which
     lesson its steps belong to. The teacher's process names the object; a replay rebuilt on another
-    process from the lesson's file carries the teacher's name as `room_token` (kvviz.ui.room_redis)."""
+    process from the lesson's file carries the teacher's name as `room_token` (kvviz.rooms.redis_store)."""
     return getattr(lesson, "room_token", None) or f"{id(lesson):x}"
 
 
 class RoomStore(Protocol):
-    """Where rooms are kept (kvviz.ui.room_store.MemoryStore, kvviz.ui.room_redis.RedisStore): the same methods,
+    """Where rooms are kept (kvviz.rooms.store.MemoryStore, kvviz.rooms.redis_store.RedisStore): the same methods,
     the same answers. `get` and `teachers` give snapshots a page may read and change freely; a change goes
     through a method, which finds the room by its code and brings the snapshot it was given up to date.
     A room gone meanwhile: False, None, 0, [] or "gone", never an exception. tests/rooms/test_store_contract.py

@@ -1,4 +1,4 @@
-"""Rooms kept in a real redis-server (kvviz.ui.room_redis): two RedisStores stand for two app processes
+"""Rooms kept in a real redis-server (kvviz.rooms.redis_store): two RedisStores stand for two app processes
 (each has its own teachers, its own replays and its own listener), so what one process does the other
 must read from Redis alone."""
 
@@ -11,8 +11,10 @@ import streamlit as st
 
 from kvviz.lessons import registry
 from kvviz.lessons.catalog import LECTURE
-from kvviz.ui import room_store, room_types, room_wake, rooms
-from kvviz.ui.room_redis import RedisStore
+from kvviz.rooms.redis_store import RedisStore
+from kvviz.rooms.store import serve_lesson_files, shared_store
+from kvviz.rooms.types import GUESSES, Room, RoomQuestion, lesson_token
+from kvviz.ui import room_wake, rooms
 
 from store_rooms import PAGE, FileLesson, lesson_files, opened
 
@@ -27,7 +29,7 @@ def wait_for(condition, timeout: float = 5.0) -> bool:
 
 
 def test_a_room_opened_on_one_process_is_followed_on_another(redis_url, monkeypatch):
-    calls = []  # what each process's listener passed on (room_store passes room_wake.changed), which still runs
+    calls = []  # what each process's listener passed on (kvviz.ui.rooms passes room_wake.changed), which still runs
     heard = lambda code, full=False: calls.append((code, full)) or room_wake.changed(code, full)  # noqa: E731
     a, b = (RedisStore(redis_url.url, on_change=heard, lesson_files=lesson_files),
             RedisStore(redis_url.url, on_change=heard, lesson_files=lesson_files))
@@ -47,7 +49,7 @@ def test_a_room_opened_on_one_process_is_followed_on_another(redis_url, monkeypa
     again = b.get(room.code)
     assert again.step == 1 and again.lesson.records == [{"step": 0}, {"step": 1}]
     assert (room.code, True) not in calls  # the grown lesson is the step's news: b's stages redraw, not pages
-    assert room_types.lesson_token(again.lesson) == room_types.lesson_token(lesson)  # the payloads' name fits
+    assert lesson_token(again.lesson) == lesson_token(lesson)  # the payloads' name fits
     assert not a.publish(room, 1, 0, time.time())  # the same step again: nothing moved
     a.remove(room)
     assert wait_for(lambda: (room.code, True) in calls) and b.get(room.code) is None
@@ -56,8 +58,8 @@ def test_a_room_opened_on_one_process_is_followed_on_another(redis_url, monkeypa
 def test_questions_and_answers_cross_processes(redis_url):
     a, b = RedisStore(redis_url.url, lesson_files=lesson_files), RedisStore(redis_url.url, lesson_files=lesson_files)
     room = opened(a, FileLesson([{}]))
-    assert a.ask(room, room_types.RoomQuestion("q", "How many blocks?", "blocks", 3)) == "asked"
-    assert a.ask(room, room_types.RoomQuestion("q", "again", "blocks", 3)) == "known"
+    assert a.ask(room, RoomQuestion("q", "How many blocks?", "blocks", 3)) == "asked"
+    assert a.ask(room, RoomQuestion("q", "again", "blocks", 3)) == "known"
     student = b.get(room.code)
     seat = rooms.new_seat()
     assert student.open_question.text == "How many blocks?"
@@ -76,11 +78,11 @@ def test_questions_and_answers_cross_processes(redis_url):
 def test_bounds_hold_across_processes(redis_url, monkeypatch):
     a, b = RedisStore(redis_url.url, lesson_files=lesson_files), RedisStore(redis_url.url, lesson_files=lesson_files)
     first = opened(a, FileLesson([{}]), client="10.0.0.9")
-    room = room_types.Room("ABCDEF", "t2", None, PAGE, FileLesson([{}]), client="10.0.0.9")
+    room = Room("ABCDEF", "t2", None, PAGE, FileLesson([{}]), client="10.0.0.9")
     assert b.add(room, 10, 1) == ("KVVIZ_ROOMS_PER_CLIENT", 1)  # the address opened one on the other process
     room.client = "10.0.0.10"
     assert b.add(room, 2, 1) is None
-    assert a.add(room_types.Room("GHJKLM", "t3", None, PAGE, FileLesson([{}])), 2, 1) == ("KVVIZ_MAX_ROOMS", 2)
+    assert a.add(Room("GHJKLM", "t3", None, PAGE, FileLesson([{}])), 2, 1) == ("KVVIZ_MAX_ROOMS", 2)
     monkeypatch.setenv("KVVIZ_SEAT_IDLE_S", "5")
     seats = [rooms.new_seat() for _ in range(3)]
     assert a.sit(first, seats[0], time.time() - 10, 2) and b.sit(first, seats[1], time.time(), 2)
@@ -96,11 +98,11 @@ def test_wrong_codes_count_across_processes_and_codes_are_never_listed(redis_url
     room = opened(a, FileLesson([{}]), client="10.0.0.9")
     keys = [("session", "s1")]
     for store in (a, b, a, b, a):
-        assert not store.guessed_too_often(keys, room_types.GUESSES, time.time())
+        assert not store.guessed_too_often(keys, GUESSES, time.time())
         store.wrong_guess(keys, time.time())
-    assert a.guessed_too_often(keys, room_types.GUESSES, time.time())  # five wrong codes, on two processes
-    assert b.guessed_too_often(keys, room_types.GUESSES, time.time())
-    assert not b.guessed_too_often([("session", "s2")], room_types.GUESSES, time.time())  # another session: its own
+    assert a.guessed_too_often(keys, GUESSES, time.time())  # five wrong codes, on two processes
+    assert b.guessed_too_often(keys, GUESSES, time.time())
+    assert not b.guessed_too_often([("session", "s2")], GUESSES, time.time())  # another session: its own
     server = redis.Redis.from_url(redis_url.url, decode_responses=True)
     for sent in ("*", "K*", "ABC:DE", room.code + ":seats", "kvviz:rooms", "\\x00", room.code.lower() + "X"):
         assert b.get(sent) is None  # only the code's eight letters name a room
@@ -111,9 +113,9 @@ def test_wrong_codes_count_across_processes_and_codes_are_never_listed(redis_url
 
 
 def test_the_rooms_functions_use_redis_when_the_variable_names_it(redis_url):
-    room_store.serve_lesson_files(lesson_files)  # as app.py serves the lessons' own
+    serve_lesson_files(lesson_files)  # as app.py serves the lessons' own
     st.session_state[rooms.SESSION_KEY] = "a teacher's tab"
-    assert isinstance(room_store.store(), RedisStore)
+    assert isinstance(shared_store(), RedisStore)
     room = rooms.open_room(FileLesson([{}]), PAGE, "10.0.0.20")
     assert rooms.teachers_room(PAGE).code == room.code and rooms.find(room.code.lower()).page == PAGE
     seat = rooms.new_seat()
@@ -133,7 +135,7 @@ def test_a_server_that_went_away_answers_no_room_in_bounded_time(redis_url):
     start = time.time()
     assert a.get(room.code) is None and not a.sit(room, rooms.new_seat(), time.time(), 60)
     assert not a.publish(room, 1, 0, time.time()) and a.teachers("teacher") == []
-    assert a.add(room_types.Room("ABCDEF", "t", None, PAGE, FileLesson([{}])), 10, 10) == ("down", 0)
+    assert a.add(Room("ABCDEF", "t", None, PAGE, FileLesson([{}])), 10, 10) == ("down", 0)
     assert time.time() - start < 3.0
     assert a.down() == (f"The class room server at {redis_url.url.split('//')[1].join(['redis://', ''])} does "
                         "not answer; the lesson goes on without a room.")

@@ -1,4 +1,4 @@
-"""What a room keeps in Redis, read back with checks (kvviz.ui.room_redis): a key another program wrote,
+"""What a room keeps in Redis, read back with checks (kvviz.rooms.redis_store): a key another program wrote,
 a server restored from an old dump or a hand-typed HSET must never become a traceback on every page.
 
     questions = decode_questions(fields["questions"])      # raises RoomDataError
@@ -15,7 +15,7 @@ import json
 import logging
 import math
 
-from kvviz.ui.room_types import MAX_ANSWER, MAX_ANSWERS, MAX_QUESTIONS, RoomQuestion
+from kvviz.rooms.types import MAX_ANSWER, MAX_ANSWERS, MAX_QUESTIONS, RoomQuestion
 
 log = logging.getLogger(__name__)
 MAX_FIELD_CHARS = 1_000_000  # a room's questions or payload, as JSON: 50 questions are a few KB

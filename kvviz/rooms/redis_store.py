@@ -17,9 +17,10 @@ bounds hold across processes.
 
 The teacher's lesson cannot cross processes as an object: the teacher's process writes its file
 when the lesson is new or has grown, and a follower's process rebuilds a replay from it, once per
-(code, lesson_version). One thread per process listens on kvviz:room:*:changed and wakes the
-followers here (kvviz.ui.room_wake). A server that does not answer (1 s timeouts) makes every call
-answer "no room" for RETRY_S seconds, and `down()` gives the pages their one sentence.
+(code, lesson_version). One thread per process listens on kvviz:room:*:changed and calls the store's
+on_change, which wakes the followers here (kvviz.ui.rooms gives it kvviz.ui.room_wake.changed). A server
+that does not answer (1 s timeouts) makes every call answer "no room" for RETRY_S seconds, and `down()`
+gives the pages their one sentence.
 """
 
 from __future__ import annotations
@@ -38,9 +39,9 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from kvviz.ui.room_codec import MAX_FIELD_CHARS, RoomDataError, add_answers, answer_key, decode_payload, \
+from kvviz.rooms.codec import MAX_FIELD_CHARS, RoomDataError, add_answers, answer_key, decode_payload, \
     decode_questions, room_number, room_text
-from kvviz.ui.room_types import CODE_LENGTH, CODE_LETTERS, GUESS_WINDOW_S, MAX_ANSWERS, MAX_QUESTIONS, LessonFiles, \
+from kvviz.rooms.types import CODE_LENGTH, CODE_LETTERS, GUESS_WINDOW_S, MAX_ANSWERS, MAX_QUESTIONS, LessonFiles, \
     Room, RoomQuestion, lesson_token, setting, valid_seat
 
 log = logging.getLogger(__name__)
@@ -168,13 +169,13 @@ def answering(default):
 
 
 class RedisStore:
-    """The rooms of every app process pointed at one Redis (kvviz.ui.room_store's methods)."""
+    """The rooms of every app process pointed at one Redis (kvviz.rooms.types.RoomStore's methods)."""
 
     def __init__(self, url: str, on_change: Callable[[str, bool], object] | None = None,
                  lesson_files: LessonFiles | None = None):
-        """on_change(code, full): another process changed room `code` (kvviz.ui.room_store passes
+        """on_change(code, full): another process changed room `code` (kvviz.ui.rooms passes
         kvviz.ui.room_wake.changed, which wakes this process's followers of it). lesson_files(page): how a
-        page's lesson is written to its file and read back (kvviz.ui.room_store passes the lessons' own,
+        page's lesson is written to its file and read back (kvviz.rooms.store passes the lessons' own,
         kvviz.lessons.registry.lesson_files); without it a room carries no lesson."""
         self.url, self.on_change = url, on_change
         self.lesson_files: LessonFiles = lesson_files or (lambda page: None)
@@ -291,7 +292,7 @@ class RedisStore:
             return None
 
     def decode(self, code: str, fields: dict, seats: list, answers: dict) -> Room:
-        """A Room from its Redis keys, every field checked (kvviz.ui.room_codec); raises RoomDataError."""
+        """A Room from its Redis keys, every field checked (kvviz.rooms.codec); raises RoomDataError."""
         questions = decode_questions(fields.get("questions"))
         add_answers(questions, answers)
         page = room_text(fields, "page")
