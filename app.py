@@ -20,6 +20,7 @@ from kvviz.lessons import catalog, navigation, registry, room_student  # noqa: E
 from kvviz.rooms.store import serve_lesson_files  # noqa: E402
 from kvviz.ui.common import keep_settings, model_from_link, model_sidebar  # noqa: E402
 from kvviz.ui.presenter import ACCESSIBLE_CSS, BUSY_CSS, presenter_mode  # noqa: E402
+from kvviz.ui.skip_link import skip_link  # noqa: E402
 
 # a bundled icon: a :material/...: page icon makes the browser fetch it from a font host
 st.set_page_config(page_title="kvviz · the KV cache, live", layout="wide",
@@ -28,9 +29,11 @@ st.set_page_config(page_title="kvviz · the KV cache, live", layout="wide",
 # a projector's height is short; a metric's figure scales with the window, so at 1280 px a value in a third of the
 # results column still shows its unit instead of an ellipsis (presenter mode sets its own size)
 st.html("<style>[data-testid='stMainBlockContainer'] {padding-top: 2.5rem;} "
-        "[data-testid='stMetricValue'] {font-size: clamp(1.5rem, 2.2vw, 2.25rem);}</style>")
+        "[data-testid='stMetricValue'] {font-size: clamp(1.5rem, 2.2vw, 2.25rem);} "
+        ".st-key-skip_link {display: none;}</style>")  # its script runs; its place takes no room
 st.html(ACCESSIBLE_CSS)
 st.html(BUSY_CSS)
+skip_link()  # the keyboard's first stop: past the sidebar to the lesson's controls
 serve_lesson_files(registry.lesson_files)  # a room kept in Redis carries its lesson as a file
 page = st.navigation(navigation.pages())
 room_student.follow_link_elsewhere(page.url_path or catalog.LECTURE[0].key)  # a room link on a page without rooms

@@ -64,11 +64,13 @@ def prompt_and_settings() -> None:
 if room is not None:  # a student: the teacher moves the lesson
     room_student.student_bar(LESSON, room)
 elif lesson is None:
-    prompt_and_settings()
-    buttons = st.columns([1.5, 1, 1.5, 1, 2.5], vertical_alignment="bottom")
+    with st.container(key="lesson_controls"):  # where the skip link lands (kvviz.ui.skip_link)
+        prompt_and_settings()
+        buttons = st.columns([1.5, 1, 1.5, 1, 2.5], vertical_alignment="bottom")
     buttons[0].button("Next token", width="stretch", shortcut="Right", disabled=True)
 else:  # one toolbar row: the stage below gets the screen
-    buttons = st.columns([1.5, 1, 1.5, 1, 2.5], vertical_alignment="bottom")  # "Next token" fits in presenter type
+    with st.container(key="lesson_controls"):
+        buttons = st.columns([1.5, 1, 1.5, 1, 2.5], vertical_alignment="bottom")  # "Next token" fits in presenter
     buttons[0].button("Next token", on_click=stepped.step, args=(LESSON,), width="stretch", shortcut="Right",
                       disabled=lesson.finished)
 if room is None:

@@ -34,9 +34,9 @@ ROOMS = tuple(lesson for lesson in STEPPED if lesson.room is not None)  # the le
 ROOM_KEYS: Keys = room_view.KEYS  # the room a session follows or teaches, on any lesson's page
 ROOM_PREFIX = "room_"  # every one of them starts with it
 # keys of the app itself, which stay when another model loads: the model picker, presenter mode,
-# whether each "Show the code" is open (kvviz.ui.common.code_key) and the home page's lecture pack (its pages
-# name the model they were recorded on)
-APP_PREFIXES = ("model_", "presenter", "show_code:", "home_")
+# whether each "Show the code" is open (kvviz.ui.common.code_key), the home page's lecture pack (its pages
+# name the model they were recorded on) and the skip link (kvviz.ui.skip_link)
+APP_PREFIXES = ("model_", "presenter", "show_code:", "home_", "skip_link")
 
 
 def lesson_files(page: str):

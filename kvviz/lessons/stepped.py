@@ -313,7 +313,8 @@ def toolbar(lesson: Stepped, run, room, settings: Callable[[], None], settings_l
     prefix = lesson.keys.prefix
     if run is None:
         settings()
-        buttons = st.columns(4)
+        with st.container(key="lesson_controls"):  # where the skip link lands (kvviz.ui.skip_link)
+            buttons = st.columns(4)
         buttons[0].button("Start", type="primary", on_click=start, args=(lesson,), width="stretch",
                           key=prefix + "start")
         buttons[1].button("Step", width="stretch", key=prefix + "step", disabled=True)
@@ -322,7 +323,8 @@ def toolbar(lesson: Stepped, run, room, settings: Callable[[], None], settings_l
         room_student.student_bar(lesson, room)
         return
     else:  # one toolbar row: the stage below gets the screen
-        buttons = st.columns([1, 1.5, 1, 2.3], vertical_alignment="bottom")
+        with st.container(key="lesson_controls"):
+            buttons = st.columns([1, 1.5, 1, 2.3], vertical_alignment="bottom")
         buttons[0].button("Step", on_click=step, args=(lesson,), width="stretch", key=prefix + "step",
                           disabled=not can_step)
         buttons[1].button("Run to the end", on_click=request_run_to_end, args=(lesson,), width="stretch",
