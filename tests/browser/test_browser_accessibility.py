@@ -8,7 +8,7 @@ import pytest
 from kvviz.lessons.catalog import LECTURE
 
 from axe_audit import violations
-from chromium import browser_page, stage_caption, wait_drawn
+from chromium import browser_page, run_finished, stage_caption, wait_drawn
 from lesson_steps import url_of
 
 
@@ -83,6 +83,9 @@ def test_the_keyboard_goes_through_every_token_and_block_of_the_stage(app_url):
         prefilled(page, app_url)
         stage = page.locator(".kvviz-stage").first
         stage.wait_for()
+        run_finished(page)  # the run that drew the stage has ended: no redraw lets go of the pinned part midway
+        page.wait_for_timeout(500)  # the stage's report of its first step (350 ms after drawing) and its rerun
+        run_finished(page)
         stage.focus()
         readout = page.locator("[data-testid='stage-readout']").first
         idle = readout.inner_text()
