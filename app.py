@@ -17,6 +17,8 @@ from kvviz.ui import fair_share
 fair_share.install()  # first of all: each tab's reruns paced, a flooding tab closed, even while the rest imports
 
 from kvviz.lessons import catalog, navigation, registry, room_student  # noqa: E402
+from kvviz.lessons.stepped import serve_web_pages  # noqa: E402
+from kvviz.page.build import page_or_refusal  # noqa: E402
 from kvviz.rooms.store import serve_lesson_files  # noqa: E402
 from kvviz.ui.common import keep_settings, model_from_link, model_sidebar  # noqa: E402
 from kvviz.ui.presenter import ACCESSIBLE_CSS, BUSY_CSS, presenter_mode  # noqa: E402
@@ -35,6 +37,7 @@ st.html(ACCESSIBLE_CSS)
 st.html(BUSY_CSS)
 skip_link()  # the keyboard's first stop: past the sidebar to the lesson's controls
 serve_lesson_files(registry.lesson_files)  # a room kept in Redis carries its lesson as a file
+serve_web_pages(page_or_refusal)  # each stepped lesson's Download as a web page
 page = st.navigation(navigation.pages())
 room_student.follow_link_elsewhere(page.url_path or catalog.LECTURE[0].key)  # a room link on a page without rooms
 keep_settings(registry.kept_settings())

@@ -26,7 +26,6 @@ from kvviz.lessons.files import MAX_LESSON_BYTES, LessonFileError
 from kvviz.lessons.room_address import room_address
 from kvviz.lessons.room_view import RoomPart
 from kvviz.lessons.uploads import file_buttons
-from kvviz.page.build import page_or_refusal
 from kvviz.rooms.types import Room
 from kvviz.ui import live_lessons, rooms
 from kvviz.ui.common import bound_export, drop, show_file_settings
@@ -271,15 +270,25 @@ def exporter(lesson: Stepped):
     return bound_export(run, lesson.keys.view, lesson.export)
 
 
+_web_page: list = []  # kvviz.page.build.page_or_refusal, which app.py serves: kvviz.page imports the lessons
+
+
+def serve_web_pages(make) -> None:
+    """How a lesson file becomes one web page, make(lesson, file, link, tokenizer) (app.py passes
+    kvviz.page.build.page_or_refusal; the lessons import no page builder)."""
+    _web_page[:] = [make]
+
+
 def web_page_maker(lesson: Stepped):
-    """Download as a web page's function (None before a run), bound as the page draws, as the export's is: the
-    lesson file of the run on screen made into one page (kvviz.page), or a page saying why it cannot be."""
+    """Download as a web page's function (None before a run, or where no page builder is served), bound as the
+    page draws, as the export's is: the lesson file of the run on screen made into one page, or a page saying why
+    it cannot be."""
     export = exporter(lesson)
-    if export is None:
+    if export is None or not _web_page:
         return None
     link = f"{room_address(lesson.page)[0]}/{lesson.page}"  # this server, as a student's device reaches it
     tokenizer = getattr(current(lesson), "tokenizer", None)
-    return lambda: page_or_refusal(lesson, export(), link, tokenizer)
+    return lambda: _web_page[0](lesson, export(), link, tokenizer)
 
 
 def reset_run(lesson: Stepped) -> None:

@@ -19,15 +19,20 @@ const stageRoot = shadow.querySelector(".kvviz-stage");
 let presenter = false;
 let player = null; // Play's timer, while it plays
 
+let shownByPage = 0; // the step this page last asked the stage to show
+
 function show(step) {
+  shownByPage = Math.max(0, Math.min(last, step));
   mountStage({ name: "kvviz.stage", key: "page", data: { ...lesson.stage, step: Math.max(0, Math.min(last, step)), presenter },
                parentElement: shadow, setStateValue: movedByHand, setTriggerValue: () => {} });
 }
 function shownStep() {
   return Number(stageRoot.dataset.step || 0);
 }
-function movedByHand(name) { // the stage's report of a step the learner took in it (its ◀ ▶, its arrow keys)
-  if (name === "step") pause();
+function movedByHand(name, step) { // the stage's report of a step the learner took in it (its ◀ ▶, its arrow keys)
+  // a report lands 350 ms after the step it names: one that names the step this page showed since (Play's restart
+  // from the end) is the page's own, and must not pause the Play that followed it
+  if (name === "step" && step !== shownByPage) pause();
 }
 
 // ---- the page's controls follow the step the stage shows ---------------------------------------------
