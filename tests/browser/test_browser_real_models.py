@@ -26,7 +26,8 @@ HEIGHT = 720
 # what the class must see, each a locator's CSS: the first match of each must lie within the first screen
 PARTS = {"step bar": ".kvviz-stage .bar", "tokens": "[data-testid='stage-chips']",
          "cache": "[data-testid='stage-cache']", "block table": "[data-testid^='stage-block-table']",
-         "pool": "[data-testid^='stage-pool']", "bill": "[data-testid='stage-bill']"}
+         "pool": "[data-testid^='stage-pool']", "bill": "[data-testid='stage-bill']",
+         "step's note": "[data-testid='stage-under']"}
 
 
 def fetched(name: str):
@@ -34,12 +35,12 @@ def fetched(name: str):
                               reason=f"{name} is not fetched here; run `kvviz fetch {name}`")
 
 
-def off_screen(page) -> dict:
+def off_screen(page, height: int = HEIGHT) -> dict:
     """The stage's parts that do not lie whole within the first screen, with where they end."""
     far = {}
     for name, css in PARTS.items():
         for box in [page.locator(css).nth(i).bounding_box() for i in range(page.locator(css).count())]:
-            if box is None or box["y"] < 0 or box["y"] + box["height"] > HEIGHT + 0.5:
+            if box is None or box["y"] < 0 or box["y"] + box["height"] > height + 0.5:
                 far[name] = None if box is None else round(box["y"] + box["height"])
     return far
 
@@ -94,6 +95,19 @@ def test_smollm2_fills_one_projector_screen_to_the_lessons_end(app_url):
         page.screenshot(path=str(SCREENSHOTS / "stage_end_smollm2_presenter_1280x720.png"))
     assert not any(far.values()), f"past the first screen: {far}"
     assert not found, f"axe: {found}"
+
+
+@fetched("smollm2")
+def test_smollm2s_last_step_fits_a_1366x768_projector_with_its_note(app_url):
+    """At 1366 px the band's heads and layers wrap onto a second line: the step's note, drawn under the cache, ended
+    at y=774 on a 768 px screen; it now sits under the bill, in the column beside the cache."""
+    with browser_page(1366, 768) as page:
+        prefilled(page, f"{app_url}/prefill_decode?model=smollm2&presenter=1")
+        while next_token(page):
+            pass
+        still(page)
+        expect(page.locator("[data-testid='stage-under']")).to_contain_text("went back to the pool")
+        assert not off_screen(page, 768), off_screen(page, 768)
 
 
 @fetched("gemma3")

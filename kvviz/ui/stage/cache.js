@@ -284,9 +284,11 @@ function drawCache(ctx) {
   } else {
     html("span", { class: "formula" }, bill, `${step.num_tokens} tokens × ${d.per_token_formula} = ${formatBytes(b.formula_bytes)}`);
   }
-  // what a hover explains, and the step's note, under the cache on the left (a phone: under the bill): the column
-  // beside it is the taller, with two tables and two pools
-  const under = narrow ? bill : html("div", { class: "bill under", "data-testid": "stage-under" }, main);
+  // what a hover explains, and the step's note: under the bill in the column beside the cache, which has room to
+  // spare with one table and one pool (below the cache, a band that wraps its heads and layers at 1366 px pushed
+  // them off a 768 px screen); under the cache with two tables and two pools, whose column is the taller; on a
+  // phone, under the bill
+  const under = narrow ? bill : html("div", { class: "bill under", "data-testid": "stage-under" }, grouped ? main : side);
   ctx.readoutIn(under);
   if (b.note) html("div", { class: "note" }, under, b.note);
 
