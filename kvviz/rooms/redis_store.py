@@ -118,6 +118,8 @@ def heard(message) -> tuple[str, bool, str] | None:
     """A change message from Redis as (room code, whether the whole page changed, the process that told), or None
     for anything else: a channel that names no room, data that is not JSON kvviz wrote, or not an object."""
     channel, data = message.get("channel"), message.get("data")
+    if isinstance(channel, bytes):  # the listener reads bytes: no message can fail in redis-py's own decoding
+        channel = channel.decode("utf-8", "replace")
     parts = channel.split(":") if isinstance(channel, str) else []
     if len(parts) != 4 or not valid_code(parts[2]) or not isinstance(data, (str, bytes)) or len(data) > 1000:
         return None
@@ -213,11 +215,15 @@ class RedisStore:
     def listen(self) -> None:
         """This process's one subscriber: another process's change wakes the followers here. Whatever a message
         holds, the listener goes on (one PUBLISH of `5` once stopped it in every app process for good); when the
-        server goes away its subscription is closed before a new one is made (each retry once leaked one)."""
+        server goes away its subscription is closed before a new one is made (each retry once leaked one). It reads
+        bytes, which heard() decodes: with redis-py decoding them, a message that is no UTF-8 raised there and stopped
+        the listener."""
+        undecoded = redis.Redis.from_url(self.url, socket_timeout=TIMEOUT_S, socket_connect_timeout=TIMEOUT_S,
+                                         retry=Retry(NoBackoff(), 1))
         while True:
             pubsub = None
             try:
-                pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
+                pubsub = undecoded.pubsub(ignore_subscribe_messages=True)
                 pubsub.psubscribe(room_key("*", "changed"))
                 while True:
                     message = pubsub.get_message(timeout=1.0)

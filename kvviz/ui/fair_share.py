@@ -13,7 +13,10 @@ newer request replaces it (a browser's request carries every widget's value, so 
 except that a click (a trigger: a button, a chat message) is kept, in order, up to MOST_WAITING. A
 teacher clicking, a slider dragged, Play at its fastest (4 steps a second) and a room's beats stay
 inside the bucket; a flood waits in it, costing the server one timer. A tab that sends FLOOD_MESSAGES in one
-second (no browser does; a script does) is closed: each message costs the event loop every tab shares.
+second (no browser does; a script does) is closed: each message costs the event loop every tab shares. A JSON value
+that Python cannot read (a component's report: a script's 5,000-digit number, text that is not JSON) is dropped from
+the request where it enters: Streamlit parses it again on every later run, and one such value left every click of
+its tab failing (issue 61).
 
 Streamlit's session object is reached through kvviz.ui.streamlit_door, the one door to its internals.
 """
@@ -21,6 +24,7 @@ Streamlit's session object is reached through kvviz.ui.streamlit_door, the one d
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import threading
 import time
@@ -121,8 +125,29 @@ def admits(app_session) -> bool:
     return False
 
 
+def readable_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except (ValueError, RecursionError):  # not JSON, past 4,300 digits, nested past the stack
+        return False
+    return True
+
+
+def readable(client_state):
+    """`client_state` without the JSON widget values Python cannot read; the widget keeps the value it had."""
+    if client_state is None:
+        return None
+    widgets = client_state.widget_states.widgets
+    for index in reversed(range(len(widgets))):
+        kind = widgets[index].WhichOneof("value")
+        if kind in ("json_value", "json_trigger_value") and not readable_json(getattr(widgets[index], kind)):
+            del widgets[index]
+    return client_state
+
+
 def paced(app_session, client_state, run) -> None:
     """On the server's event loop: run `run(client_state)` now, or once this session's bucket allows."""
+    client_state = readable(client_state)
     pacer = pacer_of(app_session.id)
     if pacer.waiting:  # already waiting: this request joins the queue, merged
         pacer.waiting = keep_waiting(pacer.waiting, client_state)

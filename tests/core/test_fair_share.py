@@ -95,3 +95,21 @@ def test_a_flooding_tab_is_closed_and_a_polite_one_is_answered():
         code, sent, answered = thread.submit(asyncio.run, scenario(url)).result()
     assert code == 1008, f"the flooding tab was not closed after {sent:,} requests"  # a policy violation
     assert answered
+
+
+def test_a_json_value_python_cannot_read_never_reaches_the_session():
+    """Issue 61 item 10: the stage's report is parsed by Streamlit itself on every later run of its session, before
+    kvviz.ui.stage.reported_step sees it. A 5,000-digit step (past Python's 4,300-digit limit), text that is not JSON
+    or 100,000 nested brackets raised there, and every later click of that tab showed an error box
+    (scripts/probe_hostile.py r10). Such a value is dropped where the request enters; the widget keeps its own."""
+    state = ClientState()
+    for number, text in enumerate(['{"step": ' + "9" * 5000 + "}", "not json", "[" * 100_000, '{"step": 3}']):
+        widget = state.widget_states.widgets.add(id=f"stage {number}")
+        widget.json_value = text
+    clicked = state.widget_states.widgets.add(id="events")
+    clicked.json_trigger_value = "9" * 5000
+    state.widget_states.widgets.add(id="a button", trigger_value=True)
+    kept = fair_share.readable(state)
+    assert [(w.id, w.WhichOneof("value")) for w in kept.widget_states.widgets] == [
+        ("stage 3", "json_value"), ("a button", "trigger_value")]
+    assert fair_share.readable(None) is None
