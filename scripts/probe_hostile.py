@@ -1,7 +1,8 @@
-"""Issue 35's probe: replay hostile inputs against a running app and measure what each costs the server.
+"""Issues 35 and 61's probe: replay hostile inputs against a running app and measure what each costs the server.
 
     python scripts/probe_hostile.py                   # every case
     python scripts/probe_hostile.py --cases 1b,2,3    # some of them
+    python scripts/probe_hostile.py --cases r1,r9     # issue 61's (round five), below
 
 It starts the app (kvviz.ui.app_server.running_app), opens each case's page in Debian's Chromium
 with Playwright, does the hostile thing (uploads a crafted lesson file, opens a crafted link, runs
@@ -22,6 +23,15 @@ Cases (the crafted files are built here, the way tests/lessons/test_lesson_file_
   9   a link whose step is 4,000 nines (issue 51: it once cost 23-126 CPU s)
   S   a Speculative decoding file whose passes' cached tokens climb to 13,000,000 (issue 51: 1.1 GB once)
   E   Cache strategies' Eviction lab with a 380-token prompt and 128 tokens to generate
+
+Issue 61's cases (round five), r1-r12, each on a fresh app of its own, the hostile side a script's websocket
+sessions (socket_tab.py) where the issue's student used one: r1, r2, r6, r7, r10, r11, r12 are in hostile_server.py,
+r3, r4, r5, r8 and r9 in hostile_rooms.py, each with its bound (PASS) and the sizes it runs at on a 2-core machine.
+Their rows are the same: the server's CPU seconds, wall seconds, peak RSS above idle; r11 and r12 measure the
+command itself (os.wait4), whose RSS is its whole peak. The minor items are not replayed here: the uploads'
+megabytes of 10**6 bytes (tests/pages/test_page_budgets.py), a tokenizer that needs remote code
+(tests/core/test_input_limits.py); KVVIZ_MODELS=bundled admits the fetched smollm2 and gemma3 by design
+(docs/serving.md), their memory bounded by the budget (r2).
 """
 
 from __future__ import annotations
@@ -338,7 +348,7 @@ async def probe(keys: list[str], timeout: float) -> list[dict]:
 
 
 HEADER = (f"| case | what | CPU s | wall s | peak RSS above idle (MiB) "
-          f"| PASS (≤{CPU_BOUND_S:.0f} s, ≤{RSS_BOUND_MIB:.0f} MiB) | outcome |")
+          f"| PASS (1-9: ≤{CPU_BOUND_S:.0f} s, ≤{RSS_BOUND_MIB:.0f} MiB; r: the case's bound) | outcome |")
 
 
 def row(r: dict) -> str:
@@ -349,19 +359,44 @@ def row(r: dict) -> str:
             f"{'PASS' if r['pass'] else 'FAIL'} | {outcome.replace('|', '/')} |")
 
 
+def round_five() -> dict:
+    """Issue 61's cases: key -> the function that runs one and returns its row."""
+    import hostile_rooms
+    import hostile_server
+
+    cases = {**hostile_server.CASES, **hostile_rooms.CASES}
+    return {key: cases[key] for key in sorted(cases, key=lambda key: int(key[1:]))}
+
+
+def run_round_five(key: str, timeout: float) -> dict:
+    """One of issue 61's cases; a case that fails to run is a FAIL row saying why."""
+    try:
+        return round_five()[key](timeout)
+    except Exception as error:  # the row says what broke; the other cases still run
+        return {"case": key, "what": round_five()[key].__name__, "cpu_s": "-", "wall_s": "-",
+                "rss_above_idle_mib": "-", "idle_rss_mib": "-", "exceptions": 0, "pass": False,
+                "outcome": f"the case did not run: {type(error).__name__}: {' '.join(str(error).split())[:300]}",
+                "notes": ""}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--cases", default=",".join(CASES), help=f"comma-separated, of {', '.join(CASES)}")
+    every = [*CASES, *round_five()]
+    parser.add_argument("--cases", default=",".join(every), help=f"comma-separated, of {', '.join(every)}")
     parser.add_argument("--timeout", type=float, default=240.0, help="give up on a case after this many seconds")
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
     keys = [k.strip() for k in args.cases.split(",") if k.strip()]
-    unknown = [k for k in keys if k not in CASES]
+    unknown = [k for k in keys if k not in every]
     if unknown or not keys:
-        parser.error(f"unknown case {', '.join(unknown) or '(none)'}; use some of {', '.join(CASES)}")
+        parser.error(f"unknown case {', '.join(unknown) or '(none)'}; use some of {', '.join(every)}")
     print(HEADER)
     print("|---|---|---|---|---|---|---|", flush=True)
-    results = asyncio.run(probe(keys, args.timeout))
+    old = [k for k in keys if k in CASES]
+    results = asyncio.run(probe(old, args.timeout)) if old else []
+    for key in (k for k in keys if k not in CASES):  # each on an app of its own, after the shared app's cases
+        results.append(run_round_five(key, args.timeout))
+        print(row(results[-1]), flush=True)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
     return 0 if all(r["pass"] for r in results) else 1
