@@ -8,7 +8,9 @@ page for each one at once. Nothing stopped a script from sending tens of thousan
 websocket: six such tabs froze a teacher's Next token for over a minute (issue 61). Each session now
 gets a bucket of BURST reruns that refills at RATE a second, and once it has spent its bucket it also
 waits DUTY times as long as its own last run took, so that a session whose page is slow to run asks for
-a smaller share of the CPU. A request over the bucket is not refused: it waits, and while it waits a
+a smaller share of the CPU. A new session's first bucket comes out of one the server shares (Arrivals), so that
+a script reconnecting every tab the server closes gets no fresh bucket each time. A request over the bucket is
+not refused: it waits, and while it waits a
 newer request replaces it (a browser's request carries every widget's value, so the newest says all),
 except that a click (a trigger: a button, a chat message) is kept, in order, up to MOST_WAITING. A
 teacher clicking, a slider dragged, Play at its fastest (4 steps a second) and a room's beats stay
@@ -40,6 +42,10 @@ DUTY = 1.0  # past its bucket, a session waits as long as its last run took befo
 MOST_WAITING = 4  # requests with a click kept while a session waits
 MOST_PACERS = 512  # past this many sessions' pacers, those of closed tabs are dropped
 FLOOD_MESSAGES = 200  # messages in one second from one tab: no browser sends this many; a script's tab is closed
+# new sessions' first buckets come out of one bucket the server shares: a class of 60 arriving at once gets its
+# first draws at once, but a script that reconnects each tab the server closed gets ARRIVAL_RATE free runs a second
+ARRIVAL_BURST = 60 * FIRST_BURST
+ARRIVAL_RATE = 2 * FIRST_BURST
 TRIGGERS = frozenset({"trigger_value", "string_trigger_value", "json_trigger_value", "chat_input_value"})
 
 
@@ -89,15 +95,38 @@ def keep_waiting(waiting: list, client_state) -> list:
     return waiting
 
 
+class Arrivals:
+    """The bucket new sessions' first runs come from, shared by the server: a tab the server closed for flooding
+    came back at once as a new session with a new bucket (17 a second, 4 page runs each: more than a core), where a
+    class's tabs open once. A new session that finds it empty starts with an empty bucket of its own: its first
+    run waits 1 / RATE s."""
+
+    def __init__(self, burst: float = ARRIVAL_BURST, rate: float = ARRIVAL_RATE):
+        self.burst, self.rate, self.tokens, self.updated = burst, rate, burst, None
+
+    def take(self, wanted: float, now: float) -> float:
+        """Up to `wanted` runs for a new session's bucket, out of what the server's bucket holds at `now`."""
+        if self.updated is not None:
+            self.tokens = min(self.burst, self.tokens + (now - self.updated) * self.rate)
+        self.updated = now
+        given = min(wanted, max(self.tokens, 0.0))
+        self.tokens -= given
+        return given
+
+
 _lock = threading.Lock()
 _pacers: dict[str, Pacer] = {}
+_arrivals = Arrivals()
 
 
 def pacer_of(session: str) -> Pacer:
     if len(_pacers) > MOST_PACERS:  # now and then, the closed tabs' go
         forget_ended()
     with _lock:
-        return _pacers.setdefault(session, Pacer())
+        pacer = _pacers.get(session)
+        if pacer is None:
+            pacer = _pacers[session] = Pacer(tokens=_arrivals.take(FIRST_BURST, time.monotonic()))
+        return pacer
 
 
 def forget_ended() -> None:

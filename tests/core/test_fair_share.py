@@ -40,6 +40,19 @@ def test_a_new_session_starts_with_a_small_bucket():
     assert waits.count(0.0) == fair_share.FIRST_BURST
 
 
+def test_new_sessions_draw_their_first_runs_from_one_bucket_the_server_shares(monkeypatch):
+    """A script's tab that the server closed for flooding came back as a new session with a new bucket, 17 times a
+    second, four free page runs each: the reconnecting flood ran more page runs than the flood itself."""
+    arrivals = fair_share.Arrivals(burst=8, rate=4)
+    assert [arrivals.take(4, 10.0) for _ in range(4)] == [4, 4, 0, 0]
+    assert arrivals.take(4, 10.5) == pytest.approx(2)  # half a second at 4 a second
+    monkeypatch.setattr(fair_share, "_arrivals", fair_share.Arrivals(burst=2 * fair_share.FIRST_BURST, rate=0))
+    fresh = [fair_share.pacer_of(f"arrival test {i}") for i in range(4)]
+    assert [pacer.tokens for pacer in fresh] == [fair_share.FIRST_BURST] * 2 + [0, 0]
+    assert fair_share.pacer_of("arrival test 0") is fresh[0]  # a session keeps its bucket
+    assert fresh[3].admit(time.monotonic()) == pytest.approx(1 / fair_share.RATE)  # an empty one's first run waits
+
+
 def test_waiting_requests_merge_but_keep_every_click_in_order():
     waiting = []
     for value in range(5):  # a slider moved five times while the session waits: only the newest waits
