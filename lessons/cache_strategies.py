@@ -80,7 +80,7 @@ if "strategies_note" in st.session_state:  # fewer tokens than asked: the most u
 if ss.stopped():
     st.warning(ss.stopped(), icon=":material/stop_circle:")
 with st.expander("Export or replay a lesson"):
-    file_buttons(ss.exporter(), "kvviz-cache-strategies.json", "strategies_upload",
+    file_buttons(ss.exporter(), ss.FILES.file_name, "strategies_upload",
                  ss.replay)
 if replay:
     asked = lesson["settings"]

@@ -20,8 +20,8 @@ from kvviz.shapes import format_bytes
 from kvviz.ui.common import kept_defaults, show_code
 from kvviz.ui.text import plain
 
-LESSON = ps.LESSON
-room = stepped.open_page(LESSON)  # ?room=CODE: follow a teacher's run; None unless this session follows a room
+STEPS = ps.STEPS
+room = stepped.open_page(STEPS)  # ?room=CODE: follow a teacher's run; None unless this session follows a room
 lesson = ps.paged()
 presenter = bool(st.session_state.get("presenter"))
 
@@ -77,13 +77,13 @@ stepped.header("Paged cache and batching", lesson)
 if lesson is None:
     introduction()
     paging_explained()
-stepped.toolbar(LESSON, lesson, room, requests_and_settings, "Requests and settings",
+stepped.toolbar(STEPS, lesson, room, requests_and_settings, "Requests and settings",
                 can_step=lesson is not None and lesson.can_step, start_help="A new run of these requests from step 0.",
                 popover_css="<style>[data-testid='stPopoverBody'] {width: min(760px, 90vw);}</style>")  # the table
-stepped.error(LESSON)
+stepped.error(STEPS)
 
 if lesson is None:
-    stepped.files_expander(LESSON)
+    stepped.files_expander(STEPS)
     st.info("Press **Start**: the engine admits the requests that arrive at step 0 and runs one step.")
     beyond_the_article()
     st.stop()
@@ -96,11 +96,11 @@ if lesson.replay and room is None:
 
 # the stage: the requests' block tables and the pool, stepped in the browser; the views below follow it
 last = len(lesson.records) - 1
-step = stepped.step_in_view(LESSON, lesson, room)
-stepped.stage(LESSON, stage_data(lesson, step, presenter), room)  # a follower's moves with the teacher
-stepped.look_back(LESSON, step, last, "Look back at step",
+step = stepped.step_in_view(STEPS, lesson, room)
+stepped.stage(STEPS, stage_data(lesson, step, presenter), room)  # a follower's moves with the teacher
+stepped.look_back(STEPS, step, last, "Look back at step",
                   help="Or step in the diagram (its arrows, or ← → when it has the focus).")
-stepped.files_expander(LESSON)
+stepped.files_expander(STEPS)
 with st.expander("The idea: blocks, block tables, shared prefixes, preemption"):
     introduction()
 paging_explained()
@@ -183,7 +183,7 @@ if room is None:  # a student answers the room's questions in the bar at the top
     with st.expander("Predict, then reveal: which block comes next?",
                      expanded=bool(st.session_state.get("paged_questions"))):
         predict_then_reveal()
-stepped.room_panel(LESSON, lesson, step, room)  # after the questions: one committed this run reaches the room
+stepped.room_panel(STEPS, lesson, step, room)  # after the questions: one committed this run reaches the room
 
 show_code(Scheduler.schedule, KVCacheManager.allocate_slots, BlockPool.find_cached_prefix, BlockPool.allocate,
           BlockPool.free, caption="The scheduler that chose this step's tokens, the KV manager that found "

@@ -9,12 +9,19 @@ from collections.abc import Callable
 
 import streamlit as st
 
-from kvviz.lessons.catalog import BY_KEY
 from kvviz.lessons.room_view import CAUGHT_UP, FALLBACK_S, FollowedLesson
 from kvviz.rooms.types import Room, lesson_token, valid_seat
 from kvviz.ui.stage import reported_step
 from kvviz.ui import fair_share, room_wake, rooms, streamlit_door
 from kvviz.ui.common import load_linked_model
+
+
+def _lesson(key: str):
+    """The lesson of page `key` (None for none): the lecture imports every lesson, and so this module, so it is read
+    once whole."""
+    from kvviz.lessons.lecture import by_key
+
+    return by_key(key)
 
 
 # ---- a student's page ----------------------------------------------------------------------------
@@ -26,8 +33,8 @@ def restore_from_query(lesson: FollowedLesson) -> None:
         return
     seat = session_seat()
     room = rooms.take_seat(st.query_params["room"], seat, rooms.session_id())
-    if not isinstance(room, str) and room.page != lesson.page and room.page in BY_KEY:
-        st.switch_page(BY_KEY[room.page].path, query_params={"room": room.code})
+    if not isinstance(room, str) and room.page != lesson.page and _lesson(room.page) is not None:
+        st.switch_page(_lesson(room.page).path, query_params={"room": room.code})
     st.session_state["room_query_done"] = True
     if isinstance(room, str):
         st.session_state["room_error"] = room
@@ -52,11 +59,11 @@ def follow_link_elsewhere(page_key: str) -> None:
     and stay. Seats are taken (rate-limited like any link), never looked up, so a link is no way to
     test codes."""
     if "room" not in st.query_params or st.session_state.get("room_query_done") or \
-            (page_key in BY_KEY and BY_KEY[page_key].rooms):
+            (_lesson(page_key) is not None and _lesson(page_key).rooms):
         return
     room = rooms.take_seat(st.query_params["room"], session_seat(), rooms.session_id())
-    if not isinstance(room, str) and room.page in BY_KEY:
-        st.switch_page(BY_KEY[room.page].path, query_params={"room": room.code})
+    if not isinstance(room, str) and _lesson(room.page) is not None:
+        st.switch_page(_lesson(room.page).path, query_params={"room": room.code})
     st.session_state["room_query_done"] = True
     st.error(room if isinstance(room, str) else f"Room {room.code}'s lesson is not on this server's pages.")
 
@@ -93,7 +100,7 @@ def followed_room(lesson: FollowedLesson) -> Room | None:
     st.session_state["room_state"] = page_state(room)
     st.session_state["room_stage"] = {"seen": room.payload.get("stage")}  # read before the step: never newer
     step = st.session_state["room_teachers_step"] = teachers_step(room)
-    st.session_state[lesson.keys.run] = lesson.room.follower(room.lesson, step)
+    st.session_state[lesson.keys.run] = lesson.follower(room.lesson, step)
     own = st.session_state.get(lesson.keys.view) != st.session_state.get("room_views_step")  # the student moved them
     if st.session_state.get("room_followed_lesson") != lesson_token(room.lesson) or not own:
         st.session_state[lesson.keys.view] = st.session_state["room_views_step"] = step
@@ -157,7 +164,7 @@ def take_over(lesson: FollowedLesson, slot) -> None:
                 f"quick; you still follow room {room.code}, so press Take over again in a few seconds.")
             return
         st.session_state.pop(lesson.keys.run, None)  # the replay followed: the student's own run takes its place
-        lesson.room.take_over(lesson, room.lesson, min(room.step, len(room.lesson.records) - 1), slot,
+        lesson.take_over(room.lesson, min(room.step, len(room.lesson.records) - 1), slot,
                               lambda: left.append(stop_following(lesson, keep_lesson=True)))
     slot.empty()
     if not left:
@@ -229,7 +236,7 @@ def follow_stage(lesson: FollowedLesson, code: str, data: dict, sentence: str | 
             st.rerun(scope="app")  # a wake was lost: this browser lacks steps the payload builds on
         held.update(steps=payload["step"] + 1, step=payload["step"], sentence=payload["sentence"],
                     seen=payload["stage"], drawn=payload["stage"])
-        state[lesson.keys.run] = lesson.room.follower(room.lesson, teachers_step(room))  # lists copied, no record: the
+        state[lesson.keys.run] = lesson.follower(room.lesson, teachers_step(room))  # lists copied, no record: the
         # copy the student keeps should the room go, and what Catch up shows
         stage = payload["stage"]
     else:  # nothing new (the fallback's beat): the same picture, the browser's step kept. The last payload
@@ -259,11 +266,11 @@ def step_payload(lesson: FollowedLesson, run, step: int, before: dict) -> dict:
     moved since the payload `before` (just this step when the teacher looked back or the lesson is new),
     as JSON text, and the step's sentence. Not the run again: each follower's browser holds the
     steps before. Plain JSON-able values, so that it can travel between processes."""
-    replay = lesson.room.follower(run, step)
-    data = lesson.room.stage(replay, step, False)
+    replay = lesson.follower(run, step)
+    data = lesson.stage_data(replay, step, False)
     token = lesson_token(run)
     first = min(before["step"] + 1, step) if before.get("lesson") == token else step
     data.pop("presenter", None)  # each follower's own (the browser keeps it)
     data["steps_from"], data["steps"] = first, data["steps"][first:]
-    return {"lesson": token, "step": step, "progress": lesson.room.progress(run), "steps_from": first,
-            "sentence": lesson.room.sentence(replay, step), "stage": json.dumps(data, separators=(",", ":"))}
+    return {"lesson": token, "step": step, "progress": lesson.progress(run), "steps_from": first,
+            "sentence": lesson.sentence(replay, step), "stage": json.dumps(data, separators=(",", ":"))}

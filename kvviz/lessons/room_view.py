@@ -1,6 +1,6 @@
 """A lesson in a room (kvviz.ui.rooms): the teacher's panel, and the students who follow.
 
-Every engine-driven lesson's Stepped (kvviz.lessons.stepped) carries a `RoomPart`: a function that
+Every engine-driven lesson's class (a kvviz.lessons.stepped.Stepped) implements `InRoom` too: a method that
 copies the teacher's run as a replay at a step, one that runs the same settings to that step on the
 student's own engine (Take over), and the stage's data and sentence of a step; where its run and its
 step in view live in session state, its page and its lesson files are the Stepped's. A student's page
@@ -19,9 +19,9 @@ link opened on another lesson's page goes to the room's own page.
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from kvviz.ui import rooms
 from kvviz.ui.session_keys import Keys
@@ -33,18 +33,35 @@ FALLBACK_S = 10.0  # a follower's stage asks on its own this often, should a wak
 CAUGHT_UP = "The stage moves with the teacher; the views below stay where they are until you press **Catch up**."
 
 
-@dataclass(frozen=True)
-class RoomPart:
-    """What a stepped lesson (kvviz.lessons.stepped.Stepped, its `room`) adds so that a room can follow it.
+@runtime_checkable
+class InRoom(Protocol):
+    """What a stepped lesson's class (kvviz.lessons.stepped.Stepped) implements too so that a room can follow it.
     Its keys, page and lesson files are the Stepped's own."""
 
-    follower: Callable  # (teacher's run, step) -> a replay of it at that step, sharing no list with it
-    take_over: Callable  # (lesson: Stepped, teacher's run, step, slot, started) -> None: the same settings run to
-    # that step, this session's own, a bar with Stop in slot (an st.empty()); started() once its first step ran
-    stage: Callable  # (run, step, presenter) -> the stage's data (kvviz.ui.stage)
-    questions: Callable = lambda run: []  # (teacher's run) -> list[kvviz.rooms.types.RoomQuestion] asked on the page
-    progress: Callable = lambda run: 0  # (run) -> a number that grows when followers must redraw the same step
-    sentence: Callable = lambda run, step: None  # (run, step) -> the line over the stage, when the page has one
+    @abstractmethod
+    def follower(self, run, step: int):
+        """The teacher's run as a replay at `step`, sharing no list with it."""
+
+    @abstractmethod
+    def take_over(self, run, step: int, slot, started: Callable) -> None:
+        """The teacher's settings run to `step`, this session's own, a bar with Stop in slot (an st.empty());
+        started() once its first step ran."""
+
+    @abstractmethod
+    def stage_data(self, run, step: int, presenter: bool) -> dict:
+        """The stage's data (kvviz.ui.stage) at `step`."""
+
+    def questions(self, run) -> list:
+        """The questions (kvviz.rooms.types.RoomQuestion) asked on the teacher's page."""
+        return []
+
+    def progress(self, run) -> int:
+        """A number that grows when followers must redraw the same step."""
+        return 0
+
+    def sentence(self, run, step: int) -> str | None:
+        """The line over the stage, when the page has one."""
+        return None
 
 
 class RoomKeys(Protocol):
@@ -60,15 +77,12 @@ class RoomKeys(Protocol):
     def error(self) -> str: ...  # the lesson's refusal, which Take over quotes
 
 
-class FollowedLesson(Protocol):
-    """What a room needs of a lesson (kvviz.lessons.stepped.Stepped is one; room_student and room_teacher, which
-    stepped.py imports, read it through this)."""
+class FollowedLesson(InRoom, Protocol):
+    """What a room needs of a lesson (a stepped lesson's class implementing InRoom; room_student and room_teacher,
+    which stepped.py imports, read it through this)."""
 
     @property
-    def page(self) -> str: ...  # its key in the catalog
+    def page(self) -> str: ...  # its key in the lecture
 
     @property
     def keys(self) -> RoomKeys: ...
-
-    @property
-    def room(self) -> RoomPart | None: ...

@@ -1,8 +1,9 @@
 """One stepped lesson: a run taken a step at a time, its stage, its files, its room and its toolbar.
 
-Prefill and decode, Paged cache and batching and Speculative decoding each declare one `Stepped`
-(their state module's LESSON): its page, its session keys, named once in `StepKeys`, how a run starts
-and steps, how its lesson files are written and read, and how a room follows it (its `RoomPart`).
+Prefill and decode, Paged cache and batching and Speculative decoding each implement `Stepped` in a class
+(its one object is their state module's STEPS): its page, its session keys, named once in `StepKeys`, how a
+run starts and steps, and how its lesson files are written and read; their classes implement
+kvviz.lessons.room_view.InRoom too, how a room follows them.
 The callbacks and the page parts below serve all three; a page keeps its layout and what only its
 lesson shows.
 """
@@ -12,10 +13,11 @@ from __future__ import annotations
 import threading
 import time
 import weakref
+from abc import abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Protocol, runtime_checkable
 
 import streamlit as st
 
@@ -24,7 +26,6 @@ from kvviz.lessons import room_student, room_teacher
 from kvviz.lessons.budget import click_seconds
 from kvviz.lessons.files import MAX_LESSON_BYTES, LessonFileError
 from kvviz.lessons.room_address import room_address
-from kvviz.lessons.room_view import RoomPart
 from kvviz.lessons.uploads import file_buttons
 from kvviz.rooms.types import Room
 from kvviz.ui import live_lessons, rooms
@@ -69,26 +70,55 @@ class StepKeys:
         return frozenset(keys | ({self.playing} if self.plays else set()))
 
 
-@dataclass(frozen=True)
-class Stepped:
-    """What one stepped lesson gives the controller, its room and the registry."""
+@runtime_checkable
+class Stepped(Protocol):
+    """What one stepped lesson implements for the controller, its files and the lecture: a class per lesson, its
+    one object in the lesson's state module (STEPS). A room can follow it when its class implements
+    kvviz.lessons.room_view.InRoom too."""
 
     keys: StepKeys
-    page: str  # its key in the catalog (kvviz.lessons.catalog): its page's URL path, a room's page
-    new: Callable[[], Any]  # a run from the page's settings, not stepped yet (raises EngineError)
-    step: Callable[[Any], Any]  # (run) -> falsy when it had no step left to take (raises EngineError)
+    page: str  # its key in the lecture (kvviz.lessons.lecture): its page's URL path, a room's page
     file_name: str  # what Export names the lesson file
-    export: Callable[[Any, int], str]  # (run, step in view) -> the lesson file's JSON
-    read_file: Callable[[bytes], tuple[Any, int]]  # -> (the replayed run, its step in view); LessonFileError
-    first: Callable[[Any], Any] | None = None  # the run's first step (the prefill), when not `step`
-    file_settings: Callable[[Any], dict] = lambda run: {}  # show_file_settings' controls for a replay
     admit: bool = False  # counts against the server's live lessons (kvviz.ui.live_lessons)
-    last: Callable[[Any], int] = lambda run: len(run.records) - 1  # the newest step the views may show
-    done: Callable[[Any], bool] = lambda run: False  # no step left: Play stops
-    reveal: Callable[[Any, int], None] = lambda run, step: None  # a replay stepped by hand shows up to `step`
-    exportable: Callable[[Any], bool] = lambda run: True
-    settings: frozenset[str] = field(default_factory=frozenset)  # inputs a model change clears, Reset keeps
-    room: RoomPart | None = None  # how a room follows it (kvviz.lessons.room_view)
+    settings: frozenset[str] = frozenset()  # inputs a model change clears, Reset keeps
+
+    @abstractmethod
+    def new(self):
+        """A run from the page's settings, not stepped yet (raises EngineError)."""
+
+    @abstractmethod
+    def step(self, run):
+        """One step of `run`: falsy when it had no step left to take (raises EngineError)."""
+
+    @abstractmethod
+    def export(self, run, step: int) -> str:
+        """The lesson file's JSON of `run`, with `step` in view."""
+
+    @abstractmethod
+    def read_file(self, data: bytes) -> tuple:
+        """(the replayed run, its step in view) of a lesson file (raises LessonFileError)."""
+
+    def first(self, run):
+        """The run's first step (the prefill)."""
+        return self.step(run)
+
+    def file_settings(self, run) -> dict:
+        """show_file_settings' controls for a replay."""
+        return {}
+
+    def last(self, run) -> int:
+        """The newest step the views may show."""
+        return len(run.records) - 1
+
+    def done(self, run) -> bool:
+        """No step left: Play stops."""
+        return False
+
+    def reveal(self, run, step: int) -> None:
+        """A replay stepped by hand shows up to `step`."""
+
+    def exportable(self, run) -> bool:
+        return True
 
     def room_file(self, run) -> str:
         """The teacher's run as its lesson file's text, as a room in Redis carries it; LessonFileError past the
@@ -150,7 +180,7 @@ def start(lesson: Stepped) -> None:
         state[keys.error] = refusal
         return
     try:
-        (lesson.first or lesson.step)(run)
+        lesson.first(run)
     except EngineError as error:  # the model's logits are NaN or infinite: the engine stopped the request
         state[keys.error] = str(error)
         return

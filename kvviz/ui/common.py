@@ -135,7 +135,7 @@ def model_from_link() -> None:
 
 def model_sidebar(on_model_change) -> None:
     """The sidebar's model picker; on_model_change(session_state) runs after another model loads
-    (app.py passes kvviz.lessons.registry.reset_lessons: lessons belong to the model they ran on)."""
+    (app.py passes kvviz.lessons.lecture.reset_lessons: lessons belong to the model they ran on)."""
     with st.sidebar:
         st.markdown("### Model")
         st.text_input("bundled, smollm2, gemma3, tiny-mla, tiny-gemma3, a Hugging Face id (local cache), a folder "
@@ -196,7 +196,7 @@ def keep_settings(keys) -> None:
     """Copy these widget values into plain session state, which outlives a visit to another page.
 
     Streamlit drops a widget's value while its page is away, so a page came back showing a default
-    beside a run made with another value (kvviz.lessons.registry.kept_settings names the keys)."""
+    beside a run made with another value (kvviz.lessons.lecture.kept_settings names the keys)."""
     for key in keys:
         if key in st.session_state:
             st.session_state[key] = st.session_state[key]

@@ -1,6 +1,6 @@
 """The session keys one module of a page makes and answers for: which of them go when another model loads,
 which outlive a visit to another page. A lesson gathers its modules' Keys under its one prefix
-(kvviz.lessons.lesson_state); the room's own keys are one Keys too (kvviz.lessons.room_view).
+(kvviz.lessons.lesson); the room's own keys are one Keys too (kvviz.lessons.room_view).
 """
 
 from __future__ import annotations

@@ -167,17 +167,33 @@ def comparison(results: list[StrategyComparison], model_name: str, prompt: str, 
                        "divergence": r.first_divergence} for r, text in zip(results, pieces)]}
 
 
+class StrategiesFiles:
+    """The comparison's lesson files: what makes the lesson replay (kvviz.lessons.lesson.Replays)."""
+
+    file_name = "kvviz-cache-strategies.json"
+
+    def export(self, comparison: dict) -> str:
+        return export_strategies(comparison)
+
+    def read_file(self, data: bytes) -> dict:
+        """The comparison a lesson file holds, as the page keeps it for a replay (raises LessonFileError)."""
+        return replayed(import_strategies(data))
+
+
+FILES = StrategiesFiles()
+
+
 def exporter():
     """A function giving the comparison as a lesson file; None before a comparison.
     Streamlit calls the function in a thread of its own when the button is clicked, where
     st.session_state cannot be read, so everything it needs is bound here."""
     current = strategies()
-    return None if current is None else (lambda: export_strategies(current))
+    return None if current is None else (lambda: FILES.export(current))
 
 
 def replay(data: bytes) -> None:
     """Replay an uploaded comparison (raises LessonFileError, and then the current one stays)."""
-    st.session_state["strategies_run"] = replayed(import_strategies(data))
+    st.session_state["strategies_run"] = FILES.read_file(data)
     st.session_state.pop("strategies_error", None)
 
 
