@@ -18,12 +18,13 @@ from kvviz.lessons.paged_batching.swap_view import swap_view
 from kvviz.lessons.prefill_decode import predict
 from kvviz.shapes import format_bytes
 from kvviz.ui.common import kept_defaults, show_code
+from kvviz.ui.presenter import is_on as presenting
 from kvviz.ui.text import plain
 
 STEPS = ps.STEPS
 room = stepped.open_page(STEPS)  # ?room=CODE: follow a teacher's run; None unless this session follows a room
 lesson = ps.paged()
-presenter = bool(st.session_state.get("presenter"))
+presenter = presenting()
 
 
 def introduction() -> None:

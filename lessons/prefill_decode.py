@@ -109,7 +109,7 @@ record, info = lesson.records[step], lesson.model_info
 num_tokens = lesson.num_tokens_at(step)
 entered = lesson.entered_step(step)
 
-stepped.stage(STEPS, stage_data(lesson, step, bool(st.session_state.get("presenter"))), room,
+stepped.stage(STEPS, stage_data(lesson, step, presenter.is_on()), room,
               ls.step_sentence(lesson, step))  # a follower's moves with the teacher's steps
 stepped.look_back(STEPS, step, last_step, "Look back at step (0 = prefill)", disabled=playing,
                   help="Or step in the diagram (its arrows, or ← → when it has the focus). While playing, the "

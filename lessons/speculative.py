@@ -11,12 +11,13 @@ from kvviz.lessons.speculative import figures
 from kvviz.lessons.speculative import state as ss
 from kvviz.lessons.speculative.stage import stage_data
 from kvviz.ui.common import kept_defaults, show_code
+from kvviz.ui.presenter import is_on as presenting
 from kvviz.ui.text import plain
 
 STEPS = ss.STEPS
 room = stepped.open_page(STEPS)  # ?room=CODE: follow a teacher's run; None unless this session follows a room
 lesson = ss.lesson()
-presenter = bool(st.session_state.get("presenter"))
+presenter = presenting()
 
 
 def introduction() -> None:

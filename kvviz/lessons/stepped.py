@@ -28,7 +28,7 @@ from kvviz.lessons.files import MAX_LESSON_BYTES, LessonFileError
 from kvviz.lessons.room_address import room_address
 from kvviz.lessons.uploads import file_buttons
 from kvviz.rooms.types import Room
-from kvviz.ui import live_lessons, rooms
+from kvviz.ui import live_lessons, presenter, rooms
 from kvviz.ui.common import bound_export, drop, show_file_settings
 from kvviz.ui.progress import StopBar
 from kvviz.ui.stage import chosen_step, show_stage
@@ -341,7 +341,7 @@ def header(title: str, run) -> None:
     whose top bar names the lessons)."""
     if run is None:
         st.title(title)
-    elif not st.session_state.get("presenter"):
+    elif not presenter.is_on():
         st.subheader(title, anchor=False)
 
 
@@ -465,7 +465,7 @@ def step_sentence(sentence: str | None) -> None:
     if not sentence:
         return
     # two lines across a projector's whole width; three beside the sidebar, where the same sentence wraps sooner
-    st.html(SENTENCE_CSS.replace("LINES", "2" if st.session_state.get("presenter") else "3"))
+    st.html(SENTENCE_CSS.replace("LINES", "2" if presenter.is_on() else "3"))
     with st.container(key="step_sentence"):
         st.success(sentence)
 

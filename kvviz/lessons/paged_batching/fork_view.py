@@ -12,6 +12,7 @@ from kvviz.lessons.paged_batching import fork as fork_lesson
 from kvviz.lessons.paged_batching import fork_figures
 from kvviz.lessons.paged_batching.stage import fork_stage_data
 from kvviz.shapes import format_bytes
+from kvviz.ui import presenter
 from kvviz.ui.common import current_model, kept_defaults, show_code
 from kvviz.ui.session_keys import Keys
 from kvviz.ui.stage import chosen_step, show_stage
@@ -68,7 +69,7 @@ def fork_view() -> None:
     last = len(run.records) - 1
     # the stage: the samples' block tables into one pool, a shared block splitting at copy-on-write
     show_stage(fork_stage_data(run, min(st.session_state.get("paged_fork_view_step", 0), last),
-                               bool(st.session_state.get("presenter"))), key="paged_fork_stage", on_step=_on_stage_step)
+                               presenter.is_on()), key="paged_fork_stage", on_step=_on_stage_step)
     step = st.slider("Step", 0, last, key="paged_fork_view_step")
     facts = fork_lesson.summary(run, step)
     m = st.columns(4)
