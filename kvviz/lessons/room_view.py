@@ -24,11 +24,32 @@ from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
 from kvviz.ui import rooms
-from kvviz.ui.session_keys import Keys
+from kvviz.ui.session_keys import Keys, SessionState, Slot
 
-KEYS = Keys(clears=frozenset({"room_code", "room_seat", "room_seat_token", "room_query_done", "room_error",
-                              "room_state", "room_answer", "room_sent", "room_sent_value", "room_followed_lesson",
-                              "room_stage", "room_full", "room_teachers_step", "room_views_step", rooms.SESSION_KEY}))
+
+
+class RoomState(SessionState):
+    """The room this session follows (or teaches) on a lesson's page; all of it goes when another model loads."""
+
+    code = Slot("room_code", clears=True)  # the room followed
+    seat = Slot("room_seat", default="", clears=True)  # this session's seat in it
+    seat_token = Slot("room_seat_token", clears=True)  # the seat made on the session's first room link
+    query_done = Slot("room_query_done", clears=True)  # the ?room= link was read
+    error = Slot("room_error", clears=True)  # one sentence: why the room cannot be followed
+    state = Slot("room_state", clears=True)  # what only a whole page rerun shows (room_student.page_state)
+    answer = Slot("room_answer", clears=True)  # the answer box
+    sent = Slot("room_sent", clears=True)  # the question answered, and the answer sent
+    sent_value = Slot("room_sent_value", default=0, clears=True)
+    followed_lesson = Slot("room_followed_lesson", clears=True)  # the token of the teacher's lesson followed
+    stage = Slot("room_stage", clears=True)  # the stage the follower's fragment drew last
+    full = Slot("room_full", clears=True)  # the next fragment run reruns the whole page
+    teachers_step = Slot("room_teachers_step", clears=True)
+    views_step = Slot("room_views_step", clears=True)  # the step the views were put on, not the student's choice
+    session = Slot(rooms.SESSION_KEY, clears=True)  # this session's name in rooms (kvviz.ui.rooms)
+
+
+ROOM = RoomState()
+KEYS = Keys(clears=RoomState.cleared_keys())
 FALLBACK_S = 10.0  # a follower's stage asks on its own this often, should a wake be lost; it keeps the seat too
 CAUGHT_UP = "The stage moves with the teacher; the views below stay where they are until you press **Catch up**."
 
@@ -86,3 +107,6 @@ class FollowedLesson(InRoom, Protocol):
 
     @property
     def keys(self) -> RoomKeys: ...
+
+    @property
+    def state(self): ...  # its run's session state (kvviz.lessons.stepped.StepState): run, view, error

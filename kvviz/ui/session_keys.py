@@ -72,6 +72,16 @@ class SessionState:
         """Whether the slot `name` holds a value (its default is not one)."""
         return self.key(name) in st.session_state
 
+    def get(self, name: str, default=None):
+        """The slot's value, or `default` when it holds none (whatever its declared default)."""
+        return getattr(self, name) if self.has(name) else default
+
+    def setdefault(self, name: str, value):
+        """The slot's value, set to `value` first when it holds none."""
+        if not self.has(name):
+            setattr(self, name, value)
+        return getattr(self, name)
+
     def drop(self, *names: str) -> None:
         for name in names:
             delattr(self, name)
