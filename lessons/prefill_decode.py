@@ -33,7 +33,7 @@ if lesson is not None:  # the stage needs the height
             "nowrap; overflow: hidden; text-overflow: ellipsis; margin: 0;}</style>")
 
 # ---- the prompt and the controls: in full before Prefill, folded into a popover after it -----
-playing = st.session_state.get(KEYS.playing, False)
+playing = STEPS.state.playing
 
 
 def prompt_and_settings() -> None:
@@ -50,7 +50,7 @@ def prompt_and_settings() -> None:
         st.slider("Tokens to generate", 1, ls.MAX_LESSON_TOKENS, key="lesson_max_tokens")
         with st.expander("Sampling"):
             st.toggle("Greedy (always the most likely token)", key="lesson_greedy")
-            greedy = st.session_state["lesson_greedy"]
+            greedy = ls.PREFILL.greedy
             st.slider("Temperature", 0.1, 2.0, step=0.1, key="lesson_temperature", disabled=greedy)
             st.slider("Top-k (0 = off)", 0, 200, key="lesson_top_k", disabled=greedy)
             st.slider("Top-p", 0.05, 1.0, step=0.05, key="lesson_top_p", disabled=greedy)
@@ -216,7 +216,7 @@ if view == "Memory bill":
 with st.expander("Export or replay a lesson"):
     stepped.files(STEPS)
 if room is None:  # a student answers the room's questions in the bar at the top
-    with st.expander("Predict, then reveal", expanded=bool(st.session_state.get("lesson_questions"))):
+    with st.expander("Predict, then reveal", expanded=bool(STEPS.state.questions)):
         predict_panel(lesson)
         taught_later("paged_batching", "Blocks, which the second question asks about")
 stepped.room_panel(STEPS, lesson, step, room)  # after the questions: one asked this run reaches the room

@@ -1,13 +1,12 @@
 """Prefill and decode in a room (kvviz.lessons.room_view): the copy a student follows and the questions it sees
-(Take over is the state module's take_over: it runs the lesson as the page does)."""
+(Take over is the state module's PrefillSteps.take_over: it runs the lesson as the page does)."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-import streamlit as st
-
 from kvviz.lessons.prefill_decode import predict
+from kvviz.lessons.prefill_decode.inputs import RUN
 from kvviz.lessons.prefill_decode.logic import PrefillLesson
 from kvviz.rooms.types import RoomQuestion
 
@@ -28,7 +27,7 @@ def follower(teacher: PrefillLesson, step: int) -> PrefillLesson:
 def questions(lesson: PrefillLesson) -> list[RoomQuestion]:
     """The predict-then-reveal questions the teacher asked, answered once the lesson reached their step."""
     asked = []
-    for question in st.session_state.get("lesson_questions", []):
+    for question in RUN.get("questions", []):
         predict.reveal(question, lesson)
         asked.append(RoomQuestion(f"{question.asked_at}_{question.kind}", question.text, question.unit,
                                   question.target, answer=question.answer))

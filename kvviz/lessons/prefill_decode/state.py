@@ -25,6 +25,7 @@ from kvviz.lessons.prefill_decode.logic import (
     steps_text,
 )
 from kvviz.lessons.prefill_decode import room
+from kvviz.lessons.prefill_decode.inputs import PREFILL, RUN, STEP_KEYS
 from kvviz.lessons.prefill_decode.file import export_lesson, import_lesson
 from kvviz.lessons.prefill_decode.stage import stage_data
 from kvviz.lessons.room_view import InRoom
@@ -82,11 +83,11 @@ def set_defaults() -> None:
     with a chat template (SmolLM2-Instruct answers a message; without its template it rambles on)."""
     for key, value in DEFAULTS.items():
         st.session_state.setdefault(key, value)
-    if "lesson_chat_chosen" not in st.session_state:
-        st.session_state["lesson_chat_chosen"] = True
-        st.session_state["lesson_chat"] = chat = has_chat_template(current_model().tokenizer)
-        if chat and st.session_state["lesson_prompt"] == DEFAULTS["lesson_prompt"]:  # a question, for a chat model
-            st.session_state["lesson_prompt"] = st.session_state["lesson_example"] = CHAT_EXAMPLE
+    if not PREFILL.has("chat_chosen"):
+        PREFILL.chat_chosen = True
+        PREFILL.chat = chat = has_chat_template(current_model().tokenizer)
+        if chat and PREFILL.prompt == DEFAULTS["lesson_prompt"]:  # a question, for a chat model
+            PREFILL.prompt = PREFILL.example = CHAT_EXAMPLE
 
 
 def setting(key: str):
@@ -129,10 +130,10 @@ def _link_settings(params) -> list[str]:
                          f"it keeps {DEFAULTS[key]}.")
             continue
         st.session_state[key] = value
-    st.session_state["lesson_greedy"] = params.get("greedy", "1") != "0"
+    PREFILL.greedy = params.get("greedy", "1") != "0"
     if "view" in params:
         if params["view"] in VIEWS:
-            st.session_state["lesson_view"] = params["view"]
+            PREFILL.view = params["view"]
         else:
             notes.append(f"The link's view {plain(repr(params['view'][:40]))} is not one of this page's; "
                          "showing the cache.")
@@ -143,17 +144,17 @@ def restore_from_query() -> None:
     """Open the lesson a link describes (?model=...&prompt=...&tokens=..&step=N&view=..., and the
     sampling when not greedy), once per session: the same tokens on the same model at the same step."""
     params = st.query_params
-    if st.session_state.get("lesson_query_done"):
+    if PREFILL.query_done:
         return
     if "prompt" not in params:
-        st.session_state["lesson_query_done"] = True
+        PREFILL.query_done = True
         return
     before = st.session_state.get("model_source")
     model_note = load_linked_model(params["model"]) if "model" in params else None
     if st.session_state.get("model_source") != before:
         st.rerun()  # once more with the link's model loaded, so the sidebar names the model the lesson runs on
-    st.session_state["lesson_query_done"] = True  # only the first run of a session reads the link
-    st.session_state["lesson_prompt"] = params["prompt"]
+    PREFILL.query_done = True  # only the first run of a session reads the link
+    PREFILL.prompt = params["prompt"]
     on_prompt_edit()
     notes = _link_settings(params) + ([plain(model_note)] if model_note else [])  # it quotes the link's model
     if "step" in params:
@@ -177,7 +178,7 @@ def restore_from_query() -> None:
         run_to_step(target, slot)
         slot.empty()
     if notes:  # before what the run said (a refusal, or the budget's stop)
-        st.session_state["lesson_error"] = " ".join(notes + [st.session_state.get("lesson_error", "")]).strip()
+        RUN.error = " ".join(notes + [RUN.get("error", "")]).strip()
 
 
 MAX_PROMPT_CHARS = 100_000  # past any context a lesson's model has (32,768 tokens of Gemma 3 are about this)
@@ -213,7 +214,7 @@ def prefill() -> None:
     script under a spinner that names the work, its estimate and the seconds so far (shown past 0.5 s: a
     long prompt on a deep model). One forward pass cannot stop midway, so there is no Stop."""
     if prompt_too_long():
-        st.session_state["lesson_error"] = prompt_too_long()
+        RUN.error = prompt_too_long()
         return
     lm, device, prompt_tokens = _model_and_prompt()
     work = lesson_work(lm, prompt_tokens, 0)
@@ -236,10 +237,10 @@ def run_to_step(target: int, slot=None, what: str = "the link's lesson", started
     (an st.empty()), a progress bar with a Stop button counts the steps there, naming the run `what`;
     Stop leaves the lesson at the step it reached, with a sentence saying so. `started()` runs once the
     lesson's prefill ran, before the steps after it."""
-    st.session_state["lesson_max_tokens"] = min(max(int(setting("lesson_max_tokens")), target + 1),
+    PREFILL.max_tokens = min(max(int(setting("lesson_max_tokens")), target + 1),
                                                 MAX_LESSON_TOKENS)
     if prompt_too_long():
-        st.session_state["lesson_error"] = prompt_too_long()
+        RUN.error = prompt_too_long()
         return
     lm, device, prompt_tokens = _model_and_prompt()
     reachable = furthest_step(lm, prompt_tokens, target, device)
@@ -247,7 +248,7 @@ def run_to_step(target: int, slot=None, what: str = "the link's lesson", started
         try:
             check_click(lesson_work(lm, prompt_tokens, 0), device, "This lesson's prefill", "use a shorter prompt")
         except WorkTooLarge as refusal:
-            st.session_state["lesson_error"] = str(refusal)
+            RUN.error = str(refusal)
             return
     note = None
     if reachable < target:
@@ -265,9 +266,9 @@ def run_to_step(target: int, slot=None, what: str = "the link's lesson", started
     stepped.start(STEPS)
     if started is not None and lesson() is not None:
         started()
-    if bar is not None and "lesson_error" not in st.session_state:
+    if bar is not None and not RUN.has("error"):
         # said if Stop ends this run (the page's next run finds it); taken back below when the run ends
-        stopped = st.session_state["lesson_error"] = (f"Stopped before step {target:,}: the lesson shows the step it "
+        stopped = RUN.error = (f"Stopped before step {target:,}: the lesson shows the step it "
                                                       "reached; press Next token or Play to go on from there.")
     started_at, budget = time.perf_counter(), click_seconds()
     for done in range(target):  # at most one real step per step asked for
@@ -284,21 +285,21 @@ def run_to_step(target: int, slot=None, what: str = "the link's lesson", started
             left = (time.perf_counter() - started_at) / (done + 1) * (target - done - 1)
             bar.move((done + 1) / target, f"{what[0].upper()}{what[1:]}: step {done + 1:,} of {target:,}, "
                                           f"about {left:,.0f} s left at this run's pace", left=False)
-    if stopped is not None and st.session_state.get("lesson_error") == stopped:
-        st.session_state.pop("lesson_error")
-    if note is not None and "lesson_error" not in st.session_state:
-        st.session_state["lesson_error"] = note
+    if stopped is not None and RUN.error == stopped:
+        del RUN.error
+    if note is not None and not RUN.has("error"):
+        RUN.error = note
 
 
 def on_example() -> None:
-    if st.session_state.get("lesson_example") is not None:
-        st.session_state["lesson_prompt"] = st.session_state["lesson_example"]
+    if PREFILL.example is not None:
+        PREFILL.prompt = PREFILL.example
 
 
 def on_prompt_edit() -> None:
     """The example box names the prompt in the text box, or none when it is not one of them."""
-    prompt = st.session_state.get("lesson_prompt")
-    st.session_state["lesson_example"] = prompt if prompt in EXAMPLE_PROMPTS + [PAST_THE_WINDOW] else None
+    prompt = PREFILL.prompt
+    PREFILL.example = prompt if prompt in EXAMPLE_PROMPTS + [PAST_THE_WINDOW] else None
 
 
 def step_sentence(lesson: PrefillLesson, step: int) -> str:
@@ -341,7 +342,7 @@ def stop_note(lesson: PrefillLesson) -> str | None:
 class PrefillSteps(stepped.Stepped, InRoom):
     """Prefill and decode taken a token at a time, with Play; a room follows it, and its page asks questions."""
 
-    keys = stepped.StepKeys("lesson_", view="lesson_view_step", asks=True, plays=True)
+    keys = STEP_KEYS
     page, file_name, admit = "prefill_decode", "kvviz-lesson.json", True
     settings = frozenset(DEFAULTS) | {  # the player, the views' choices and the link's one reading
         "lesson_last_tick", "lesson_ticker_inline", "lesson_query_done", "lesson_link_stop", "lesson_speed",
