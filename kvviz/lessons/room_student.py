@@ -86,7 +86,7 @@ def followed_room(lesson: FollowedLesson) -> Room | None:
             lesson.state.view = min(held, len(copy.records) - 1)  # the step the stage last showed
         stop_following(lesson, keep_lesson=True)
         ROOM.error = (f"The class room server does not answer, so room {code} cannot be "
-                                          "followed; the lesson stays at its step, and you can go on on your own.")
+                      "followed; the lesson stays at its step, and you can go on on your own.")
         return None
     if room is None or getattr(room.lesson, "released", False) or not getattr(room.lesson, "records", None):
         stop_following(lesson)
@@ -95,7 +95,7 @@ def followed_room(lesson: FollowedLesson) -> Room | None:
     if not rooms.seen(room, ROOM.seat) and not rooms.down():
         stop_following(lesson)
         ROOM.error = (f"Room {code} gave your seat to another student while your page was "
-                                          "away; you can run the lesson on your own here.")
+                      "away; you can run the lesson on your own here.")
         return None
     ROOM.state = page_state(room)
     ROOM.stage = {"seen": room.payload.get("stage")}  # read before the step: never newer
@@ -152,7 +152,7 @@ def take_over(lesson: FollowedLesson, slot) -> None:
     refused = load_linked_model(room.model, "The teacher's model") if room.model else None
     if refused:  # the student's own copy would run on another model: a different lesson, so none
         ROOM.error = (f"Take over needs the teacher's model; you still follow room {room.code}. "
-                                          f"{refused}")
+                      f"{refused}")
         return
     left = []
     with fair_share.TAKE_OVERS.turn() as mine:
@@ -170,7 +170,7 @@ def take_over(lesson: FollowedLesson, slot) -> None:
     if not left:
         reason = lesson.state.take("error", "")
         ROOM.error = (f"Take over could not start a lesson of your own, so you still follow "
-                                          f"room {room.code}: {reason or 'try again in a while.'}")
+                      f"room {room.code}: {reason or 'try again in a while.'}")
 
 
 def student_bar(lesson: FollowedLesson, room: Room) -> None:

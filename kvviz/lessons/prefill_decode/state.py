@@ -269,7 +269,7 @@ def run_to_step(target: int, slot=None, what: str = "the link's lesson", started
     if bar is not None and not RUN.has("error"):
         # said if Stop ends this run (the page's next run finds it); taken back below when the run ends
         stopped = RUN.error = (f"Stopped before step {target:,}: the lesson shows the step it "
-                                                      "reached; press Next token or Play to go on from there.")
+                               "reached; press Next token or Play to go on from there.")
     started_at, budget = time.perf_counter(), click_seconds()
     for done in range(target):  # at most one real step per step asked for
         current = lesson()
