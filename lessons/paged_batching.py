@@ -58,14 +58,14 @@ def requests_and_settings() -> None:
                                                                                    width="small"),
                                   "max tokens": st.column_config.NumberColumn(min_value=1, max_value=200,
                                                                               width="small")})
-    edited = st.session_state.get("paged_editor", {})
+    edited = ps.PAGED.editor
     table = pd.DataFrame(ps.DEFAULT_TABLE)
     for row, changes in edited.get("edited_rows", {}).items():
         for column, value in changes.items():
             table.loc[int(row), column] = value
     table = pd.concat([table, pd.DataFrame(edited.get("added_rows", []))], ignore_index=True)
     table = table.drop(index=[i for i in edited.get("deleted_rows", []) if i in table.index])
-    st.session_state["paged_requests_table"] = table.to_dict("records")
+    ps.PAGED.requests_table = table.to_dict("records")
 
     kept_defaults(ps.DEFAULTS)  # a replay or a room sets them
     a, b, c = st.columns(3)
@@ -150,11 +150,11 @@ with right:
 
 
 def predict_then_reveal() -> None:
-    questions = st.session_state.setdefault("paged_questions", [])
+    questions = STEPS.state.setdefault("questions", [])
     running = [r for r in lesson.records[-1].requests if r.status == "running" and r.request_id in labels]
     choices = [r.request_id for r in running]
-    if st.session_state.get("paged_question_request") not in choices:  # a new run, or that request ended
-        st.session_state.pop("paged_question_request", None)
+    if ps.PAGED.question_request not in choices:  # a new run, or that request ended
+        del ps.PAGED.question_request
     q1, q2, q3 = st.columns([2, 2, 1])
     who = q1.selectbox("Request", choices, format_func=lambda rid: labels[rid], key="paged_question_request")
     guess = q2.number_input("Your guess (physical block id)", 0, lesson.num_blocks - 1,
@@ -182,7 +182,7 @@ def predict_then_reveal() -> None:
 
 if room is None:  # a student answers the room's questions in the bar at the top
     with st.expander("Predict, then reveal: which block comes next?",
-                     expanded=bool(st.session_state.get("paged_questions"))):
+                     expanded=bool(STEPS.state.questions)):
         predict_then_reveal()
 stepped.room_panel(STEPS, lesson, step, room)  # after the questions: one committed this run reaches the room
 

@@ -30,9 +30,9 @@ from kvviz.lessons.room_view import ROOM
 from kvviz.lessons.uploads import file_buttons
 from kvviz.rooms.types import Room
 from kvviz.ui import live_lessons, presenter, rooms
-from kvviz.ui.common import bound_export, drop, show_file_settings
+from kvviz.ui.common import bound_export, show_file_settings
 from kvviz.ui.progress import StopBar
-from kvviz.ui.session_keys import SessionState, Slot
+from kvviz.ui.session_keys import SessionState, Slot, drop
 from kvviz.ui.stage import chosen_step, show_stage
 
 PLAY_DELAYS = {"slow": 1.5, "normal": 0.7, "fast": 0.25}  # seconds between Play's steps

@@ -14,7 +14,12 @@ from dataclasses import dataclass
 
 import streamlit as st
 
-from kvviz.ui.common import drop
+
+
+def drop(state, keys, prefixes: tuple[str, ...] = ()) -> None:
+    """Delete `keys`, and keys starting with one of `prefixes`, from a session state (or a dict)."""
+    for key in [k for k in state if k in keys or k.startswith(prefixes)]:
+        del state[key]
 
 
 @dataclass(frozen=True)

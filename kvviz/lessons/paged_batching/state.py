@@ -11,15 +11,26 @@ from kvviz.lessons.paged_batching.logic import DEFAULT_REQUESTS, PagedLesson, Re
 from kvviz.lessons.paged_batching.stage import stage_data
 from kvviz.lessons.room_view import InRoom
 from kvviz.ui.common import current_model
-from kvviz.ui.session_keys import Keys
+from kvviz.ui.session_keys import Keys, SessionState, Slot
 
 BLOCK_SIZES, POOL_SIZES = (2, 32), (2, 128)  # what the sliders offer
 DEFAULT_TABLE = [{"prompt": p, "arrives at step": a, "max tokens": m} for p, a, m in DEFAULT_REQUESTS]
 DEFAULTS = {"paged_block_size": 8, "paged_num_blocks": 40, "paged_prefix": True}  # the pool's settings
 
 
+class PagedState(SessionState):
+    """The page's own inputs beside its run's (STEPS.state): the requests' table and the question's request."""
+
+    editor = Slot("paged_editor", default={})  # the table's edits, as Streamlit's data editor keeps them
+    requests_table = Slot("paged_requests_table", default=DEFAULT_TABLE)  # the table with them applied
+    question_request = Slot("paged_question_request")  # the request a question asks about
+
+
+PAGED = PagedState()
+
+
 def request_specs() -> list[RequestSpec]:
-    rows = st.session_state.get("paged_requests_table", DEFAULT_TABLE)
+    rows = PAGED.requests_table
     specs = []
     for row in rows:
         prompt = row.get("prompt") or ""
@@ -37,7 +48,7 @@ def _setting(key: str):
 class PagedSteps(stepped.Stepped, InRoom):
     """The paged pool taken an engine step at a time; a room follows it, and its page asks questions."""
 
-    keys = stepped.StepKeys("paged_", view="paged_view_step", asks=True, extra=("paged_question_request",))
+    keys = stepped.StepKeys("paged_", view="paged_view_step", asks=True, extra=(PagedState.question_request.key,))
     page, file_name = "paged_batching", "kvviz-paged-batching.json"
 
     def new(self) -> PagedLesson:
@@ -69,7 +80,7 @@ class PagedSteps(stepped.Stepped, InRoom):
         return stage_data(run, step, presenter)
 
     def questions(self, run: PagedLesson) -> list:
-        return room.questions(run)
+        return room.questions(run, self.state.get("questions", []))
 
 
 STEPS = PagedSteps()

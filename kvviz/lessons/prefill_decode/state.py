@@ -30,7 +30,7 @@ from kvviz.lessons.prefill_decode.file import export_lesson, import_lesson
 from kvviz.lessons.prefill_decode.stage import stage_data
 from kvviz.lessons.room_view import InRoom
 from kvviz.models import default_heldout_text
-from kvviz.ui.common import current_model, load_linked_model, page_sampling
+from kvviz.ui.common import MODEL, current_model, load_linked_model, page_sampling
 from kvviz.ui.progress import StopBar
 from kvviz.ui.session_keys import Keys
 from kvviz.ui.text import plain
@@ -149,9 +149,9 @@ def restore_from_query() -> None:
     if "prompt" not in params:
         PREFILL.query_done = True
         return
-    before = st.session_state.get("model_source")
+    before = MODEL.source
     model_note = load_linked_model(params["model"]) if "model" in params else None
-    if st.session_state.get("model_source") != before:
+    if MODEL.source != before:
         st.rerun()  # once more with the link's model loaded, so the sidebar names the model the lesson runs on
     PREFILL.query_done = True  # only the first run of a session reads the link
     PREFILL.prompt = params["prompt"]
