@@ -92,7 +92,7 @@ def room_status(lesson: FollowedLesson, code: str) -> None:
     if room is None:
         st.caption(rooms.down() or "The room has closed.")
         return
-    run, step = st.session_state.get(lesson.keys.run), st.session_state.get(lesson.keys.view)
+    run, step = lesson.state.run, lesson.state.view
     if run is not None and not run.replay and step is not None and room.step != step:
         publish(lesson, run, step)
     st.caption(f"{room.following()} of {rooms.seats(room)} students following now "
