@@ -5,7 +5,7 @@
 The lessons live in lessons/, not pages/: Streamlit treats a pages/ folder as an old-style
 multipage app, and a fresh server opened at a lesson's own address would then run that file
 bare, without this entry point's navigation, sidebar and page config. The list of pages, in
-lecture order, is kvviz.lessons.catalog.LECTURE: the home page and the Previous / Next links read it too.
+lecture order, is kvviz.lessons.lecture.LECTURE: the home page and the Previous / Next links read it too.
 """
 
 from pathlib import Path
@@ -16,7 +16,7 @@ from kvviz.ui import fair_share
 
 fair_share.install()  # first of all: each tab's reruns paced, a flooding tab closed, even while the rest imports
 
-from kvviz.lessons import catalog, navigation, registry, room_student  # noqa: E402
+from kvviz.lessons import lecture, navigation, room_student  # noqa: E402
 from kvviz.lessons.stepped import serve_web_pages  # noqa: E402
 from kvviz.page.build import page_or_refusal  # noqa: E402
 from kvviz.rooms.store import serve_lesson_files  # noqa: E402
@@ -36,14 +36,14 @@ st.html("<style>[data-testid='stMainBlockContainer'] {padding-top: 2.5rem;} "
 st.html(ACCESSIBLE_CSS)
 st.html(BUSY_CSS)
 skip_link()  # the keyboard's first stop: past the sidebar to the lesson's controls
-serve_lesson_files(registry.lesson_files)  # a room kept in Redis carries its lesson as a file
+serve_lesson_files(lecture.lesson_files)  # a room kept in Redis carries its lesson as a file
 serve_web_pages(page_or_refusal)  # each stepped lesson's Download as a web page
 page = st.navigation(navigation.pages())
-room_student.follow_link_elsewhere(page.url_path or catalog.LECTURE[0].key)  # a room link on a page without rooms
-keep_settings(registry.kept_settings())
+room_student.follow_link_elsewhere(page.url_path or lecture.LECTURE[0].key)  # a room link on a page without rooms
+keep_settings(lecture.kept_settings())
 model_from_link()  # ?model=NAME alone, on any page
-model_sidebar(on_model_change=registry.reset_lessons)
-presenter_mode(*catalog.neighbours(page.title))
+model_sidebar(on_model_change=lecture.reset_lessons)
+presenter_mode(*lecture.neighbours(page.title))
 footer = navigation.footer_container()  # drawn at the bottom even when a page stops early
 with footer:
     navigation.previous_next(page.title)

@@ -37,7 +37,7 @@ with workload_col:
                          f"{UPLOAD_LIMITS}", key="batch_upload", on_change=bs.on_new_upload,
                          max_upload_size=browser_megabytes(MAX_UPLOAD_BYTES))  # a bigger one refused unsent
         summary, upload_problem = bs.upload_summary()
-        if not hasattr(st.session_state.get("batch_upload"), "getvalue"):
+        if not hasattr(bs.BATCH.upload, "getvalue"):
             st.caption("Nothing uploaded yet.")
         elif upload_problem:
             st.error(plain(upload_problem))  # it names the file: as typed, never markdown
@@ -73,7 +73,7 @@ with settings_col:
              help="Run every request to its length, even past the model's end-of-text token.")
     with st.expander("Sampling"):
         st.toggle("Greedy (always the most likely token)", value=True, key="batch_greedy")
-        greedy = st.session_state.get("batch_greedy", True)
+        greedy = bs.BATCH.greedy
         c, d, e = st.columns(3)
         c.slider("Temperature", 0.1, 2.0, bs.DEFAULTS["batch_temperature"], 0.1, key="batch_temperature",
                  disabled=greedy)
@@ -133,8 +133,8 @@ with compare_tab:
     comparing_slot = st.empty()
     if compare_now:
         bs.compare(comparing_slot)
-    if "batch_compare_error" in st.session_state:
-        st.error(plain(st.session_state["batch_compare_error"]))
+    if bs.BATCH.has("compare_error"):
+        st.error(plain(bs.BATCH.compare_error))
     if bs.compare_stopped():
         st.warning(bs.compare_stopped(), icon=":material/stop_circle:")
     compared = bs.comparison()
@@ -183,8 +183,8 @@ if bs.vllm_available():  # vLLM's own environment exists (scripts/setup_vllm.sh)
                     "request and token limits, and as many bytes of KV cache as kvviz's pool, in blocks of "
                     "its own size. It starts in its own process, which takes a while.")
         st.button("Run on vLLM and compare", on_click=bs.on_vllm)
-        if "batch_vllm_error" in st.session_state:
-            st.error(st.session_state["batch_vllm_error"])
+        if bs.BATCH.has("vllm_error"):
+            st.error(bs.BATCH.vllm_error)
         theirs = bs.vllm_run()
         if theirs is not None:
             v = st.columns(5)

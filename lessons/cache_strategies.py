@@ -21,6 +21,7 @@ from kvviz.strategies.quantized import QuantizedKV
 from kvviz.strategies.sliding import SlidingWindowKV
 from kvviz.strategies.static import StaticKV
 from kvviz.throughput import busy_note
+from kvviz.ui import presenter
 from kvviz.ui.common import current_model, show_code
 from kvviz.ui.text import plain
 
@@ -58,8 +59,8 @@ with right:
     a.slider("Tokens to generate", 2, 128, ss.DEFAULTS["strategies_max_tokens"], key="strategies_max_tokens")
     b.slider("Sliding window (tokens)", 2, 128, ss.DEFAULTS["strategies_window"], key="strategies_window")
     sizes = ss.group_sizes(info["head_dim"])
-    if st.session_state.get("strategies_group_size", sizes[0]) not in sizes:  # another model was loaded
-        del st.session_state["strategies_group_size"]
+    if ss.STRATEGIES.has("group_size") and ss.STRATEGIES.group_size not in sizes:  # another model was loaded
+        del ss.STRATEGIES.group_size
     default_group = min(32, info["head_dim"])
     a.selectbox("Quantization group (values per scale)", sizes, key="strategies_group_size",
                 index=sizes.index(default_group) if default_group in sizes else len(sizes) - 1)
@@ -73,14 +74,14 @@ running_slot = st.empty()
 if run_now:
     ss.run(running_slot)
 lesson = ss.strategies()
-if "strategies_error" in st.session_state:
-    st.error(st.session_state["strategies_error"])
-if "strategies_note" in st.session_state:  # fewer tokens than asked: the most under one click's budget
-    st.info(st.session_state["strategies_note"], icon=":material/info:")
+if ss.STRATEGIES.has("error"):
+    st.error(ss.STRATEGIES.error)
+if ss.STRATEGIES.has("note"):  # fewer tokens than asked: the most under one click's budget
+    st.info(ss.STRATEGIES.note, icon=":material/info:")
 if ss.stopped():
     st.warning(ss.stopped(), icon=":material/stop_circle:")
 with st.expander("Export or replay a lesson"):
-    file_buttons(ss.exporter(), "kvviz-cache-strategies.json", "strategies_upload",
+    file_buttons(ss.exporter(), ss.FILES.file_name, "strategies_upload",
                  ss.replay)
 if replay:
     asked = lesson["settings"]
@@ -173,7 +174,7 @@ else:
             if lesson["model"] == "bundled":
                 st.caption(engine_quality_note())
     with table_tab:
-        presenting = bool(st.session_state.get("presenter"))  # large type: only the columns a projector fits
+        presenting = presenter.is_on()  # large type: only the columns a projector fits
         st.dataframe(lesson["table"], hide_index=True, width="stretch",
                      column_order=PRESENTER_COLUMNS if presenting else None,
                      column_config={"bytes held": st.column_config.NumberColumn(format="localized"),
@@ -190,8 +191,8 @@ with gqa_tab:
         "do before a short retraining, which is skipped here) shrinks the cache at once; the held-out "
         "loss shows what it costs.")
     choices = ss.gqa_choices(info["kv_heads"])
-    if st.session_state.get("strategies_gqa_heads", 1) not in choices:  # another model was loaded
-        st.session_state.pop("strategies_gqa_heads", None)
+    if ss.STRATEGIES.gqa_heads not in choices:  # another model was loaded
+        del ss.STRATEGIES.gqa_heads
     if not choices:
         st.info("This model already has a single KV head (multi-query attention): nothing left to merge.")
     else:
@@ -199,8 +200,8 @@ with gqa_tab:
         a.selectbox("KV heads after the merge", choices, key="strategies_gqa_heads",
                     format_func=lambda n: f"{n} (MQA)" if n == 1 else f"{n} (GQA)")
         b.button("Convert and measure", on_click=ss.on_gqa, width="stretch", disabled=replay)
-    if "strategies_gqa_error" in st.session_state:
-        st.error(st.session_state["strategies_gqa_error"])
+    if ss.STRATEGIES.has("gqa_error"):
+        st.error(ss.STRATEGIES.gqa_error)
     report = ss.gqa()
     if report is not None:
         st.plotly_chart(figures.gqa_comparison(report), width="stretch")

@@ -7,6 +7,7 @@ from kvviz.lessons.memory_bill import figures
 from kvviz.lessons.memory_bill import logic as bill
 from kvviz.hub.fetch import fetch_command, fetched_folder
 from kvviz.lessons.budget import click_seconds
+from kvviz.lessons.memory_bill.state import BILL
 from kvviz.lessons.memory_bill.pair import PAIR, PAIR_LEAST_TOKENS, PAIR_TOKENS, measure_pair, pair_tokens, pair_work
 from kvviz.memory_bill import ACCELERATORS, GiB
 from kvviz.models import TINY_MLA, default_heldout_text
@@ -23,28 +24,27 @@ GPU_COUNTS = [1, 2, 4, 8, 16]
 
 def _load_preset() -> None:
     """Set the sliders to the chosen preset's numbers (picking "custom" leaves them as they are)."""
-    name = st.session_state["bill_preset"]
+    name = BILL.preset
     if name == bill.CUSTOM:
         _slider_moved()  # sliders still on the preset: the box goes back to its name
     else:
-        st.session_state["bill_base"] = name
+        BILL.base = name
         st.session_state.update(bill.slider_values(PRESETS[name]))
 
 
 def _slider_state() -> dict[str, int]:
     """The sliders' numbers; a slider this model does not show (KV heads for MLA) keeps the preset's."""
-    state = st.session_state
-    return {key: state.get(key, value) for key, value in bill.slider_values(PRESETS[state["bill_base"]]).items()}
+    return {key: st.session_state.get(key, value) for key, value in bill.slider_values(PRESETS[BILL.base]).items()}
 
 
 def _slider_moved() -> None:
     """Show "custom" in the preset box once the sliders leave the preset, so that picking it again restores it."""
-    base = PRESETS[st.session_state["bill_base"]]
-    st.session_state["bill_preset"] = base.name if bill.is_preset(base, _slider_state()) else bill.CUSTOM
+    base = PRESETS[BILL.base]
+    BILL.preset = base.name if bill.is_preset(base, _slider_state()) else bill.CUSTOM
 
 
-if "bill_preset" not in st.session_state:
-    st.session_state["bill_preset"] = DEFAULT_PRESET
+if not BILL.has("preset"):
+    BILL.preset = DEFAULT_PRESET
     _load_preset()
 
 st.title("The memory bill")
@@ -66,14 +66,14 @@ with results:  # what the class watches, right above the bill it changes (a 1280
                                  f"for every {memory_bill.QUANT_GROUP_SIZE} values, as the Cache strategies lesson "
                                  "measures.")
     device_col.selectbox("Accelerator", DEVICES, key="bill_device")
-    if st.session_state["bill_device"] == "custom size":
+    if BILL.device == "custom size":
         device_col.number_input("Memory (GiB)", 1, 4096, 48, key="bill_custom_gib")
 with controls:
     st.selectbox("Start from a model", list(PRESETS) + [bill.CUSTOM], key="bill_preset", on_change=_load_preset,
                  help="Moving a slider below turns this into \"custom\"; pick the model again to restore its numbers.")
-    if st.session_state["bill_preset"] == bill.CUSTOM:
-        st.caption(f"Sliders moved from **{st.session_state['bill_base']}**; pick it above to restore its numbers.")
-    preset = PRESETS[st.session_state["bill_base"]]
+    if BILL.preset == bill.CUSTOM:
+        st.caption(f"Sliders moved from **{BILL.base}**; pick it above to restore its numbers.")
+    preset = PRESETS[BILL.base]
     st.slider("Layers", 1, 128, key="bill_layers", on_change=_slider_moved)
     st.slider("Query heads", 1, 128, key="bill_heads", on_change=_slider_moved)
     if preset.kv_lora_rank is None:
@@ -102,13 +102,12 @@ with controls:
     st.slider("Share of memory the server may use", 0.5, 1.0, 0.9, 0.05, key="bill_utilization",
               help="Like vLLM's gpu_memory_utilization: the rest is held back for activations and the runtime.")
 
-state = st.session_state
-dtype_name = state["bill_dtype"]
+dtype_name = BILL.dtype
 cache_format = memory_bill.cache_format(dtype_name)  # int4: codes + scales and zero points, bf16
-weights_dtype_bytes = memory_bill.weight_bytes_per_param(state["bill_weights_dtype"])
-context, batch, utilization = state["bill_context"], state["bill_batch"], state["bill_utilization"]
-device_name = state["bill_device"]
-device = int(state.get("bill_custom_gib", 48) * GiB) if device_name == "custom size" else device_name
+weights_dtype_bytes = memory_bill.weight_bytes_per_param(BILL.weights_dtype)
+context, batch, utilization = BILL.context, BILL.batch, BILL.utilization
+device_name = BILL.device
+device = int(BILL.custom_gib * GiB) if device_name == "custom size" else device_name
 
 
 def per_token_by_kind(shape, by_kind: dict, tokens: int) -> str:
@@ -153,11 +152,11 @@ def tensor_parallel(shape, gpus: int) -> None:
 
 try:
     shape = bill.shape_from_sliders(preset, _slider_state())
-    state["bill_last_good"] = shape
+    BILL.last_good = shape
     error = None
 except ValueError as problem:  # one sentence from kvviz.shapes; show the last settings that worked
     error = str(problem)
-    shape = state.get("bill_last_good", preset)
+    shape = BILL.get("last_good", preset)
 variants = memory_bill.compare_attention_variants(shape, **cache_format)
 cache_bytes = memory_bill.kv_cache_bytes(shape, context, batch, **cache_format)
 
@@ -165,7 +164,7 @@ total_bytes = memory_bill.memory_bytes(device)
 usable_bytes = int(total_bytes * utilization)
 weights_bytes = memory_bill.weights_bytes(shape, weights_dtype_bytes)
 weights_options = {"weights_dtype_bytes": weights_dtype_bytes}
-gpus, split_error = state["bill_gpus"], None
+gpus, split_error = BILL.gpus, None
 try:  # with tensor parallelism, what fits is asked of one GPU's share
     one_gpu = memory_bill.per_gpu_shape(shape, gpus)
 except ValueError as problem:
@@ -247,12 +246,12 @@ st.markdown(
     "memory runs out.")
 left, right = st.columns([1, 3])
 left.radio("Compare", ["models", "dtypes"], key="bill_compare", horizontal=True)
-if state.get("bill_compare", "models") == "models":
+if BILL.compare == "models":
     right.multiselect("Models to compare (each in its own colour)", list(PRESETS),
                       default=["llama-3.1-70b", "qwen2.5-7b", "gemma-2-9b"], key="bill_compare_models",
                       max_selections=6)
     lines = [(shape, dtype_name, cache_format)] + [(PRESETS[name], dtype_name, cache_format)
-                                                   for name in state.get("bill_compare_models", [])
+                                                   for name in BILL.compare_models
                                                    if name != shape.name]  # yours is drawn already
 else:
     right.caption("Your model in every dtype: same colour, one line style per dtype.")
@@ -308,24 +307,24 @@ else:
     if st.button(f"Run up to {PAIR_TOKENS:,} tokens through both", key="bill_pair_run"):
         lms = [shared_model(name) for name in PAIR]
         tokens = pair_tokens(lms) or PAIR_LEAST_TOKENS  # none fits now: measure_pair refuses in a sentence
-        st.session_state.pop("bill_pair_error", None)
-        st.session_state.pop("bill_pair_note", None)
+        del BILL.pair_error
+        del BILL.pair_note
         if tokens < PAIR_TOKENS:
-            st.session_state["bill_pair_note"] = (
+            BILL.pair_note = (
                 f"{PAIR_TOKENS:,} tokens would take longer than one click's {click_seconds():,.0f} s on this server "
                 f"now, so each model ran {tokens:,}, the most that fit (past Gemma 3's window of 512).")
         seconds = pair_work(lms, tokens).seconds(next(lms[0].model.parameters()).device)
         with st.spinner(f"Two prefills of {tokens:,} tokens; estimated about {seconds:,.0f} s on this server",
                         show_time=True):
             try:
-                st.session_state["bill_pair"] = measure_pair(lms, default_heldout_text(), tokens)
+                BILL.pair = measure_pair(lms, default_heldout_text(), tokens)
             except ValueError as error:  # WorkTooLarge on a slow server: one sentence
-                st.session_state["bill_pair_error"] = str(error)
-    if st.session_state.get("bill_pair_error"):
-        st.error(st.session_state["bill_pair_error"])
-    elif st.session_state.get("bill_pair_note"):
-        st.caption(st.session_state["bill_pair_note"])
-    rows = st.session_state.get("bill_pair")
+                BILL.pair_error = str(error)
+    if BILL.pair_error:
+        st.error(BILL.pair_error)
+    elif BILL.pair_note:
+        st.caption(BILL.pair_note)
+    rows = BILL.pair
     if rows:
         st.markdown(bill.pair_table(rows))
         for row in rows:

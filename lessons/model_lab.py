@@ -8,6 +8,7 @@ from kvviz.lessons.budget import WorkTooLarge, click_seconds, says, timed
 from kvviz.engine.errors import EngineError
 from kvviz.lessons.model_lab import figures
 from kvviz.lessons.model_lab import logic as lab
+from kvviz.lessons.model_lab.state import LAB
 from kvviz.models import CustomShape, ModelLoadError
 from kvviz.shapes import format_bytes
 from kvviz.ui.common import show_code
@@ -23,15 +24,12 @@ def built_model(shape: CustomShape):
 
 
 def _shape() -> CustomShape:
-    state = st.session_state
-    return CustomShape(num_layers=state["lab_layers"], hidden_size=state["lab_hidden"],
-                       num_heads=state["lab_heads"], num_kv_heads=state["lab_kv_heads"],
-                       head_dim=state["lab_head_dim"] or None, intermediate_size=state["lab_mlp"] or None,
-                       max_context=state["lab_context"])
+    return CustomShape(num_layers=LAB.layers, hidden_size=LAB.hidden, num_heads=LAB.heads, num_kv_heads=LAB.kv_heads,
+                       head_dim=LAB.head_dim or None, intermediate_size=LAB.mlp or None, max_context=LAB.context)
 
 
 def _forget_error() -> None:
-    st.session_state.pop("lab_error", None)
+    del LAB.error
 
 
 def _measure(slot) -> None:
@@ -39,13 +37,12 @@ def _measure(slot) -> None:
     refusal keep the previous results. The work runs in the page's script, not in a callback, so
     that pressing Stop (or any widget) interrupts it at the bar's next move, between two rounds; the
     rounds timed by then wait under "lab_measuring" for the next run of the page."""
-    for key in ("lab_error", "lab_stopped"):
-        st.session_state.pop(key, None)
+    LAB.drop("error", "stopped")
     shape, device = _shape(), lab.pick_device(None)
     try:
         lab.check_lab_size(shape, device)  # refused in a sentence before any bar: too big, or past the budget
     except ValueError as error:  # ModelLoadError, WorkTooLarge
-        st.session_state["lab_error"] = str(error)
+        LAB.error = str(error)
         return
     seconds = lab.measurement_work(shape, lab.LAB_REPEATS).seconds(device)
     bar = StopBar(slot, "lab_stop", f"Estimated about {seconds:,.0f} s on this server, {says(device, 'lab')}; "
@@ -55,41 +52,41 @@ def _measure(slot) -> None:
     def progress(done: int, total: int, text: str) -> None:
         bar.move(done / total, f"{text} ({done} of {total} rounds done)", every_s=0.0)
 
-    st.session_state["lab_measuring"] = (shape, None)  # stopped now: nothing timed yet
+    LAB.measuring = (shape, None)  # stopped now: nothing timed yet
     try:
         lm = built_model(shape)
         contexts = lab.lab_contexts(lm.max_context)
         result = lab.describe(lm, contexts, lab.LAB_REPEATS)
-        st.session_state["lab_measuring"] = (shape, result)  # filled in, round by round
+        LAB.measuring = (shape, result)  # filled in, round by round
         with timed(lab.measurement_work(shape, lab.LAB_REPEATS), next(lm.model.parameters()).device):
             lab.measure(lm, contexts, repeats=lab.LAB_REPEATS, progress=progress, result=result)
         progress(lab.LAB_REPEATS, lab.LAB_REPEATS, "Measured")  # a run stopped meanwhile ends here, storing nothing
     except (ModelLoadError, EngineError, ValueError) as error:
-        st.session_state["lab_error"] = str(error)
+        LAB.error = str(error)
     else:
-        st.session_state["lab_result"], st.session_state["lab_result_shape"] = result, shape
-    st.session_state.pop("lab_measuring", None)  # ended, not stopped
+        LAB.result, LAB.result_shape = result, shape
+    del LAB.measuring  # ended, not stopped
     slot.empty()
 
 
 def _keep_a_stopped_measurement() -> None:
     """A measurement that a widget interrupted left what it had timed: keep it, marked as stopped,
     or say that nothing was timed and keep the previous results."""
-    if "lab_measuring" not in st.session_state:
+    if not LAB.has("measuring"):
         return
-    shape, result = st.session_state.pop("lab_measuring")
+    shape, result = LAB.take("measuring")
     how = how_it_stopped()
     if result is not None and result.timings:
         # a copy: the stopped run's thread may still finish the round it was timing, until its next bar move
         kept = dataclasses.replace(result, timings=list(result.timings))
-        st.session_state["lab_result"], st.session_state["lab_result_shape"] = kept, shape
+        LAB.result, LAB.result_shape = kept, shape
         if how != "Stopped":  # the result below says how many rounds; this says why
-            st.session_state["lab_stopped"] = (f"{how} so the rounds timed by then are shown; a shorter longest "
-                                               "context or fewer layers make a measurement shorter.")
+            LAB.stopped = (f"{how} so the rounds timed by then are shown; a shorter longest "
+                           "context or fewer layers make a measurement shorter.")
     else:
         planned = f" of {result.rounds_planned}" if result is not None else ""
-        st.session_state["lab_stopped"] = (f"{how} after 0{planned} rounds: nothing was timed, so nothing new "
-                                           "is shown. Press **Measure** to start again.")
+        LAB.stopped = (f"{how} after 0{planned} rounds: nothing was timed, so nothing new "
+                       "is shown. Press **Measure** to start again.")
 
 
 _keep_a_stopped_measurement()
@@ -162,12 +159,12 @@ if measure_now:
     _measure(measuring_slot)
 
 with results:
-    problem = shape_problem or st.session_state.get("lab_error")
+    problem = shape_problem or LAB.error
     if problem:
         st.error(problem)  # one sentence; the last results stay below
-    if "lab_stopped" in st.session_state:
-        st.warning(st.session_state["lab_stopped"], icon=":material/stop_circle:")
-    result = st.session_state.get("lab_result")
+    if LAB.has("stopped"):
+        st.warning(LAB.stopped, icon=":material/stop_circle:")
+    result = LAB.result
     if result is None:
         st.info("Set a size and press **Measure**. kvviz builds that model with random weights, then for "
                 "each context length times one decode step twice: with the cache, where only the newest "
@@ -175,7 +172,7 @@ with results:
     else:
         if problem:
             st.caption("The results below are from the last model that was measured.")
-        elif st.session_state.get("lab_result_shape") != _shape():
+        elif LAB.result_shape != _shape():
             st.warning("The sliders have changed since this measurement: the results below are from the "
                        "previous shape. Press **Measure** to measure this one.", icon=":material/history:")
         if result.stopped:

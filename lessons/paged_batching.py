@@ -18,12 +18,13 @@ from kvviz.lessons.paged_batching.swap_view import swap_view
 from kvviz.lessons.prefill_decode import predict
 from kvviz.shapes import format_bytes
 from kvviz.ui.common import kept_defaults, show_code
+from kvviz.ui.presenter import is_on as presenting
 from kvviz.ui.text import plain
 
-LESSON = ps.LESSON
-room = stepped.open_page(LESSON)  # ?room=CODE: follow a teacher's run; None unless this session follows a room
+STEPS = ps.STEPS
+room = stepped.open_page(STEPS)  # ?room=CODE: follow a teacher's run; None unless this session follows a room
 lesson = ps.paged()
-presenter = bool(st.session_state.get("presenter"))
+presenter = presenting()
 
 
 def introduction() -> None:
@@ -57,14 +58,14 @@ def requests_and_settings() -> None:
                                                                                    width="small"),
                                   "max tokens": st.column_config.NumberColumn(min_value=1, max_value=200,
                                                                               width="small")})
-    edited = st.session_state.get("paged_editor", {})
+    edited = ps.PAGED.editor
     table = pd.DataFrame(ps.DEFAULT_TABLE)
     for row, changes in edited.get("edited_rows", {}).items():
         for column, value in changes.items():
             table.loc[int(row), column] = value
     table = pd.concat([table, pd.DataFrame(edited.get("added_rows", []))], ignore_index=True)
     table = table.drop(index=[i for i in edited.get("deleted_rows", []) if i in table.index])
-    st.session_state["paged_requests_table"] = table.to_dict("records")
+    ps.PAGED.requests_table = table.to_dict("records")
 
     kept_defaults(ps.DEFAULTS)  # a replay or a room sets them
     a, b, c = st.columns(3)
@@ -77,13 +78,13 @@ stepped.header("Paged cache and batching", lesson)
 if lesson is None:
     introduction()
     paging_explained()
-stepped.toolbar(LESSON, lesson, room, requests_and_settings, "Requests and settings",
+stepped.toolbar(STEPS, lesson, room, requests_and_settings, "Requests and settings",
                 can_step=lesson is not None and lesson.can_step, start_help="A new run of these requests from step 0.",
                 popover_css="<style>[data-testid='stPopoverBody'] {width: min(760px, 90vw);}</style>")  # the table
-stepped.error(LESSON)
+stepped.error(STEPS)
 
 if lesson is None:
-    stepped.files_expander(LESSON)
+    stepped.files_expander(STEPS)
     st.info("Press **Start**: the engine admits the requests that arrive at step 0 and runs one step.")
     beyond_the_article()
     st.stop()
@@ -96,11 +97,11 @@ if lesson.replay and room is None:
 
 # the stage: the requests' block tables and the pool, stepped in the browser; the views below follow it
 last = len(lesson.records) - 1
-step = stepped.step_in_view(LESSON, lesson, room)
-stepped.stage(LESSON, stage_data(lesson, step, presenter), room)  # a follower's moves with the teacher
-stepped.look_back(LESSON, step, last, "Look back at step",
+step = stepped.step_in_view(STEPS, lesson, room)
+stepped.stage(STEPS, stage_data(lesson, step, presenter), room)  # a follower's moves with the teacher
+stepped.look_back(STEPS, step, last, "Look back at step",
                   help="Or step in the diagram (its arrows, or ← → when it has the focus).")
-stepped.files_expander(LESSON)
+stepped.files_expander(STEPS)
 with st.expander("The idea: blocks, block tables, shared prefixes, preemption"):
     introduction()
 paging_explained()
@@ -149,11 +150,11 @@ with right:
 
 
 def predict_then_reveal() -> None:
-    questions = st.session_state.setdefault("paged_questions", [])
+    questions = STEPS.state.setdefault("questions", [])
     running = [r for r in lesson.records[-1].requests if r.status == "running" and r.request_id in labels]
     choices = [r.request_id for r in running]
-    if st.session_state.get("paged_question_request") not in choices:  # a new run, or that request ended
-        st.session_state.pop("paged_question_request", None)
+    if ps.PAGED.question_request not in choices:  # a new run, or that request ended
+        del ps.PAGED.question_request
     q1, q2, q3 = st.columns([2, 2, 1])
     who = q1.selectbox("Request", choices, format_func=lambda rid: labels[rid], key="paged_question_request")
     guess = q2.number_input("Your guess (physical block id)", 0, lesson.num_blocks - 1,
@@ -181,9 +182,9 @@ def predict_then_reveal() -> None:
 
 if room is None:  # a student answers the room's questions in the bar at the top
     with st.expander("Predict, then reveal: which block comes next?",
-                     expanded=bool(st.session_state.get("paged_questions"))):
+                     expanded=bool(STEPS.state.questions)):
         predict_then_reveal()
-stepped.room_panel(LESSON, lesson, step, room)  # after the questions: one committed this run reaches the room
+stepped.room_panel(STEPS, lesson, step, room)  # after the questions: one committed this run reaches the room
 
 show_code(Scheduler.schedule, KVCacheManager.allocate_slots, BlockPool.find_cached_prefix, BlockPool.allocate,
           BlockPool.free, caption="The scheduler that chose this step's tokens, the KV manager that found "

@@ -21,11 +21,11 @@ from kvviz.ui import presenter
 from kvviz.ui.common import current_model, show_code
 from kvviz.ui.text import plain
 
-LESSON, KEYS = ls.LESSON, ls.LESSON.keys
+STEPS, KEYS = ls.STEPS, ls.STEPS.keys
 ls.set_defaults()
-room_student.restore_from_query(LESSON)  # ?room=CODE: follow a teacher's lesson (a room's lesson reads no link)
+room_student.restore_from_query(STEPS)  # ?room=CODE: follow a teacher's lesson (a room's lesson reads no link)
 ls.restore_from_query()
-room = stepped.open_page(LESSON)  # None unless this session follows a room
+room = stepped.open_page(STEPS)  # None unless this session follows a room
 lesson = ls.lesson()
 stepped.header("Prefill and decode", lesson)
 if lesson is not None:  # the stage needs the height
@@ -33,7 +33,7 @@ if lesson is not None:  # the stage needs the height
             "nowrap; overflow: hidden; text-overflow: ellipsis; margin: 0;}</style>")
 
 # ---- the prompt and the controls: in full before Prefill, folded into a popover after it -----
-playing = st.session_state.get(KEYS.playing, False)
+playing = STEPS.state.playing
 
 
 def prompt_and_settings() -> None:
@@ -50,7 +50,7 @@ def prompt_and_settings() -> None:
         st.slider("Tokens to generate", 1, ls.MAX_LESSON_TOKENS, key="lesson_max_tokens")
         with st.expander("Sampling"):
             st.toggle("Greedy (always the most likely token)", key="lesson_greedy")
-            greedy = st.session_state["lesson_greedy"]
+            greedy = ls.PREFILL.greedy
             st.slider("Temperature", 0.1, 2.0, step=0.1, key="lesson_temperature", disabled=greedy)
             st.slider("Top-k (0 = off)", 0, 200, key="lesson_top_k", disabled=greedy)
             st.slider("Top-p", 0.05, 1.0, step=0.05, key="lesson_top_p", disabled=greedy)
@@ -62,7 +62,7 @@ def prompt_and_settings() -> None:
 
 
 if room is not None:  # a student: the teacher moves the lesson
-    room_student.student_bar(LESSON, room)
+    room_student.student_bar(STEPS, room)
 elif lesson is None:
     with st.container(key="lesson_controls"):  # where the skip link lands (kvviz.ui.skip_link)
         prompt_and_settings()
@@ -71,31 +71,31 @@ elif lesson is None:
 else:  # one toolbar row: the stage below gets the screen
     with st.container(key="lesson_controls"):
         buttons = st.columns([1.5, 1, 1.5, 1, 2.5], vertical_alignment="bottom")  # "Next token" fits in presenter
-    buttons[0].button("Next token", on_click=stepped.step, args=(LESSON,), width="stretch", shortcut="Right",
+    buttons[0].button("Next token", on_click=stepped.step, args=(STEPS,), width="stretch", shortcut="Right",
                       disabled=lesson.finished)
 if room is None:
-    buttons[1].button("Pause" if playing else "Play", on_click=stepped.toggle_play, args=(LESSON,), width="stretch",
+    buttons[1].button("Pause" if playing else "Play", on_click=stepped.toggle_play, args=(STEPS,), width="stretch",
                       shortcut="P", disabled=lesson is None or lesson.finished)
     # in presenter type the label's line would push the stage down: the value names what it is instead
     buttons[2].select_slider("Play speed", ["slow", "normal", "fast"], value="normal", key=KEYS.speed,
                              label_visibility="collapsed" if presenter.is_on() else "visible",
                              format_func=(lambda speed: f"play: {speed}") if presenter.is_on() else str)
-    buttons[3].button("Reset", on_click=stepped.reset_run, args=(LESSON,), width="stretch")
+    buttons[3].button("Reset", on_click=stepped.reset_run, args=(STEPS,), width="stretch")
     if lesson is not None:
         with buttons[4].popover("Prompt and settings", icon=":material/tune:", width="stretch"):
             prompt_and_settings()
-stepped.error(LESSON)
+stepped.error(STEPS)
 if lesson is not None and lesson.answer() is not None:  # one line, its newest words: the stage stays where it is
     with st.container(key="lesson_answer"):
         st.markdown(f"**Answer so far:** {plain(lesson.answer_tail(60 if presenter.is_on() else 100))}",
                     help=f"The whole answer, without the chat template's tokens: {plain(lesson.answer())}")
-playing = stepped.player(LESSON, lesson)  # Play's beat steps the lesson
+playing = stepped.player(STEPS, lesson)  # Play's beat steps the lesson
 
 if lesson is None:
     st.info("Type a prompt and press **Prefill**. The whole prompt goes through the model in one "
             "forward pass, and every layer stores each prompt token's key and value vectors.")
     with st.expander("Export or replay a lesson"):
-        stepped.files(LESSON)
+        stepped.files(STEPS)
     st.stop()
 
 # ---- which step we look at: the stage steps in the browser and tells the server -------------
@@ -104,14 +104,14 @@ if lesson.replay and room is None:
     st.caption(f"Replaying a recorded lesson ({plain(lesson.model_info['name'])}, {steps_text(len(lesson.records))}): "
                "every view is drawn from the file; no model runs. Step with the stage's arrows or Next token.")
     room_answers.file_answers(lesson)
-step = stepped.step_in_view(LESSON, lesson, room, playing)  # a teacher's room follows it
+step = stepped.step_in_view(STEPS, lesson, room, playing)  # a teacher's room follows it
 record, info = lesson.records[step], lesson.model_info
 num_tokens = lesson.num_tokens_at(step)
 entered = lesson.entered_step(step)
 
-stepped.stage(LESSON, stage_data(lesson, step, bool(st.session_state.get("presenter"))), room,
+stepped.stage(STEPS, stage_data(lesson, step, presenter.is_on()), room,
               ls.step_sentence(lesson, step))  # a follower's moves with the teacher's steps
-stepped.look_back(LESSON, step, last_step, "Look back at step (0 = prefill)", disabled=playing,
+stepped.look_back(STEPS, step, last_step, "Look back at step (0 = prefill)", disabled=playing,
                   help="Or step in the diagram (its arrows, or ← → when it has the focus). While playing, the "
                        "views follow the newest step.")
 # a follower keeps the room link
@@ -214,12 +214,12 @@ if view == "Memory bill":
     taught_later("paged_batching", "Blocks, the last block's slack and the preallocated pool")
 
 with st.expander("Export or replay a lesson"):
-    stepped.files(LESSON)
+    stepped.files(STEPS)
 if room is None:  # a student answers the room's questions in the bar at the top
-    with st.expander("Predict, then reveal", expanded=bool(st.session_state.get("lesson_questions"))):
+    with st.expander("Predict, then reveal", expanded=bool(STEPS.state.questions)):
         predict_panel(lesson)
         taught_later("paged_batching", "Blocks, which the second question asks about")
-stepped.room_panel(LESSON, lesson, step, room)  # after the questions: one asked this run reaches the room
+stepped.room_panel(STEPS, lesson, step, room)  # after the questions: one asked this run reaches the room
 
 attention_code = mla_attention if info.get("kv_lora_rank") else paged_attention  # MLA: its own attention forward
 show_code(Engine.step, Engine._sample, Scheduler.schedule, attention_code,

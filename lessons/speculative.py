@@ -11,12 +11,13 @@ from kvviz.lessons.speculative import figures
 from kvviz.lessons.speculative import state as ss
 from kvviz.lessons.speculative.stage import stage_data
 from kvviz.ui.common import kept_defaults, show_code
+from kvviz.ui.presenter import is_on as presenting
 from kvviz.ui.text import plain
 
-LESSON = ss.LESSON
-room = stepped.open_page(LESSON)  # ?room=CODE: follow a teacher's run; None unless this session follows a room
+STEPS = ss.STEPS
+room = stepped.open_page(STEPS)  # ?room=CODE: follow a teacher's run; None unless this session follows a room
 lesson = ss.lesson()
-presenter = bool(st.session_state.get("presenter"))
+presenter = presenting()
 
 
 def introduction() -> None:
@@ -48,13 +49,13 @@ def prompt_and_settings() -> None:
 stepped.header("Speculative decoding", lesson)
 if lesson is None:
     introduction()
-stepped.toolbar(LESSON, lesson, room, prompt_and_settings, "Prompt and settings",
+stepped.toolbar(STEPS, lesson, room, prompt_and_settings, "Prompt and settings",
                 can_step=lesson is not None and not (lesson.replay or lesson.finished),  # a replay takes no steps
                 start_help="A new run of this prompt from the prefill.")
-stepped.error(LESSON)
+stepped.error(STEPS)
 
 if lesson is None:
-    stepped.files_expander(LESSON)
+    stepped.files_expander(STEPS)
     st.info("Press **Start**: the prompt is prefilled, then each **Step** is one forward pass of two "
             "engines, one with drafts and one without.")
     st.stop()
@@ -67,12 +68,12 @@ if lesson.replay and room is None:
 
 # the stage: the request's blocks, each pass's drafts filling slots and the rejected ones emptying again
 last = len(lesson.records) - 1
-step = stepped.step_in_view(LESSON, lesson, room)
-stepped.stage(LESSON, stage_data(lesson, step, presenter), room)  # a follower's moves with the teacher
-stepped.look_back(LESSON, step, last, "Look back at forward pass", base=1,
+step = stepped.step_in_view(STEPS, lesson, room)
+stepped.stage(STEPS, stage_data(lesson, step, presenter), room)  # a follower's moves with the teacher
+stepped.look_back(STEPS, step, last, "Look back at forward pass", base=1,
                   help="Passes are counted from 1: pass 1 is the prefill. Or step in the diagram (its arrows, "
                        "or ← → when it has the focus).")
-stepped.files_expander(LESSON)
+stepped.files_expander(STEPS)
 with st.expander("The idea: drafts, one pass to check them, rollback"):
     introduction()
 rows = lesson.draft_steps()[:step + 1]
@@ -137,6 +138,6 @@ texts = pd.DataFrame([
 ]).set_index("decoding")
 st.table(texts)
 
-stepped.room_panel(LESSON, lesson, step, room)
+stepped.room_panel(STEPS, lesson, step, room)
 show_code(propose_drafts, accept, Engine._roll_back, KVCacheManager.truncate,
           caption="Prompt lookup, greedy verification, and the rollback of the rejected drafts' cache slots.")

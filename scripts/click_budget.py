@@ -39,13 +39,13 @@ def case_link(lm):
     opens at the furthest step under the budget, as the page's run_to_step does."""
     import torch
 
-    from kvviz.lessons.prefill_decode.logic import Lesson, LessonSettings, furthest_step, lesson_sampling
+    from kvviz.lessons.prefill_decode.logic import PrefillLesson, LessonSettings, furthest_step, lesson_sampling
 
     settings = LessonSettings(prompt=long_prompt(lm.tokenizer, 250), sampling=lesson_sampling(max_tokens=256))
     reachable = furthest_step(lm, len(lm.tokenizer(settings.prompt)["input_ids"]), 255, torch.device("cpu"))
 
     def click():
-        lesson = Lesson.start(lm, settings)
+        lesson = PrefillLesson.start(lm, settings)
         lesson.prefill()
         for _ in range(reachable):
             lesson.next_token()
@@ -62,10 +62,10 @@ def case_lesson_file(lm):
 
     from kvviz.lessons.prefill_decode import figures
     from kvviz.lessons.prefill_decode.file import export_lesson, import_lesson
-    from kvviz.lessons.prefill_decode.logic import Lesson, LessonSettings, lesson_sampling
+    from kvviz.lessons.prefill_decode.logic import PrefillLesson, LessonSettings, lesson_sampling
     from kvviz.lessons.prefill_decode.stage import stage_data
 
-    run = Lesson.start(lm, LessonSettings(prompt="ROMEO:", sampling=lesson_sampling(max_tokens=2)))
+    run = PrefillLesson.start(lm, LessonSettings(prompt="ROMEO:", sampling=lesson_sampling(max_tokens=2)))
     run.prefill()
     run.next_token()
     data = json.loads(export_lesson(run))

@@ -38,7 +38,7 @@ from kvviz.lessons.cache_strategies import logic as strategies
 from kvviz.lessons.cache_strategies.eviction_view import DEFAULTS as EVICTION
 from kvviz.lessons.cache_strategies.state import DEFAULTS as STRATEGIES, EXAMPLE_PROMPT, TIMING_RUNS
 from kvviz.lessons.model_lab import logic as lab
-from kvviz.lessons.prefill_decode.logic import Lesson, LessonSettings, lesson_sampling, lesson_work
+from kvviz.lessons.prefill_decode.logic import PrefillLesson, LessonSettings, lesson_sampling, lesson_work
 from kvviz.lessons.prefill_decode.state import EXAMPLE_PROMPTS
 from kvviz.models import CustomShape, default_heldout_text, load_model
 from kvviz.strategies.eviction import eviction_lab
@@ -63,14 +63,14 @@ def row(name: str, work: budget.Work, click) -> tuple[str, float, float, float]:
 def teacher(lm) -> list:
     rows, prompt = [], EXAMPLE_PROMPTS[0]
     settings = LessonSettings(prompt=prompt, sampling=lesson_sampling(max_tokens=48))
-    lesson = Lesson.start(lm, settings)
+    lesson = PrefillLesson.start(lm, settings)
     tokens = len(lesson.prompt_token_ids)
     rows.append(row("Prefill (default prompt)", lesson_work(lm, tokens, 0), lesson.prefill))
     for _ in range(8):
         rows.append(row("Next token", lesson.step_work(lesson.twin_runs_next()), lesson.next_token))
 
     def link():
-        run = Lesson.start(lm, settings)
+        run = PrefillLesson.start(lm, settings)
         run.prefill()
         for _ in range(40):
             run.next_token()
@@ -78,7 +78,7 @@ def teacher(lm) -> list:
 
     length = min(1000, lm.max_context - 16)  # the bundled model holds 512
     long = lm.tokenizer.decode(lm.tokenizer(default_heldout_text())["input_ids"][:length])
-    long_lesson = Lesson.start(lm, LessonSettings(prompt=long, sampling=lesson_sampling(max_tokens=8)))
+    long_lesson = PrefillLesson.start(lm, LessonSettings(prompt=long, sampling=lesson_sampling(max_tokens=8)))
     rows.append(row(f"Prefill ({len(long_lesson.prompt_token_ids):,}-token prompt)",
                     lesson_work(lm, len(long_lesson.prompt_token_ids), 0), long_lesson.prefill))
     for _ in range(3):

@@ -151,9 +151,9 @@ def speculative_13m_tokens(lm) -> str:
 
 def prefill_data(lm) -> dict:
     from kvviz.lessons.prefill_decode.file import export_lesson
-    from kvviz.lessons.prefill_decode.logic import Lesson, LessonSettings, lesson_sampling
+    from kvviz.lessons.prefill_decode.logic import PrefillLesson, LessonSettings, lesson_sampling
 
-    lesson = Lesson.start(lm, LessonSettings(prompt="ROMEO:", sampling=lesson_sampling(max_tokens=2)))
+    lesson = PrefillLesson.start(lm, LessonSettings(prompt="ROMEO:", sampling=lesson_sampling(max_tokens=2)))
     lesson.prefill()
     lesson.next_token()
     return json.loads(export_lesson(lesson))

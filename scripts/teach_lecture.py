@@ -8,7 +8,7 @@
     python scripts/teach_lecture.py --contend 1      # beside one busy process, as on a shared server
 
 The script starts the app (kvviz.ui.app_server.running_app) unless --url names one, opens Debian's
-Chromium at a projector's 1280x720 and walks the pages of kvviz.lessons.catalog.LECTURE in order,
+Chromium at a projector's 1280x720 and walks the pages of kvviz.lessons.lecture.LECTURE in order,
 with every setting at its default, pressing each page's main controls: Prefill, Next token five
 times, Play to the end and three views on Prefill and decode; three sliders on the Memory bill;
 Measure in the Model lab; Start, Step three times and Run to the end on Paged cache and batching;
@@ -54,7 +54,7 @@ from playwright.sync_api import sync_playwright
 
 from kvviz.bench import busy_processes
 from kvviz.lessons.prefill_decode.state import EXAMPLE_PROMPTS
-from kvviz.lessons.catalog import LECTURE
+from kvviz.lessons.lecture import LECTURE
 from kvviz.ui.app_server import CHROMIUM, CHROMIUM_ARGS, ROOT, running_app
 
 from page_idle import BUSY_JS, SENDS_JS  # noqa: E402  (scripts/, beside this file)

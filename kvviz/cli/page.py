@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from kvviz.cli.common import check_output_path, write_atomically
-from kvviz.lessons.catalog import BY_KEY
+from kvviz.lessons.lecture import by_key
 from kvviz.lessons.files import MAX_LESSON_BYTES, load_json
 from kvviz.models import load_model
 from kvviz.page.build import checked_link, describe_size, web_page
@@ -63,7 +63,7 @@ def cmd_page(args) -> int:
         lesson = _stepped(args.lesson)
         check_settings(lesson.page, args.prompt, args.tokens, args.chat)  # before the model loads
         lm = load_model(args.model or default_source())
-        print(f"recording {BY_KEY[lesson.page].title} on {lm.name}", file=sys.stderr)
+        print(f"recording {by_key(lesson.page).title} on {lm.name}", file=sys.stderr)
         data, tokenizer = record_lesson(lesson, lm, args.prompt, args.tokens, args.chat), lm.tokenizer
     text = web_page(lesson, data, f"{base}/{lesson.page}", tokenizer=tokenizer)
     write_atomically(out, [text])

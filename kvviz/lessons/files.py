@@ -20,7 +20,6 @@ import typing
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 
 from kvviz.engine.records import StepRecord
-from kvviz.lessons.catalog import BY_KEY
 from kvviz.rooms.types import MAX_ANSWERS
 
 LESSON_FORMAT = "kvviz-lesson/4"  # 3: the first lesson's settings hold a SamplingParams; 4: room_answers
@@ -36,8 +35,8 @@ class LessonFileError(ValueError):
 
 
 def read_lesson_file(data: bytes | str, lesson: str) -> dict:
-    """The file's JSON object, once its size, its format and its lesson (the key of a catalog line
-    that replays files) are right."""
+    """The file's JSON object, once its size, its format and its lesson (the key of a lesson in the
+    lecture that replays files) are right."""
     if len(data) > MAX_LESSON_BYTES:
         raise LessonFileError(f"The file is {len(data) / 2**20:.1f} MiB, over the "
                               f"{MAX_LESSON_BYTES // 2**20} MiB limit; export a shorter lesson.")
@@ -53,8 +52,11 @@ def read_lesson_file(data: bytes | str, lesson: str) -> dict:
                               "upload a file saved with “Export lesson”.")
     kind = payload.get("lesson", "prefill_decode")
     if kind != lesson:
-        if isinstance(kind, str) and kind in BY_KEY and BY_KEY[kind].replays:
-            raise LessonFileError(f"This file holds the “{BY_KEY[kind].title}” lesson; "
+        from kvviz.lessons.lecture import by_key  # the lecture imports every lesson, whose file reader is this
+
+        other = by_key(kind) if isinstance(kind, str) else None
+        if other is not None and other.replays:
+            raise LessonFileError(f"This file holds the “{other.title}” lesson; "
                                   "replay it on that page.")
         raise LessonFileError("The lesson file's field lesson names no kvviz lesson; "
                               "upload a file saved with “Export lesson”.")

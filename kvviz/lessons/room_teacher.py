@@ -25,7 +25,7 @@ def publish(lesson: FollowedLesson, run, step: int) -> None:
     if room is None:
         return
     rooms.show_lesson(room, run)
-    progress = lesson.room.progress(run)
+    progress = lesson.progress(run)
     if (room.step, room.progress) != (step, progress) or not room.payload:
         rooms.publish(room, step, progress, step_payload(lesson, run, step, room.payload))
 
@@ -58,7 +58,7 @@ def teacher_panel(lesson: FollowedLesson, run, step: int) -> None:
                    "and answer your predict-then-reveal questions there.")
         return
     publish(lesson, run, step)  # a new run (Prefill or Start again): the room shows it
-    _sync_questions(room, lesson.room.questions(run))
+    _sync_questions(room, lesson.questions(run))
     keep_answers(run, room)
     base, warning = room_address(lesson.page)
     link = f"{base}/{lesson.page}?room={room.code}"
@@ -92,7 +92,7 @@ def room_status(lesson: FollowedLesson, code: str) -> None:
     if room is None:
         st.caption(rooms.down() or "The room has closed.")
         return
-    run, step = st.session_state.get(lesson.keys.run), st.session_state.get(lesson.keys.view)
+    run, step = lesson.state.run, lesson.state.view
     if run is not None and not run.replay and step is not None and room.step != step:
         publish(lesson, run, step)
     st.caption(f"{room.following()} of {rooms.seats(room)} students following now "

@@ -1,6 +1,6 @@
 """A lesson in a room (kvviz.ui.rooms): the teacher's panel, and the students who follow.
 
-Every engine-driven lesson's Stepped (kvviz.lessons.stepped) carries a `RoomPart`: a function that
+Every engine-driven lesson's class (a kvviz.lessons.stepped.Stepped) implements `InRoom` too: a method that
 copies the teacher's run as a replay at a step, one that runs the same settings to that step on the
 student's own engine (Take over), and the stage's data and sentence of a step; where its run and its
 step in view live in session state, its page and its lesson files are the Stepped's. A student's page
@@ -19,32 +19,70 @@ link opened on another lesson's page goes to the room's own page.
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from kvviz.ui import rooms
-from kvviz.ui.session_keys import Keys
+from kvviz.ui.session_keys import Keys, SessionState, Slot
 
-KEYS = Keys(clears=frozenset({"room_code", "room_seat", "room_seat_token", "room_query_done", "room_error",
-                              "room_state", "room_answer", "room_sent", "room_sent_value", "room_followed_lesson",
-                              "room_stage", "room_full", "room_teachers_step", "room_views_step", rooms.SESSION_KEY}))
+
+
+class RoomState(SessionState):
+    """The room this session follows (or teaches) on a lesson's page; all of it goes when another model loads."""
+
+    code = Slot("room_code", clears=True)  # the room followed
+    seat = Slot("room_seat", default="", clears=True)  # this session's seat in it
+    seat_token = Slot("room_seat_token", clears=True)  # the seat made on the session's first room link
+    query_done = Slot("room_query_done", clears=True)  # the ?room= link was read
+    error = Slot("room_error", clears=True)  # one sentence: why the room cannot be followed
+    state = Slot("room_state", clears=True)  # what only a whole page rerun shows (room_student.page_state)
+    answer = Slot("room_answer", clears=True)  # the answer box
+    sent = Slot("room_sent", clears=True)  # the question answered, and the answer sent
+    sent_value = Slot("room_sent_value", default=0, clears=True)
+    followed_lesson = Slot("room_followed_lesson", clears=True)  # the token of the teacher's lesson followed
+    stage = Slot("room_stage", clears=True)  # the stage the follower's fragment drew last
+    full = Slot("room_full", clears=True)  # the next fragment run reruns the whole page
+    teachers_step = Slot("room_teachers_step", clears=True)
+    views_step = Slot("room_views_step", clears=True)  # the step the views were put on, not the student's choice
+    session = Slot(rooms.SESSION_KEY, clears=True)  # this session's name in rooms (kvviz.ui.rooms)
+
+
+ROOM = RoomState()
+KEYS = Keys(clears=RoomState.cleared_keys())
 FALLBACK_S = 10.0  # a follower's stage asks on its own this often, should a wake be lost; it keeps the seat too
 CAUGHT_UP = "The stage moves with the teacher; the views below stay where they are until you press **Catch up**."
 
 
-@dataclass(frozen=True)
-class RoomPart:
-    """What a stepped lesson (kvviz.lessons.stepped.Stepped, its `room`) adds so that a room can follow it.
+@runtime_checkable
+class InRoom(Protocol):
+    """What a stepped lesson's class (kvviz.lessons.stepped.Stepped) implements too so that a room can follow it.
     Its keys, page and lesson files are the Stepped's own."""
 
-    follower: Callable  # (teacher's run, step) -> a replay of it at that step, sharing no list with it
-    take_over: Callable  # (lesson: Stepped, teacher's run, step, slot, started) -> None: the same settings run to
-    # that step, this session's own, a bar with Stop in slot (an st.empty()); started() once its first step ran
-    stage: Callable  # (run, step, presenter) -> the stage's data (kvviz.ui.stage)
-    questions: Callable = lambda run: []  # (teacher's run) -> list[kvviz.rooms.types.RoomQuestion] asked on the page
-    progress: Callable = lambda run: 0  # (run) -> a number that grows when followers must redraw the same step
-    sentence: Callable = lambda run, step: None  # (run, step) -> the line over the stage, when the page has one
+    @abstractmethod
+    def follower(self, run, step: int):
+        """The teacher's run as a replay at `step`, sharing no list with it."""
+
+    @abstractmethod
+    def take_over(self, run, step: int, slot, started: Callable) -> None:
+        """The teacher's settings run to `step`, this session's own, a bar with Stop in slot (an st.empty());
+        started() once its first step ran."""
+
+    @abstractmethod
+    def stage_data(self, run, step: int, presenter: bool) -> dict:
+        """The stage's data (kvviz.ui.stage) at `step`."""
+
+    def questions(self, run) -> list:
+        """The questions (kvviz.rooms.types.RoomQuestion) asked on the teacher's page."""
+        return []
+
+    def progress(self, run) -> int:
+        """A number that grows when followers must redraw the same step."""
+        return 0
+
+    def sentence(self, run, step: int) -> str | None:
+        """The line over the stage, when the page has one."""
+        return None
 
 
 class RoomKeys(Protocol):
@@ -60,15 +98,15 @@ class RoomKeys(Protocol):
     def error(self) -> str: ...  # the lesson's refusal, which Take over quotes
 
 
-class FollowedLesson(Protocol):
-    """What a room needs of a lesson (kvviz.lessons.stepped.Stepped is one; room_student and room_teacher, which
-    stepped.py imports, read it through this)."""
+class FollowedLesson(InRoom, Protocol):
+    """What a room needs of a lesson (a stepped lesson's class implementing InRoom; room_student and room_teacher,
+    which stepped.py imports, read it through this)."""
 
     @property
-    def page(self) -> str: ...  # its key in the catalog
+    def page(self) -> str: ...  # its key in the lecture
 
     @property
     def keys(self) -> RoomKeys: ...
 
     @property
-    def room(self) -> RoomPart | None: ...
+    def state(self): ...  # its run's session state (kvviz.lessons.stepped.StepState): run, view, error

@@ -1,8 +1,9 @@
 """One stepped lesson: a run taken a step at a time, its stage, its files, its room and its toolbar.
 
-Prefill and decode, Paged cache and batching and Speculative decoding each declare one `Stepped`
-(their state module's LESSON): its page, its session keys, named once in `StepKeys`, how a run starts
-and steps, how its lesson files are written and read, and how a room follows it (its `RoomPart`).
+Prefill and decode, Paged cache and batching and Speculative decoding each implement `Stepped` in a class
+(its one object is their state module's STEPS): its page, its session keys, named once in `StepKeys`, how a
+run starts and steps, and how its lesson files are written and read; their classes implement
+kvviz.lessons.room_view.InRoom too, how a room follows them.
 The callbacks and the page parts below serve all three; a page keeps its layout and what only its
 lesson shows.
 """
@@ -12,10 +13,11 @@ from __future__ import annotations
 import threading
 import time
 import weakref
+from abc import abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Protocol, runtime_checkable
 
 import streamlit as st
 
@@ -24,12 +26,13 @@ from kvviz.lessons import room_student, room_teacher
 from kvviz.lessons.budget import click_seconds
 from kvviz.lessons.files import MAX_LESSON_BYTES, LessonFileError
 from kvviz.lessons.room_address import room_address
-from kvviz.lessons.room_view import RoomPart
+from kvviz.lessons.room_view import ROOM
 from kvviz.lessons.uploads import file_buttons
 from kvviz.rooms.types import Room
-from kvviz.ui import live_lessons, rooms
-from kvviz.ui.common import bound_export, drop, show_file_settings
+from kvviz.ui import live_lessons, presenter, rooms
+from kvviz.ui.common import bound_export, show_file_settings
 from kvviz.ui.progress import StopBar
+from kvviz.ui.session_keys import SessionState, Slot, drop
 from kvviz.ui.stage import chosen_step, show_stage
 
 PLAY_DELAYS = {"slow": 1.5, "normal": 0.7, "fast": 0.25}  # seconds between Play's steps
@@ -69,26 +72,82 @@ class StepKeys:
         return frozenset(keys | ({self.playing} if self.plays else set()))
 
 
-@dataclass(frozen=True)
-class Stepped:
-    """What one stepped lesson gives the controller, its room and the registry."""
+class StepState(SessionState):
+    """A stepped lesson's run in this session, read and written under the keys its StepKeys names."""
+
+    run = Slot()
+    view = Slot()
+    slider = Slot()
+    error = Slot()
+    questions = Slot()
+    playing = Slot(default=False)
+    last_tick = Slot(default=0.0)
+    ticker_inline = Slot(default=False)
+    speed = Slot(default="normal")
+    stepped = Slot(default=False)
+    run_to_end = Slot(default=False)
+
+    def __init__(self, keys: StepKeys):
+        self.keys = keys
+
+    def key_for(self, name: str) -> str:
+        return getattr(self.keys, name)
+
+
+@runtime_checkable
+class Stepped(Protocol):
+    """What one stepped lesson implements for the controller, its files and the lecture: a class per lesson, its
+    one object in the lesson's state module (STEPS). A room can follow it when its class implements
+    kvviz.lessons.room_view.InRoom too."""
 
     keys: StepKeys
-    page: str  # its key in the catalog (kvviz.lessons.catalog): its page's URL path, a room's page
-    new: Callable[[], Any]  # a run from the page's settings, not stepped yet (raises EngineError)
-    step: Callable[[Any], Any]  # (run) -> falsy when it had no step left to take (raises EngineError)
+    page: str  # its key in the lecture (kvviz.lessons.lecture): its page's URL path, a room's page
     file_name: str  # what Export names the lesson file
-    export: Callable[[Any, int], str]  # (run, step in view) -> the lesson file's JSON
-    read_file: Callable[[bytes], tuple[Any, int]]  # -> (the replayed run, its step in view); LessonFileError
-    first: Callable[[Any], Any] | None = None  # the run's first step (the prefill), when not `step`
-    file_settings: Callable[[Any], dict] = lambda run: {}  # show_file_settings' controls for a replay
     admit: bool = False  # counts against the server's live lessons (kvviz.ui.live_lessons)
-    last: Callable[[Any], int] = lambda run: len(run.records) - 1  # the newest step the views may show
-    done: Callable[[Any], bool] = lambda run: False  # no step left: Play stops
-    reveal: Callable[[Any, int], None] = lambda run, step: None  # a replay stepped by hand shows up to `step`
-    exportable: Callable[[Any], bool] = lambda run: True
-    settings: frozenset[str] = field(default_factory=frozenset)  # inputs a model change clears, Reset keeps
-    room: RoomPart | None = None  # how a room follows it (kvviz.lessons.room_view)
+    settings: frozenset[str] = frozenset()  # inputs a model change clears, Reset keeps
+
+    @abstractmethod
+    def new(self):
+        """A run from the page's settings, not stepped yet (raises EngineError)."""
+
+    @abstractmethod
+    def step(self, run):
+        """One step of `run`: falsy when it had no step left to take (raises EngineError)."""
+
+    @abstractmethod
+    def export(self, run, step: int) -> str:
+        """The lesson file's JSON of `run`, with `step` in view."""
+
+    @abstractmethod
+    def read_file(self, data: bytes) -> tuple:
+        """(the replayed run, its step in view) of a lesson file (raises LessonFileError)."""
+
+    def first(self, run):
+        """The run's first step (the prefill)."""
+        return self.step(run)
+
+    def file_settings(self, run) -> dict:
+        """show_file_settings' controls for a replay."""
+        return {}
+
+    def last(self, run) -> int:
+        """The newest step the views may show."""
+        return len(run.records) - 1
+
+    def done(self, run) -> bool:
+        """No step left: Play stops."""
+        return False
+
+    def reveal(self, run, step: int) -> None:
+        """A replay stepped by hand shows up to `step`."""
+
+    def exportable(self, run) -> bool:
+        return True
+
+    @property
+    def state(self) -> StepState:
+        """This session's run of it: its run, step in view, error, Play (kvviz.ui.session_keys)."""
+        return StepState(self.keys)
 
     def room_file(self, run) -> str:
         """The teacher's run as its lesson file's text, as a room in Redis carries it; LessonFileError past the
@@ -129,34 +188,34 @@ def stepping(run) -> threading.Lock:
 # ---- callbacks -----------------------------------------------------------------------------------
 def current(lesson: Stepped):
     """This session's run, or None (also when the server freed it while the session was away)."""
-    run = st.session_state.get(lesson.keys.run)
+    run = lesson.state.run
     if run is not None and getattr(run, "released", False):
-        st.session_state.pop(lesson.keys.run)
+        del lesson.state.run
         return None
     return run
 
 
 def start(lesson: Stepped) -> None:
     """A new run from the page's settings, with its first step; on an error the old run stays."""
-    state, keys = st.session_state, lesson.keys
-    state.pop(keys.error, None)
+    state, keys = lesson.state, lesson.keys
+    del state.error
     try:
         run = lesson.new()
     except EngineError as error:
-        state[keys.error] = str(error)
+        state.error = str(error)
         return
     refusal = live_lessons.admit(run) if lesson.admit else None
     if refusal is not None:
-        state[keys.error] = refusal
+        state.error = refusal
         return
     try:
-        (lesson.first or lesson.step)(run)
+        lesson.first(run)
     except EngineError as error:  # the model's logits are NaN or infinite: the engine stopped the request
-        state[keys.error] = str(error)
+        state.error = str(error)
         return
-    state[keys.run], state[keys.view] = run, 0
+    state.run, state.view = run, 0
     if keys.asks:
-        state[keys.questions] = []  # they asked about the previous run's steps
+        state.questions = []  # they asked about the previous run's steps
 
 
 def step(lesson: Stepped, count: int = 1) -> None:
@@ -164,23 +223,23 @@ def step(lesson: Stepped, count: int = 1) -> None:
 
     The session is read and written before the steps, so that a script run that Streamlit stops (at its
     next touch of st.session_state) stops between steps with the views already on the newest."""
-    state, keys = st.session_state, lesson.keys
+    state, keys = lesson.state, lesson.keys
     run = current(lesson)
     if run is None:
         start(lesson)
         return
-    playing = keys.plays and state.get(keys.playing, False)
-    state[keys.stepped] = True  # the views show the newest step (step_in_view)
+    playing = keys.plays and state.playing
+    state.stepped = True  # the views show the newest step (step_in_view)
     try:
         for _ in range(count):
             with stepping(run):
                 if not lesson.step(run):
                     break
     except EngineError as error:  # NaN or infinite logits midway: the run keeps the steps it has
-        state[keys.error] = str(error)
-        state[keys.playing] = False
+        state.error = str(error)
+        state.playing = False
     if playing and lesson.done(run):
-        state[keys.playing] = False
+        state.playing = False
 
 
 def run_steps(lesson: Stepped, count: int, slot, what: str, most_seconds: float | None = None) -> None:
@@ -199,7 +258,7 @@ def run_steps(lesson: Stepped, count: int, slot, what: str, most_seconds: float 
         if run is None or lesson.done(run):
             break
         if most_seconds is not None and time.perf_counter() - started > most_seconds:
-            st.session_state[lesson.keys.error] = (
+            lesson.state.error = (
                 f"Stopped after {done:,} steps and {most_seconds:,.0f} s, this server's budget for one click; "
                 "press Run to the end again to go on.")
             break
@@ -211,12 +270,12 @@ def run_steps(lesson: Stepped, count: int, slot, what: str, most_seconds: float 
 
 def request_run_to_end(lesson: Stepped) -> None:
     """Run to the end's callback: the page runs the steps in its script (run_to_end), where Stop reaches them."""
-    st.session_state[lesson.keys.run_to_end] = True
+    lesson.state.run_to_end = True
 
 
 def run_to_end(lesson: Stepped) -> None:
     """When Run to the end was pressed: step until the run ends, with a bar and Stop, within the click budget."""
-    if st.session_state.pop(lesson.keys.run_to_end, False) and current(lesson) is not None:
+    if lesson.state.take("run_to_end", False) and current(lesson) is not None:
         run_steps(lesson, RUN_TO_END_STEPS, st.empty(), "Running to the end", click_seconds())
 
 
@@ -224,14 +283,14 @@ RUN_TO_END_STEPS = 500
 
 
 def toggle_play(lesson: Stepped) -> None:
-    state, keys = st.session_state, lesson.keys
-    state[keys.playing] = not state.get(keys.playing, False)
-    if state[keys.playing]:  # the first step comes one beat after Play, like the rest
-        state[keys.last_tick] = time.time()
+    state = lesson.state
+    state.playing = not state.playing
+    if state.playing:  # the first step comes one beat after Play, like the rest
+        state.last_tick = time.time()
     elif (run := current(lesson)) is not None:
         # Pause stops on the newest step. The ticker may have stepped in a run the browser never
         # drew, and the slider value sent with this press is then one step behind.
-        state[keys.view] = lesson.last(run)
+        state.view = lesson.last(run)
 
 
 def stage_step(lesson: Stepped) -> None:
@@ -241,25 +300,25 @@ def stage_step(lesson: Stepped) -> None:
     if run is None or chosen is None:
         return
     lesson.reveal(run, int(chosen))
-    st.session_state[keys.view] = min(int(chosen), lesson.last(run))
+    lesson.state.view = min(int(chosen), lesson.last(run))
     if keys.plays:
-        st.session_state[keys.playing] = False
+        lesson.state.playing = False
 
 
 def look_back_moved(lesson: Stepped, base: int) -> None:
     """Keep the slider's step outside the widget, which Streamlit forgets while its page is away."""
-    st.session_state[lesson.keys.view] = st.session_state[lesson.keys.slider] - base
+    lesson.state.view = lesson.state.slider - base
 
 
 def replay(lesson: Stepped, data: bytes) -> None:
     """Replay an uploaded lesson file (raises LessonFileError, and then the current run stays)."""
-    state, keys = st.session_state, lesson.keys
+    state, keys = lesson.state, lesson.keys
     run, view = lesson.read_file(data)
     show_file_settings(lesson.file_settings(run))
-    state[keys.run], state[keys.view] = run, view
+    state.run, state.view = run, view
     if keys.asks:
-        state[keys.questions] = []
-    state.pop(keys.error, None)
+        state.questions = []
+    del state.error
 
 
 def exporter(lesson: Stepped):
@@ -301,8 +360,8 @@ def open_page(lesson: Stepped) -> Room | None:
     """Read a ?room=CODE link once; the room this session follows here (None when on its own)."""
     room_student.restore_from_query(lesson)
     room = room_student.followed_room(lesson)
-    if "room_error" in st.session_state:
-        st.error(st.session_state.pop("room_error"))
+    if ROOM.has("error"):
+        st.error(ROOM.take("error"))
     return room
 
 
@@ -311,7 +370,7 @@ def header(title: str, run) -> None:
     whose top bar names the lessons)."""
     if run is None:
         st.title(title)
-    elif not st.session_state.get("presenter"):
+    elif not presenter.is_on():
         st.subheader(title, anchor=False)
 
 
@@ -351,33 +410,32 @@ def toolbar(lesson: Stepped, run, room, settings: Callable[[], None], settings_l
 
 
 def error(lesson: Stepped) -> None:
-    if lesson.keys.error in st.session_state:
-        st.error(st.session_state[lesson.keys.error])
+    if lesson.state.has("error"):
+        st.error(lesson.state.error)
 
 
 def player(lesson: Stepped, run) -> bool:
     """Play's beat: a fragment that steps once per beat while playing. Returns whether it plays."""
-    keys = lesson.keys
-    playing = bool(st.session_state.get(keys.playing, False))
+    playing = bool(lesson.state.playing)
     if not playing or run is None or lesson.done(run):
         return playing
-    delay = PLAY_DELAYS[st.session_state.get(keys.speed, "normal")]
+    delay = PLAY_DELAYS[lesson.state.speed]
 
     @st.fragment(run_every=delay)
     def ticker():
         # Only the timer's reruns step. Stepping in the inline call too would st.rerun before the page below
         # is drawn, and when a step takes longer than the beat every full run would step again: the lesson
         # raced ahead on the server while the page never showed a new step.
-        if st.session_state.get(keys.ticker_inline) or not st.session_state.get(keys.playing):
+        if lesson.state.ticker_inline or not lesson.state.playing:
             return
-        if time.time() - st.session_state.get(keys.last_tick, 0.0) >= delay * 0.9:
+        if time.time() - lesson.state.last_tick >= delay * 0.9:
             step(lesson)
-            st.session_state[keys.last_tick] = time.time()  # after the step: a slow step is not a beat
+            lesson.state.last_tick = time.time()  # after the step: a slow step is not a beat
             st.rerun()
 
-    st.session_state[keys.ticker_inline] = True
+    lesson.state.ticker_inline = True
     ticker()
-    st.session_state[keys.ticker_inline] = False
+    lesson.state.ticker_inline = False
     return playing
 
 
@@ -399,9 +457,9 @@ def step_in_view(lesson: Stepped, run, room, playing: bool = False) -> int:
     it a new identity, and Streamlit would otherwise reset it to its first step."""
     with stepping(run):  # a stopped run of this page may be finishing its step
         last = lesson.last(run)
-    chosen = st.session_state.get(lesson.keys.view, last)
-    shown = last if playing or st.session_state.pop(lesson.keys.stepped, False) else min(int(chosen), last)
-    st.session_state[lesson.keys.view] = shown
+    chosen = lesson.state.get("view", last)
+    shown = last if playing or lesson.state.take("stepped", False) else min(int(chosen), last)
+    lesson.state.view = shown
     if room is None and not run.replay:
         room_teacher.publish(lesson, run, shown)  # followers move while this page draws
     return shown
@@ -435,7 +493,7 @@ def step_sentence(sentence: str | None) -> None:
     if not sentence:
         return
     # two lines across a projector's whole width; three beside the sidebar, where the same sentence wraps sooner
-    st.html(SENTENCE_CSS.replace("LINES", "2" if st.session_state.get("presenter") else "3"))
+    st.html(SENTENCE_CSS.replace("LINES", "2" if presenter.is_on() else "3"))
     with st.container(key="step_sentence"):
         st.success(sentence)
 
@@ -451,8 +509,8 @@ def follower_stage_step(lesson: Stepped) -> None:
     the teacher's step: the stage may show steps the views' replay has not got yet)."""
     chosen = chosen_step(lesson.keys.stage)
     if chosen is not None:
-        st.session_state[lesson.keys.view] = int(chosen)
-    st.session_state["room_full"] = True
+        lesson.state.view = int(chosen)
+    ROOM.full = True
 
 
 def look_back(lesson: Stepped, shown: int, last: int, label: str, help: str, base: int = 0,
@@ -463,7 +521,7 @@ def look_back(lesson: Stepped, shown: int, last: int, label: str, help: str, bas
     last = max(last, shown)  # a step a stopped run was finishing may have landed since the page counted its steps
     keys = lesson.keys
     if keys.slider:  # a slider of its own, kept in step with the view
-        st.session_state[keys.slider] = shown + base
+        lesson.state.slider = shown + base
         st.slider(label, base, last + base, key=keys.slider, on_change=look_back_moved, args=(lesson, base),
                   help=help, disabled=disabled)
     else:

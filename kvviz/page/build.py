@@ -23,7 +23,7 @@ from pathlib import Path
 from string import Template
 from urllib.parse import urlsplit
 
-from kvviz.lessons.catalog import BY_KEY
+from kvviz.lessons.lecture import by_key
 from kvviz.lessons.files import MAX_LESSON_BYTES, LessonFileError
 from kvviz.page.facts import FACTS
 from kvviz.shapes import format_bytes
@@ -44,12 +44,12 @@ def web_page(lesson, lesson_file: bytes | str, link: str, up: str | None = None,
     if tokenizer is not None and hasattr(run, "tokenizer"):
         run.tokenizer = tokenizer
     lesson.reveal(run, len(run.records) - 1)  # a replay shows every step it holds
-    stage = lesson.room.stage(run, 0, False)
+    stage = lesson.stage_data(run, 0, False)
     for step, shown in enumerate(stage["steps"]):  # Prefill and decode says its sentence over the stage, in markdown
-        sentence = lesson.room.sentence(run, step)
+        sentence = lesson.sentence(run, step)
         if sentence:
             shown["sentence"] = markdown_to_text(sentence)
-    title = BY_KEY[lesson.page].title
+    title = by_key(lesson.page).title
     data = {"lesson": lesson.page, "title": title, **FACTS[lesson.page](run), "stage": stage}
     return _sized(title, data, checked_link(link), up)
 
@@ -132,8 +132,8 @@ def refusal_page(sentence: str) -> str:
 
 def lecture_index(pages: list[tuple[str, str, int]], model: str) -> str:
     """The lecture pack's index.html: (lesson key, file name, bytes) of each page, in lecture order."""
-    items = "\n".join(f'<li><a href="{html.escape(name)}">{html.escape(BY_KEY[key].title)}</a>: '
-                      f"{html.escape(BY_KEY[key].summary)} <span class=\"size\">({describe_size(size)})</span></li>"
+    items = "\n".join(f'<li><a href="{html.escape(name)}">{html.escape(by_key(key).title)}</a>: '
+                      f"{html.escape(by_key(key).summary)} <span class=\"size\">({describe_size(size)})</span></li>"
                       for key, name, size in pages)
     return Template(_read("index.html")).substitute(head=_head("The KV cache, a lecture · kvviz"),
                                                     model=html.escape(model), items=items,

@@ -10,17 +10,16 @@ as the page's Export lesson writes it.
 from __future__ import annotations
 
 from kvviz.engine.chat import has_chat_template
-from kvviz.lessons.catalog import BY_KEY
+from kvviz.lessons.lecture import by_key, stepped
 from kvviz.lessons.paged_batching import state as paged_state
 from kvviz.lessons.paged_batching.logic import PagedLesson, RequestSpec
 from kvviz.lessons.prefill_decode import state as prefill_state
-from kvviz.lessons.prefill_decode.logic import MAX_LESSON_TOKENS, Lesson, LessonSettings, lesson_sampling
-from kvviz.lessons.registry import STEPPED
+from kvviz.lessons.prefill_decode.logic import MAX_LESSON_TOKENS, PrefillLesson, LessonSettings, lesson_sampling
 from kvviz.lessons.speculative import state as speculative_state
 from kvviz.lessons.speculative.logic import SpeculativeLesson
 from kvviz.page.build import lecture_index, web_page
 
-STEPPED_BY_KEY = {lesson.page: lesson for lesson in STEPPED}  # in lecture order
+STEPPED_BY_KEY = {lesson.page: lesson for lesson in stepped()}  # in lecture order
 
 
 def record_lesson(lesson, lm, prompt: str | None = None, tokens: int | None = None, chat: bool | None = None) -> str:
@@ -46,11 +45,11 @@ def check_settings(key: str, prompt: str | None, tokens: int | None, chat: bool 
         raise ValueError("Speculative decoding runs its prompt as text, with no chat template; leave out --chat.")
     fewest, most = speculative_state.MAX_TOKENS if key == "speculative" else (1, MAX_LESSON_TOKENS)
     if tokens is not None and not fewest <= tokens <= most:
-        raise ValueError(f"{BY_KEY[key].title} generates {fewest} to {most} tokens, as its page's slider offers, "
+        raise ValueError(f"{by_key(key).title} generates {fewest} to {most} tokens, as its page's slider offers, "
                          f"not {tokens}.")
 
 
-def _prefill_decode(lm, prompt, tokens, chat) -> Lesson:
+def _prefill_decode(lm, prompt, tokens, chat) -> PrefillLesson:
     """The page's settings: greedy, 48 tokens; with a chat template, chat on and its example question."""
     defaults = prefill_state.DEFAULTS
     chat = has_chat_template(lm.tokenizer) if chat is None else chat
@@ -60,7 +59,7 @@ def _prefill_decode(lm, prompt, tokens, chat) -> Lesson:
         prompt = prefill_state.CHAT_EXAMPLE if chat else defaults["lesson_prompt"]
     sampling = lesson_sampling(max_tokens=defaults["lesson_max_tokens"] if tokens is None else tokens,
                                seed=defaults["lesson_seed"])
-    return Lesson.start(lm, LessonSettings(prompt, sampling, chat=chat))
+    return PrefillLesson.start(lm, LessonSettings(prompt, sampling, chat=chat))
 
 
 def _paged_batching(lm, prompt, tokens, chat) -> PagedLesson:
@@ -89,7 +88,7 @@ def lecture_pages(lm, base: str, recorded=None) -> list[tuple[str, str]]:
     pages, sizes = [], []
     for done, (key, lesson) in enumerate(STEPPED_BY_KEY.items()):
         if recorded is not None:
-            recorded(done, len(STEPPED_BY_KEY), BY_KEY[key].title)
+            recorded(done, len(STEPPED_BY_KEY), by_key(key).title)
         text = web_page(lesson, record_lesson(lesson, lm), f"{base}/{key}", up="index.html", tokenizer=lm.tokenizer)
         name = lesson.file_name.removesuffix(".json") + ".html"
         pages.append((name, text))

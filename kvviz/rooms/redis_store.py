@@ -178,7 +178,7 @@ class RedisStore:
         """on_change(code, full): another process changed room `code` (kvviz.ui.rooms passes
         kvviz.ui.room_wake.changed, which wakes this process's followers of it). lesson_files(page): how a
         page's lesson is written to its file and read back (kvviz.rooms.store passes the lessons' own,
-        kvviz.lessons.registry.lesson_files); without it a room carries no lesson."""
+        kvviz.lessons.lecture.lesson_files); without it a room carries no lesson."""
         self.url, self.on_change = url, on_change
         self.lesson_files: LessonFiles = lesson_files or (lambda page: None)
         self.pages_known = lesson_files is not None  # a room on a page it does not know is not the app's

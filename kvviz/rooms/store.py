@@ -28,7 +28,7 @@ _lesson_files: list[LessonFiles] = []  # what app.py serves (serve_lesson_files)
 
 def serve_lesson_files(lesson_files: LessonFiles) -> None:
     """How each page's lesson is written to a file and read back, for rooms kept in Redis: app.py passes
-    kvviz.lessons.registry.lesson_files (the rooms import no lesson)."""
+    kvviz.lessons.lecture.lesson_files (the rooms import no lesson)."""
     _lesson_files[:] = [lesson_files]
 
 

@@ -15,6 +15,7 @@ from kvviz.engine.sampling import SamplingParams
 from kvviz.hub.fetch import PACKAGED, fetch_command, fetched_folder
 from kvviz.models import LoadedModel, ModelLoadError, allowed_source, load_model
 from kvviz.ui import memory_budget
+from kvviz.ui.session_keys import SessionState, Slot
 from kvviz.ui.text import plain
 
 DEFAULT_SOURCE = "bundled"  # the offline fallback: in the repository, always there
@@ -30,11 +31,23 @@ def default_source() -> str:
     return "smollm2" if fetched_folder("smollm2") is not None else DEFAULT_SOURCE
 
 
+class ModelState(SessionState):
+    """The sidebar's model in this session: the app's own keys, which stay when another model loads."""
+
+    source = Slot("model_source")  # what this session's model was loaded from
+    request = Slot("model_request", default="")  # the sidebar's field
+    error = Slot("model_error")  # why the model asked for is not the one loaded: one sentence
+    link_read = Slot("model_link_read")  # a link's ?model= was read (once a session)
+
+
+MODEL = ModelState()
+
+
 def session_source() -> str:
     """This session's model source, the default fixed on its first read (so a fetch mid-session moves nothing)."""
-    if "model_source" not in st.session_state:
-        st.session_state["model_source"] = default_source()
-    return st.session_state["model_source"]
+    if not MODEL.has("source"):
+        MODEL.source = default_source()
+    return MODEL.source
 
 
 # One copy of each model in this process. Streamlit's cache keeps the last MODELS_KEPT loaded; a model it lets go
@@ -82,8 +95,8 @@ def current_model():
     try:
         return shared_model(session_source())
     except ModelLoadError as error:
-        st.session_state["model_error"] = str(error)
-        st.session_state["model_source"] = DEFAULT_SOURCE
+        MODEL.error = str(error)
+        MODEL.source = DEFAULT_SOURCE
         return shared_model(DEFAULT_SOURCE)
 
 
@@ -91,13 +104,13 @@ def _load_requested_model(on_model_change) -> None:
     """Load what the field names, if this server's KVVIZ_MODELS allows it (kvviz.models.allowed_source),
     then call on_model_change(st.session_state)."""
     try:
-        wanted = allowed_source(st.session_state.get("model_request", ""))  # canonical: one cache entry per model
+        wanted = allowed_source(MODEL.request)  # canonical: one cache entry per model
         shared_model(wanted)
     except ModelLoadError as error:
-        st.session_state["model_error"] = str(error)
+        MODEL.error = str(error)
         return
-    st.session_state["model_source"] = wanted
-    st.session_state.pop("model_error", None)
+    MODEL.source = wanted
+    del MODEL.error
     # the address follows the sidebar: a link's ?model= would otherwise load the old model again when the cleared
     # lesson reads its link anew (the link's prompt and step then rerun on the model just loaded)
     if "model" in st.query_params:
@@ -118,24 +131,24 @@ def load_linked_model(source: str, whose: str = "The link's model") -> str | Non
         current = session_source()
         return (f"{whose} could not be loaded here: {error} The lesson runs on {current} instead, "
                 "so its tokens may differ from the teacher's.")
-    st.session_state["model_source"] = wanted
+    MODEL.source = wanted
     return None
 
 
 def model_from_link() -> None:
     """?model=NAME on any page, read once per session: that model loads as the sidebar would load it
     (KVVIZ_MODELS decides), or the sidebar says in a sentence why not."""
-    if st.session_state.get("model_link_read") or "model" not in st.query_params:
+    if MODEL.link_read or "model" not in st.query_params:
         return
-    st.session_state["model_link_read"] = True
+    MODEL.link_read = True
     refused = load_linked_model(st.query_params["model"])
     if refused:
-        st.session_state["model_error"] = refused
+        MODEL.error = refused
 
 
 def model_sidebar(on_model_change) -> None:
     """The sidebar's model picker; on_model_change(session_state) runs after another model loads
-    (app.py passes kvviz.lessons.registry.reset_lessons: lessons belong to the model they ran on)."""
+    (app.py passes kvviz.lessons.lecture.reset_lessons: lessons belong to the model they ran on)."""
     with st.sidebar:
         st.markdown("### Model")
         st.text_input("bundled, smollm2, gemma3, tiny-mla, tiny-gemma3, a Hugging Face id (local cache), a folder "
@@ -144,8 +157,8 @@ def model_sidebar(on_model_change) -> None:
                       on_change=_load_requested_model,
                       args=(on_model_change,))
         st.button("Load model", on_click=_load_requested_model, args=(on_model_change,), width="stretch")
-        if "model_error" in st.session_state:
-            st.error(plain(st.session_state["model_error"]))  # it quotes what was typed: show it as text
+        if MODEL.has("error"):
+            st.error(plain(MODEL.error))  # it quotes what was typed: show it as text
         if session_source() != DEFAULT_SOURCE:
             st.caption("Offline fallback: **bundled**, the small Shakespeare model in the repository.")
         for name in (name for name in PACKAGED if fetched_folder(name) is None):  # the app never downloads
@@ -156,12 +169,6 @@ def model_sidebar(on_model_change) -> None:
                  f"{info['heads']} heads · MLA latent {info['kv_lora_rank']} + RoPE key {info['qk_rope_head_dim']}")
         st.caption(f"**{info['name']}** · {info['parameters'] / 1e6:.1f}M parameters · {info['layers']} layers · "
                    f"{heads} · context {info['max_context']} · {info['dtype']} on {info['device']}")
-
-
-def drop(state, keys, prefixes: tuple[str, ...] = ()) -> None:
-    """Delete `keys`, and keys starting with one of `prefixes`, from a session state (or a dict)."""
-    for key in [k for k in state if k in keys or k.startswith(prefixes)]:
-        del state[key]
 
 
 def page_sampling(setting, prefix: str, sampling: SamplingParams) -> SamplingParams:
@@ -196,7 +203,7 @@ def keep_settings(keys) -> None:
     """Copy these widget values into plain session state, which outlives a visit to another page.
 
     Streamlit drops a widget's value while its page is away, so a page came back showing a default
-    beside a run made with another value (kvviz.lessons.registry.kept_settings names the keys)."""
+    beside a run made with another value (kvviz.lessons.lecture.kept_settings names the keys)."""
     for key in keys:
         if key in st.session_state:
             st.session_state[key] = st.session_state[key]

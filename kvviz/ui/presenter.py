@@ -14,6 +14,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from kvviz.ui import streamlit_door
+from kvviz.ui.session_keys import SessionState, Slot
 
 CHART_SCALE = 1.45  # plotly font sizes in presenter mode, against the normal ones
 PRESENTER_LEAST_PX, NORMAL_LEAST_PX = 16, 12  # no chart text under this on a 1280x720 projector, per mode
@@ -62,12 +63,22 @@ BUSY_CSS = """
 """
 
 
+class PresenterState(SessionState):
+    """Presenter mode in this session: the app's own keys, which stay when another model loads."""
+
+    on = Slot("presenter")  # the sidebar's switch
+    left = Slot("presenter_left")  # turned off by hand: wins over the ?presenter=1 the link still carries
+
+
+PRESENTER = PresenterState()
+
+
 def is_on() -> bool:
-    return bool(st.session_state.get("presenter"))
+    return bool(PRESENTER.on)
 
 
 def _leave() -> None:
-    st.session_state["presenter"] = False
+    PRESENTER.on = False
     st.query_params.pop("presenter", None)
 
 
@@ -75,8 +86,8 @@ def presenter_mode(previous=None, following=None) -> bool:
     """The sidebar switch, the URL parameter, and in presenter mode the CSS and a top bar with links
     to the `previous` and `following` pages (objects with .path and .title, or None)."""
     _install_legible_charts()
-    if st.query_params.get("presenter") == "1" and not st.session_state.get("presenter_left"):
-        st.session_state["presenter"] = True
+    if st.query_params.get("presenter") == "1" and not PRESENTER.left:
+        PRESENTER.on = True
     with st.sidebar:
         st.toggle("Presenter mode", key="presenter", on_change=_remember_choice,
                   help="Large type and charts, no sidebar; Previous / Next on top of each page. On Prefill and "
@@ -98,7 +109,7 @@ def presenter_mode(previous=None, following=None) -> bool:
 
 def _remember_choice() -> None:
     """A switch turned off by hand wins over the ?presenter=1 the link still carries."""
-    st.session_state["presenter_left"] = not st.session_state.get("presenter")
+    PRESENTER.left = not PRESENTER.on
 
 
 def scaled_figure(figure: go.Figure, scale: float = CHART_SCALE, least: int = PRESENTER_LEAST_PX) -> go.Figure:

@@ -5,7 +5,7 @@ token after Prefill, and the stage tells a screen reader each step in a sentence
 
 import pytest
 
-from kvviz.lessons.catalog import LECTURE
+from kvviz.lessons.lecture import LECTURE
 
 from axe_audit import violations
 from chromium import browser_page, run_finished, stage_caption, wait_drawn

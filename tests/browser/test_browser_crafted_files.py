@@ -28,9 +28,10 @@ POINTING = f"""() => [...document.querySelectorAll('a, img, image, iframe, sourc
 @pytest.fixture(scope="module")
 def prefill_data(bundled) -> dict:
     from kvviz.lessons.prefill_decode.file import export_lesson
-    from kvviz.lessons.prefill_decode.logic import Lesson, LessonSettings, lesson_sampling
+    from kvviz.lessons.prefill_decode.logic import PrefillLesson, LessonSettings, lesson_sampling
 
-    run = Lesson.start(bundled, LessonSettings(prompt="ROMEO:\nBut soft", sampling=lesson_sampling(max_tokens=8)))
+    run = PrefillLesson.start(bundled,
+                              LessonSettings(prompt="ROMEO:\nBut soft", sampling=lesson_sampling(max_tokens=8)))
     run.prefill()
     while run.next_token() is not None:
         pass

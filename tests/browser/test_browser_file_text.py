@@ -33,9 +33,9 @@ POINTING = f"""() => [...document.querySelectorAll('a, img, image, iframe, sourc
 
 def prefill_file(bundled) -> str:
     from kvviz.lessons.prefill_decode.file import export_lesson
-    from kvviz.lessons.prefill_decode.logic import Lesson, LessonSettings, lesson_sampling
+    from kvviz.lessons.prefill_decode.logic import PrefillLesson, LessonSettings, lesson_sampling
 
-    run = Lesson.start(bundled, LessonSettings(prompt="ROMEO:", sampling=lesson_sampling(max_tokens=3)))
+    run = PrefillLesson.start(bundled, LessonSettings(prompt="ROMEO:", sampling=lesson_sampling(max_tokens=3)))
     run.prefill()
     while run.next_token() is not None:
         pass

@@ -102,9 +102,9 @@ def test_the_budget_holds_and_a_closed_tab_frees_its_lesson(new_context, app_url
 
 def test_a_lesson_file_is_checked_once_at_upload(new_context, app_url, bundled):
     from kvviz.lessons.prefill_decode.file import export_lesson
-    from kvviz.lessons.prefill_decode.logic import Lesson, LessonSettings, lesson_sampling
+    from kvviz.lessons.prefill_decode.logic import PrefillLesson, LessonSettings, lesson_sampling
 
-    run = Lesson.start(bundled, LessonSettings(prompt="JULIET:\nAy me", sampling=lesson_sampling(max_tokens=4)))
+    run = PrefillLesson.start(bundled, LessonSettings(prompt="JULIET:\nAy me", sampling=lesson_sampling(max_tokens=4)))
     run.prefill()
     while run.next_token() is not None:
         pass

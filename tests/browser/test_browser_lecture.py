@@ -8,7 +8,7 @@ Paged cache and batching, Speculative decoding and Batch generation are run to t
 import re
 from urllib.parse import urlencode
 
-from kvviz.lessons.prefill_decode.logic import Lesson, LessonSettings
+from kvviz.lessons.prefill_decode.logic import PrefillLesson, LessonSettings
 from kvviz.lessons.prefill_decode.state import EXAMPLE_PROMPTS, PAGE_SAMPLING
 from kvviz.models import load_model
 from kvviz.shapes import format_bytes
@@ -18,7 +18,7 @@ from chromium import SLOW_S, browser_page, press, stage_caption, wait_drawn
 
 
 def test_prefill_and_decode_at_its_last_step_bills_what_it_held(app_url):
-    lesson = Lesson.start(load_model("bundled"), LessonSettings(EXAMPLE_PROMPTS[0], PAGE_SAMPLING))
+    lesson = PrefillLesson.start(load_model("bundled"), LessonSettings(EXAMPLE_PROMPTS[0], PAGE_SAMPLING))
     lesson.prefill()
     while lesson.next_token() is not None:
         pass

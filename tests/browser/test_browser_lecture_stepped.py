@@ -11,7 +11,7 @@ import time
 
 from playwright.sync_api import expect
 
-from kvviz.lessons.prefill_decode.logic import Lesson, LessonSettings
+from kvviz.lessons.prefill_decode.logic import PrefillLesson, LessonSettings
 from kvviz.lessons.prefill_decode.state import EXAMPLE_PROMPTS, PAGE_SAMPLING
 from kvviz.models import load_model
 from kvviz.shapes import format_bytes
@@ -32,7 +32,7 @@ def cut_metrics(page) -> list[str]:
 
 
 def test_prefill_and_decode_stepped_to_its_end_bills_what_it_holds_at_every_step(app_url):
-    lesson = Lesson.start(load_model("bundled"), LessonSettings(EXAMPLE_PROMPTS[0], PAGE_SAMPLING))
+    lesson = PrefillLesson.start(load_model("bundled"), LessonSettings(EXAMPLE_PROMPTS[0], PAGE_SAMPLING))
     lesson.prefill()
     while lesson.next_token() is not None:
         pass

@@ -4,7 +4,7 @@ The screenshots go to screenshots/presenter/ (ignored by git, so a test run neve
 tree); copy them to docs/presenter/ by hand to refresh the pictures the docs show.
 """
 
-from kvviz.lessons.catalog import LECTURE
+from kvviz.lessons.lecture import LECTURE
 from kvviz.ui.app_server import ROOT
 
 from app_reads import view_shows

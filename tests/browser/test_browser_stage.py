@@ -50,11 +50,11 @@ def open_and_step(page, url, presenter):
 @pytest.fixture(scope="module")
 def lesson_at_step_3():
     """The page's default lesson, run here by the engine itself to step 3."""
-    from kvviz.lessons.prefill_decode.logic import Lesson, LessonSettings
+    from kvviz.lessons.prefill_decode.logic import PrefillLesson, LessonSettings
     from kvviz.lessons.prefill_decode.state import EXAMPLE_PROMPTS, PAGE_SAMPLING
     from kvviz.models import load_model
 
-    lesson = Lesson.start(load_model("bundled"), LessonSettings(EXAMPLE_PROMPTS[0], PAGE_SAMPLING))
+    lesson = PrefillLesson.start(load_model("bundled"), LessonSettings(EXAMPLE_PROMPTS[0], PAGE_SAMPLING))
     lesson.prefill()
     for _ in range(3):
         lesson.next_token()
@@ -128,11 +128,11 @@ PAUSES_JS = """() => {
 
 def test_a_replayed_lesson_steps_in_the_browser_without_a_rerun_per_step(app_url, tmp_path):
     from kvviz.lessons.prefill_decode.file import export_lesson
-    from kvviz.lessons.prefill_decode.logic import Lesson, LessonSettings
+    from kvviz.lessons.prefill_decode.logic import PrefillLesson, LessonSettings
     from kvviz.lessons.prefill_decode.state import EXAMPLE_PROMPTS, PAGE_SAMPLING
     from kvviz.models import load_model
 
-    run = Lesson.start(load_model("bundled"), LessonSettings(EXAMPLE_PROMPTS[0], PAGE_SAMPLING))
+    run = PrefillLesson.start(load_model("bundled"), LessonSettings(EXAMPLE_PROMPTS[0], PAGE_SAMPLING))
     run.prefill()
     while run.next_token() is not None:
         pass

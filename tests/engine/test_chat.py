@@ -61,14 +61,14 @@ def test_refusals_are_one_sentence(chatml_tokenizer, bundled):
 def test_a_chat_lesson_prefills_the_templated_prompt_and_shows_the_answer(chatml_tokenizer, bundled):
     import torch
 
-    from kvviz.lessons.prefill_decode.logic import Lesson, LessonSettings, lesson_sampling
+    from kvviz.lessons.prefill_decode.logic import PrefillLesson, LessonSettings, lesson_sampling
     from kvviz.models import LoadedModel
 
     from tiny_gguf import tiny_llama
 
     lm = LoadedModel(tiny_llama(len(chatml_tokenizer)), chatml_tokenizer, torch.device("cpu"), torch.float32,
                      "tiny chat llama", "custom", 256)
-    lesson = Lesson.start(lm, LessonSettings("Who is Romeo?", lesson_sampling(max_tokens=3), chat=True))
+    lesson = PrefillLesson.start(lm, LessonSettings("Who is Romeo?", lesson_sampling(max_tokens=3), chat=True))
     assert lesson.token_texts[0] == "<|im_start|>"
     assert "".join(lesson.token_texts) == chat_prompt(chatml_tokenizer, "Who is Romeo?").text
     assert chatml_tokenizer.convert_tokens_to_ids("<|im_end|>") in lesson.settings.sampling.stop_token_ids
@@ -76,7 +76,8 @@ def test_a_chat_lesson_prefills_the_templated_prompt_and_shows_the_answer(chatml
         pass
     generated = [token for record in lesson.records for _, token in record.sampled]
     assert len(generated) <= 3 and lesson.answer() == chat_answer(chatml_tokenizer, generated)
-    assert Lesson.start(lm, LessonSettings("Who is Romeo?")).answer() is None  # a plain prompt has no answer line
+    assert PrefillLesson.start(lm,
+                               LessonSettings("Who is Romeo?")).answer() is None  # a plain prompt has no answer line
     with pytest.raises(ValueError, match="no chat template") as refused:
-        Lesson.start(bundled, LessonSettings("Who is Romeo?", chat=True))
+        PrefillLesson.start(bundled, LessonSettings("Who is Romeo?", chat=True))
     assert one_sentence(str(refused.value))

@@ -17,7 +17,7 @@ from kvviz.lessons.paged_batching.file import export_paged, import_paged
 from kvviz.lessons.paged_batching.logic import DEFAULT_REQUESTS, PagedLesson, RequestSpec
 from kvviz.lessons.prefill_decode import figures, predict
 from kvviz.lessons.prefill_decode.file import MAX_REPLAY_TOKENS, MODEL_LIMITS, export_lesson, import_lesson
-from kvviz.lessons.prefill_decode.logic import Lesson, LessonSettings, lesson_sampling
+from kvviz.lessons.prefill_decode.logic import PrefillLesson, LessonSettings, lesson_sampling
 from kvviz.lessons.speculative.file import export_speculative, import_speculative
 from kvviz.lessons.speculative.logic import DEFAULT_PROMPT, SpeculativeLesson
 from kvviz.ui.text import chart_text, plain
@@ -27,7 +27,8 @@ from app_tests import one_sentence
 
 @pytest.fixture(scope="module")
 def lesson(bundled):
-    run = Lesson.start(bundled, LessonSettings(prompt="ROMEO:\nBut soft", sampling=lesson_sampling(max_tokens=8)))
+    run = PrefillLesson.start(bundled,
+                              LessonSettings(prompt="ROMEO:\nBut soft", sampling=lesson_sampling(max_tokens=8)))
     run.prefill()
     while run.next_token() is not None:
         pass
@@ -37,7 +38,7 @@ def lesson(bundled):
 @pytest.fixture(scope="module")
 def short(bundled):
     """Two steps: room in a file's 20 MiB for the longest prompt a replay takes."""
-    run = Lesson.start(bundled, LessonSettings(prompt="ROMEO:", sampling=lesson_sampling(max_tokens=2)))
+    run = PrefillLesson.start(bundled, LessonSettings(prompt="ROMEO:", sampling=lesson_sampling(max_tokens=2)))
     run.prefill()
     run.next_token()
     return run

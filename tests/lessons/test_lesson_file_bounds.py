@@ -16,7 +16,7 @@ from kvviz.lessons.paged_batching.file import (MAX_BLOCKS, MAX_LAYERS, MAX_POOL_
 from kvviz.lessons.paged_batching.logic import DEFAULT_REQUESTS, PagedLesson, RequestSpec
 from kvviz.lessons.paged_batching.stage import stage_data
 from kvviz.lessons.prefill_decode.file import MAX_REPLAY_TOKENS, export_lesson, import_lesson
-from kvviz.lessons.prefill_decode.logic import Lesson, LessonSettings, lesson_sampling
+from kvviz.lessons.prefill_decode.logic import PrefillLesson, LessonSettings, lesson_sampling
 
 from app_tests import one_sentence
 
@@ -107,7 +107,7 @@ def test_the_kept_pool_steps_forward_and_back_to_the_same_blocks(run):
 
 def test_a_prefill_pool_of_more_slots_than_a_lesson_fills_is_refused(bundled):
     """block_size 1024 and 4,096 blocks (a 71 KiB file): the stage drew 4 million slots for 99 s."""
-    lesson = Lesson.start(bundled, LessonSettings(prompt="ROMEO:", sampling=lesson_sampling(max_tokens=2)))
+    lesson = PrefillLesson.start(bundled, LessonSettings(prompt="ROMEO:", sampling=lesson_sampling(max_tokens=2)))
     lesson.prefill()
     lesson.next_token()
     data = json.loads(export_lesson(lesson))

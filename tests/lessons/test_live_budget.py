@@ -6,7 +6,7 @@ import time
 import pytest
 import torch
 
-from kvviz.lessons.prefill_decode.logic import Lesson, LessonSettings, lesson_sampling
+from kvviz.lessons.prefill_decode.logic import PrefillLesson, LessonSettings, lesson_sampling
 from kvviz.lessons.speculative.logic import DEFAULT_PROMPT, SpeculativeLesson
 from kvviz.models import LoadedModel
 from kvviz.ui import live_lessons
@@ -43,7 +43,7 @@ def test_the_speculative_engines_hold_the_request_not_the_whole_context(million_
 def test_a_speculative_lesson_counts_against_the_live_lessons(bundled, monkeypatch):
     monkeypatch.setattr(live_lessons, "_live", {})  # this test's own server
     monkeypatch.setenv("KVVIZ_MAX_LESSONS", "1")
-    prefill = Lesson.start(bundled, LessonSettings(prompt="ROMEO:", sampling=lesson_sampling(max_tokens=2)))
+    prefill = PrefillLesson.start(bundled, LessonSettings(prompt="ROMEO:", sampling=lesson_sampling(max_tokens=2)))
     assert live_lessons.admit(prefill) is None
     speculative = SpeculativeLesson.start(bundled, DEFAULT_PROMPT, 2, 8, 4)
     refusal = live_lessons.admit(speculative)  # the same session, another lesson with engines of its own

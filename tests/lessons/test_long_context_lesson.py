@@ -10,12 +10,12 @@ from kvviz.engine.batch import TRIANGLE_MOST_TOKENS
 from kvviz.lessons.budget import ModelCost
 from kvviz.lessons.prefill_decode import logic
 from kvviz.lessons.prefill_decode.file import export_lesson, import_lesson
-from kvviz.lessons.prefill_decode.logic import Lesson, LessonSettings, lesson_sampling, lesson_work
+from kvviz.lessons.prefill_decode.logic import PrefillLesson, LessonSettings, lesson_sampling, lesson_work
 
 
-def long_lesson(bundled, prompt_tokens: int, max_tokens: int = 6) -> Lesson:
+def long_lesson(bundled, prompt_tokens: int, max_tokens: int = 6) -> PrefillLesson:
     ids = [(17 * i) % 1000 + 3 for i in range(prompt_tokens)]  # token ids: exactly this many tokens
-    lesson = Lesson.start(bundled, LessonSettings(prompt=ids, sampling=lesson_sampling(max_tokens=max_tokens)))
+    lesson = PrefillLesson.start(bundled, LessonSettings(prompt=ids, sampling=lesson_sampling(max_tokens=max_tokens)))
     lesson.settings = replace(lesson.settings, prompt=bundled.tokenizer.decode(ids))  # as a page keeps it: text
     return lesson
 

@@ -6,7 +6,7 @@ import pytest
 
 from kvviz.lessons.memory_bill.logic import measured_mla_note
 from kvviz.lessons.prefill_decode.file import export_lesson, import_lesson
-from kvviz.lessons.prefill_decode.logic import Lesson, LessonSettings, lesson_sampling, per_token_formula
+from kvviz.lessons.prefill_decode.logic import PrefillLesson, LessonSettings, lesson_sampling, per_token_formula
 from kvviz.lessons.prefill_decode.stage import stage_data
 from kvviz.models import TINY_MLA, allowed_source, load_model, summary_shape
 
@@ -20,7 +20,8 @@ def tiny_mla():
 
 @pytest.fixture(scope="module")
 def lesson(tiny_mla):
-    run = Lesson.start(tiny_mla, LessonSettings(prompt="ROMEO:\nBut soft", sampling=lesson_sampling(max_tokens=4),
+    run = PrefillLesson.start(tiny_mla,
+                              LessonSettings(prompt="ROMEO:\nBut soft", sampling=lesson_sampling(max_tokens=4),
                                                 block_size=4))
     while run.next_token() is not None:
         pass

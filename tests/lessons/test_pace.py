@@ -7,7 +7,7 @@ import torch
 
 from kvviz.lessons import budget
 from kvviz.lessons.budget import Pace, Work, factors, pace, says, timed
-from kvviz.lessons.prefill_decode.logic import Lesson, LessonSettings, lesson_sampling, lesson_work
+from kvviz.lessons.prefill_decode.logic import PrefillLesson, LessonSettings, lesson_sampling, lesson_work
 
 CPU = torch.device("cpu")
 FIXED = Work(0.0, steps=4, read_backs=4, click="lesson")  # 0.3 s at RATES, no FLOPs
@@ -81,7 +81,7 @@ def test_a_block_that_raises_reports_nothing():
 def test_a_lesson_times_each_step_as_the_link_estimate_counts_it(bundled):
     """Each prefill and decode step reports its own work; together they are the work a link to that step is
     estimated by, so that the link's estimate learns from the steps the teacher clicked."""
-    lesson = Lesson.start(bundled, LessonSettings(prompt="ROMEO:", sampling=lesson_sampling(max_tokens=6)))
+    lesson = PrefillLesson.start(bundled, LessonSettings(prompt="ROMEO:", sampling=lesson_sampling(max_tokens=6)))
     works = []
     for _ in range(4):
         works.append(lesson.step_work(lesson.twin_runs_next()))

@@ -8,7 +8,7 @@ from kvviz.lessons.files import LessonFileError
 from kvviz.lessons.paged_batching.file import MAX_STEPS, export_paged, import_paged
 from kvviz.lessons.paged_batching.logic import DEFAULT_REQUESTS, PagedLesson, RequestSpec
 from kvviz.lessons.prefill_decode.file import export_lesson, import_lesson
-from kvviz.lessons.prefill_decode.logic import Lesson, LessonSettings, lesson_sampling
+from kvviz.lessons.prefill_decode.logic import PrefillLesson, LessonSettings, lesson_sampling
 
 from app_tests import click_cleanly, one_sentence, open_lesson, page_view
 
@@ -89,7 +89,7 @@ def test_damaged_files_are_refused_in_one_sentence_naming_the_field(run, change,
 
 def test_each_page_refuses_the_other_lessons_file(run, tiny_lm):
     settings = LessonSettings(prompt="ROMEO:\nBut soft", sampling=lesson_sampling(max_tokens=3), block_size=4)
-    first = Lesson.start(tiny_lm, settings)
+    first = PrefillLesson.start(tiny_lm, settings)
     first.prefill()
     with pytest.raises(LessonFileError, match="holds the “Prefill and decode” lesson") as refused:
         import_paged(export_lesson(first))

@@ -10,14 +10,15 @@ from kvviz.engine.errors import EngineError
 from kvviz.lessons.files import LESSON_FORMAT, LessonFileError
 from kvviz.lessons.prefill_decode import predict
 from kvviz.lessons.prefill_decode.file import export_lesson, import_lesson
-from kvviz.lessons.prefill_decode.logic import Lesson, LessonSettings, lesson_sampling
+from kvviz.lessons.prefill_decode.logic import PrefillLesson, LessonSettings, lesson_sampling
 
 from app_tests import ROOT, one_sentence, open_lesson
 
 
 @pytest.fixture(scope="module")
 def lesson(bundled):
-    run = Lesson.start(bundled, LessonSettings(prompt="ROMEO:\nBut soft", sampling=lesson_sampling(max_tokens=12),
+    run = PrefillLesson.start(bundled,
+                              LessonSettings(prompt="ROMEO:\nBut soft", sampling=lesson_sampling(max_tokens=12),
                                                block_size=4))
     run.prefill()
     return run
@@ -86,7 +87,7 @@ def test_a_default_length_lesson_exports_small_and_replays_exactly(bundled):
     """Issue 12 item 7: 48 tokens used to export 69 MiB (every step's whole cache) and not replay."""
     from kvviz.lessons.prefill_decode.state import DEFAULTS, EXAMPLE_PROMPTS
 
-    run = Lesson.start(bundled, LessonSettings(prompt=EXAMPLE_PROMPTS[0],
+    run = PrefillLesson.start(bundled, LessonSettings(prompt=EXAMPLE_PROMPTS[0],
                                                sampling=lesson_sampling(max_tokens=DEFAULTS["lesson_max_tokens"])))
     run.prefill()
     while run.next_token() is not None:
@@ -232,7 +233,8 @@ def test_a_link_step_that_is_not_a_number_keeps_its_message():
 
 def test_a_lesson_holds_what_it_can_use_and_keeps_compact_traces(bundled):
     """Issue 16 item 2: the pool was sized to the model's whole context and every step kept the whole cache."""
-    run = Lesson.start(bundled, LessonSettings(prompt="ROMEO:\nBut soft", sampling=lesson_sampling(max_tokens=20)))
+    run = PrefillLesson.start(bundled,
+                              LessonSettings(prompt="ROMEO:\nBut soft", sampling=lesson_sampling(max_tokens=20)))
     prompt = len(run.prompt_token_ids)
     assert run.engine.num_blocks == -(-(prompt + 20) // 16) < -(-bundled.max_context // 16)
     run.prefill()
@@ -247,4 +249,4 @@ def test_a_lesson_holds_what_it_can_use_and_keeps_compact_traces(bundled):
 
 def test_a_lesson_follows_one_sequence(bundled):
     with pytest.raises(EngineError, match="set n to 1"):
-        Lesson.start(bundled, LessonSettings("ROMEO:", lesson_sampling(max_tokens=2, n=2)))
+        PrefillLesson.start(bundled, LessonSettings("ROMEO:", lesson_sampling(max_tokens=2, n=2)))

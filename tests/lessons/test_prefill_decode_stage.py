@@ -7,7 +7,7 @@ import json
 import pytest
 
 from kvviz.engine.sampling import SamplingParams
-from kvviz.lessons.prefill_decode.logic import Lesson, LessonSettings
+from kvviz.lessons.prefill_decode.logic import PrefillLesson, LessonSettings
 from kvviz.lessons.prefill_decode.stage import BAND_LAYERS, head_groups, stage_data
 from kvviz.models import CustomShape, load_model
 
@@ -23,8 +23,8 @@ def gqa_lm():
     return lm
 
 
-def run(lm, prompt: str, chat: bool, tokens: int = 3) -> Lesson:
-    lesson = Lesson.start(lm, LessonSettings(prompt, SamplingParams(max_tokens=tokens), chat=chat))
+def run(lm, prompt: str, chat: bool, tokens: int = 3) -> PrefillLesson:
+    lesson = PrefillLesson.start(lm, LessonSettings(prompt, SamplingParams(max_tokens=tokens), chat=chat))
     lesson.prefill()
     for _ in range(tokens - 1):
         lesson.next_token()
@@ -68,7 +68,8 @@ def test_the_bar_counts_the_lessons_steps_not_only_those_taken(gqa_lm):
     """Issue 33 item 11: "Step 3 of 3" after three of 8 tokens read as the end; the data says the last step."""
     from kvviz.lessons.prefill_decode.room import follower
 
-    lesson = Lesson.start(gqa_lm, LessonSettings("The cache holds", SamplingParams(max_tokens=8, ignore_eos=True)))
+    lesson = PrefillLesson.start(gqa_lm,
+                                 LessonSettings("The cache holds", SamplingParams(max_tokens=8, ignore_eos=True)))
     lesson.prefill()
     assert stage_data(lesson, step=0)["last_step"] == 7  # the prefill samples token 1 of 8
     lesson.next_token()
@@ -89,7 +90,8 @@ def test_a_lesson_that_ends_early_says_why_its_stop_token_or_the_context():
     from kvviz.ui.text import plain
 
     short = load_model(shape=CustomShape(num_layers=2, hidden_size=64, num_heads=4, num_kv_heads=2, max_context=24))
-    lesson = Lesson.start(short, LessonSettings("The cache holds keys", SamplingParams(max_tokens=40, ignore_eos=True)))
+    lesson = PrefillLesson.start(short,
+                                 LessonSettings("The cache holds keys", SamplingParams(max_tokens=40, ignore_eos=True)))
     lesson.prefill()
     while lesson.next_token() is not None:
         pass
@@ -97,7 +99,7 @@ def test_a_lesson_that_ends_early_says_why_its_stop_token_or_the_context():
     assert "filled the model's context of 24 tokens" in stop_note(lesson)
     if fetched_folder("smollm2") is None:
         pytest.skip("SmolLM2 is not fetched here; run `kvviz fetch smollm2` once")
-    lesson = Lesson.start(load_model("smollm2"), LessonSettings("What is the capital of France?",
+    lesson = PrefillLesson.start(load_model("smollm2"), LessonSettings("What is the capital of France?",
                                                                 SamplingParams(max_tokens=24), chat=True))
     lesson.prefill()
     while lesson.next_token() is not None:
@@ -111,7 +113,7 @@ def test_a_lesson_that_ends_before_the_steps_asked_for_tells_the_stage_so():
     """Issue 59 item 8: Play on a chat model's lesson went from "Step 17 of 47" to "Step 18 of 18" without a word.
     The stage gets the step the lesson was to end at beside the one it ends at (stage.js names the difference)."""
     lm = load_model(shape=CustomShape(num_layers=2, hidden_size=64, num_heads=2, num_kv_heads=1, max_context=24))
-    lesson = Lesson.start(lm, LessonSettings("The cache holds keys and values", SamplingParams(max_tokens=48,
+    lesson = PrefillLesson.start(lm, LessonSettings("The cache holds keys and values", SamplingParams(max_tokens=48,
                                                                                                ignore_eos=True)))
     lesson.prefill()
     assert stage_data(lesson, 0)["asked_last_step"] == stage_data(lesson, 0)["last_step"] == 47

@@ -8,7 +8,7 @@ from kvviz.lessons.files import LESSON_FORMAT, MAX_ROOM_ANSWERS, MAX_ROOM_QUESTI
 from kvviz.lessons.paged_batching.file import export_paged, import_paged
 from kvviz.lessons.paged_batching.logic import DEFAULT_REQUESTS, PagedLesson, RequestSpec
 from kvviz.lessons.prefill_decode.file import export_lesson, import_lesson
-from kvviz.lessons.prefill_decode.logic import Lesson, LessonSettings, lesson_sampling
+from kvviz.lessons.prefill_decode.logic import PrefillLesson, LessonSettings, lesson_sampling
 from kvviz.lessons.speculative.file import export_speculative, import_speculative
 from kvviz.lessons.speculative.logic import SpeculativeLesson
 
@@ -25,7 +25,7 @@ def files(tiny_lm):
     paged = PagedLesson.start(tiny_lm, [RequestSpec(*r) for r in DEFAULT_REQUESTS], 8, 40, True)
     for _ in range(3):
         paged.step()
-    prefill = Lesson.start(tiny_lm, LessonSettings("ROMEO:\n", lesson_sampling(max_tokens=4)))
+    prefill = PrefillLesson.start(tiny_lm, LessonSettings("ROMEO:\n", lesson_sampling(max_tokens=4)))
     prefill.prefill()
     speculative = SpeculativeLesson.start(tiny_lm, "KING:\nI am sorry.\nKING:\n", 2, 6, 4)
     speculative.step()

@@ -8,7 +8,7 @@ import pytest
 
 from kvviz.lessons.files import LessonFileError
 from kvviz.lessons.prefill_decode.file import export_lesson, import_lesson
-from kvviz.lessons.prefill_decode.logic import Lesson, LessonSettings, lesson_sampling
+from kvviz.lessons.prefill_decode.logic import PrefillLesson, LessonSettings, lesson_sampling
 from kvviz.lessons.prefill_decode.stage import stage_data
 from kvviz.models import TINY_GEMMA3, load_model
 
@@ -17,7 +17,7 @@ def test_the_stage_and_bill_of_a_sliding_model_past_its_window(bundled):
     lm = load_model(TINY_GEMMA3)
     window = lm.model.config.sliding_window
     prompt = " ".join(["the cache slides"] * (window * 2))
-    lesson = Lesson.start(lm, LessonSettings(prompt=prompt, sampling=lesson_sampling(max_tokens=3)))
+    lesson = PrefillLesson.start(lm, LessonSettings(prompt=prompt, sampling=lesson_sampling(max_tokens=3)))
     lesson.prefill()
     lesson.next_token()
     data = stage_data(lesson, 1)
@@ -33,14 +33,14 @@ def test_the_stage_and_bill_of_a_sliding_model_past_its_window(bundled):
     assert tokens > window and bill["token_bytes"] < every_position
     assert abs(bill["token_bytes"] - bill["formula_bytes"]) < every_position / 4  # the formula's split, measured
 
-    plain = Lesson.start(bundled, LessonSettings(prompt="ROMEO:", sampling=lesson_sampling(max_tokens=2)))
+    plain = PrefillLesson.start(bundled, LessonSettings(prompt="ROMEO:", sampling=lesson_sampling(max_tokens=2)))
     plain.prefill()
     assert stage_data(plain, 0)["windows"] is None and stage_data(plain, 0)["steps"][0]["bill"]["formula"] == []
 
 
 def test_a_file_keeps_the_sliding_layers_and_refuses_bad_ones():
     lm = load_model(TINY_GEMMA3)
-    lesson = Lesson.start(lm, LessonSettings(prompt="the cache " * 12, sampling=lesson_sampling(max_tokens=2)))
+    lesson = PrefillLesson.start(lm, LessonSettings(prompt="the cache " * 12, sampling=lesson_sampling(max_tokens=2)))
     lesson.prefill()
     lesson.next_token()
     text = export_lesson(lesson)

@@ -4,7 +4,7 @@ import re
 from pathlib import Path
 
 from kvviz.lessons.cache_strategies import logic as strategies
-from kvviz.lessons.catalog import BY_KEY, LECTURE
+from kvviz.lessons.lecture import LECTURE, by_key
 from kvviz.lessons.sources.logic import SOURCES
 
 from app_tests import ROOT, open_lesson
@@ -33,12 +33,12 @@ def test_the_articles_arc_comes_first_and_each_lesson_after_the_ones_it_builds_o
     assert KEYS.index("paged_batching") < KEYS.index("batch_generation") < KEYS.index("putting_it_together")
     # Speculative decoding is beyond the article: after its arc, said so, and the sources close the list
     assert KEYS.index("putting_it_together") < KEYS.index("speculative") and KEYS[-1] == "sources"
-    assert BY_KEY["speculative"].summary.startswith("Beyond the article")
+    assert by_key("speculative").summary.startswith("Beyond the article")
 
 
 def test_the_readme_lists_the_lecture_in_its_order():
     """Every lesson of the article's arc, in lecture order, and no title that is not a lesson: a lesson added
-    later needs no README line to pass (the home page lists them all, from the catalog)."""
+    later needs no README line to pass (the home page lists them all, from the lecture)."""
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     section = text[text.index("## The lessons"):text.index("## Command line")]
     listed = re.findall(r"^\d+\. \*\*(.+?)\*\*", section, flags=re.MULTILINE)
@@ -46,7 +46,7 @@ def test_the_readme_lists_the_lecture_in_its_order():
     assert set(listed) <= set(titles)
     assert listed == sorted(listed, key=titles.index)
     arc = ["prefill_decode", "memory_bill", "paged_batching", "cache_strategies", "putting_it_together"]
-    assert {BY_KEY[key].title for key in arc} <= set(listed)
+    assert {by_key(key).title for key in arc} <= set(listed)
 
 
 def test_prefill_and_decode_links_forward_to_where_its_early_words_are_taught():
@@ -60,7 +60,7 @@ def test_prefill_and_decode_links_forward_to_where_its_early_words_are_taught():
         assert not at.exception, view
         forward = {relative(at._registered_pages[link.proto.page_script_hash]["script_path"]): link.proto.label
                    for link in at.get("page_link") if "taught in" in link.proto.label}
-        lesson = BY_KEY[key]
+        lesson = by_key(key)
         assert forward.get(lesson.path, "").endswith(f"taught in {lesson.title} (lesson {KEYS.index(key)})"), forward
         assert KEYS.index(key) > here
     text = shown(at)

@@ -15,7 +15,7 @@ from kvviz.lessons.files import typed
 from kvviz.lessons.paged_batching.file import export_paged, import_paged
 from kvviz.lessons.prefill_decode.explain import project_newest_token
 from kvviz.lessons.prefill_decode.file import export_lesson, import_lesson
-from kvviz.lessons.prefill_decode.logic import Lesson, LessonSettings, lesson_sampling
+from kvviz.lessons.prefill_decode.logic import PrefillLesson, LessonSettings, lesson_sampling
 from kvviz.lessons.prefill_decode.state import VIEWS
 from kvviz.models import TINY_GEMMA3, TINY_MLA, load_model
 
@@ -62,7 +62,7 @@ def test_the_prefill_page_replays_a_tiny_model_with_the_same_numbers(source):
     lm = load_model(source)
     settings = LessonSettings(prompt="ROMEO:\nBut soft, what light through yonder window breaks? It is the east",
                               sampling=lesson_sampling(max_tokens=6), block_size=4)
-    lesson = Lesson.start(lm, settings)
+    lesson = PrefillLesson.start(lm, settings)
     while lesson.next_token() is not None:
         pass
     replay = import_lesson(export_lesson(lesson).encode())
@@ -91,7 +91,7 @@ def test_inside_attention_recomputes_tiny_gemma3s_cached_keys_in_both_layer_kind
     """Gemma-3 rotates sliding and full layers differently (a rotary embedding per layer type): the view's
     recomputed K and V for the newest token are the rows the engine cached, in every layer."""
     lm = load_model(TINY_GEMMA3)
-    lesson = Lesson.start(lm, LessonSettings(prompt="ROMEO:\nBut soft", sampling=lesson_sampling(max_tokens=3),
+    lesson = PrefillLesson.start(lm, LessonSettings(prompt="ROMEO:\nBut soft", sampling=lesson_sampling(max_tokens=3),
                                              block_size=4))
     while lesson.next_token() is not None:
         pass

@@ -6,7 +6,7 @@ from streamlit.testing.v1 import AppTest
 
 from kvviz.engine.engine import Engine
 from kvviz.lessons.prefill_decode.file import export_lesson, import_lesson
-from kvviz.lessons.prefill_decode.logic import Lesson, LessonSettings, lesson_sampling
+from kvviz.lessons.prefill_decode.logic import PrefillLesson, LessonSettings, lesson_sampling
 from kvviz.lessons.prefill_decode.state import DEFAULTS
 from kvviz.shapes import format_bytes
 from kvviz.ui.common import code_key
@@ -115,7 +115,7 @@ def show_lesson(lesson, view: str):
 def test_the_finished_lesson_bills_what_its_last_step_held_live_and_replayed(bundled):
     """The default lesson to its end: the engine gave the request's blocks back in its last step, so that
     step's MemoryRecord holds nothing; the bill shows what the request held during the step."""
-    lesson = Lesson.start(bundled, LessonSettings(DEFAULTS["lesson_prompt"],  # the page's defaults: greedy, 48
+    lesson = PrefillLesson.start(bundled, LessonSettings(DEFAULTS["lesson_prompt"],  # the page's defaults: greedy, 48
                                                   lesson_sampling(max_tokens=DEFAULTS["lesson_max_tokens"])))
     lesson.prefill()
     while lesson.next_token() is not None:
@@ -152,7 +152,7 @@ def test_the_finished_lesson_bills_what_its_last_step_held_live_and_replayed(bun
 
 
 def test_the_work_table_names_its_columns_and_writes_no_none_or_rounded_zero(bundled):
-    lesson = Lesson.start(bundled, LessonSettings(DEFAULTS["lesson_prompt"], lesson_sampling(max_tokens=6)))
+    lesson = PrefillLesson.start(bundled, LessonSettings(DEFAULTS["lesson_prompt"], lesson_sampling(max_tokens=6)))
     lesson.prefill()
     while lesson.next_token() is not None:
         pass

@@ -142,7 +142,7 @@ def test_a_refused_take_over_keeps_the_student_in_the_room_with_one_sentence(tea
     room = room_of(teacher)
     pupil = student(room.code)
     # the server's one live lesson is another session's (AppTest names every session alike)
-    monkeypatch.setitem(live_lessons._live, ("another session", "Lesson"), weakref.ref(room.lesson))
+    monkeypatch.setitem(live_lessons._live, ("another session", "PrefillLesson"), weakref.ref(room.lesson))
     monkeypatch.setenv("KVVIZ_MAX_LESSONS", "1")
     click(pupil, "Take over")
     assert not pupil.exception

@@ -9,8 +9,8 @@ import time
 import redis
 import streamlit as st
 
-from kvviz.lessons import registry
-from kvviz.lessons.catalog import LECTURE
+from kvviz.lessons import lecture
+
 from kvviz.rooms.redis_store import RedisStore
 from kvviz.rooms.store import serve_lesson_files, shared_store
 from kvviz.rooms.types import GUESSES, Room, RoomQuestion, lesson_token
@@ -160,10 +160,10 @@ def test_a_server_late_once_is_not_taken_for_gone(redis_url):
 
 
 def test_every_lesson_a_room_can_follow_has_its_files_served():
-    """app.py serves kvviz.lessons.registry.lesson_files to the Redis store: each lesson a room can follow
+    """app.py serves kvviz.lessons.lecture.lesson_files to the Redis store: each lesson a room can follow
     writes and reads its own lesson file, and a page without rooms has none."""
-    for lesson in LECTURE:
-        files = registry.lesson_files(lesson.key)
+    for lesson in lecture.LECTURE:
+        files = lecture.lesson_files(lesson.key)
         assert (files is not None) == lesson.rooms, lesson.key
         if files is not None:
             export, read = files

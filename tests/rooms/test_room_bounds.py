@@ -10,9 +10,9 @@ import pytest
 import redis
 
 from kvviz.engine.sampling import SamplingParams
-from kvviz.lessons import registry, stepped
-from kvviz.lessons.prefill_decode.logic import Lesson, LessonSettings
-from kvviz.lessons.prefill_decode.state import LESSON
+from kvviz.lessons import lecture, stepped
+from kvviz.lessons.prefill_decode.logic import PrefillLesson, LessonSettings
+from kvviz.lessons.prefill_decode.state import STEPS
 from kvviz.rooms.codec import MAX_FIELD_CHARS
 from kvviz.rooms.redis_store import RedisStore
 from kvviz.rooms.types import Room
@@ -22,7 +22,7 @@ CODE = "K7QW2MXP"
 
 @pytest.fixture
 def lesson(bundled):
-    run = Lesson.start(bundled, LessonSettings("The cache holds keys and values.",
+    run = PrefillLesson.start(bundled, LessonSettings("The cache holds keys and values.",
                                                SamplingParams(max_tokens=12, temperature=0, ignore_eos=True)))
     run.prefill()
     run.next_token()
@@ -36,8 +36,8 @@ def rooms_counted(url: str) -> int:
 
 def test_a_lesson_past_what_a_room_carries_is_refused_in_a_sentence_and_leaves_no_room(redis_url, lesson,
                                                                                        monkeypatch):
-    monkeypatch.setattr(stepped, "MAX_LESSON_BYTES", len(LESSON.room_file(lesson)) - 1)  # this lesson is 1 past it
-    store = RedisStore(redis_url.url, lesson_files=registry.lesson_files)
+    monkeypatch.setattr(stepped, "MAX_LESSON_BYTES", len(STEPS.room_file(lesson)) - 1)  # this lesson is 1 past it
+    store = RedisStore(redis_url.url, lesson_files=lecture.lesson_files)
     room = Room(CODE, "teacher", None, "prefill_decode", lesson)
     with pytest.raises(ValueError) as refused:
         store.add(room, 10, 10)
@@ -48,8 +48,8 @@ def test_a_lesson_past_what_a_room_carries_is_refused_in_a_sentence_and_leaves_n
 
 
 def test_a_lesson_that_grows_past_it_closes_the_room_and_tells_its_teacher(redis_url, lesson, monkeypatch):
-    monkeypatch.setattr(stepped, "MAX_LESSON_BYTES", len(LESSON.room_file(lesson)) + 100)  # fits now, not two steps on
-    store = RedisStore(redis_url.url, lesson_files=registry.lesson_files)
+    monkeypatch.setattr(stepped, "MAX_LESSON_BYTES", len(STEPS.room_file(lesson)) + 100)  # fits now, not two steps on
+    store = RedisStore(redis_url.url, lesson_files=lecture.lesson_files)
     room = Room(CODE, "teacher", None, "prefill_decode", lesson)
     assert store.add(room, 10, 10) is None and rooms_counted(redis_url.url) == 1
     assert store.publish(room, 1, 1, time.time())
@@ -63,7 +63,7 @@ def test_a_lesson_that_grows_past_it_closes_the_room_and_tells_its_teacher(redis
 
 
 def test_a_step_past_a_fields_limit_closes_the_room_rather_than_leave_it_unreadable(redis_url, lesson):
-    store = RedisStore(redis_url.url, lesson_files=registry.lesson_files)
+    store = RedisStore(redis_url.url, lesson_files=lecture.lesson_files)
     room = Room(CODE, "teacher", None, "prefill_decode", lesson)
     assert store.add(room, 10, 10) is None
     room.payload = {"stage": "0" * MAX_FIELD_CHARS}  # no follower would read it (kvviz.rooms.codec.decode_json)
@@ -75,7 +75,7 @@ def test_a_step_past_a_fields_limit_closes_the_room_rather_than_leave_it_unreada
 def test_a_room_on_a_page_no_lesson_follows_reads_as_gone(redis_url, lesson):
     """Issue 61 item 9: a room whose page was set to one no lesson has stopped its followers silently, while the
     teacher's panel went on counting them; it reads as gone (the follower is told the room closed)."""
-    teacher, follower = (RedisStore(redis_url.url, lesson_files=registry.lesson_files) for _ in range(2))
+    teacher, follower = (RedisStore(redis_url.url, lesson_files=lecture.lesson_files) for _ in range(2))
     room = Room(CODE, "teacher", None, "prefill_decode", lesson)
     assert teacher.add(room, 10, 10) is None and follower.get(CODE) is not None
     redis.Redis.from_url(redis_url.url).hset(f"kvviz:room:{CODE}", "page", "no_such_page")

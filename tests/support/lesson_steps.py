@@ -10,7 +10,7 @@ from chromium import SLOW_S, click_to_next_step, press, stage_caption, wait_draw
 
 
 def url_of(app_url, lesson):
-    """The address of `lesson` (an entry of kvviz.lessons.catalog.LECTURE) on the app at `app_url`."""
+    """The address of `lesson` (an entry of kvviz.lessons.lecture.LECTURE) on the app at `app_url`."""
     name = lesson.path.removeprefix("lessons/").removesuffix(".py")
     return f"{app_url}/" if name == "home" else f"{app_url}/{name}"
 

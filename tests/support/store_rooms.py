@@ -22,7 +22,7 @@ class FileLesson:
 
 
 def lesson_files(page: str):
-    """The test page's lesson file: its records as JSON (the app serves kvviz.lessons.registry.lesson_files)."""
+    """The test page's lesson file: its records as JSON (the app serves kvviz.lessons.lecture.lesson_files)."""
     if page != PAGE:
         return None
     return (lambda lesson: json.dumps({"records": lesson.records}),

@@ -1,6 +1,8 @@
-"""Batch generation for kvviz.lessons.registry: its key prefix and its modules' keys."""
+"""Batch generation: what the lesson is (kvviz.lessons.lesson.Lesson), for kvviz.lessons.lecture."""
 
-from kvviz.lessons.lesson_state import LessonState
 from kvviz.lessons.batch_generation import state
+from kvviz.lessons.lesson import Lesson
 
-LESSON = LessonState("batch_generation", "batch_", (state.KEYS,))
+LESSON = Lesson("batch_generation", "Batch generation", ":material/dynamic_feed:",
+                "Many prompts through the same engine with continuous batching, and its throughput.", 5,
+                prefix="batch_", parts=(state.KEYS,))

@@ -1,6 +1,6 @@
 """Session state of the "Batch generation" page: build the workload, run it with a live view.
 
-Results live in st.session_state under "batch_run" and "batch_compare_run" (loading another
+Results live in st.session_state under the slots of BatchState (BATCH; loading another
 model clears them, as it clears every lesson); widgets under "batch_*". The run and the comparison
 are started by buttons in the page, not in callbacks, because their progress bars (and the run's
 live charts) must sit in the page where the button is, and their Stop buttons interrupt a script
@@ -30,7 +30,7 @@ from kvviz.lessons.batch_generation.logic import (
 from kvviz.ui.common import current_model, page_sampling
 from kvviz.lessons.budget import click_seconds, says
 from kvviz.ui.progress import StopBar, how_it_stopped
-from kvviz.ui.session_keys import Keys
+from kvviz.ui.session_keys import Keys, SessionState, Slot
 from kvviz.ui.text import plain
 from kvviz.vllm.backend import batch_on_vllm, find_python
 from kvviz.workloads import MAX_UPLOAD_BYTES, Workload, WorkloadError, synthetic_workload, upload_workload
@@ -39,9 +39,28 @@ SYNTHETIC, UPLOAD = "Synthetic workload", "Upload a file"
 # the engine's own defaults, but a small running set and token budget, so a class sees requests wait
 PAGE_ENGINE = EngineConfig(max_num_seqs=16, max_num_batched_tokens=256)
 PAGE_SAMPLING = SamplingParams(temperature=0.8, top_k=40, top_p=0.95, seed=0, ignore_eos=True)  # when not greedy
-KEYS = Keys(clears=frozenset({"batch_run", "batch_compare_run", "batch_vllm_run", "batch_error", "batch_compare_error",
-                  "batch_vllm_error", "batch_upload_parsed",  # the upload is parsed with the model's tokenizer
-                  "batch_comparing", "batch_compare_stopped", "batch_running", "batch_run_stopped"}))
+
+
+class BatchState(SessionState):
+    """What the Batch generation page keeps; a run's results go when another model loads."""
+
+    run = Slot("batch_run", clears=True)  # the last batch's BatchResult
+    compare_run = Slot("batch_compare_run", clears=True)  # kvviz against transformers generate
+    vllm_run = Slot("batch_vllm_run", clears=True)  # the same batch on vLLM
+    error = Slot("batch_error", clears=True)  # one sentence each
+    compare_error = Slot("batch_compare_error", clears=True)
+    vllm_error = Slot("batch_vllm_error", clears=True)
+    upload = Slot("batch_upload")  # the uploader's file
+    upload_parsed = Slot("batch_upload_parsed", clears=True)  # parsed with the model's tokenizer
+    running = Slot("batch_running", clears=True)  # (requests finished, all) of a run under way
+    run_stopped = Slot("batch_run_stopped", clears=True)  # what a stopped run leaves: one sentence
+    comparing = Slot("batch_comparing", clears=True)  # (runs done, all) of a comparison under way
+    compare_stopped = Slot("batch_compare_stopped", clears=True)
+    greedy = Slot("batch_greedy", default=True)  # the sampling's Greedy box
+
+
+BATCH = BatchState()
+KEYS = Keys(clears=BatchState.cleared_keys())
 DEFAULTS = {"batch_source": SYNTHETIC, "batch_count": 16, "batch_prompt_len": (8, 32), "batch_output_len": (16, 32),
             "batch_prefix": 32, "batch_seed": PAGE_SAMPLING.seed, "batch_greedy": True,
             "batch_temperature": PAGE_SAMPLING.temperature, "batch_top_k": PAGE_SAMPLING.top_k,
@@ -58,15 +77,15 @@ def setting(key: str):
 
 
 def result() -> BatchResult | None:
-    return st.session_state.get("batch_run")
+    return BATCH.run
 
 
 def comparison():
-    return st.session_state.get("batch_compare_run")
+    return BATCH.compare_run
 
 
 def error() -> str | None:
-    return st.session_state.get("batch_error")
+    return BATCH.error
 
 
 def settings() -> BatchSettings:
@@ -85,7 +104,7 @@ def workload() -> Workload:
     lm = current_model()
     output_len = tuple(setting("batch_output_len"))
     if setting("batch_source") == UPLOAD:
-        upload = st.session_state.get("batch_upload")
+        upload = BATCH.upload
         if upload is None or not hasattr(upload, "getvalue"):  # nothing, or a file just removed
             raise WorkloadError("No file is uploaded yet; upload a .txt or .jsonl file of prompts, "
                                 "or switch to a synthetic workload.")
@@ -94,14 +113,14 @@ def workload() -> Workload:
                                 f"{MAX_UPLOAD_BYTES // 2**20} MiB limit; upload fewer prompts.")
         # parse and tokenize a file once, not on every rerun of the page
         key = (upload.file_id, output_len, int(setting("batch_seed")), lm.name)
-        cached = st.session_state.get("batch_upload_parsed")
+        cached = BATCH.upload_parsed
         if cached is None or cached[0] != key:
             try:
                 parsed = upload_workload(lm.tokenizer, upload.name, upload.getvalue(), output_len, key[2])
             except WorkloadError as problem:
                 parsed = problem
             cached = (key, parsed)
-            st.session_state["batch_upload_parsed"] = cached
+            BATCH.upload_parsed = cached
         if isinstance(cached[1], WorkloadError):
             raise cached[1]
         return cached[1]
@@ -117,9 +136,7 @@ def on_new_upload() -> None:
         workload()
     except WorkloadError:
         return
-    for key in ("batch_run", "batch_compare_run", "batch_vllm_run", "batch_error", "batch_compare_error",
-                "batch_vllm_error"):
-        st.session_state.pop(key, None)
+    BATCH.drop("run", "compare_run", "vllm_run", "error", "compare_error", "vllm_error")
 
 
 def upload_summary() -> tuple[str | None, str | None]:
@@ -139,8 +156,7 @@ def run(progress_slot, live_slot) -> None:
     bar's next move, within one engine step, and so does the clock past one click's budget (the estimate
     the bar starts with may be wrong); "batch_running" then tells the next run of the page how far it
     got, and the stopped run is not kept."""
-    for key in ("batch_error", "batch_run_stopped"):
-        st.session_state.pop(key, None)
+    BATCH.drop("error", "run_stopped")
     lm = current_model()
     try:
         work, chosen = workload(), settings()
@@ -149,19 +165,19 @@ def run(progress_slot, live_slot) -> None:
         chosen = replace(chosen, engine=replace(chosen.engine, num_blocks=num_blocks))
         seconds = batch_seconds(lm, work, chosen)
     except ValueError as problem:  # WorkloadError, kvviz.lessons.budget.WorkTooLarge
-        st.session_state["batch_error"] = str(problem)
+        BATCH.error = str(problem)
         return
     bar = StopBar(progress_slot, "batch_run_stop", f"Estimated about {seconds:,.0f} s on this server, "
                   f"{says(next(lm.model.parameters()).device, 'batch')}; starting {len(work)} requests",
                   "Ends the run at its next step; a stopped run is not kept.", estimate_s=seconds,
                   budget_s=click_seconds())
-    st.session_state["batch_running"] = (0, len(work))
+    BATCH.running = (0, len(work))
     last_draw, sampled = [0.0], [0]
     to_sample = max(1, within_context(work, model_parts(lm).max_context)[0].num_output_tokens)
 
     def on_step(num_finished, num_total, points):
         point, now = points[-1], time.perf_counter()
-        st.session_state["batch_running"] = (num_finished, num_total)
+        BATCH.running = (num_finished, num_total)
         sampled[0] += point.tokens_sampled  # the bar goes as the tokens do: requests finish in bursts
         bar.move(min(sampled[0] / to_sample, 1.0), f"{num_finished} of {num_total} requests finished · step "
                  f"{point.step} · {point.running} running, {point.waiting} waiting")
@@ -173,15 +189,14 @@ def run(progress_slot, live_slot) -> None:
     try:
         outcome = run_batch(lm, work, chosen, progress=on_step)
     except ValueError as problem:  # WorkloadError, EngineError, kvviz.lessons.budget.WorkTooLarge: before the work
-        st.session_state.pop("batch_running", None)
-        st.session_state["batch_error"] = str(problem)
+        del BATCH.running
+        BATCH.error = str(problem)
         progress_slot.empty()
         live_slot.empty()
         return
-    st.session_state.pop("batch_running", None)  # ended, not stopped
-    st.session_state["batch_run"] = outcome
-    for key in ("batch_compare_run", "batch_compare_stopped"):  # they compared other prompts
-        st.session_state.pop(key, None)
+    del BATCH.running  # ended, not stopped
+    BATCH.run = outcome
+    BATCH.drop("compare_run", "compare_stopped")  # they compared other prompts
     progress_slot.empty()
     live_slot.empty()
 
@@ -198,17 +213,17 @@ def draw_live(points, num_blocks: int, num_requests: int) -> None:
                     key=f"batch_live_{len(points)}")
 
 
-def _on_last_batch(run, result_key: str, error_key: str, no_batch: str) -> None:
-    """run(the last batch's result): keep what it returns under result_key, or one sentence under error_key."""
-    st.session_state.pop(error_key, None)
-    done = result()
+def _on_last_batch(run, result: str, error: str, no_batch: str) -> None:
+    """run(the last batch's result): keep what it returns in BATCH's slot `result`, or one sentence in `error`."""
+    delattr(BATCH, error)
+    done = BATCH.run
     if done is None:
-        st.session_state[error_key] = no_batch
+        setattr(BATCH, error, no_batch)
         return
     try:
-        st.session_state[result_key] = run(done)
+        setattr(BATCH, result, run(done))
     except ValueError as problem:
-        st.session_state[error_key] = str(problem)
+        setattr(BATCH, error, str(problem))
 
 
 def compare(slot) -> None:
@@ -216,15 +231,14 @@ def compare(slot) -> None:
     under a progress bar and a Stop button in `slot`. It runs in the page's script, not in a
     callback, so that pressing Stop (or any widget) interrupts it at the bar's next move, between
     two timed runs; "batch_comparing" then tells the next run of the page how far it got."""
-    for key in ("batch_compare_error", "batch_compare_stopped"):
-        st.session_state.pop(key, None)
+    BATCH.drop("compare_error", "compare_stopped")
     bar = StopBar(slot, "batch_compare_stop", "Estimating the work",
                   "A comparison needs all its runs, so nothing of this one is kept.", budget_s=click_seconds())
 
     def progress(done: int, total: int, text: str) -> None:
         if done == 0:  # the work starts: the last comparison is being replaced
-            st.session_state.pop("batch_compare_run", None)
-        st.session_state["batch_comparing"] = (done, total)
+            del BATCH.compare_run
+        BATCH.comparing = (done, total)
         bar.move(done / total, f"{text} ({done} of {total} runs done)", every_s=0.0)
 
     def compared(done: BatchResult):
@@ -235,38 +249,38 @@ def compare(slot) -> None:
         bar.move(1.0, "Compared", every_s=0.0)  # a run stopped meanwhile ends here, storing nothing
         return outcome
 
-    _on_last_batch(compared, "batch_compare_run", "batch_compare_error",
+    _on_last_batch(compared, "compare_run", "compare_error",
                    "Run the batch first; the comparison uses its prompts.")
-    st.session_state.pop("batch_comparing", None)  # ended, not stopped
+    del BATCH.comparing  # ended, not stopped
     slot.empty()
 
 
 def note_a_stopped_run() -> None:
     """A run that a widget interrupted is not kept: say how far it got, and what the results below are."""
-    if "batch_running" in st.session_state:
-        done, total = st.session_state.pop("batch_running")
-        shown = (" The results below are from the last run that finished." if "batch_run" in st.session_state
+    if BATCH.has("running"):
+        done, total = BATCH.take("running")
+        shown = (" The results below are from the last run that finished." if BATCH.has("run")
                  else "")
-        st.session_state["batch_run_stopped"] = (
+        BATCH.run_stopped = (
             f"{how_it_stopped()} after {done} of {total} requests had finished; a stopped run is not kept.{shown} "
             "Press **Run the batch** to start again.")
 
 
 def run_stopped() -> str | None:
-    return st.session_state.get("batch_run_stopped")
+    return BATCH.run_stopped
 
 
 def note_a_stopped_comparison() -> None:
     """A comparison that a widget interrupted keeps nothing (its medians need every run): say how far it got."""
-    if "batch_comparing" in st.session_state:
-        done, total = st.session_state.pop("batch_comparing")
-        st.session_state["batch_compare_stopped"] = (
+    if BATCH.has("comparing"):
+        done, total = BATCH.take("comparing")
+        BATCH.compare_stopped = (
             f"{how_it_stopped()} after {done} of {total} runs: a comparison needs all of them for its medians, "
             "so none is shown. Press **Run both and compare** to start again.")
 
 
 def compare_stopped() -> str | None:
-    return st.session_state.get("batch_compare_stopped")
+    return BATCH.compare_stopped
 
 
 def vllm_available() -> bool:
@@ -275,7 +289,7 @@ def vllm_available() -> bool:
 
 
 def vllm_run():
-    return st.session_state.get("batch_vllm_run")
+    return BATCH.vllm_run
 
 
 def on_vllm() -> None:
@@ -283,4 +297,4 @@ def on_vllm() -> None:
 
     _on_last_batch(lambda done: batch_on_vllm(current_model(), done.workload, done.settings,
                                               [o.token_ids for o in done.outputs]),
-                   "batch_vllm_run", "batch_vllm_error", "Run the batch first; vLLM runs its prompts.")
+                   "vllm_run", "vllm_error", "Run the batch first; vLLM runs its prompts.")

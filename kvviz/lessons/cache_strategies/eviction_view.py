@@ -24,11 +24,25 @@ from kvviz.strategies.run import tokenize
 from kvviz.strategies.sinks import SinkWindowKV
 from kvviz.ui.common import current_model, show_code
 from kvviz.ui.progress import estimated_bar, how_it_stopped
-from kvviz.ui.session_keys import Keys
+from kvviz.ui.session_keys import Keys, SessionState, Slot
 
 DEFAULTS = {"strategies_eviction_budget": 16, "strategies_eviction_sinks": 4}
-KEYS = Keys(clears=frozenset({"strategies_eviction_run", "strategies_eviction_error", "strategies_eviction_running",
-                              "strategies_eviction_stopped", "strategies_eviction_note"}))
+
+
+class EvictionState(SessionState):
+    """What the eviction tab keeps; its lab's results go when another model loads."""
+
+    run = Slot("strategies_eviction_run", clears=True)  # the lab on screen
+    error = Slot("strategies_eviction_error", clears=True)
+    running = Slot("strategies_eviction_running", clears=True)  # the runs of a lab under way
+    stopped = Slot("strategies_eviction_stopped", clears=True)
+    note = Slot("strategies_eviction_note", clears=True)
+    budget = Slot("strategies_eviction_budget", default=DEFAULTS["strategies_eviction_budget"])
+    sinks = Slot("strategies_eviction_sinks", default=DEFAULTS["strategies_eviction_sinks"])
+
+
+EVICTION = EvictionState()
+KEYS = Keys(clears=EvictionState.cleared_keys())
 
 
 def run(slot) -> None:
@@ -36,39 +50,38 @@ def run(slot) -> None:
     click's budget, leaves one sentence and the previous result. It runs in the page's script, not in a
     callback, so that Stop (or any widget) interrupts it at the bar's next move, within one step; the runs
     measured by then wait under "strategies_eviction_running" for the next run of the page (keep_a_stopped_run)."""
-    for key in ("strategies_eviction_error", "strategies_eviction_stopped", "strategies_eviction_note"):
-        st.session_state.pop(key, None)
+    EVICTION.drop("error", "stopped", "note")
     lm = current_model()
     prompt = str(cache_strategies_state.setting("strategies_prompt"))
     if not prompt.strip():
-        st.session_state["strategies_eviction_error"] = "The prompt is empty; type some text to start from."
+        EVICTION.error = "The prompt is empty; type some text to start from."
         return
     max_tokens, note = tokens_that_fit(lambda tokens: eviction_seconds(lm, prompt, tokens),
                                        int(cache_strategies_state.setting("strategies_max_tokens")), "the lab")
     if note:  # a deep model (SmolLM2) at the page's defaults: the most tokens under one click's budget
-        st.session_state["strategies_eviction_note"] = note
-    budget = int(st.session_state.get("strategies_eviction_budget", DEFAULTS["strategies_eviction_budget"]))
-    sinks = int(st.session_state.get("strategies_eviction_sinks", DEFAULTS["strategies_eviction_sinks"]))
+        EVICTION.note = note
+    budget = int(EVICTION.budget)
+    sinks = int(EVICTION.sinks)
     model, tokenizer, _ = model_parts(lm)
     device = next(model.parameters()).device
     bar = estimated_bar(slot, lambda: eviction_seconds(lm, prompt, max_tokens), says(device, "eviction"),
-                        "strategies_eviction_error", "strategies_eviction_run_stop",
+                        EVICTION.key("error"), "strategies_eviction_run_stop",
                         "Ends at the next step and keeps the policies measured so far.", click_seconds())
     if bar is None:  # past the budget, or a prompt the model cannot take: one sentence
         return
     runs = []
-    st.session_state["strategies_eviction_running"] = {"runs": runs, "prompt": prompt, "budget": budget, "sinks": sinks}
+    EVICTION.running = {"runs": runs, "prompt": prompt, "budget": budget, "sinks": sinks}
     try:
         with timed(eviction_work(lm, len(tokenize(prompt, tokenizer)), max_tokens), device):
             lab = eviction_lab(lm, prompt, max_tokens, budget, sinks, runs=runs,
                                progress=lambda done, total, text: bar.move(done / total, text))
     except ValueError as error:
-        st.session_state.pop("strategies_eviction_running", None)
-        st.session_state["strategies_eviction_error"] = str(error)
+        del EVICTION.running
+        EVICTION.error = str(error)
         slot.empty()
         return
-    st.session_state.pop("strategies_eviction_running", None)  # ended, not stopped
-    st.session_state["strategies_eviction_run"] = shown(lm, lab)
+    del EVICTION.running  # ended, not stopped
+    EVICTION.run = shown(lm, lab)
     slot.empty()
 
 
@@ -84,21 +97,21 @@ def shown(lm, lab: EvictionLab) -> dict:
 def keep_a_stopped_run() -> None:
     """A lab that a widget interrupted left the runs it measured: keep those of the policies whose two runs
     ended, and say in one sentence what was kept (nothing, before the first policy's)."""
-    running = st.session_state.pop("strategies_eviction_running", None)
+    running = EVICTION.take("running")
     if running is None:
         return
     runs, total = running["runs"], len(POLICIES) - 1
     if len(runs) < 2:
-        finished = "strategies_eviction_run" in st.session_state
+        finished = EVICTION.has("run")
         shown_now = " The result below is the last lab that finished." if finished else ""
-        st.session_state["strategies_eviction_stopped"] = (
+        EVICTION.stopped = (
             f"{how_it_stopped()} before any of the {total} policies was measured, so nothing new is kept.{shown_now}")
         return
     lm, budget = current_model(), running["budget"]
     lab = EvictionLab(tokenize(running["prompt"], lm.tokenizer), budget, running["sinks"], budget // 2, list(runs))
-    st.session_state["strategies_eviction_run"] = shown(lm, lab)
+    EVICTION.run = shown(lm, lab)
     names = ", ".join(r.label for r in runs[1:])
-    st.session_state["strategies_eviction_stopped"] = (
+    EVICTION.stopped = (
         f"{how_it_stopped()} after {len(runs) - 1} of {total} policies: the lab below keeps the full cache "
         f"and {names}; press **Run the eviction lab** to measure them all.")
 
@@ -122,13 +135,13 @@ def render(replay: bool = False) -> None:
     running_slot = st.empty()
     if run_now:
         run(running_slot)
-    if "strategies_eviction_error" in st.session_state:
-        st.error(st.session_state["strategies_eviction_error"])
-    if "strategies_eviction_note" in st.session_state:
-        st.info(st.session_state["strategies_eviction_note"], icon=":material/info:")
-    if "strategies_eviction_stopped" in st.session_state:
-        st.warning(st.session_state["strategies_eviction_stopped"], icon=":material/stop_circle:")
-    result = st.session_state.get("strategies_eviction_run")
+    if EVICTION.has("error"):
+        st.error(EVICTION.error)
+    if EVICTION.has("note"):
+        st.info(EVICTION.note, icon=":material/info:")
+    if EVICTION.has("stopped"):
+        st.warning(EVICTION.stopped, icon=":material/stop_circle:")
+    result = EVICTION.run
     if result is None:
         st.info("Press **Run the eviction lab**: the prompt runs with the full cache and under each policy, "
                 "once on its own and once fed the full cache's tokens, to measure the difference.")

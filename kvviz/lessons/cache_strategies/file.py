@@ -29,7 +29,7 @@ from kvviz.lessons.files import (
 from kvviz.strategies.bill import ByteBill, ByteItem
 from kvviz.strategies.options import STRATEGIES
 
-LESSON = "cache_strategies"
+LESSON_KEY = "cache_strategies"
 MAX_RESULTS = 64  # the page compares 7 strategies
 MAX_STEPS = 4096  # per strategy: the page's slider stops at 128 tokens
 MAX_LAYERS = 1024
@@ -46,7 +46,8 @@ def export_strategies(comparison: dict) -> str:
     """The comparison (the page's lesson: model, prompt, settings, results, pieces) as JSON: no code,
     no pickle, no model."""
     return json.dumps({
-        "format": LESSON_FORMAT, "lesson": LESSON, "model_name": comparison["model"], "prompt": comparison["prompt"],
+        "format": LESSON_FORMAT, "lesson": LESSON_KEY, "model_name": comparison["model"],
+        "prompt": comparison["prompt"],
         "settings": comparison["settings"], "results": [r.to_dict() for r in comparison["results"]],
         "pieces": [row["pieces"] for row in comparison["texts"]],
         EIGHT_BIT: [asdict(row) for row in comparison["eight_bit"]],
@@ -56,7 +57,7 @@ def export_strategies(comparison: dict) -> str:
 def import_strategies(data: bytes | str) -> dict:
     """A replay of `export_strategies` output: model_name, prompt, settings, results and pieces,
     checking everything first."""
-    return build_checked(_build, read_lesson_file(data, LESSON))
+    return build_checked(_build, read_lesson_file(data, LESSON_KEY))
 
 
 def _build(payload: dict) -> dict:

@@ -1,6 +1,8 @@
-"""Cache strategies for kvviz.lessons.registry: its key prefix and its modules' keys."""
+"""Cache strategies: what the lesson is (kvviz.lessons.lesson.Lesson), for kvviz.lessons.lecture."""
 
-from kvviz.lessons.lesson_state import LessonState
 from kvviz.lessons.cache_strategies import eviction_view, state
+from kvviz.lessons.lesson import Lesson
 
-LESSON = LessonState("cache_strategies", "strategies_", (state.KEYS, eviction_view.KEYS))
+LESSON = Lesson("cache_strategies", "Cache strategies", ":material/compare_arrows:",
+                "Dynamic, static, sliding-window and quantized caches side by side: bytes, time and output.", 6,
+                prefix="strategies_", parts=(state.KEYS, eviction_view.KEYS), files=state.FILES)

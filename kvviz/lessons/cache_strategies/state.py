@@ -29,16 +29,32 @@ from kvviz.lessons.cache_strategies.logic import (
 )
 from kvviz.lessons.budget import click_seconds, says, tokens_that_fit
 from kvviz.ui.common import current_model
-from kvviz.ui.session_keys import Keys
+from kvviz.ui.session_keys import Keys, SessionState, Slot
 from kvviz.ui.progress import estimated_bar, how_it_stopped
 
 # longer than the default window (24) on every model here (41-44 tokens): the sliding window drops tokens from
 # the prefill on, whatever number of tokens one click's budget leaves to generate
 EXAMPLE_PROMPT = ("ROMEO:\nBut soft, what light through yonder window breaks?\nIt is the east, and Juliet is the sun.\n"
                   "Arise, fair sun, and kill the envious moon,")
-KEYS = Keys(clears=frozenset({"strategies_run", "strategies_gqa_run", "strategies_error", "strategies_gqa_error",
-                              "strategies_upload_error", "strategies_running", "strategies_stopped",
-                              "strategies_note"}))
+
+
+class StrategiesState(SessionState):
+    """What the Cache strategies page keeps; a comparison's results go when another model loads."""
+
+    run = Slot("strategies_run", clears=True)  # the comparison on screen (measured or replayed)
+    gqa_run = Slot("strategies_gqa_run", clears=True)  # the GQA tab's report
+    error = Slot("strategies_error", clears=True)  # one sentence each
+    gqa_error = Slot("strategies_gqa_error", clears=True)
+    upload_error = Slot("strategies_upload_error", clears=True)
+    running = Slot("strategies_running", clears=True)  # the strategies measured by a comparison under way
+    stopped = Slot("strategies_stopped", clears=True)  # what a stopped comparison kept: one sentence
+    note = Slot("strategies_note", clears=True)  # fewer tokens than asked, or a window that never fills
+    gqa_heads = Slot("strategies_gqa_heads", default=1)  # the GQA tab's KV heads
+    group_size = Slot("strategies_group_size")  # the quantization group widget
+
+
+STRATEGIES = StrategiesState()
+KEYS = Keys(clears=StrategiesState.cleared_keys())
 DEFAULTS = {"strategies_prompt": EXAMPLE_PROMPT, "strategies_max_tokens": 32, "strategies_window": 24,
             "strategies_group_size": 32, "strategies_residual": 0}
 
@@ -61,11 +77,11 @@ def setting(key: str):
 
 
 def strategies() -> dict | None:
-    return st.session_state.get("strategies_run")
+    return STRATEGIES.run
 
 
 def gqa() -> object | None:
-    return st.session_state.get("strategies_gqa_run")
+    return STRATEGIES.gqa_run
 
 
 def run(slot) -> None:
@@ -73,12 +89,11 @@ def run(slot) -> None:
     leaves one sentence and the old results. It runs in the page's script, not in a callback, so that Stop
     (or any widget) interrupts it at the bar's next move, within one step; the strategies measured by then
     wait under "strategies_running" for the next run of the page (keep_a_stopped_run)."""
-    for key in ("strategies_error", "strategies_stopped", "strategies_note"):
-        st.session_state.pop(key, None)
+    STRATEGIES.drop("error", "stopped", "note")
     lm = current_model()
     prompt = str(setting("strategies_prompt"))
     if not prompt.strip():
-        st.session_state["strategies_error"] = "The prompt is empty; type some text to start from."
+        STRATEGIES.error = "The prompt is empty; type some text to start from."
         return
     settings = {name: int(setting(f"strategies_{name}"))
                 for name in ("max_tokens", "window", "group_size", "residual")}
@@ -94,26 +109,26 @@ def run(slot) -> None:
             f"does; choose a window under {prompt_tokens + settings['max_tokens']} or a longer prompt to see it "
             "drop the oldest.")]))
     if note:
-        st.session_state["strategies_note"] = note
+        STRATEGIES.note = note
     bar = estimated_bar(slot, lambda: comparison_seconds(lm, prompt, settings["max_tokens"], specs, TIMING_RUNS),
                         says(next(lm.model.parameters()).device, "strategies"),
-                        "strategies_error", "strategies_run_stop",
+                        STRATEGIES.key("error"), "strategies_run_stop",
                         "Ends at the next step and keeps the strategies measured so far.", click_seconds())
     if bar is None:  # past the budget, or a prompt the model cannot take: one sentence
         return
     results = []
-    st.session_state["strategies_running"] = {"results": results, "prompt": prompt, "settings": settings,
+    STRATEGIES.running = {"results": results, "prompt": prompt, "settings": settings,
                                               "strategies": len(specs)}
     try:
         compare_strategies(lm, prompt, settings["max_tokens"], specs, TIMING_RUNS, results=results,
                            progress=lambda done, total, text: bar.move(done / total, text))
     except ValueError as error:  # EngineError is a ValueError too
-        st.session_state.pop("strategies_running", None)
-        st.session_state["strategies_error"] = str(error)
+        del STRATEGIES.running
+        STRATEGIES.error = str(error)
         slot.empty()
         return
-    st.session_state.pop("strategies_running", None)  # ended, not stopped
-    st.session_state["strategies_run"] = measured(lm, results, prompt, {**settings, "timing_runs": TIMING_RUNS})
+    del STRATEGIES.running  # ended, not stopped
+    STRATEGIES.run = measured(lm, results, prompt, {**settings, "timing_runs": TIMING_RUNS})
     slot.empty()
 
 
@@ -128,19 +143,19 @@ def measured(lm, results: list[StrategyComparison], prompt: str, settings: dict)
 def keep_a_stopped_run() -> None:
     """A comparison that a widget interrupted left the strategies it measured: keep them, and say in one
     sentence what was kept (nothing, when it stopped in the full cache's reference run)."""
-    running = st.session_state.pop("strategies_running", None)
+    running = STRATEGIES.take("running")
     if running is None:
         return
     total = running["strategies"]
     if not running["results"]:
         shown = " The comparison below is the last one that finished." if strategies() is not None else ""
-        st.session_state["strategies_stopped"] = (
+        STRATEGIES.stopped = (
             f"{how_it_stopped()} during the full cache's reference run, before any of the {total} strategies "
             f"was measured, so nothing new is kept.{shown}")
         return
     results = [replace(r, decode_ms=list(r.decode_ms)) for r in running["results"]]
     timed = sorted({len(r.decode_ms) for r in results})
-    st.session_state["strategies_run"] = measured(current_model(), results, running["prompt"],
+    STRATEGIES.run = measured(current_model(), results, running["prompt"],
                                                      {**running["settings"], "timing_runs": timed[0]})
     if len(results) < total:
         names = ", ".join(r.label for r in results)
@@ -150,11 +165,11 @@ def keep_a_stopped_run() -> None:
         times = "-".join(map(str, (timed[0], timed[-1]))) if len(timed) > 1 else str(timed[0])
         said = (f"{how_it_stopped()} during the extra timing runs: the page keeps all {total} strategies, each timed "
                 f"{times} of {TIMING_RUNS} times, so the Time tab's spread is narrower than a full run's.")
-    st.session_state["strategies_stopped"] = said
+    STRATEGIES.stopped = said
 
 
 def stopped() -> str | None:
-    return st.session_state.get("strategies_stopped")
+    return STRATEGIES.stopped
 
 
 def comparison(results: list[StrategyComparison], model_name: str, prompt: str, settings: dict,
@@ -167,18 +182,34 @@ def comparison(results: list[StrategyComparison], model_name: str, prompt: str, 
                        "divergence": r.first_divergence} for r, text in zip(results, pieces)]}
 
 
+class StrategiesFiles:
+    """The comparison's lesson files: what makes the lesson replay (kvviz.lessons.lesson.Replays)."""
+
+    file_name = "kvviz-cache-strategies.json"
+
+    def export(self, comparison: dict) -> str:
+        return export_strategies(comparison)
+
+    def read_file(self, data: bytes) -> dict:
+        """The comparison a lesson file holds, as the page keeps it for a replay (raises LessonFileError)."""
+        return replayed(import_strategies(data))
+
+
+FILES = StrategiesFiles()
+
+
 def exporter():
     """A function giving the comparison as a lesson file; None before a comparison.
     Streamlit calls the function in a thread of its own when the button is clicked, where
     st.session_state cannot be read, so everything it needs is bound here."""
     current = strategies()
-    return None if current is None else (lambda: export_strategies(current))
+    return None if current is None else (lambda: FILES.export(current))
 
 
 def replay(data: bytes) -> None:
     """Replay an uploaded comparison (raises LessonFileError, and then the current one stays)."""
-    st.session_state["strategies_run"] = replayed(import_strategies(data))
-    st.session_state.pop("strategies_error", None)
+    STRATEGIES.run = FILES.read_file(data)
+    del STRATEGIES.error
 
 
 def replayed(file: dict) -> dict:
@@ -188,7 +219,7 @@ def replayed(file: dict) -> dict:
 
 
 def on_leave_replay() -> None:
-    st.session_state.pop("strategies_run", None)
+    del STRATEGIES.run
 
 
 def replaying() -> bool:
@@ -197,11 +228,11 @@ def replaying() -> bool:
 
 
 def on_gqa() -> None:
-    st.session_state.pop("strategies_gqa_error", None)
+    del STRATEGIES.gqa_error
     lm = current_model()
     try:
-        report = gqa_report(lm, int(st.session_state.get("strategies_gqa_heads", 1)))
+        report = gqa_report(lm, int(STRATEGIES.gqa_heads))
     except ValueError as error:
-        st.session_state["strategies_gqa_error"] = str(error)
+        STRATEGIES.gqa_error = str(error)
         return
-    st.session_state["strategies_gqa_run"] = report
+    STRATEGIES.gqa_run = report

@@ -29,7 +29,7 @@ from kvviz.lessons.files import (
 )
 from kvviz.lessons.paged_batching.logic import PagedLesson, RequestSpec
 
-LESSON = "paged_batching"
+LESSON_KEY = "paged_batching"
 MAX_REQUESTS = 256
 MAX_STEPS = 10_000
 MAX_BLOCKS = 1024  # the page's slider stops at 128; the pool grid draws every block
@@ -44,7 +44,7 @@ SETTINGS = {"block_size": 1024, "num_blocks": MAX_BLOCKS, "max_context": 2**24} 
 def export_paged(lesson: PagedLesson, view_step: int) -> str:
     """The run as JSON: no code, no pickle, no model; `view_step` is the step the page shows."""
     return json.dumps({
-        "format": LESSON_FORMAT, "lesson": LESSON, "model_name": lesson.model_name,
+        "format": LESSON_FORMAT, "lesson": LESSON_KEY, "model_name": lesson.model_name,
         "settings": {"block_size": lesson.block_size, "num_blocks": lesson.num_blocks,
                      "max_context": lesson.max_context, "enable_prefix_caching": lesson.enable_prefix_caching},
         "specs": [asdict(spec) for spec in lesson.specs],
@@ -59,7 +59,7 @@ def export_paged(lesson: PagedLesson, view_step: int) -> str:
 
 def import_paged(data: bytes | str) -> tuple[PagedLesson, int]:
     """A replay of `export_paged` output and the step it showed, checking everything first."""
-    return build_checked(_build, read_lesson_file(data, LESSON))
+    return build_checked(_build, read_lesson_file(data, LESSON_KEY))
 
 
 def _build(payload: dict) -> tuple[PagedLesson, int]:

@@ -12,37 +12,48 @@ from kvviz.lessons.paged_batching import fork as fork_lesson
 from kvviz.lessons.paged_batching import fork_figures
 from kvviz.lessons.paged_batching.stage import fork_stage_data
 from kvviz.shapes import format_bytes
+from kvviz.ui import presenter
 from kvviz.ui.common import current_model, kept_defaults, show_code
-from kvviz.ui.session_keys import Keys
+from kvviz.ui.session_keys import Keys, SessionState, Slot
 from kvviz.ui.stage import chosen_step, show_stage
 from kvviz.ui.text import plain
 
 DEFAULT_PROMPT = "JULIET:\nO Romeo, Romeo, wherefore art thou Romeo?"  # 13 tokens: a partly filled last block
 
-KEYS = Keys(clears=frozenset({"paged_fork_run", "paged_fork_error", "paged_fork_view_step"}),
-            kept=("paged_fork_prompt", "paged_fork_n", "paged_fork_block_size",
-                  "paged_fork_max_tokens"))  # its settings
+
+class ForkState(SessionState):
+    """The fork tab's run (gone when another model loads) and its settings (kept while another page shows)."""
+
+    run = Slot("paged_fork_run", clears=True)
+    error = Slot("paged_fork_error", clears=True)
+    view_step = Slot("paged_fork_view_step", default=0, clears=True)
+    prompt = Slot("paged_fork_prompt", default=DEFAULT_PROMPT)
+    n = Slot("paged_fork_n", default=4)
+    block_size = Slot("paged_fork_block_size", default=4)
+    max_tokens = Slot("paged_fork_max_tokens", default=12)
+
+
+FORK = ForkState()
+KEYS = Keys(clears=ForkState.cleared_keys(),
+            kept=(FORK.key("prompt"), FORK.key("n"), FORK.key("block_size"), FORK.key("max_tokens")))  # its settings
 
 
 def _on_fork() -> None:
-    state = st.session_state
-    state.pop("paged_fork_error", None)
+    del FORK.error
     try:
-        state["paged_fork_run"] = fork_lesson.run_fork(
-            current_model(), state.get("paged_fork_prompt", DEFAULT_PROMPT), n=int(state.get("paged_fork_n", 4)),
-            max_tokens=int(state.get("paged_fork_max_tokens", 12)),
-            block_size=int(state.get("paged_fork_block_size", 4)))
+        FORK.run = fork_lesson.run_fork(current_model(), FORK.prompt, n=int(FORK.n), max_tokens=int(FORK.max_tokens),
+                                        block_size=int(FORK.block_size))
     except EngineError as error:
-        state["paged_fork_error"] = str(error)
+        FORK.error = str(error)
         return
-    state["paged_fork_view_step"] = 0
+    FORK.view_step = 0
 
 
 def _on_stage_step() -> None:
     """The stage moved to another step in the browser: the views below follow it."""
-    run, chosen = st.session_state.get("paged_fork_run"), chosen_step("paged_fork_stage")
+    run, chosen = FORK.run, chosen_step("paged_fork_stage")
     if run is not None and chosen is not None:
-        st.session_state["paged_fork_view_step"] = min(int(chosen), len(run.records) - 1)
+        FORK.view_step = min(int(chosen), len(run.records) - 1)
 
 
 def fork_view() -> None:
@@ -51,24 +62,24 @@ def fork_view() -> None:
         "model once; then the request **forks**: every sample points at the same prompt blocks "
         "(reference count n). A sample that is about to write into a shared, partly filled block "
         "first gets its own copy (**copy-on-write**); full blocks stay shared to the end.")
-    kept_defaults({"paged_fork_prompt": DEFAULT_PROMPT, "paged_fork_n": 4, "paged_fork_block_size": 4,
-                   "paged_fork_max_tokens": 12})
+    kept_defaults({slot.key: slot.default for slot in (ForkState.prompt, ForkState.n, ForkState.block_size,
+                                                        ForkState.max_tokens)})
     st.text_area("Prompt", key="paged_fork_prompt", height=90)  # a text area keeps the line break
     a, b, c = st.columns(3)
     a.slider("Samples (n)", 2, 8, key="paged_fork_n")
     b.slider("Block size (tokens)", 2, 16, key="paged_fork_block_size")
     c.slider("Tokens per sample", 2, 32, key="paged_fork_max_tokens")
     st.button("Fork", on_click=_on_fork, type="primary", key="paged_fork_press")
-    if "paged_fork_error" in st.session_state:
-        st.error(st.session_state["paged_fork_error"])
-    run: fork_lesson.ForkRun | None = st.session_state.get("paged_fork_run")
+    if FORK.has("error"):
+        st.error(FORK.error)
+    run: fork_lesson.ForkRun | None = FORK.run
     if run is None:
         st.info("Press **Fork**: the engine prefills the prompt once and samples n continuations.")
         return
     last = len(run.records) - 1
     # the stage: the samples' block tables into one pool, a shared block splitting at copy-on-write
-    show_stage(fork_stage_data(run, min(st.session_state.get("paged_fork_view_step", 0), last),
-                               bool(st.session_state.get("presenter"))), key="paged_fork_stage", on_step=_on_stage_step)
+    show_stage(fork_stage_data(run, min(FORK.view_step, last),
+                               presenter.is_on()), key="paged_fork_stage", on_step=_on_stage_step)
     step = st.slider("Step", 0, last, key="paged_fork_view_step")
     facts = fork_lesson.summary(run, step)
     m = st.columns(4)

@@ -36,10 +36,10 @@ def take_over(lesson: stepped.Stepped, teacher: PagedLesson, step: int, slot, st
         stepped.run_steps(lesson, step, slot, "Your own copy of the lesson")
 
 
-def questions(lesson: PagedLesson) -> list[RoomQuestion]:
-    """"Which block comes next?" questions the teacher committed; answered by the first block the pool gives."""
+def questions(lesson: PagedLesson, committed: list) -> list[RoomQuestion]:
+    """"Which block comes next?" questions the teacher `committed`; answered by the first block the pool gives."""
     asked = []
-    for question in st.session_state.get("paged_questions", []):
+    for question in committed:
         predict.reveal_block(question, lesson.records)
         asked.append(RoomQuestion(f"{question.asked_at}_{question.request_id}", question.text, "block id",
                                   question.answered_at if question.revealed else question.asked_at + 1,

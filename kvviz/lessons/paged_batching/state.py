@@ -9,17 +9,28 @@ from kvviz.lessons.paged_batching import room
 from kvviz.lessons.paged_batching.file import export_paged, import_paged
 from kvviz.lessons.paged_batching.logic import DEFAULT_REQUESTS, PagedLesson, RequestSpec
 from kvviz.lessons.paged_batching.stage import stage_data
-from kvviz.lessons.room_view import RoomPart
+from kvviz.lessons.room_view import InRoom
 from kvviz.ui.common import current_model
-from kvviz.ui.session_keys import Keys
+from kvviz.ui.session_keys import Keys, SessionState, Slot
 
 BLOCK_SIZES, POOL_SIZES = (2, 32), (2, 128)  # what the sliders offer
 DEFAULT_TABLE = [{"prompt": p, "arrives at step": a, "max tokens": m} for p, a, m in DEFAULT_REQUESTS]
 DEFAULTS = {"paged_block_size": 8, "paged_num_blocks": 40, "paged_prefix": True}  # the pool's settings
 
 
+class PagedState(SessionState):
+    """The page's own inputs beside its run's (STEPS.state): the requests' table and the question's request."""
+
+    editor = Slot("paged_editor", default={})  # the table's edits, as Streamlit's data editor keeps them
+    requests_table = Slot("paged_requests_table", default=DEFAULT_TABLE)  # the table with them applied
+    question_request = Slot("paged_question_request")  # the request a question asks about
+
+
+PAGED = PagedState()
+
+
 def request_specs() -> list[RequestSpec]:
-    rows = st.session_state.get("paged_requests_table", DEFAULT_TABLE)
+    rows = PAGED.requests_table
     specs = []
     for row in rows:
         prompt = row.get("prompt") or ""
@@ -34,25 +45,47 @@ def _setting(key: str):
     return st.session_state.get(key, DEFAULTS[key])
 
 
-def _new() -> PagedLesson:
-    return PagedLesson.start(current_model(), request_specs(), int(_setting("paged_block_size")),
-                             int(_setting("paged_num_blocks")), bool(_setting("paged_prefix")))
+class PagedSteps(stepped.Stepped, InRoom):
+    """The paged pool taken an engine step at a time; a room follows it, and its page asks questions."""
+
+    keys = stepped.StepKeys("paged_", view="paged_view_step", asks=True, extra=(PagedState.question_request.key,))
+    page, file_name = "paged_batching", "kvviz-paged-batching.json"
+
+    def new(self) -> PagedLesson:
+        return PagedLesson.start(current_model(), request_specs(), int(_setting("paged_block_size")),
+                                 int(_setting("paged_num_blocks")), bool(_setting("paged_prefix")))
+
+    def step(self, run: PagedLesson) -> bool:
+        return run.step() is not None
+
+    def export(self, run: PagedLesson, step: int) -> str:
+        return export_paged(run, step)
+
+    def read_file(self, data: bytes) -> tuple[PagedLesson, int]:
+        return import_paged(data)
+
+    def file_settings(self, run: PagedLesson) -> dict:
+        """The controls a replayed file sets, with what each control offers."""
+        return {"paged_block_size": (run.block_size, *BLOCK_SIZES),
+                "paged_num_blocks": (run.num_blocks, *POOL_SIZES),
+                "paged_prefix": (run.enable_prefix_caching, None, None)}
+
+    def follower(self, run: PagedLesson, step: int) -> PagedLesson:
+        return room.follower(run, step)
+
+    def take_over(self, run: PagedLesson, step: int, slot, started) -> None:
+        room.take_over(self, run, step, slot, started)
+
+    def stage_data(self, run: PagedLesson, step: int, presenter: bool) -> dict:
+        return stage_data(run, step, presenter)
+
+    def questions(self, run: PagedLesson) -> list:
+        return room.questions(run, self.state.get("questions", []))
 
 
-def _file_settings(run: PagedLesson) -> dict:
-    """The controls a replayed file sets, with what each control offers."""
-    return {"paged_block_size": (run.block_size, *BLOCK_SIZES), "paged_num_blocks": (run.num_blocks, *POOL_SIZES),
-            "paged_prefix": (run.enable_prefix_caching, None, None)}
-
-
-LESSON = stepped.Stepped(
-    stepped.StepKeys("paged_", view="paged_view_step", asks=True,
-                     extra=("paged_question_request",)), page="paged_batching",
-    new=_new, step=lambda run: run.step() is not None, file_name="kvviz-paged-batching.json", export=export_paged,
-    read_file=import_paged, file_settings=_file_settings,
-    room=RoomPart(room.follower, room.take_over, stage_data, questions=room.questions))
-KEYS = Keys(clears=LESSON.cleared_keys())  # the other paged_* widgets (the uploader too) stay
+STEPS = PagedSteps()
+KEYS = Keys(clears=STEPS.cleared_keys())  # the other paged_* widgets (the uploader too) stay
 
 
 def paged() -> PagedLesson | None:
-    return stepped.current(LESSON)
+    return stepped.current(STEPS)

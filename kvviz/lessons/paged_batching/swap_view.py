@@ -14,46 +14,58 @@ from kvviz.shapes import format_bytes
 from kvviz.ui.common import current_model, kept_defaults, show_code
 from kvviz.lessons.budget import click_seconds
 from kvviz.ui.progress import StopBar, how_it_stopped
-from kvviz.ui.session_keys import Keys
+from kvviz.ui.session_keys import Keys, SessionState, Slot
 
-KEYS = Keys(clears=frozenset({"paged_swap_run", "paged_swap_error", "paged_swap_comparing"}),
-            kept=("paged_swap_num_blocks", "paged_swap_max_tokens", "paged_swap_timed_runs"))  # the run's settings
+
+TIMED_RUNS = 0  # timing repeats each mode several times: seconds of waiting per run on a small CPU
+
+
+class SwapState(SessionState):
+    """The swap tab's comparison (gone when another model loads) and its settings (kept while another page shows)."""
+
+    run = Slot("paged_swap_run", clears=True)
+    error = Slot("paged_swap_error", clears=True)
+    comparing = Slot("paged_swap_comparing", clears=True)  # still there in the next run: Stop or the clock ended it
+    requested = Slot("swap_requested")  # Compare was pressed: the page runs it in its script, where Stop reaches it
+    num_blocks = Slot("paged_swap_num_blocks", default=12)
+    max_tokens = Slot("paged_swap_max_tokens", default=32)
+    timed_runs = Slot("paged_swap_timed_runs", default=TIMED_RUNS)
+
+
+SWAP = SwapState()
+KEYS = Keys(clears=SwapState.cleared_keys(),
+            kept=(SWAP.key("num_blocks"), SWAP.key("max_tokens"), SWAP.key("timed_runs")))  # the run's settings
 
 
 def _on_compare() -> None:
-    st.session_state["swap_requested"] = True  # the page runs it in its script, where Stop reaches it
+    SWAP.requested = True
 
 
 def _compare() -> None:
     """Both modes, with a bar and Stop: a pool of 4 blocks and 64 tokens a request ran 75 s under load."""
-    state = st.session_state
-    state.pop("paged_swap_error", None)
-    timed = int(state.get("paged_swap_timed_runs", TIMED_RUNS))
+    del SWAP.error
+    timed = int(SWAP.timed_runs)
     slot = st.empty()
     bar = StopBar(slot, "paged_swap_stop", "Comparing swap and recompute", "Ends the comparison; the last one stays.",
                   budget_s=click_seconds())
-    state["paged_swap_comparing"] = True  # still there in the next run of the page: Stop or the clock ended it
+    SWAP.comparing = True
     try:
-        state["paged_swap_run"] = swap_lesson.compare(
+        SWAP.run = swap_lesson.compare(
             current_model(), [spec.prompt for spec in request_specs()], block_size=8,
-            num_blocks=int(state.get("paged_swap_num_blocks", 12)),
-            max_tokens=int(state.get("paged_swap_max_tokens", 32)),
+            num_blocks=int(SWAP.num_blocks), max_tokens=int(SWAP.max_tokens),
             runs=timed + 1 if timed else 1, progress=bar.move)
     except EngineError as error:
-        state["paged_swap_error"] = str(error)
-    state.pop("paged_swap_comparing")
+        SWAP.error = str(error)
+    del SWAP.comparing
     slot.empty()
 
 
 def _note_a_stopped_comparison() -> None:
     """A comparison that Stop or the clock ended keeps nothing of its own: say so, and what to change."""
-    if st.session_state.pop("paged_swap_comparing", False):
-        st.session_state["paged_swap_error"] = (
+    if SWAP.take("comparing", False):
+        SWAP.error = (
             f"{how_it_stopped()} before both modes had run, so the comparison below (if any) is the last one that "
             "finished; fewer tokens per request or a larger pool make it shorter.")
-
-
-TIMED_RUNS = 0  # timing repeats each mode several times: seconds of waiting per run on a small CPU
 
 
 def _time(run: swap_lesson.ModeRun) -> str:
@@ -68,7 +80,8 @@ def swap_view() -> None:
         "When the pool runs out, a running request is **preempted**. *Recompute* frees its blocks and "
         "runs its tokens through the model again later; *swap* copies its blocks to CPU memory and back "
         "into fresh blocks when it resumes. The requests of the table above, greedy, block size 8:")
-    kept_defaults({"paged_swap_num_blocks": 12, "paged_swap_max_tokens": 32, "paged_swap_timed_runs": TIMED_RUNS})
+    kept_defaults({slot.key: slot.default for slot in (SwapState.num_blocks, SwapState.max_tokens,
+                                                        SwapState.timed_runs)})
     a, b, c = st.columns(3)
     a.slider("Pool size (blocks)", 4, 64, key="paged_swap_num_blocks")
     b.slider("Tokens per request", 4, 64, key="paged_swap_max_tokens")
@@ -77,11 +90,11 @@ def swap_view() -> None:
                         "1-5: a warm-up run, then the median and spread of that many timed runs per mode.")
     st.button("Compare swap and recompute", on_click=_on_compare, type="primary", key="paged_swap_press")
     _note_a_stopped_comparison()
-    if st.session_state.pop("swap_requested", False):
+    if SWAP.take("requested", False):
         _compare()
-    if "paged_swap_error" in st.session_state:
-        st.error(st.session_state["paged_swap_error"])
-    result: dict[str, swap_lesson.ModeRun] | None = st.session_state.get("paged_swap_run")
+    if SWAP.has("error"):
+        st.error(SWAP.error)
+    result: dict[str, swap_lesson.ModeRun] | None = SWAP.run
     if result is None:
         return
     recompute, swap = result["recompute"], result["swap"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from kvviz.lessons.prefill_decode import predict
+from kvviz.lessons.prefill_decode.inputs import PREFILL, RUN
 from kvviz.ui.common import session_source
 from kvviz.ui.session_keys import Keys
 
@@ -24,15 +25,14 @@ def sync_query_params(prompt: str, step: int | None) -> str | None:
         return (f"This prompt is too long for the page's link ({len(prompt):,} characters, at most "
                 f"{MAX_LINK_PROMPT_CHARS:,}); export the lesson to share it.")
     params = {"model": session_source(), "prompt": prompt,
-              "tokens": str(st.session_state.get("lesson_max_tokens", 48))}
-    if not st.session_state.get("lesson_greedy", True):
-        params |= {"greedy": "0", "temperature": f"{st.session_state['lesson_temperature']:g}",
-                   "top_k": str(st.session_state["lesson_top_k"]), "top_p": f"{st.session_state['lesson_top_p']:g}",
-                   "seed": str(st.session_state["lesson_seed"])}
+              "tokens": str(PREFILL.get("max_tokens", 48))}
+    if not PREFILL.get("greedy", True):
+        params |= {"greedy": "0", "temperature": f"{PREFILL.temperature:g}", "top_k": str(PREFILL.top_k),
+                   "top_p": f"{PREFILL.top_p:g}", "seed": str(PREFILL.seed)}
     if step is not None:
         params["step"] = str(step)
-    if st.session_state.get("lesson_view"):
-        params["view"] = st.session_state["lesson_view"]
+    if PREFILL.view:
+        params["view"] = PREFILL.view
     for key in LINK_KEYS - params.keys():
         st.query_params.pop(key, None)
     for key, value in params.items():
@@ -46,7 +46,7 @@ LINK_KEYS = frozenset({"model", "prompt", "tokens", "greedy", "temperature", "to
 
 
 def predict_panel(lesson) -> None:
-    questions = st.session_state.setdefault("lesson_questions", [])
+    questions = RUN.setdefault("questions", [])
     for question in questions:
         predict.reveal(question, lesson)
     right, answered = predict.score(questions)

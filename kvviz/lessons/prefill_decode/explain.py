@@ -132,7 +132,7 @@ def logit_difference_note(difference: float | None, dtype: str) -> str:
 
 
 def bill_note(bill: dict) -> str:
-    """The memory bill's caption (`bill` from Lesson.bill): the pool, whether formula and measured
+    """The memory bill's caption (`bill` from PrefillLesson.bill): the pool, whether formula and measured
     bytes agree, and at the request's last step where its blocks went."""
     pool = f"The engine's whole pool is {format_bytes(bill['pool_bytes'])} (preallocated blocks). "
     difference = bill["token_bytes"] - bill["formula_bytes"]

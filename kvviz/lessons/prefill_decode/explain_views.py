@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
+from kvviz.lessons.model_lab.state import LAB
 from kvviz.lessons.prefill_decode import explain, roofline
 from kvviz.lessons.prefill_decode import explain_figures as figures
 from kvviz.lessons.prefill_decode.logic import MAX_TRIANGLE_TOKENS
@@ -211,7 +212,7 @@ def memory_bound(lesson, step: int) -> None:
 
 def measured_against_bound() -> None:
     """The Model lab's measured decode step times beside the roofline bound for this machine."""
-    result, shape = st.session_state.get("lab_result"), st.session_state.get("lab_result_shape")
+    result, shape = LAB.result, LAB.result_shape
     if result is None or shape is None or not result.timings:
         st.caption("Measure a model in the **Model lab** to see its decode step times here beside the bound.")
         return

@@ -30,7 +30,8 @@ from kvviz.lessons.files import (
     room_answers,
     typed,
 )
-from kvviz.lessons.prefill_decode.logic import MAX_LESSON_TOKENS, MAX_TRIANGLE_TOKENS, Lesson, LessonSettings, StepTrace
+from kvviz.lessons.prefill_decode.logic import (MAX_LESSON_TOKENS, MAX_TRIANGLE_TOKENS, LessonSettings, PrefillLesson,
+                                               StepTrace)
 
 # What a file's model summary may claim. The views draw layers x tokens cells (the cache), heads x
 # tokens (attention) and tokens x head_dim (K and V), so each bound is set by the work it makes:
@@ -43,7 +44,7 @@ MAX_REPLAY_TOKENS = 4096  # prompt and generated tokens of a replayed lesson
 MODEL_TEXT = ("name", "source", "device", "dtype")
 
 
-def export_lesson(lesson: Lesson) -> str:
+def export_lesson(lesson: PrefillLesson) -> str:
     """The lesson as JSON: settings, model summary, step records and compact traces. No code, no pickle."""
     return json.dumps({
         "format": LESSON_FORMAT, "lesson": "prefill_decode", "model": lesson.model_info,
@@ -61,13 +62,13 @@ def export_lesson(lesson: Lesson) -> str:
     })
 
 
-def import_lesson(data: bytes | str) -> Lesson:
+def import_lesson(data: bytes | str) -> PrefillLesson:
     """Rebuild a lesson for replay from `export_lesson` output, checking everything first."""
     return build_checked(_build, read_lesson_file(data, "prefill_decode"))
 
 
 # ---- checking ------------------------------------------------------------------------------
-def _build(payload: dict) -> Lesson:
+def _build(payload: dict) -> PrefillLesson:
     check_keys(payload, "", {"format", "lesson", "model", "settings", "prompt_token_ids", "token_texts",
                               "records", "twin_records", "traces", ROOM_ANSWERS},
                {"format", "model", "settings", "prompt_token_ids", "token_texts", "records", "twin_records", "traces"})
@@ -101,7 +102,7 @@ def _build(payload: dict) -> Lesson:
         if record.trace is not None or (i < len(twin_records) and twin_records[i].trace is not None):
             raise FieldError(f"records[{i}].trace", "must be empty (traces travel in the traces field)")
         _check_record(record, f"records[{i}]", settings.block_size)
-    return Lesson(settings, model, records=records, twin_records=twin_records, traces=lesson_traces,
+    return PrefillLesson(settings, model, records=records, twin_records=twin_records, traces=lesson_traces,
                   prompt_token_ids=prompt_ids, token_texts=texts, replay=True, room_answers=room_answers(payload))
 
 

@@ -1,6 +1,6 @@
 """The first lesson's logic: one request, prefill then decode, with a no-cache twin beside it.
 
-A `Lesson` runs the real engine one step at a time and keeps every StepRecord, so any earlier
+A `PrefillLesson` runs the real engine one step at a time and keeps every StepRecord, so any earlier
 step can be looked at again. A second engine without a cache runs the same request, so the
 lesson can show the work the cache saves and that caching changes no logit.
 """
@@ -64,7 +64,7 @@ class StepTrace:
 
 
 @dataclass
-class Lesson:
+class PrefillLesson:
     """One request stepped through the cached engine and its no-cache twin."""
 
     settings: LessonSettings
@@ -86,7 +86,7 @@ class Lesson:
     done_at_copy: bool | None = None  # a room's copy of a lesson (room.follower): had it finished there
 
     @classmethod
-    def start(cls, lm, settings: LessonSettings) -> "Lesson":
+    def start(cls, lm, settings: LessonSettings) -> "PrefillLesson":
         """Check the prompt and build the engines; nothing runs until `prefill`."""
         max_tokens = settings.sampling.max_tokens
         if not 1 <= max_tokens <= MAX_LESSON_TOKENS:

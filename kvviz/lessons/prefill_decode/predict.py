@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvviz.lessons.prefill_decode.logic import Lesson
+from kvviz.lessons.prefill_decode.logic import PrefillLesson
 
 QUESTION_KINDS = ("bytes_after_five", "blocks_after_next")
 
@@ -36,7 +36,7 @@ class Question:
         return abs(self.guess - self.answer) <= 0.01 * max(abs(self.answer), 1)
 
 
-def refusal(lesson: Lesson, kind: str) -> str | None:
+def refusal(lesson: PrefillLesson, kind: str) -> str | None:
     """Why a question of this kind cannot be asked now (its answer's step would never come), or None."""
     step = len(lesson.visible_records) - 1
     ahead = 5 if kind == "bytes_after_five" else 1
@@ -49,7 +49,7 @@ def refusal(lesson: Lesson, kind: str) -> str | None:
     return None
 
 
-def ask(lesson: Lesson, kind: str) -> Question:
+def ask(lesson: PrefillLesson, kind: str) -> Question:
     """A question about the lesson's near future, from where it stands now (its newest step, named in the text,
     so that a learner looking back at an earlier step reads which step it counts from)."""
     if kind not in QUESTION_KINDS:
@@ -69,7 +69,7 @@ def ask(lesson: Lesson, kind: str) -> Question:
     raise ValueError(f"Unknown question {kind!r}; ask one of {', '.join(QUESTION_KINDS)}.")
 
 
-def reveal(question: Question, lesson: Lesson) -> bool:
+def reveal(question: Question, lesson: PrefillLesson) -> bool:
     """Fill in the answer from the engine's record, if the lesson has reached the target step."""
     records = lesson.visible_records
     if question.revealed or len(records) <= question.target:

@@ -1,6 +1,6 @@
 """Session state and link reading of the "Prefill and decode" lesson; its run steps through kvviz.lessons.stepped.
 
-Everything lives in st.session_state under the keys LESSON declares, so each browser session keeps its
+Everything lives in st.session_state under the keys STEPS and KEYS declare, so each browser session keeps its
 own engine and records; the model itself is shared read-only. reset() clears them all when
 another model loads (the inputs too: their defaults and the layer choices fit the old model).
 """
@@ -17,7 +17,7 @@ from kvviz.lessons import stepped
 from kvviz.lessons.budget import WorkTooLarge, check_click, click_seconds, says
 from kvviz.lessons.prefill_decode.logic import (
     MAX_LESSON_TOKENS,
-    Lesson,
+    PrefillLesson,
     LessonSettings,
     furthest_step,
     lesson_sampling,
@@ -25,11 +25,12 @@ from kvviz.lessons.prefill_decode.logic import (
     steps_text,
 )
 from kvviz.lessons.prefill_decode import room
+from kvviz.lessons.prefill_decode.inputs import PREFILL, RUN, STEP_KEYS
 from kvviz.lessons.prefill_decode.file import export_lesson, import_lesson
 from kvviz.lessons.prefill_decode.stage import stage_data
-from kvviz.lessons.room_view import RoomPart
+from kvviz.lessons.room_view import InRoom
 from kvviz.models import default_heldout_text
-from kvviz.ui.common import current_model, load_linked_model, page_sampling
+from kvviz.ui.common import MODEL, current_model, load_linked_model, page_sampling
 from kvviz.ui.progress import StopBar
 from kvviz.ui.session_keys import Keys
 from kvviz.ui.text import plain
@@ -82,11 +83,11 @@ def set_defaults() -> None:
     with a chat template (SmolLM2-Instruct answers a message; without its template it rambles on)."""
     for key, value in DEFAULTS.items():
         st.session_state.setdefault(key, value)
-    if "lesson_chat_chosen" not in st.session_state:
-        st.session_state["lesson_chat_chosen"] = True
-        st.session_state["lesson_chat"] = chat = has_chat_template(current_model().tokenizer)
-        if chat and st.session_state["lesson_prompt"] == DEFAULTS["lesson_prompt"]:  # a question, for a chat model
-            st.session_state["lesson_prompt"] = st.session_state["lesson_example"] = CHAT_EXAMPLE
+    if not PREFILL.has("chat_chosen"):
+        PREFILL.chat_chosen = True
+        PREFILL.chat = chat = has_chat_template(current_model().tokenizer)
+        if chat and PREFILL.prompt == DEFAULTS["lesson_prompt"]:  # a question, for a chat model
+            PREFILL.prompt = PREFILL.example = CHAT_EXAMPLE
 
 
 def setting(key: str):
@@ -100,14 +101,8 @@ def _settings() -> LessonSettings:
                           chat=bool(setting("lesson_chat")) and has_chat_template(current_model().tokenizer))
 
 
-def _reveal(run: Lesson, chosen: int) -> None:
-    """A replay stepped by hand shows the steps up to the one chosen."""
-    if run.replay:
-        run.replay_position = max(run.replay_position, min(chosen, len(run.records) - 1))
-
-
-def lesson() -> Lesson | None:
-    return stepped.current(LESSON)
+def lesson() -> PrefillLesson | None:
+    return stepped.current(STEPS)
 
 
 # what a link may set, with the bounds of the page's own widgets: key -> (session key, type, low, high)
@@ -135,10 +130,10 @@ def _link_settings(params) -> list[str]:
                          f"it keeps {DEFAULTS[key]}.")
             continue
         st.session_state[key] = value
-    st.session_state["lesson_greedy"] = params.get("greedy", "1") != "0"
+    PREFILL.greedy = params.get("greedy", "1") != "0"
     if "view" in params:
         if params["view"] in VIEWS:
-            st.session_state["lesson_view"] = params["view"]
+            PREFILL.view = params["view"]
         else:
             notes.append(f"The link's view {plain(repr(params['view'][:40]))} is not one of this page's; "
                          "showing the cache.")
@@ -149,17 +144,17 @@ def restore_from_query() -> None:
     """Open the lesson a link describes (?model=...&prompt=...&tokens=..&step=N&view=..., and the
     sampling when not greedy), once per session: the same tokens on the same model at the same step."""
     params = st.query_params
-    if st.session_state.get("lesson_query_done"):
+    if PREFILL.query_done:
         return
     if "prompt" not in params:
-        st.session_state["lesson_query_done"] = True
+        PREFILL.query_done = True
         return
-    before = st.session_state.get("model_source")
+    before = MODEL.source
     model_note = load_linked_model(params["model"]) if "model" in params else None
-    if st.session_state.get("model_source") != before:
+    if MODEL.source != before:
         st.rerun()  # once more with the link's model loaded, so the sidebar names the model the lesson runs on
-    st.session_state["lesson_query_done"] = True  # only the first run of a session reads the link
-    st.session_state["lesson_prompt"] = params["prompt"]
+    PREFILL.query_done = True  # only the first run of a session reads the link
+    PREFILL.prompt = params["prompt"]
     on_prompt_edit()
     notes = _link_settings(params) + ([plain(model_note)] if model_note else [])  # it quotes the link's model
     if "step" in params:
@@ -183,7 +178,7 @@ def restore_from_query() -> None:
         run_to_step(target, slot)
         slot.empty()
     if notes:  # before what the run said (a refusal, or the budget's stop)
-        st.session_state["lesson_error"] = " ".join(notes + [st.session_state.get("lesson_error", "")]).strip()
+        RUN.error = " ".join(notes + [RUN.get("error", "")]).strip()
 
 
 MAX_PROMPT_CHARS = 100_000  # past any context a lesson's model has (32,768 tokens of Gemma 3 are about this)
@@ -219,7 +214,7 @@ def prefill() -> None:
     script under a spinner that names the work, its estimate and the seconds so far (shown past 0.5 s: a
     long prompt on a deep model). One forward pass cannot stop midway, so there is no Stop."""
     if prompt_too_long():
-        st.session_state["lesson_error"] = prompt_too_long()
+        RUN.error = prompt_too_long()
         return
     lm, device, prompt_tokens = _model_and_prompt()
     work = lesson_work(lm, prompt_tokens, 0)
@@ -229,7 +224,7 @@ def prefill() -> None:
     with st.spinner(f"Prefill: {prompt_tokens:,} prompt tokens through the model's {lm.shape.num_layers} layers "
                     f"in one pass, {passes}; estimated about {seconds:,.1f} s on this "
                     f"server, {says(device, 'lesson')}", show_time=True):
-        stepped.start(LESSON)
+        stepped.start(STEPS)
 
 
 def run_to_step(target: int, slot=None, what: str = "the link's lesson", started: Callable | None = None) -> None:
@@ -242,10 +237,10 @@ def run_to_step(target: int, slot=None, what: str = "the link's lesson", started
     (an st.empty()), a progress bar with a Stop button counts the steps there, naming the run `what`;
     Stop leaves the lesson at the step it reached, with a sentence saying so. `started()` runs once the
     lesson's prefill ran, before the steps after it."""
-    st.session_state["lesson_max_tokens"] = min(max(int(setting("lesson_max_tokens")), target + 1),
+    PREFILL.max_tokens = min(max(int(setting("lesson_max_tokens")), target + 1),
                                                 MAX_LESSON_TOKENS)
     if prompt_too_long():
-        st.session_state["lesson_error"] = prompt_too_long()
+        RUN.error = prompt_too_long()
         return
     lm, device, prompt_tokens = _model_and_prompt()
     reachable = furthest_step(lm, prompt_tokens, target, device)
@@ -253,7 +248,7 @@ def run_to_step(target: int, slot=None, what: str = "the link's lesson", started
         try:
             check_click(lesson_work(lm, prompt_tokens, 0), device, "This lesson's prefill", "use a shorter prompt")
         except WorkTooLarge as refusal:
-            st.session_state["lesson_error"] = str(refusal)
+            RUN.error = str(refusal)
             return
     note = None
     if reachable < target:
@@ -268,13 +263,13 @@ def run_to_step(target: int, slot=None, what: str = "the link's lesson", started
         bar = StopBar(slot, "lesson_link_stop", f"Estimated about {seconds:,.0f} s on this server, "
                       f"{says(device, 'lesson')}; opening {what} at step {target:,}",
                       "Ends at the step reached; Next token and Play go on.")
-    stepped.start(LESSON)
+    stepped.start(STEPS)
     if started is not None and lesson() is not None:
         started()
-    if bar is not None and "lesson_error" not in st.session_state:
+    if bar is not None and not RUN.has("error"):
         # said if Stop ends this run (the page's next run finds it); taken back below when the run ends
-        stopped = st.session_state["lesson_error"] = (f"Stopped before step {target:,}: the lesson shows the step it "
-                                                      "reached; press Next token or Play to go on from there.")
+        stopped = RUN.error = (f"Stopped before step {target:,}: the lesson shows the step it "
+                               "reached; press Next token or Play to go on from there.")
     started_at, budget = time.perf_counter(), click_seconds()
     for done in range(target):  # at most one real step per step asked for
         current = lesson()
@@ -285,29 +280,29 @@ def run_to_step(target: int, slot=None, what: str = "the link's lesson", started
             note = (f"Stopped at step {done:,} after {elapsed:,.0f} s, the {budget:,.0f} s one click may take on this "
                     "server (it is busier than the estimate assumed); press Next token or Play to go on from there.")
             break
-        stepped.step(LESSON)
+        stepped.step(STEPS)
         if bar is not None:  # the rest re-estimated from this run's own pace
             left = (time.perf_counter() - started_at) / (done + 1) * (target - done - 1)
             bar.move((done + 1) / target, f"{what[0].upper()}{what[1:]}: step {done + 1:,} of {target:,}, "
                                           f"about {left:,.0f} s left at this run's pace", left=False)
-    if stopped is not None and st.session_state.get("lesson_error") == stopped:
-        st.session_state.pop("lesson_error")
-    if note is not None and "lesson_error" not in st.session_state:
-        st.session_state["lesson_error"] = note
+    if stopped is not None and RUN.error == stopped:
+        del RUN.error
+    if note is not None and not RUN.has("error"):
+        RUN.error = note
 
 
 def on_example() -> None:
-    if st.session_state.get("lesson_example") is not None:
-        st.session_state["lesson_prompt"] = st.session_state["lesson_example"]
+    if PREFILL.example is not None:
+        PREFILL.prompt = PREFILL.example
 
 
 def on_prompt_edit() -> None:
     """The example box names the prompt in the text box, or none when it is not one of them."""
-    prompt = st.session_state.get("lesson_prompt")
-    st.session_state["lesson_example"] = prompt if prompt in EXAMPLE_PROMPTS + [PAST_THE_WINDOW] else None
+    prompt = PREFILL.prompt
+    PREFILL.example = prompt if prompt in EXAMPLE_PROMPTS + [PAST_THE_WINDOW] else None
 
 
-def step_sentence(lesson: Lesson, step: int) -> str:
+def step_sentence(lesson: PrefillLesson, step: int) -> str:
     """What the step in view did, in one sentence or two over the stage (markdown)."""
     info, last_step = lesson.model_info, len(lesson.visible_records) - 1
     if step == 0:
@@ -330,7 +325,7 @@ def step_sentence(lesson: Lesson, step: int) -> str:
             "**Work saved** adds up what recomputing would have cost. " + (stop_note(lesson) or ""))
 
 
-def stop_note(lesson: Lesson) -> str | None:
+def stop_note(lesson: PrefillLesson) -> str | None:
     """Why a finished lesson generated fewer tokens than asked, in one sentence; None if it did not."""
     generated = len(lesson.token_texts) - len(lesson.prompt_token_ids)
     asked, context = lesson.settings.sampling.max_tokens, lesson.model_info.get("max_context")
@@ -344,31 +339,71 @@ def stop_note(lesson: Lesson) -> str | None:
             f"{context} tokens. Use a shorter prompt to generate more.")
 
 
-def take_over(lesson: stepped.Stepped, teacher: Lesson, step: int, slot, started: Callable) -> None:
-    """Take over in a room: the teacher's prompt and sampling run to `step` on this session's own engine,
-    counted by a bar with Stop in `slot`; `started()` once the prefill ran."""
-    sampling = teacher.settings.sampling
-    st.session_state.update({
-        "lesson_prompt": teacher.settings.prompt, "lesson_max_tokens": sampling.max_tokens,
-        "lesson_greedy": sampling.temperature == 0, "lesson_seed": sampling.seed or 0})
-    if sampling.temperature:
-        st.session_state.update({"lesson_temperature": sampling.temperature, "lesson_top_k": sampling.top_k,
-                                 "lesson_top_p": sampling.top_p})
-    on_prompt_edit()
-    run_to_step(step, slot, "your own copy of the lesson", started)
+class PrefillSteps(stepped.Stepped, InRoom):
+    """Prefill and decode taken a token at a time, with Play; a room follows it, and its page asks questions."""
 
-
-LESSON = stepped.Stepped(
-    stepped.StepKeys("lesson_", view="lesson_view_step", asks=True, plays=True), page="prefill_decode",
-    new=lambda: Lesson.start(current_model(), _settings()), first=Lesson.prefill, step=Lesson.next_token,
-    file_name="kvviz-lesson.json", export=lambda run, step: export_lesson(run),
-    read_file=lambda data: (import_lesson(data), 0), admit=True,
-    last=lambda run: len(run.visible_records) - 1, done=lambda run: run.finished, reveal=_reveal,
-    exportable=lambda run: run.started,
-    settings=frozenset(DEFAULTS) | {  # the player, the views' choices and the link's one reading
+    keys = STEP_KEYS
+    page, file_name, admit = "prefill_decode", "kvviz-lesson.json", True
+    settings = frozenset(DEFAULTS) | {  # the player, the views' choices and the link's one reading
         "lesson_last_tick", "lesson_ticker_inline", "lesson_query_done", "lesson_link_stop", "lesson_speed",
         "lesson_view", "lesson_chat_chosen",
-        "lesson_kv_layer", "lesson_kv_head", "lesson_attention_layer", "lesson_stage"},
-    room=RoomPart(room.follower, take_over, stage_data, questions=room.questions, sentence=step_sentence))
-KEYS = Keys(clears=LESSON.cleared_keys(),
+        "lesson_kv_layer", "lesson_kv_head", "lesson_attention_layer", "lesson_stage"}
+
+    def new(self) -> PrefillLesson:
+        return PrefillLesson.start(current_model(), _settings())
+
+    def first(self, run: PrefillLesson):
+        return run.prefill()
+
+    def step(self, run: PrefillLesson):
+        return run.next_token()
+
+    def export(self, run: PrefillLesson, step: int) -> str:
+        return export_lesson(run)
+
+    def read_file(self, data: bytes) -> tuple[PrefillLesson, int]:
+        return import_lesson(data), 0
+
+    def last(self, run: PrefillLesson) -> int:
+        return len(run.visible_records) - 1
+
+    def done(self, run: PrefillLesson) -> bool:
+        return run.finished
+
+    def reveal(self, run: PrefillLesson, step: int) -> None:
+        """A replay stepped by hand shows the steps up to the one chosen."""
+        if run.replay:
+            run.replay_position = max(run.replay_position, min(step, len(run.records) - 1))
+
+    def exportable(self, run: PrefillLesson) -> bool:
+        return run.started
+
+    def follower(self, run: PrefillLesson, step: int) -> PrefillLesson:
+        return room.follower(run, step)
+
+    def take_over(self, teacher: PrefillLesson, step: int, slot, started: Callable) -> None:
+        """Take over in a room: the teacher's prompt and sampling run to `step` on this session's own engine,
+        counted by a bar with Stop in `slot`; `started()` once the prefill ran."""
+        sampling = teacher.settings.sampling
+        st.session_state.update({
+            "lesson_prompt": teacher.settings.prompt, "lesson_max_tokens": sampling.max_tokens,
+            "lesson_greedy": sampling.temperature == 0, "lesson_seed": sampling.seed or 0})
+        if sampling.temperature:
+            st.session_state.update({"lesson_temperature": sampling.temperature, "lesson_top_k": sampling.top_k,
+                                     "lesson_top_p": sampling.top_p})
+        on_prompt_edit()
+        run_to_step(step, slot, "your own copy of the lesson", started)
+
+    def stage_data(self, run: PrefillLesson, step: int, presenter: bool) -> dict:
+        return stage_data(run, step, presenter)
+
+    def questions(self, run: PrefillLesson) -> list:
+        return room.questions(run)
+
+    def sentence(self, run: PrefillLesson, step: int) -> str:
+        return step_sentence(run, step)
+
+
+STEPS = PrefillSteps()
+KEYS = Keys(clears=STEPS.cleared_keys(),
             kept=("lesson_kv_layer", "lesson_kv_head", "lesson_attention_layer"))  # the views' choices

@@ -1,5 +1,7 @@
-"""Where this comes from for kvviz.lessons.registry: its key prefix (its page keeps no state)."""
+"""Where this comes from: what the lesson is (kvviz.lessons.lesson.Lesson), for kvviz.lessons.lecture. Its page
+keeps no state."""
 
-from kvviz.lessons.lesson_state import LessonState
+from kvviz.lessons.lesson import Lesson
 
-LESSON = LessonState("sources", "sources_")
+LESSON = Lesson("sources", "Where this comes from", ":material/menu_book:",
+                "The papers and code each lesson rests on, with links.", 2, prefix="sources_")

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvviz.lessons.catalog import BY_KEY
+from kvviz.lessons.lecture import by_key
 
-# the lessons' titles, as the catalog spells them
-PREFILL, BILL, LAB, PAGED, STRATEGIES, BATCH, TOGETHER, SPECULATIVE = (BY_KEY[key].title for key in (
+# the lessons' titles, as their declarations spell them
+PREFILL, BILL, LAB, PAGED, STRATEGIES, BATCH, TOGETHER, SPECULATIVE = (by_key(key).title for key in (
     "prefill_decode", "memory_bill", "model_lab", "paged_batching", "cache_strategies", "batch_generation",
     "putting_it_together", "speculative"))
 

@@ -29,7 +29,7 @@ from kvviz.lessons.files import (
 )
 from kvviz.lessons.speculative.logic import SpeculativeLesson
 
-LESSON = "speculative"
+LESSON_KEY = "speculative"
 MAX_PASSES = 4096
 MAX_TEXTS = 50_000
 MAX_TOKENS = 2**16  # in the prompt, or in one decoded list
@@ -41,7 +41,7 @@ SETTINGS = {"num_speculative": MAX_SPECULATIVE_TOKENS, "max_tokens": MAX_PASSES,
 def export_speculative(lesson: SpeculativeLesson, view_step: int) -> str:
     """The run as JSON: no code, no pickle, no model; `view_step` is the pass the page shows."""
     return json.dumps({
-        "format": LESSON_FORMAT, "lesson": LESSON, "model_name": lesson.model_name, "settings": lesson.settings,
+        "format": LESSON_FORMAT, "lesson": LESSON_KEY, "model_name": lesson.model_name, "settings": lesson.settings,
         "prompt_token_ids": lesson.prompt_token_ids,
         "records": [r.to_dict() for r in lesson.records],
         "plain_records": [r.to_dict() for r in lesson.plain_records],
@@ -53,7 +53,7 @@ def export_speculative(lesson: SpeculativeLesson, view_step: int) -> str:
 
 def import_speculative(data: bytes | str) -> tuple[SpeculativeLesson, int]:
     """A replay of `export_speculative` output and the pass it showed, checking everything first."""
-    return build_checked(_build, read_lesson_file(data, LESSON))
+    return build_checked(_build, read_lesson_file(data, LESSON_KEY))
 
 
 def _build(payload: dict) -> tuple[SpeculativeLesson, int]:

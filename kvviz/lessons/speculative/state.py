@@ -7,7 +7,7 @@ import html
 import streamlit as st
 
 from kvviz.lessons import stepped
-from kvviz.lessons.room_view import RoomPart
+from kvviz.lessons.room_view import InRoom
 from kvviz.lessons.speculative import room
 from kvviz.lessons.speculative.figures import ACCEPTED, MODEL, REJECTED
 from kvviz.lessons.speculative.file import export_speculative, import_speculative
@@ -25,33 +25,56 @@ def _setting(key: str):
     return st.session_state.get(key, DEFAULTS[key])
 
 
-def _new() -> SpeculativeLesson:
-    return SpeculativeLesson.start(current_model(), _setting("spec_prompt"), int(_setting("spec_k")),
-                                   int(_setting("spec_max_tokens")), int(_setting("spec_block_size")))
+class SpeculativeSteps(stepped.Stepped, InRoom):
+    """Speculative decoding taken a forward pass at a time; a room follows it."""
+
+    # the slider counts passes from 1 and has a key of its own; "spec_view" is the index of the pass's record
+    keys = stepped.StepKeys("spec_", view="spec_view", slider="spec_view_step")
+    page, file_name, admit = "speculative", "kvviz-speculative.json", True
+
+    def new(self) -> SpeculativeLesson:
+        return SpeculativeLesson.start(current_model(), _setting("spec_prompt"), int(_setting("spec_k")),
+                                       int(_setting("spec_max_tokens")), int(_setting("spec_block_size")))
+
+    def step(self, run: SpeculativeLesson) -> bool:
+        return run.step()
+
+    def export(self, run: SpeculativeLesson, step: int) -> str:
+        return export_speculative(run, step)
+
+    def read_file(self, data: bytes) -> tuple[SpeculativeLesson, int]:
+        return import_speculative(data)
+
+    def file_settings(self, run: SpeculativeLesson) -> dict:
+        """The controls a replayed file sets, with what each control offers."""
+        asked = run.settings
+        controls = {"spec_k": (asked["num_speculative"], *DRAFTS),
+                    "spec_max_tokens": (asked["max_tokens"], *MAX_TOKENS),
+                    "spec_block_size": (asked["block_size"], *BLOCK_SIZES)}
+        if len(asked["prompt"]) <= PROMPT_BOX_CHARS:  # a file's text is untrusted: the box takes a prompt's worth
+            controls["spec_prompt"] = (asked["prompt"], None, None)
+        return controls
+
+    def follower(self, run: SpeculativeLesson, step: int) -> SpeculativeLesson:
+        return room.follower(run, step)
+
+    def take_over(self, run: SpeculativeLesson, step: int, slot, started) -> None:
+        room.take_over(self, run, step, slot, started)
+
+    def stage_data(self, run: SpeculativeLesson, step: int, presenter: bool) -> dict:
+        return stage_data(run, step, presenter)
+
+    def progress(self, run: SpeculativeLesson) -> int:
+        return room.progress(run)
 
 
-def _file_settings(run: SpeculativeLesson) -> dict:
-    """The controls a replayed file sets, with what each control offers."""
-    asked = run.settings
-    controls = {"spec_k": (asked["num_speculative"], *DRAFTS), "spec_max_tokens": (asked["max_tokens"], *MAX_TOKENS),
-                "spec_block_size": (asked["block_size"], *BLOCK_SIZES)}
-    if len(asked["prompt"]) <= PROMPT_BOX_CHARS:  # a file's text is untrusted: the box takes a prompt's worth
-        controls["spec_prompt"] = (asked["prompt"], None, None)
-    return controls
-
-
-# the slider counts passes from 1 and has a key of its own; "spec_view" is the index of the pass's record
-LESSON = stepped.Stepped(
-    stepped.StepKeys("spec_", view="spec_view", slider="spec_view_step"), page="speculative",
-    new=_new, step=SpeculativeLesson.step, file_name="kvviz-speculative.json", export=export_speculative,
-    read_file=import_speculative, file_settings=_file_settings, admit=True,
-    room=RoomPart(room.follower, room.take_over, stage_data, progress=room.progress))
-KEYS = Keys(clears=LESSON.cleared_keys(),  # the other spec_* widgets (the uploader too) stay
+STEPS = SpeculativeSteps()
+KEYS = Keys(clears=STEPS.cleared_keys(),  # the other spec_* widgets (the uploader too) stay
             kept=("spec_prompt", "spec_k", "spec_max_tokens", "spec_block_size"))  # the run's settings
 
 
 def lesson() -> SpeculativeLesson | None:
-    return stepped.current(LESSON)
+    return stepped.current(STEPS)
 
 
 def _chip(text: str, color: str, title: str, struck: bool = False) -> str:
