@@ -43,7 +43,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path[:0] = [str(HERE), str(ROOT), str(ROOT / "tests" / "support")]
-from load_test import server_cpu_seconds, server_process  # noqa: E402
+from load_test import RssPeak, server_cpu_seconds, server_process  # noqa: E402
 from app_tests import one_sentence  # noqa: E402
 from socket_tab import SocketTab  # noqa: E402
 
@@ -57,8 +57,6 @@ class Measured:
     """The server's CPU seconds, wall seconds and peak RSS above idle from `start()` to `stop()`."""
 
     def __init__(self, port: int):
-        from probe_hostile import RssPeak
-
         self.port, self.meter = port, RssPeak(server_process(port) / "status")
 
     def start(self) -> Measured:

@@ -26,6 +26,7 @@ import json
 import os
 import re
 import statistics
+import threading
 import time
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
@@ -41,6 +42,38 @@ MARKERS = ["Romeo", "Juliet", "Hamlet", "Ophelia", "Macbeth", "Banquo", "Portia"
 
 
 IDLE_WINDOW_S = 10.0
+
+
+class RssPeak:
+    """The server's peak VmRSS, sampled every 0.2 s in a thread, from `start()` on."""
+
+    def __init__(self, status: Path):
+        self.status, self.peak, self.running = status, 0, False
+
+    def read(self) -> int:
+        try:
+            for line in self.status.read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+        except OSError:
+            pass
+        return 0
+
+    def start(self) -> int:
+        self.peak, self.running = self.read(), True
+        self.thread = threading.Thread(target=self.loop, daemon=True)
+        self.thread.start()
+        return self.peak
+
+    def loop(self) -> None:
+        while self.running:
+            self.peak = max(self.peak, self.read())
+            time.sleep(0.2)
+
+    def stop(self) -> int:
+        self.running = False
+        self.thread.join()
+        return max(self.peak, self.read())
 
 
 def server_process(port: int) -> Path | None:

@@ -44,14 +44,13 @@ import os
 import re
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from urllib.parse import urlencode
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]  # load_test's helpers; the app of this checkout, not an installed one
-from load_test import server_cpu_seconds, server_process, shown_step, wait_idle  # noqa: E402
+from load_test import RssPeak, server_cpu_seconds, server_process, shown_step, wait_idle  # noqa: E402
 
 from kvviz.ui.app_server import CHROMIUM, CHROMIUM_ARGS, running_app  # noqa: E402
 
@@ -63,38 +62,6 @@ POINTING = f"""() => [...document.querySelectorAll('*')]
       .some(a => (e.getAttribute(a) || '').includes('{HOST}')))
     .length"""
 ERRORS = "[data-testid='stAlertContentError']"
-
-
-class RssPeak:
-    """The server's peak VmRSS, sampled every 0.2 s in a thread, from `start()` on."""
-
-    def __init__(self, status: Path):
-        self.status, self.peak, self.running = status, 0, False
-
-    def read(self) -> int:
-        try:
-            for line in self.status.read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-        except OSError:
-            pass
-        return 0
-
-    def start(self) -> int:
-        self.peak, self.running = self.read(), True
-        self.thread = threading.Thread(target=self.loop, daemon=True)
-        self.thread.start()
-        return self.peak
-
-    def loop(self) -> None:
-        while self.running:
-            self.peak = max(self.peak, self.read())
-            time.sleep(0.2)
-
-    def stop(self) -> int:
-        self.running = False
-        self.thread.join()
-        return max(self.peak, self.read())
 
 
 # ---- the crafted files ------------------------------------------------------------------------

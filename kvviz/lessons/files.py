@@ -20,6 +20,7 @@ import typing
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 
 from kvviz.engine.records import StepRecord
+from kvviz.lessons.lecture_index import by_key
 from kvviz.rooms.types import MAX_ANSWERS
 
 LESSON_FORMAT = "kvviz-lesson/4"  # 3: the first lesson's settings hold a SamplingParams; 4: room_answers
@@ -52,8 +53,6 @@ def read_lesson_file(data: bytes | str, lesson: str) -> dict:
                               "upload a file saved with “Export lesson”.")
     kind = payload.get("lesson", "prefill_decode")
     if kind != lesson:
-        from kvviz.lessons.lecture import by_key  # the lecture imports every lesson, whose file reader is this
-
         other = by_key(kind) if isinstance(kind, str) else None
         if other is not None and other.replays:
             raise LessonFileError(f"This file holds the “{other.title}” lesson; "

@@ -12,7 +12,7 @@ whole, inside a function.
 
 from __future__ import annotations
 
-from kvviz.lessons import room_view
+from kvviz.lessons import lecture_index, room_view
 from kvviz.lessons.batch_generation.lesson import LESSON as batch_generation
 from kvviz.lessons.cache_strategies.lesson import LESSON as cache_strategies
 from kvviz.lessons.lesson import Lesson
@@ -45,6 +45,9 @@ APP_PREFIXES = ("model_", "presenter", "show_code:", "skip_link")
 def by_key(key: str) -> Lesson | None:
     """The lesson whose page, folder and files' `lesson` field is `key` (None if none is)."""
     return next((lesson for lesson in LECTURE if lesson.key == key), None)
+
+
+lecture_index.serve(by_key)  # for the lesson-file checks and a student's room page, which sit below the lecture
 
 
 def stepped() -> tuple[Stepped, ...]:

@@ -9,19 +9,12 @@ from collections.abc import Callable
 
 import streamlit as st
 
+from kvviz.lessons.lecture_index import by_key
 from kvviz.lessons.room_view import CAUGHT_UP, FALLBACK_S, ROOM, FollowedLesson
 from kvviz.rooms.types import Room, lesson_token, valid_seat
 from kvviz.ui.stage import reported_step
 from kvviz.ui import fair_share, room_wake, rooms, streamlit_door
 from kvviz.ui.common import load_linked_model
-
-
-def _lesson(key: str):
-    """The lesson of page `key` (None for none): the lecture imports every lesson, and so this module, so it is read
-    once whole."""
-    from kvviz.lessons.lecture import by_key
-
-    return by_key(key)
 
 
 # ---- a student's page ----------------------------------------------------------------------------
@@ -33,8 +26,8 @@ def restore_from_query(lesson: FollowedLesson) -> None:
         return
     seat = session_seat()
     room = rooms.take_seat(st.query_params["room"], seat, rooms.session_id())
-    if not isinstance(room, str) and room.page != lesson.page and _lesson(room.page) is not None:
-        st.switch_page(_lesson(room.page).path, query_params={"room": room.code})
+    if not isinstance(room, str) and room.page != lesson.page and by_key(room.page) is not None:
+        st.switch_page(by_key(room.page).path, query_params={"room": room.code})
     ROOM.query_done = True
     if isinstance(room, str):
         ROOM.error = room
@@ -59,11 +52,11 @@ def follow_link_elsewhere(page_key: str) -> None:
     and stay. Seats are taken (rate-limited like any link), never looked up, so a link is no way to
     test codes."""
     if "room" not in st.query_params or ROOM.query_done or \
-            (_lesson(page_key) is not None and _lesson(page_key).rooms):
+            (by_key(page_key) is not None and by_key(page_key).rooms):
         return
     room = rooms.take_seat(st.query_params["room"], session_seat(), rooms.session_id())
-    if not isinstance(room, str) and _lesson(room.page) is not None:
-        st.switch_page(_lesson(room.page).path, query_params={"room": room.code})
+    if not isinstance(room, str) and by_key(room.page) is not None:
+        st.switch_page(by_key(room.page).path, query_params={"room": room.code})
     ROOM.query_done = True
     st.error(room if isinstance(room, str) else f"Room {room.code}'s lesson is not on this server's pages.")
 
