@@ -24,6 +24,18 @@ def test_link_values_in_the_refusal_are_text_not_markdown():
     assert "view '![a](http://kvviz.invalid/x)'" in shown and "tokens '[CLICK ME](http://kv'" in shown
 
 
+def test_a_link_to_a_step_without_a_prompt_opens_the_pages_own_prompt_there():
+    """?step=3 alone once opened the page at its defaults and quietly ignored the step."""
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=240)
+    at.query_params.update(step="3")
+    at.run()
+    at.switch_page("lessons/prefill_decode.py").run()
+    assert not at.exception and not at.error, [error.value for error in at.error]
+    run = at.session_state["lesson_run"]
+    assert len(run.records) == 4 and at.session_state["lesson_view_step"] == 3  # prefill and three decode steps
+    assert run.settings.prompt == at.session_state["lesson_prompt"]  # the page's own prompt, as its box shows it
+
+
 def refused_upload():
     """A crafted file's refusal as the upload shows it (AppTest runs this source alone)."""
     import json

@@ -142,11 +142,12 @@ def _link_settings(params) -> list[str]:
 
 def restore_from_query() -> None:
     """Open the lesson a link describes (?model=...&prompt=...&tokens=..&step=N&view=..., and the
-    sampling when not greedy), once per session: the same tokens on the same model at the same step."""
+    sampling when not greedy), once per session: the same tokens on the same model at the same step. A link
+    with a step and no prompt opens the page's own prompt at that step."""
     params = st.query_params
     if PREFILL.query_done:
         return
-    if "prompt" not in params:
+    if "prompt" not in params and "step" not in params:  # a link to the page, or to a model on it
         PREFILL.query_done = True
         return
     before = MODEL.source
@@ -154,8 +155,9 @@ def restore_from_query() -> None:
     if MODEL.source != before:
         st.rerun()  # once more with the link's model loaded, so the sidebar names the model the lesson runs on
     PREFILL.query_done = True  # only the first run of a session reads the link
-    PREFILL.prompt = params["prompt"]
-    on_prompt_edit()
+    if "prompt" in params:  # else a link to a step runs the page's own prompt (once quietly ignored)
+        PREFILL.prompt = params["prompt"]
+        on_prompt_edit()
     notes = _link_settings(params) + ([plain(model_note)] if model_note else [])  # it quotes the link's model
     if "step" in params:
         try:
